@@ -1,0 +1,1 @@
+"""The subjects (attention, the octlm model) and the experiments: plain functions returning rows."""

@@ -1,0 +1,47 @@
+"""exp014_tiled: the tiled (FlashAttention-style) forward against PyTorch's fused attention."""
+
+from typing import Literal
+
+import torch
+
+from experiments.attention import sdpa_attention, tiled_attention
+
+Dtype = Literal["float32", "float64", "bfloat16", "float16"]
+
+
+def check(*, length: int, block: int, batch: int, heads: int, head_dim: int, **_) -> None:
+    """Reject out-of-domain values before anything runs."""
+    sizes = {"length": length, "block": block, "batch": batch, "heads": heads, "head_dim": head_dim}
+    for name, size in sizes.items():
+        if size <= 0:
+            raise ValueError(f"{name} must be positive, got {size}")
+
+
+def run(
+    *,
+    length: int,
+    block: int,
+    batch: int = 1,
+    heads: int = 8,
+    head_dim: int = 32,
+    dtype: Dtype = "float32",
+    causal: bool = True,
+    seed: int = 0,
+    device: str = "cpu",
+) -> list[dict]:
+    """One (B, H, L, D) attention through tiled_attention and SDPA; their absolute differences."""
+    check(length=length, block=block, batch=batch, heads=heads, head_dim=head_dim)
+    generator = torch.Generator(device).manual_seed(seed)
+    shape = (batch, heads, length, head_dim)  # (B, H, L, D)
+    query, key, value = (
+        torch.randn(shape, generator=generator, dtype=getattr(torch, dtype), device=device)
+        for _ in range(3)
+    )
+    expected = sdpa_attention(query, key, value, causal=causal)
+    difference = (tiled_attention(query, key, value, block, causal=causal) - expected).abs()
+    return [
+        {
+            "max_abs_diff": difference.max().item(),
+            "mean_abs_diff": difference.float().mean().item(),
+        }
+    ]

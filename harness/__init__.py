@@ -1,0 +1,1 @@
+"""octlm-harness: Hydra sweeps of plain experiment functions into a Parquet store."""

@@ -1,0 +1,111 @@
+"""An experiment as the harness sees it: its config node and a plain function of typed keywords.
+
+The function's signature is the experiment's schema: its parameters are the config keys the
+harness passes (defaults filled in), and their annotations (int, float, bool, str, Literal)
+are checked for every point before anything runs. A module-level `check(**params)` beside the
+function, when there is one, rejects out-of-domain values with a ValueError.
+"""
+
+import hashlib
+import importlib
+import inspect
+import json
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from omegaconf import DictConfig, OmegaConf
+
+
+class BadInput(Exception):
+    """Something the user typed or configured is wrong: one line, exit code 2."""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    run: Callable[..., list[dict]]
+    check: Callable[..., None] | None
+    parameters: dict[str, inspect.Parameter]
+    hints: dict[str, Any]
+    config: dict  # the config's `experiment` node: name, run, table, claims
+
+    @classmethod
+    def load(cls, node: dict) -> "Experiment":
+        """The experiment that a config's `experiment` node describes."""
+        name, target = node.get("name"), node.get("run")
+        if not name or not target:
+            raise BadInput("the experiment config needs experiment.name and experiment.run")
+        module_name, _, function_name = target.rpartition(".")
+        try:
+            module = importlib.import_module(module_name)
+            run = getattr(module, function_name)
+        except (ImportError, AttributeError, ValueError) as error:
+            raise BadInput(f"{name}: cannot import experiment.run={target}: {error}") from None
+        return cls(
+            name=name,
+            run=run,
+            check=getattr(module, "check", None),
+            parameters=dict(inspect.signature(run).parameters),
+            hints=typing.get_type_hints(run),
+            config=node,
+        )
+
+    def params(self, values: dict) -> dict:
+        """The keyword arguments for one point, from the config's values: typed and checked."""
+        kwargs = {}
+        for name, parameter in self.parameters.items():
+            if name in values:
+                kwargs[name] = _typed(name, values[name], self.hints.get(name))
+            elif parameter.default is not inspect.Parameter.empty:
+                kwargs[name] = parameter.default
+            else:
+                raise BadInput(f"{self.name} needs a value for {name}")
+        if self.check is not None:
+            try:
+                self.check(**kwargs)
+            except ValueError as error:
+                raise BadInput(str(error)) from None
+        return kwargs
+
+
+def config_values(cfg: DictConfig) -> dict:
+    """The config's own keys (not Hydra's), resolved, as plain Python values."""
+    own = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
+    return OmegaConf.to_container(own, resolve=True)
+
+
+def config_hash(experiment: str, params: dict) -> str:
+    """A short digest of what a point computes: the experiment and its parameters."""
+    text = json.dumps({"experiment": experiment, **params}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _typed(name: str, value: Any, annotation: Any) -> Any:
+    """`value` checked against a simple annotation, ints widened to float where a float is due."""
+    if annotation is None or annotation is Any:
+        return value
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Literal:
+        if value not in args or type(value) is not type(args[args.index(value)]):
+            choices = ", ".join(str(a) for a in args)
+            raise BadInput(f"{name} must be one of {choices}, got {value!r}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        return _typed(name, value, options[0]) if len(options) == 1 else value
+    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if annotation in (int, float, bool, str) and (
+        not isinstance(value, annotation) or (annotation is int and isinstance(value, bool))
+    ):
+        raise BadInput(f"{name} must be {_article(annotation)}, got {value!r}")
+    return value
+
+
+def _article(kind: type) -> str:
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[kind]

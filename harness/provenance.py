@@ -1,0 +1,94 @@
+"""What produced a row: the code's commit, the versions, the host, the device, SLURM's ids."""
+
+import functools
+import hashlib
+import os
+import platform
+import socket
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+SOURCE = Path(__file__).resolve().parent.parent  # the checkout the harness runs from
+
+
+@functools.cache
+def git_state() -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the harness's own checkout; (None, None) outside a git checkout."""
+    try:
+        commit = _git("rev-parse", "HEAD")
+        dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.CalledProcessError):
+        return None, None
+    return commit, dirty
+
+
+def _git(*args: str) -> str:
+    result = subprocess.run(
+        ["git", "-C", str(SOURCE), *args], capture_output=True, text=True, check=True, timeout=30
+    )
+    return result.stdout.strip()
+
+
+@functools.cache
+def packages() -> tuple[str, ...]:
+    """Every installed distribution as name==version, sorted."""
+    found = {(d.metadata["Name"] or "").lower(): d.version for d in metadata.distributions()}
+    return tuple(f"{name}=={version}" for name, version in sorted(found.items()) if name)
+
+
+def packages_digest(listing: tuple[str, ...]) -> str:
+    return hashlib.sha256("\n".join(listing).encode()).hexdigest()[:16]
+
+
+def device_name(device: str) -> str:
+    """The GPU's name for a CUDA device ("auto" is CUDA when there is one), else the CPU's."""
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    return _cpu_name()
+
+
+@functools.cache
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def provenance(device: str) -> dict:
+    """The provenance columns of a row measured on `device` in this process."""
+    import torch
+
+    commit, dirty = git_state()
+    return {
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "python_version": platform.python_version(),
+        "packages_digest": packages_digest(packages()),
+        "device_name": device_name(device),
+        "threads": torch.get_num_threads(),
+        "hostname": socket.gethostname(),
+        **slurm(),
+    }
+
+
+def slurm() -> dict:
+    """SLURM's ids for this task, None outside SLURM; gpus is what CUDA_VISIBLE_DEVICES says."""
+    env = os.environ
+    array_job, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    return {
+        "slurm_job_id": f"{array_job}_{task}" if array_job and task else env.get("SLURM_JOB_ID"),
+        "slurm_array_task_id": int(task) if task else None,
+        "slurm_node": env.get("SLURMD_NODENAME"),
+        "gpus": env.get("CUDA_VISIBLE_DEVICES"),
+    }

@@ -1,0 +1,352 @@
+"""A sweep from the command line: compose, expand the grid, check every point, launch, summarize.
+
+The harness composes the config with Hydra's compose API and hands the points to the Hydra
+launcher the config names, one job per point. It expands the grid itself (with Hydra's
+override parser, and BasicSweeper's rule: the command line replaces the experiment's
+hydra.sweeper.params key by key) so that it can check every point before any runs, give each
+point a stable job number, and on resume launch only the points without an ok row.
+"""
+
+import itertools
+import secrets
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra._internal.callbacks import Callbacks
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.core.plugins import Plugins
+from hydra.errors import (
+    ConfigCompositionException,
+    HydraException,
+    MissingConfigException,
+    OverrideParseException,
+)
+from hydra.types import HydraContext
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from harness import store
+from harness.experiment import BadInput, Experiment, config_hash, config_values
+from harness.job import run_job
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
+HARNESS_KEYS = ("out", "resume", "wait", "seed", "sweep_id", "job")  # conf/config.yaml
+SET_BY_HARNESS = ("out", "sweep_id", "job")
+
+
+@dataclass
+class Point:
+    job: int
+    overrides: list[str]  # this point's grid values, as Hydra overrides
+    params: dict  # the experiment function's keyword arguments
+
+
+@dataclass
+class Sweep:
+    id: str
+    experiment: Experiment
+    results: Path
+    overrides: list[str]  # what every job gets: the command line's non-grid overrides
+    points: list[Point]
+
+
+def available_experiments() -> list[str]:
+    return sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+
+
+def run(argv: list[str]) -> int:
+    """Run the sweep that the overrides in `argv` describe; returns the exit code."""
+    overrides = _parse(argv)
+    experiment = _experiment_name(overrides)
+    resume = next((o.value() for o in overrides if o.get_key_element() == "resume"), None)
+    with initialize_config_dir(config_dir=str(CONF), job_name="harness", version_base=None):
+        if resume:
+            sweep, cfg = _resumed(overrides, experiment, str(resume))
+        else:
+            fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
+            cfg = _compose([*fixed, f"sweep_id={new_sweep_id()}"], experiment)
+            sweep = plan(cfg, [o for o in overrides if o.is_sweep_override()])
+            _write_manifest(sweep, argv)
+        print(f"sweep {sweep.id}: {experiment}, {len(sweep.points)} points to run", flush=True)
+        started = time.perf_counter()
+        try:
+            launch(cfg, sweep)
+        except KeyboardInterrupt:
+            print(f"\ninterrupted; finish it with: {resume_command(sweep)}", file=sys.stderr)
+            return 130
+    return report(sweep, time.perf_counter() - started)
+
+
+def new_sweep_id() -> str:
+    """A sweep id that sorts by start time (UTC): 20261129-141503-3fa2."""
+    return f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def plan(cfg: DictConfig, sweeps: list[Override]) -> Sweep:
+    """The sweep's points, in grid order, each checked against the experiment's signature."""
+    values = config_values(cfg)
+    experiment = Experiment.load(values["experiment"])
+    _check_keys(experiment, values, sweeps)
+    grid = OmegaConf.to_container(cfg.hydra.sweeper.get("params") or {})
+    axes = _axes(grid, sweeps, cfg)
+    points = []
+    for job, assignment in enumerate(itertools.product(*axes.values())):
+        point_values = {key: value for key, (_, value) in zip(axes, assignment, strict=True)}
+        params = experiment.params({**values, **point_values})
+        point_overrides = [f"{key}={text}" for key, (text, _) in zip(axes, assignment, strict=True)]
+        points.append(Point(job, point_overrides, params))
+    return _sweep(cfg, experiment, points)
+
+
+def _sweep(cfg: DictConfig, experiment: Experiment, points: list[Point]) -> Sweep:
+    task = [o for o in cfg.hydra.overrides.task if _key(o) not in SET_BY_HARNESS]
+    results = Path(cfg.out).resolve() / "results"
+    return Sweep(cfg.sweep_id, experiment, results, task, points)
+
+
+def launch(cfg: DictConfig, sweep: Sweep) -> None:
+    """Hand the points to the configured Hydra launcher, one job each, with a progress line."""
+    context = HydraContext(
+        config_loader=GlobalHydra.instance().config_loader(), callbacks=Callbacks(cfg)
+    )
+    launcher = Plugins.instance().instantiate_launcher(
+        hydra_context=context, task_function=run_job, config=cfg
+    )
+    progress = Progress(len(sweep.points))
+    for point in sweep.points:
+        (result,) = launcher.launch([job_overrides(sweep, point)], initial_job_idx=point.job)
+        try:
+            summary = result.return_value
+        except Exception as error:  # the harness failed, not the experiment: say so, go on
+            summary = {"status": "failed", "error": f"harness error: {_one_line(error)}"}
+        progress.update(point, summary)
+
+
+def job_overrides(sweep: Sweep, point: Point) -> list[str]:
+    root = sweep.results.parent
+    return [
+        *sweep.overrides,
+        *point.overrides,
+        f"out={root}",
+        f"sweep_id={sweep.id}",
+        f"job={point.job}",
+    ]
+
+
+def report(sweep: Sweep, seconds: float) -> int:
+    """Print the sweep's table, claims and counts; the exit code says whether any point failed."""
+    from analysis.report import claims_table, markdown, sweep_table
+
+    rows = store.read(sweep.results, sweep.experiment.name, sweep.id)
+    manifest = store.read_manifest(sweep.results, sweep.experiment.name, sweep.id)
+    total, landed = len(manifest["points"]), set(rows["job"]) if not rows.empty else set()
+    ok = len(_done_jobs(rows))
+    failed, missing = len(landed) - ok, total - len(landed)
+    table = sweep_table(rows, sweep.experiment.config)
+    if table is not None:
+        print(f"{table.columns.name}:\n{markdown(table)}")
+    for line in claims_table(rows, sweep.experiment.config).itertuples():
+        print(f"claim {line.result}: {line.claim} (worst {line.worst}, {line.points} points)")
+    print(
+        f"sweep {sweep.id}: {ok} of {total} points ok, "
+        f"{failed} failed, {missing} not run, in {seconds:.1f} s; "
+        f"rows in {store.sweep_dir(sweep.results, sweep.experiment.name, sweep.id)}"
+    )
+    if failed:
+        print(f"{failed} points failed; rerun them with: {resume_command(sweep)}", file=sys.stderr)
+    return 1 if failed or missing else 0
+
+
+def resume_command(sweep: Sweep) -> str:
+    return f"python -m harness +experiment={sweep.experiment.name} resume={sweep.id}"
+
+
+class Progress:
+    """One line per finished point, with an estimate of the time left."""
+
+    def __init__(self, total: int):
+        self.total, self.done, self.started = total, 0, time.perf_counter()
+
+    def update(self, point: Point, summary: dict) -> None:
+        self.done += 1
+        elapsed = time.perf_counter() - self.started
+        left = elapsed / self.done * (self.total - self.done)
+        numbers = " ".join(f"{k}={v:.3g}" for k, v in (summary.get("metrics") or {}).items())
+        detail = numbers if summary["status"] == "ok" else _shorten(summary.get("error") or "")
+        width = len(str(self.total))
+        print(
+            f"[{self.done:>{width}}/{self.total}] job {point.job} {' '.join(point.overrides)}: "
+            f"{summary['status']} {detail}".rstrip()
+            + f"  ({elapsed:.1f} s, ~{left:.0f} s left)",
+            flush=True,
+        )
+
+
+def _shorten(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _parse(argv: list[str]) -> list[Override]:
+    try:
+        return OverridesParser.create().parse_overrides(argv)
+    except OverrideParseException as error:
+        raise BadInput(f"cannot parse {error.override!r}: {_one_line(error)}") from None
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _experiment_name(overrides: list[Override]) -> str:
+    names = [o for o in overrides if o.get_key_element().lstrip("+") == "experiment"]
+    available = ", ".join(available_experiments())
+    if not names:
+        raise BadInput(f"no experiment given: add +experiment=NAME (one of {available})")
+    if names[0].is_sweep_override():
+        raise BadInput("one experiment per sweep: +experiment takes one name")
+    name = str(names[0].value())
+    if name not in available_experiments():
+        raise BadInput(f"unknown experiment '{name}' (available: {available})")
+    return name
+
+
+def _compose(overrides: list[str], experiment: str) -> DictConfig:
+    try:
+        return compose("config", overrides=overrides, return_hydra_config=True)
+    except MissingConfigException as error:
+        group, _, name = str(error.missing_cfg_file).rpartition("/")
+        options = ", ".join(error.options or [])
+        raise BadInput(f"unknown {group} '{name}' (available: {options})") from None
+    except ConfigCompositionException as error:
+        cause = error.__cause__
+        if isinstance(cause, OmegaConfBaseException) and "not in struct" in str(cause):
+            key = str(cause).split("'")[1]
+            raise BadInput(f"unknown key '{key}' for {experiment} ({_keys(experiment)})") from None
+        raise BadInput(_one_line(error)) from None
+    except (HydraException, OmegaConfBaseException) as error:
+        raise BadInput(_one_line(error)) from None
+
+
+def _keys(experiment: str) -> str:
+    node = OmegaConf.load(CONF / "experiment" / f"{experiment}.yaml")
+    names = [k for k in node if k not in ("experiment", "hydra")]
+    return "its keys: " + ", ".join(sorted(names) + list(HARNESS_KEYS[:4]))
+
+
+def _one_line(error: Exception) -> str:
+    return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
+
+def _check_keys(experiment: Experiment, values: dict, sweeps: list[Override]) -> None:
+    """Every key the experiment's config sets, or the command line sweeps, is a parameter."""
+    keys = [k for k in values if k not in HARNESS_KEYS and k != "experiment"]
+    keys += [o.get_key_element().lstrip("+") for o in sweeps]
+    unknown = sorted({k for k in keys if k not in experiment.parameters})
+    if unknown:
+        names = ", ".join(experiment.parameters)
+        raise BadInput(f"{experiment.name} does not take {', '.join(unknown)} (it takes {names})")
+    for override in sweeps:
+        if not override.is_discrete_sweep():
+            raise BadInput(f"{override.input_line}: only lists, range() and choice() can be swept")
+
+
+def _axes(yaml_params: dict, sweeps: list[Override], cfg: DictConfig) -> dict:
+    """key -> [(text, value)] for each swept key: the experiment's grid, then the command line's.
+
+    A key fixed on the command line (length=256) leaves the grid; one swept there replaces it.
+    """
+    fixed = {_key(o) for o in cfg.hydra.overrides.task}
+    parser = OverridesParser.create()
+    grid = parser.parse_overrides([f"{k}={v}" for k, v in yaml_params.items() if k not in fixed])
+    axes = {}
+    for override in [*grid, *sweeps]:
+        key = override.get_key_element().lstrip("+")
+        if override.is_sweep_override():
+            texts = list(override.sweep_string_iterator())
+            axes[key] = list(zip(texts, override.sweep_iterator(), strict=True))
+        else:
+            axes[key] = [(override.get_value_element_as_str(), override.value())]
+    return axes
+
+
+def _write_manifest(sweep: Sweep, argv: list[str]) -> None:
+    """The sweep's own record: its command, config and every point, for resume and reports."""
+    store.write_manifest(
+        sweep.results,
+        {
+            "experiment": sweep.experiment.name,
+            "sweep": sweep.id,
+            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "command": shlex.join(["python", "-m", "harness", *argv]),
+            "overrides": sweep.overrides,
+            "experiment_config": sweep.experiment.config,
+            "points": [
+                {
+                    "job": p.job,
+                    "overrides": p.overrides,
+                    "params": p.params,
+                    "config_hash": config_hash(sweep.experiment.name, p.params),
+                }
+                for p in sweep.points
+            ],
+        },
+    )
+
+
+def _resumed(overrides: list[Override], experiment: str, sweep_id: str) -> tuple[Sweep, DictConfig]:
+    """The sweep to resume, with its points that have no ok row, and its config.
+
+    The config is composed from the sweep's own overrides plus the command line's harness
+    and Hydra settings (a launcher, wait=false), so each job recomposes what it first ran.
+    """
+    results = _results_root(overrides)
+    manifest = store.read_manifest(results, experiment, sweep_id)
+    if manifest is None:
+        known = ", ".join(store.sweeps(results, experiment)[-3:]) or "none yet"
+        raise BadInput(f"no sweep {sweep_id} of {experiment} in {results} (latest: {known})")
+    settings = [o for o in overrides if o.is_hydra_override() or _key(o.input_line) in HARNESS_KEYS]
+    extra = [
+        o.input_line for o in overrides if o not in settings and _key(o.input_line) != "experiment"
+    ]
+    if extra:
+        raise BadInput(f"resume={sweep_id} reruns that sweep's own points; drop {' '.join(extra)}")
+    original = [o for o in manifest["overrides"] if _key(o) not in HARNESS_KEYS]
+    settings = [o.input_line for o in settings if _key(o.input_line) != "sweep_id"]
+    cfg = _compose([*original, *settings, f"sweep_id={sweep_id}"], experiment)
+    experiment_ = Experiment.load(config_values(cfg)["experiment"])
+    sweep = _sweep(cfg, experiment_, [])
+    sweep.points = _unfinished(sweep, manifest)
+    return sweep, cfg
+
+
+def _results_root(overrides: list[Override]) -> Path:
+    out = next((o.value() for o in overrides if o.get_key_element() == "out"), None)
+    if out is None:
+        out = OmegaConf.load(CONF / "config.yaml").out
+    return Path(str(out)).resolve() / "results"
+
+
+def _unfinished(sweep: Sweep, manifest: dict) -> list[Point]:
+    """The manifest's points that have no ok row yet (every row of a job must be ok)."""
+    rows = store.read(sweep.results, sweep.experiment.name, sweep.id)
+    done = _done_jobs(rows)
+    return [
+        Point(p["job"], p["overrides"], p["params"])
+        for p in manifest["points"]
+        if p["job"] not in done
+    ]
+
+
+def _done_jobs(rows) -> set[int]:
+    """The jobs whose rows are all ok."""
+    if rows.empty:
+        return set()
+    ok = rows.groupby("job")["status"].agg(lambda statuses: (statuses == "ok").all())
+    return set(ok[ok].index)

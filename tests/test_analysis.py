@@ -1,0 +1,93 @@
+"""python -m analysis: tables and claims from the store, REPORT.md, and --check's exit code."""
+
+import pandas as pd
+import pytest
+
+from analysis.report import claims_table, markdown, sweep_table
+from harness import store
+
+CONFIG = {
+    "name": "exp014_tiled",
+    "table": {"index": "length", "columns": "block", "values": "max_abs_diff"},
+    "claims": [{"metric": "max_abs_diff", "max": 1e-6, "text": "tiled matches SDPA"}],
+}
+
+
+def rows(values, statuses=None):
+    statuses = statuses or ["ok"] * len(values)
+    grid = [(length, block) for length in (128, 512) for block in (64, 128)]
+    points = zip(grid, values, statuses, strict=False)
+    return pd.DataFrame(
+        [
+            {"job": job, "status": status, "length": length, "block": block, "max_abs_diff": value}
+            for job, ((length, block), value, status) in enumerate(points)
+        ]
+    )
+
+
+def write_sweep(root, values, sweep="20261129-120000-aaaa", statuses=None, total=None):
+    frame = rows(values, statuses)
+    for row in frame.to_dict("records"):
+        if row["status"] != "ok":
+            row.pop("max_abs_diff")
+        store.write_rows(store.job_file(root, "exp014_tiled", sweep, row["job"]), [row])
+    points = [{"job": j, "overrides": [], "params": {}} for j in range(total or len(values))]
+    store.write_manifest(
+        root,
+        {
+            "experiment": "exp014_tiled",
+            "sweep": sweep,
+            "points": points,
+            "command": "python -m harness +experiment=exp014_tiled",
+            "experiment_config": CONFIG,
+        },
+    )
+
+
+def test_the_table_is_the_declared_pivot_with_gaps_for_failed_points():
+    table = sweep_table(rows([1e-7, 2e-7, 3e-7, None], ["ok", "ok", "ok", "failed"]), CONFIG)
+    assert table.index.tolist() == [128, 512] and table.columns.tolist() == [64, 128]
+    assert table.loc[128, 128] == 2e-7 and pd.isna(table.loc[512, 128])
+    assert "| —" in markdown(table) and "nan" not in markdown(table)
+
+
+@pytest.mark.parametrize(
+    "values, statuses, result, worst",
+    [
+        ([1e-7, 2e-7, 3e-7, 4e-7], None, "PASS", "4e-07"),
+        ([1e-7, 2e-6, 3e-7, 4e-7], None, "FAIL", "2e-06"),
+        ([1e-7, 2e-7, 3e-7, None], ["ok", "ok", "ok", "failed"], "FAIL", "3e-07"),
+        ([None] * 4, ["failed"] * 4, "NO DATA", "—"),
+    ],
+)
+def test_claims_pass_fail_or_have_no_data(values, statuses, result, worst):
+    (claim,) = claims_table(rows(values, statuses), CONFIG).to_dict("records")
+    assert claim["result"] == result and claim["worst"] == worst
+    assert claim["claim"] == "tiled matches SDPA (max_abs_diff <= 1e-06)"
+
+
+def test_range_and_filtered_claims():
+    config = {
+        "claims": [{"metric": "max_abs_diff", "min": 1.5, "max": 4.5, "where": "length == 512"}]
+    }
+    (claim,) = claims_table(rows([9.0, 9.0, 2.0, 4.0]), config).to_dict("records")
+    assert (claim["result"], claim["worst"], claim["points"]) == ("PASS", "2 to 4", "2 of 2")
+
+
+def test_report_shows_the_latest_sweep_and_check_fails_on_a_failing_claim(tmp_path, analysis):
+    results = tmp_path / "outputs" / "results"
+    write_sweep(results, [1e-7, 2e-7, 3e-7, 4e-7], sweep="20261129-120000-aaaa")
+    assert analysis("--check").returncode == 0
+    write_sweep(results, [1e-7, 5e-6, 3e-7], sweep="20261129-130000-bbbb", total=4)
+    plain, checked = analysis(), analysis("--check")
+    assert plain.returncode == 0 and checked.returncode == 1
+    assert "FAIL" in checked.stdout
+    report = (tmp_path / "outputs" / "report" / "REPORT.md").read_text()
+    assert "20261129-130000-bbbb" in report and "20261129-120000-aaaa" not in report
+    assert "3 of 4 points ok" in report and "1 missing" in report
+    assert "| FAIL" in report and "5e-06" in report
+
+
+def test_no_store_is_one_line_and_exit_code_2(tmp_path, analysis):
+    result = analysis()
+    assert result.returncode == 2 and result.stderr.startswith("error: no results")

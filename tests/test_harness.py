@@ -1,0 +1,201 @@
+"""The harness end to end: `python -m harness` in a scratch directory, read back from Parquet."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import duckdb
+import pandas as pd
+import pytest
+
+from harness import store
+from harness.cli import main
+
+PROVENANCE = [
+    "job",
+    "status",
+    "error",
+    "config_hash",
+    "started_at",
+    "duration_s",
+    "git_commit",
+    "git_dirty",
+    "command",
+    "torch_version",
+    "cuda_version",
+    "python_version",
+    "packages_digest",
+    "device_name",
+    "threads",
+    "hostname",
+    "seed",
+    "slurm_job_id",
+    "slurm_array_task_id",
+    "slurm_node",
+    "gpus",
+    "run_dir",
+]
+
+
+def only_sweep(results, experiment="exp014_tiled"):
+    (sweep,) = store.sweeps(results, experiment)
+    return sweep
+
+
+@pytest.mark.slow
+def test_the_seeded_sweep_end_to_end(harness):
+    result = harness("+experiment=exp014_tiled")
+    assert result.returncode == 0, result.stderr
+    sweep = only_sweep(harness.results)
+    assert f"sweep {sweep}" in result.stdout
+    assert "claim PASS" in result.stdout and "9 of 9 points ok" in result.stdout
+    rows = pd.read_parquet(harness.results)
+    assert len(rows) == 9 and set(rows["status"]) == {"ok"}
+    assert sorted(zip(rows["length"], rows["block"], strict=True)) == [
+        (length, block) for length in (128, 512, 1024) for block in (64, 128, 256)
+    ]
+    assert rows["max_abs_diff"].max() <= 1e-6 and (rows["max_abs_diff"] > 0).all()
+    assert set(PROVENANCE) <= set(rows.columns)
+    assert rows.columns.is_unique
+    assert set(rows["experiment"]) == {"exp014_tiled"} and set(rows["sweep"]) == {sweep}
+    assert rows[
+        ["batch", "heads", "head_dim", "dtype", "causal"]
+    ].drop_duplicates().values.tolist() == [[1, 8, 32, "float32", True]]
+    assert rows["command"].iloc[0] == "python -m harness +experiment=exp014_tiled"
+    assert rows["torch_version"].str.startswith("2.").all() and (rows["threads"] > 0).all()
+    assert rows["config_hash"].nunique() == 9
+    manifest = store.read_manifest(harness.results, "exp014_tiled", sweep)
+    assert [p["job"] for p in manifest["points"]] == list(range(9))
+    digest = rows["packages_digest"].iloc[0]
+    packages = json.loads(
+        (
+            store.sweep_dir(harness.results, "exp014_tiled", sweep) / f"_packages-{digest}.json"
+        ).read_text()
+    )["packages"]
+    assert any(p.startswith("torch==") for p in packages)
+
+
+def test_a_grid_from_the_command_line_read_back_by_duckdb(harness):
+    result = harness("+experiment=exp014_tiled", "length=96,130", "block=32,200", "heads=2")
+    assert result.returncode == 0, result.stderr
+    glob = harness.results / "**" / "*.parquet"
+    rows = (
+        duckdb.connect()
+        .execute(
+            f"select length, block, heads, status, max_abs_diff, sweep from read_parquet('{glob}', "
+            "hive_partitioning=true, union_by_name=true) order by job"
+        )
+        .df()
+    )
+    assert rows[["length", "block"]].values.tolist() == [[96, 32], [96, 200], [130, 32], [130, 200]]
+    assert set(rows["heads"]) == {2} and set(rows["status"]) == {"ok"}
+    assert set(rows["sweep"]) == {only_sweep(harness.results)}
+    assert "length (rows) by block (columns)" in result.stdout
+
+
+def test_a_failing_point_is_a_failed_row_and_the_rest_still_run(harness):
+    result = harness("+experiment=exp014_tiled", "length=64,80", "block=16", "device=meta,cpu")
+    assert result.returncode == 1
+    assert "2 points failed" in result.stderr and "resume=" in result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    rows = store.read(harness.results).sort_values("job")
+    assert rows["status"].tolist() == ["failed", "ok", "failed", "ok"]
+    failed = rows[rows["status"] == "failed"]
+    assert failed["error"].str.startswith("RuntimeError: ").all()
+    assert failed["max_abs_diff"].isna().all() and rows["max_abs_diff"].notna().sum() == 2
+    log = failed["run_dir"].iloc[0] + "/harness.log"
+    with open(log) as text:
+        assert "Traceback" in text.read()
+
+
+def test_resume_runs_only_the_points_without_an_ok_row(harness):
+    grid = ("+experiment=exp014_tiled", "length=64,96", "block=16,32")
+    assert harness(*grid).returncode == 0
+    sweep = only_sweep(harness.results)
+    folder = store.sweep_dir(harness.results, "exp014_tiled", sweep)
+    first = store.read(harness.results)
+    (folder / "job-000001.parquet").unlink()
+    store.write_rows(folder / "job-000002.parquet", [{"job": 2, "status": "failed", "error": "x"}])
+    result = harness("+experiment=exp014_tiled", f"resume={sweep}")
+    assert result.returncode == 0, result.stderr
+    assert "2 points to run" in result.stdout
+    assert (
+        "job 1 length=64 block=32" in result.stdout and "job 2 length=96 block=16" in result.stdout
+    )
+    rows = store.read(harness.results).sort_values("job")
+    assert rows["job"].tolist() == [0, 1, 2, 3] and set(rows["status"]) == {"ok"}
+    kept = rows.set_index("job").loc[[0, 3], "started_at"]
+    assert kept.tolist() == first.set_index("job").loc[[0, 3], "started_at"].tolist()
+    again = harness("+experiment=exp014_tiled", f"resume={sweep}")
+    assert again.returncode == 0 and "0 points to run" in again.stdout
+
+
+@pytest.mark.slow
+def test_resume_completes_a_sweep_that_was_killed(harness):
+    args = ["+experiment=exp014_tiled", "length=1024,1025,1026,1027,1028,1029", "block=8"]
+    sweeping = subprocess.Popen(
+        [sys.executable, "-m", "harness", *args],
+        cwd=harness.cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not list(harness.results.glob("*/*/job-*.parquet")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(sweeping.pid, signal.SIGKILL)
+    sweeping.wait()
+    sweep = only_sweep(harness.results)
+    landed = len(store.read(harness.results))
+    assert 1 <= landed < 6
+    result = harness("+experiment=exp014_tiled", f"resume={sweep}")
+    assert result.returncode == 0, result.stderr
+    assert f"{6 - landed} points to run" in result.stdout
+    rows = store.read(harness.results)
+    assert sorted(rows["job"]) == list(range(6)) and set(rows["status"]) == {"ok"}
+
+
+BAD_INPUT = [
+    ([], "usage"),
+    (["length=5"], "no experiment given"),
+    (["+experiment=nope"], "unknown experiment 'nope' (available: "),
+    (["+experiment=exp014_tiled", "foo=1"], "unknown key 'foo'"),
+    (["+experiment=exp014_tiled", "foo=1,2"], "does not take foo"),
+    (["+experiment=exp014_tiled", "+foo=1"], "does not take foo"),
+    (["+experiment=exp014_tiled", "length=0"], "length must be positive, got 0"),
+    (["+experiment=exp014_tiled", "length=128,-4"], "length must be positive, got -4"),
+    (["+experiment=exp014_tiled", "block=64,0"], "block must be positive, got 0"),
+    (["+experiment=exp014_tiled", "block=-1"], "block must be positive"),
+    (["+experiment=exp014_tiled", "dtype=float8"], "dtype must be one of float32, float64"),
+    (["+experiment=exp014_tiled", "dtype=float32,int8"], "got 'int8'"),
+    (["+experiment=exp014_tiled", "length=abc"], "length must be an integer"),
+    (["+experiment=exp014_tiled", "length=[1"], "cannot parse 'length=[1'"),
+    (["+experiment=exp014_tiled", "length=interval(1,2)"], "can be swept"),
+    (["+experiment=exp014_tiled", "hydra/launcher=nope"], "unknown hydra/launcher 'nope'"),
+    (["+experiment=exp014_tiled", "resume=20990101-000000-0000"], "no sweep 20990101-000000-0000"),
+]
+
+
+@pytest.mark.parametrize("argv, message", BAD_INPUT)
+def test_bad_input_is_one_line_and_exit_code_2_before_anything_runs(
+    argv, message, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err if argv else capsys.readouterr().out
+    assert message in err
+    if argv:
+        assert err.startswith("error: ") and err.count("\n") == 1
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_bad_input_from_the_real_command_line(harness):
+    result = harness("+experiment=exp014_tiled", "length=128,4096", "block=32,0")
+    assert result.returncode == 2
+    assert result.stderr == "error: block must be positive, got 0\n"
+    assert result.stdout == "" and not (harness.cwd / "outputs").exists()

@@ -1,0 +1,126 @@
+"""The Parquet store as pandas, pyarrow and DuckDB read it; its atomic one-file-per-job writes."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+
+import duckdb
+import pandas as pd
+import pyarrow.dataset as ds
+import pytest
+
+from harness import store
+
+
+def write_sweep(root, experiment="exp", sweep="s1", jobs=3, extra=None):
+    for job in range(jobs):
+        row = {
+            "job": job,
+            "status": "ok",
+            "length": 128 * (job + 1),
+            "max_abs_diff": 0.5 * job,
+            "started_at": datetime.now(UTC),
+        }
+        if extra and job == jobs - 1:
+            row.update(extra)
+        store.write_rows(store.job_file(root, experiment, sweep, job), [row])
+
+
+def test_rows_come_back_with_partition_columns_in_every_reader(tmp_path):
+    write_sweep(tmp_path, jobs=3)
+    write_sweep(tmp_path, experiment="other", sweep="s2", jobs=2)
+    rows = store.read(tmp_path)
+    assert len(rows) == 5
+    assert list(rows.columns[:2]) == ["experiment", "sweep"]
+    assert rows.columns.is_unique
+    assert sorted(rows.groupby(["experiment", "sweep"]).size().items()) == [
+        (("exp", "s1"), 3),
+        (("other", "s2"), 2),
+    ]
+    by_pandas = pd.read_parquet(tmp_path)
+    assert set(by_pandas["experiment"]) == {"exp", "other"} and by_pandas.columns.is_unique
+    by_arrow = ds.dataset(tmp_path, partitioning="hive").to_table()
+    assert by_arrow.num_rows == 5 and "sweep" in by_arrow.column_names
+    files = f"read_parquet('{tmp_path}/**/*.parquet', hive_partitioning=true)"
+    query = f"select count(*), count(distinct sweep) from {files}"
+    assert duckdb.connect().execute(query).fetchone() == (5, 2)
+
+
+def test_columns_only_some_files_have_are_kept(tmp_path):
+    write_sweep(tmp_path, jobs=3, extra={"time_ms": 1.5, "note": "late"})
+    # The failure mode the loader exists for: pandas takes the first file's schema.
+    assert "time_ms" not in pd.read_parquet(tmp_path).columns
+    rows = store.read(tmp_path)
+    assert rows["time_ms"].tolist()[-1] == 1.5 and rows["time_ms"].isna().sum() == 2
+    files = f"read_parquet('{tmp_path}/**/*.parquet', hive_partitioning=true, union_by_name=true)"
+    duck = duckdb.connect().execute(f"select time_ms from {files}").df()
+    assert duck["time_ms"].notna().sum() == 1
+
+
+def test_ints_and_floats_of_one_column_unify(tmp_path):
+    store.write_rows(store.job_file(tmp_path, "e", "s", 0), [{"job": 0, "value": 1}])
+    store.write_rows(store.job_file(tmp_path, "e", "s", 1), [{"job": 1, "value": 2.5}])
+    assert store.read(tmp_path)["value"].tolist() == [1.0, 2.5]
+
+
+def test_a_job_that_runs_again_replaces_its_rows(tmp_path):
+    path = store.job_file(tmp_path, "e", "s", 4)
+    store.write_rows(path, [{"job": 4, "status": "failed", "error": "boom"}])
+    store.write_rows(path, [{"job": 4, "status": "ok", "value": 1.0}])
+    rows = store.read(tmp_path)
+    assert rows[["job", "status"]].values.tolist() == [[4, "ok"]]
+
+
+def test_hidden_and_underscore_files_are_not_rows(tmp_path):
+    write_sweep(tmp_path, jobs=1)
+    folder = store.sweep_dir(tmp_path, "exp", "s1")
+    store.write_json(folder / store.MANIFEST, {"points": []})
+    (folder / ".job-000009.parquet.123.tmp").write_bytes(b"PAR1 half a file")
+    assert len(store.read(tmp_path)) == 1
+    assert len(pd.read_parquet(tmp_path)) == 1
+
+
+WRITER = """
+import sys
+from harness import store
+rows = [{"job": 0, "status": "ok", "value": float(i), "text": "x" * 50} for i in range(400_000)]
+path = store.job_file(sys.argv[1], "e", "s", 0)
+print("ready", flush=True)
+while True:
+    store.write_rows(path, rows)
+"""
+
+
+def test_a_writer_killed_mid_write_leaves_no_partial_file(tmp_path):
+    """SIGKILL at many moments of a write loop: every visible file is whole, every time.
+
+    Kills land both mid-write (a hidden temporary file is left behind) and between writes;
+    the loop samples kill moments until it has seen both, and checks the store every time.
+    """
+    folder = store.sweep_dir(tmp_path, "e", "s")
+    seen_whole, seen_mid_write = False, False
+    for attempt in range(40):
+        writer = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE, text=True
+        )
+        assert writer.stdout.readline().strip() == "ready"
+        time.sleep(0.05 + 0.09 * (attempt % 8))
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.wait()
+        assert len(store.read(tmp_path)) in (0, 400_000)
+        assert len(pd.read_parquet(tmp_path)) in (0, 400_000) if folder.exists() else True
+        seen_whole |= (folder / "job-000000.parquet").exists()
+        seen_mid_write |= (folder / f".job-000000.parquet.{writer.pid}.tmp").exists()
+        if seen_whole and seen_mid_write and attempt >= 7:
+            break
+    assert seen_whole and seen_mid_write, (seen_whole, seen_mid_write)
+
+
+@pytest.mark.parametrize("ids", [["20261129-101500-aaaa", "20261129-091500-bbbb"]])
+def test_sweeps_sort_by_their_start_time(tmp_path, ids):
+    for sweep in ids:
+        write_sweep(tmp_path, sweep=sweep, jobs=1)
+    assert store.sweeps(tmp_path, "exp") == sorted(ids)
