@@ -20,7 +20,7 @@ setup: $(VENV)/.installed
 # Reinstalled when the requirements change; constraints.txt pins what was tested.
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --constraint constraints.txt --editable '.[dev]'
+	$(BIN)/python -m pip install --quiet --quiet --constraint constraints.txt --editable '.[dev]'
 	touch $@
 
 clean:

@@ -30,9 +30,10 @@ def sweep_table(rows: pd.DataFrame, config: dict) -> pd.DataFrame | None:
     table = ok.pivot_table(
         index=spec["index"], columns=spec["columns"], values=spec["values"], aggfunc="max"
     )
-    index = rows[spec["index"]].drop_duplicates().sort_values()
-    columns = rows[spec["columns"]].drop_duplicates().sort_values()
-    table = table.reindex(index=index, columns=columns)  # failed points show as gaps
+    in_grid_order = rows.sort_values("job")
+    index = in_grid_order[spec["index"]].drop_duplicates()
+    columns = in_grid_order[spec["columns"]].drop_duplicates()
+    table = table.reindex(index=index, columns=columns)  # grid order; failed points show as gaps
     table.columns.name = f"{spec['values']}, {spec['index']} (rows) by {spec['columns']} (columns)"
     return table
 

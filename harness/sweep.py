@@ -178,7 +178,8 @@ class Progress:
         self.done += 1
         elapsed = time.perf_counter() - self.started
         left = elapsed / self.done * (self.total - self.done)
-        numbers = " ".join(f"{k}={v:.3g}" for k, v in (summary.get("metrics") or {}).items())
+        metrics = list((summary.get("metrics") or {}).items())[:3]
+        numbers = " ".join(f"{k}={v:.3g}" for k, v in metrics)
         detail = numbers if summary["status"] == "ok" else _shorten(summary.get("error") or "")
         width = len(str(self.total))
         print(

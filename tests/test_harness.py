@@ -199,3 +199,20 @@ def test_bad_input_from_the_real_command_line(harness):
     assert result.returncode == 2
     assert result.stderr == "error: block must be positive, got 0\n"
     assert result.stdout == "" and not (harness.cwd / "outputs").exists()
+
+
+@pytest.mark.slow
+def test_the_model_equivalence_sweep_end_to_end(harness):
+    result = harness(
+        "+experiment=exp014_equivalence", "kv_heads=8,1", "window=0,5", "length=37",
+        "width=64", "layers=2", "vocab_size=64",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = store.read(harness.results, "exp014_equivalence")
+    assert len(rows) == 8 and set(rows["status"]) == {"ok"}
+    assert set(zip(rows["kv_heads"], rows["path"], rows["window"], strict=True)) == {
+        (kv, path, window) for kv in (8, 1) for path in ("sdpa", "tiled") for window in (0, 5)
+    }
+    assert rows["max_abs_diff"].max() <= 1e-5 and rows["max_grad_diff"].max() <= 1e-5
+    assert set(rows["heads"]) == {8} and set(rows["length"]) == {37}
+    assert result.stdout.count("claim PASS") == 2

@@ -1,0 +1,268 @@
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import experiments.model
+from experiments.attention import tiled_attention
+from experiments.model import ModelConfig, OctLM, apply_rotary, rotary_angles
+
+LAYOUTS = {"multi-head": (8, 8), "grouped": (8, 2), "multi-query": (8, 1)}
+# float64 is tight: the paths differ by reordered sums only, about 1e-16 on logits of about 1.
+TOLERANCES = {torch.float32: dict(atol=2e-6, rtol=1e-5), torch.float64: dict(atol=1e-13, rtol=0)}
+
+
+def tiny_config(**overrides) -> ModelConfig:
+    """A debug-sized octlm; tiled_block 8 so that length 37 spans several blocks."""
+    fields = dict(vocab_size=64, width=64, n_layers=2, max_length=48, tiled_block=8)
+    return ModelConfig(**{**fields, **overrides})
+
+
+def build(config: ModelConfig, dtype=torch.float32, seed=0) -> OctLM:
+    torch.manual_seed(seed)
+    return OctLM(config).to(dtype).eval()
+
+
+def tokens(batch: int, length: int, vocab_size: int = 64, seed: int = 1) -> torch.Tensor:
+    return torch.randint(vocab_size, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def with_attention(model: OctLM, attention: str) -> OctLM:
+    """A model on another attention path with the same weights (so also a state_dict check)."""
+    other = OctLM(replace(model.config, attention=attention))
+    other.load_state_dict(model.state_dict())
+    return other.to(next(model.parameters()).dtype).train(model.training)
+
+
+@pytest.fixture
+def sdpa_calls(monkeypatch):
+    """Record the arguments of each scaled_dot_product_attention call; still call the real one."""
+    real, calls = F.scaled_dot_product_attention, []
+
+    def recording(
+        query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kwargs
+    ):
+        calls.append(
+            dict(
+                query=query,
+                key=key,
+                attn_mask=attn_mask,
+                dropout_p=dropout_p,
+                is_causal=is_causal,
+                enable_gqa=kwargs.get("enable_gqa", False),
+            )
+        )
+        return real(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+    return calls
+
+
+@pytest.mark.parametrize("attention", ["naive", "sdpa", "tiled"])
+@pytest.mark.parametrize("batch, length", [(1, 1), (3, 7), (2, 48)])
+def test_logits_shape(attention, batch, length):
+    model = build(tiny_config(attention=attention, n_kv_heads=2))
+    logits = model(tokens(batch, length))
+    assert logits.shape == (batch, length, 64)
+    assert logits.dtype == torch.float32
+    assert torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("window", [0, 1, 5])
+@pytest.mark.parametrize("length", [1, 7, 37])
+@pytest.mark.parametrize("layout", LAYOUTS, ids=str)
+@pytest.mark.parametrize("attention", ["sdpa", "tiled"])
+def test_paths_match_naive(attention, layout, length, window, dtype):
+    heads, kv_heads = LAYOUTS[layout]
+    config = tiny_config(attention="naive", n_heads=heads, n_kv_heads=kv_heads, window=window)
+    reference = build(config, dtype)
+    model = with_attention(reference, attention)
+    ids = tokens(2, length)
+    expected = reference(ids)
+    assert expected.dtype == dtype
+    torch.testing.assert_close(model(ids), expected, **TOLERANCES[dtype])
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "tiled"])
+def test_gradients_match_naive(attention):
+    config = tiny_config(attention="naive", n_kv_heads=2, window=5)
+    reference = build(config, torch.float64)
+    model = with_attention(reference, attention)
+    ids = tokens(2, 21)
+    for each in (reference, model):
+        logits = each(ids[:, :-1])
+        F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten()).backward()
+    for (name, expected), actual in zip(
+        reference.named_parameters(), model.parameters(), strict=True
+    ):
+        assert expected.grad.abs().max() > 0, name
+        torch.testing.assert_close(actual.grad, expected.grad, atol=1e-13, rtol=0, msg=name)
+
+
+def test_rotary_scores_depend_on_relative_position_only():
+    cos, sin = rotary_angles(12, 8, 10_000.0, torch.device("cpu"), torch.float64)
+    query, key = torch.randn(2, 1, 1, 1, 8, dtype=torch.float64).expand(2, 1, 1, 12, 8)
+    query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)  # (1, 1, 12, 8)
+    torch.testing.assert_close(query.norm(dim=-1), query[..., :1, :].norm(dim=-1).expand(1, 1, 12))
+    scores = (query @ key.transpose(-2, -1))[0, 0]  # (12, 12)
+    torch.testing.assert_close(scores[1:, 1:], scores[:-1, :-1])
+    assert (scores[0, 0] - scores[1, 0]).abs() > 1e-3
+
+
+@pytest.mark.parametrize("attention", ["naive", "sdpa", "tiled"])
+def test_windowed_model_is_translation_invariant(attention):
+    """Scores see relative positions only, and with a window a logit sees the last
+    n_layers * (window - 1) + 1 tokens; so where those tokens stand must not matter."""
+    model = build(tiny_config(attention=attention, window=4), torch.float64)
+    ids = tokens(2, 30)
+    shift, reach = 5, 2 * (4 - 1)
+    shifted = model(ids[:, shift:])[:, reach:]
+    torch.testing.assert_close(shifted, model(ids)[:, shift + reach :], atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("attention", ["naive", "sdpa", "tiled"])
+def test_future_tokens_do_not_change_earlier_logits(attention):
+    model = build(tiny_config(attention=attention, n_kv_heads=2))
+    ids = tokens(2, 20)
+    changed = ids.clone()
+    changed[:, 12] = (changed[:, 12] + 1) % 64
+    before, after = model(ids), model(changed)
+    torch.testing.assert_close(after[:, :12], before[:, :12], atol=0, rtol=0)
+    assert (after[:, 12:] - before[:, 12:]).abs().amax(dim=-1).min() > 0
+
+
+@pytest.mark.parametrize("attention", ["naive", "sdpa", "tiled"])
+def test_window_hides_keys_beyond_it(attention):
+    """With window 5, positions 0..4 see what plain causal attention sees, later ones do not."""
+    ids = tokens(2, 20)
+    causal = build(tiny_config(attention=attention))(ids)
+    windowed = build(tiny_config(attention=attention, window=5))(ids)
+    torch.testing.assert_close(windowed[:, :5], causal[:, :5])
+    assert (windowed[:, 5:] - causal[:, 5:]).abs().amax(dim=-1).min() > 1e-6
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=str)
+def test_state_dict_is_the_same_for_every_path(layout):
+    heads, kv_heads = LAYOUTS[layout]
+    shapes = {}
+    for attention in ("naive", "sdpa", "tiled"):
+        model = OctLM(tiny_config(attention=attention, n_heads=heads, n_kv_heads=kv_heads))
+        shapes[attention] = {name: t.shape for name, t in model.state_dict().items()}
+    assert shapes["naive"] == shapes["sdpa"] == shapes["tiled"]
+    kv_width = kv_heads * 64 // heads
+    assert shapes["naive"]["blocks.0.attention.key.weight"] == (kv_width, 64)
+    assert shapes["naive"]["blocks.0.attention.query.weight"] == (64, 64)
+
+
+@pytest.mark.parametrize("window", [0, 4])
+@pytest.mark.parametrize("layout", LAYOUTS, ids=str)
+def test_sdpa_call_arguments(sdpa_calls, layout, window):
+    heads, kv_heads = LAYOUTS[layout]
+    model = build(tiny_config(attention="sdpa", n_heads=heads, n_kv_heads=kv_heads, window=window))
+    model(tokens(2, 9))
+    assert len(sdpa_calls) == model.config.n_layers
+    for call in sdpa_calls:
+        assert call["query"].shape == (2, heads, 9, 8)
+        assert call["key"].shape == (2, kv_heads, 9, 8)
+        assert (call["attn_mask"] is None) == (window == 0)
+        assert call["is_causal"] is (window == 0)
+        assert call["enable_gqa"] is (kv_heads < heads)
+        assert call["dropout_p"] == 0.0
+    if window:
+        rows, columns = torch.arange(9).unsqueeze(1), torch.arange(9).unsqueeze(0)
+        visible = (columns <= rows) & (rows - columns < window)
+        assert torch.equal(sdpa_calls[0]["attn_mask"], visible)
+
+
+def test_sdpa_dropout_only_in_training(sdpa_calls):
+    model = build(tiny_config(attention="sdpa", dropout=0.25))
+    ids = tokens(2, 9)
+    evaluated = model(ids)
+    torch.testing.assert_close(model(ids), evaluated, atol=0, rtol=0)
+    model.train()
+    model(ids)
+    assert [call["dropout_p"] for call in sdpa_calls] == [0.0] * 4 + [0.25] * 2
+    naive = with_attention(model, "naive").eval()
+    torch.testing.assert_close(naive(ids), evaluated)
+
+
+def test_tiled_uses_the_configured_block(monkeypatch):
+    blocks = []
+
+    def recording(query, key, value, block, **kwargs):
+        blocks.append(block)
+        return tiled_attention(query, key, value, block, **kwargs)
+
+    monkeypatch.setattr(experiments.model, "tiled_attention", recording)
+    build(tiny_config(attention="tiled", tiled_block=5))(tokens(1, 9))
+    assert blocks == [5, 5]
+
+
+@pytest.mark.parametrize("attention", ["naive", "tiled"])
+def test_other_paths_never_call_sdpa(sdpa_calls, attention):
+    build(tiny_config(attention=attention, n_kv_heads=2, window=3))(tokens(2, 9))
+    assert sdpa_calls == []
+
+
+def test_naive_dropout_in_training_only():
+    model = build(tiny_config(attention="naive", dropout=0.25))
+    ids = tokens(2, 9)
+    evaluated = model(ids)
+    torch.testing.assert_close(model(ids), evaluated, atol=0, rtol=0)
+    model.train()
+    torch.manual_seed(0)
+    assert not torch.allclose(model(ids), evaluated)
+
+
+def test_tiled_refuses_dropout_in_training():
+    model = build(tiny_config(attention="tiled", dropout=0.1))
+    ids = tokens(2, 9)
+    evaluated = model(ids)
+    torch.testing.assert_close(evaluated, with_attention(model, "naive")(ids))
+    model.train()
+    with pytest.raises(NotImplementedError, match="tiled.*dropout"):
+        model(ids)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(n_heads=8, n_kv_heads=3), "n_kv_heads=3 must divide n_heads=8"),
+        (dict(n_kv_heads=0), "n_kv_heads must be positive"),
+        (dict(n_heads=6, n_kv_heads=6), "width=64 must be divisible by n_heads=6"),
+        (dict(width=48, n_heads=16, n_kv_heads=16), "even head width"),
+        (dict(window=-1), "window must be 0 .off. or positive, got -1"),
+        (dict(attention="flash"), "attention must be one of .*'flash'"),
+        (dict(dropout=1.0), r"dropout must be in \[0, 1\)"),
+        (dict(dropout=-0.1), r"dropout must be in \[0, 1\)"),
+        (dict(vocab_size=0), "vocab_size must be positive"),
+        (dict(width=-64), "width must be positive"),
+        (dict(n_layers=0), "n_layers must be positive"),
+        (dict(max_length=0), "max_length must be positive"),
+        (dict(tiled_block=0), "tiled_block must be positive"),
+    ],
+)
+def test_invalid_config(overrides, message):
+    with pytest.raises(ValueError, match=message) as error:
+        tiny_config(**overrides)
+    assert "\n" not in str(error.value)
+
+
+def test_default_config_is_valid():
+    config = ModelConfig()
+    assert config.attention in ("naive", "sdpa", "tiled")
+    assert OctLM(config)(tokens(1, 3, config.vocab_size)).shape == (1, 3, config.vocab_size)
+
+
+@pytest.mark.parametrize("length", [0, 49])
+def test_length_outside_max_length(length):
+    model = build(tiny_config())
+    with pytest.raises(ValueError, match="outside 1..max_length=48"):
+        model(tokens(1, length))
+
+
+def test_tokens_must_be_batched():
+    with pytest.raises(ValueError, match=r"\(B, L\)"):
+        build(tiny_config())(torch.zeros(5, dtype=torch.long))
