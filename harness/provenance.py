@@ -83,12 +83,14 @@ def provenance(device: str) -> dict:
 
 
 def slurm() -> dict:
-    """SLURM's ids for this task, None outside SLURM; gpus is what CUDA_VISIBLE_DEVICES says."""
+    """SLURM's ids for this task (None outside SLURM), how often SLURM requeued it, and the
+    GPUs it was given (CUDA_VISIBLE_DEVICES)."""
     env = os.environ
     array_job, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
     return {
         "slurm_job_id": f"{array_job}_{task}" if array_job and task else env.get("SLURM_JOB_ID"),
         "slurm_array_task_id": int(task) if task else None,
         "slurm_node": env.get("SLURMD_NODENAME"),
+        "slurm_restarts": int(env.get("SLURM_RESTART_COUNT", 0)) if "SLURM_JOB_ID" in env else None,
         "gpus": env.get("CUDA_VISIBLE_DEVICES"),
     }

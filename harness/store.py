@@ -40,6 +40,7 @@ HARNESS_COLUMNS = {
     "slurm_job_id": pa.string(),
     "slurm_array_task_id": pa.int64(),
     "slurm_node": pa.string(),
+    "slurm_restarts": pa.int64(),
     "gpus": pa.string(),
     "run_dir": pa.string(),
 }

@@ -10,6 +10,7 @@ point a stable job number, and on resume launch only the points without an ok ro
 import itertools
 import secrets
 import shlex
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -17,24 +18,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
-from hydra._internal.callbacks import Callbacks
-from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
-from hydra.core.plugins import Plugins
 from hydra.errors import (
     ConfigCompositionException,
     HydraException,
     MissingConfigException,
     OverrideParseException,
 )
-from hydra.types import HydraContext
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from harness import store
 from harness.experiment import BadInput, Experiment, config_hash, config_values
-from harness.job import run_job
+from harness.launch import launch
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 HARNESS_KEYS = ("out", "resume", "wait", "seed", "sweep_id", "job")  # conf/config.yaml
@@ -77,10 +74,17 @@ def run(argv: list[str]) -> int:
         print(f"sweep {sweep.id}: {experiment}, {len(sweep.points)} points to run", flush=True)
         started = time.perf_counter()
         try:
-            launch(cfg, sweep)
+            ended = launch(cfg, sweep)
         except KeyboardInterrupt:
             print(f"\ninterrupted; finish it with: {resume_command(sweep)}", file=sys.stderr)
             return 130
+        except BadInput:  # nothing was launched: a new sweep leaves no trace
+            if not resume:
+                _discard(sweep)
+            raise
+    if not ended:
+        print(f"sweep {sweep.id}: follow it with: python -m harness status {sweep.id}")
+        return 0
     return report(sweep, time.perf_counter() - started)
 
 
@@ -111,35 +115,6 @@ def _sweep(cfg: DictConfig, experiment: Experiment, points: list[Point]) -> Swee
     return Sweep(cfg.sweep_id, experiment, results, task, points)
 
 
-def launch(cfg: DictConfig, sweep: Sweep) -> None:
-    """Hand the points to the configured Hydra launcher, one job each, with a progress line."""
-    context = HydraContext(
-        config_loader=GlobalHydra.instance().config_loader(), callbacks=Callbacks(cfg)
-    )
-    launcher = Plugins.instance().instantiate_launcher(
-        hydra_context=context, task_function=run_job, config=cfg
-    )
-    progress = Progress(len(sweep.points))
-    for point in sweep.points:
-        (result,) = launcher.launch([job_overrides(sweep, point)], initial_job_idx=point.job)
-        try:
-            summary = result.return_value
-        except Exception as error:  # the harness failed, not the experiment: say so, go on
-            summary = {"status": "failed", "error": f"harness error: {_one_line(error)}"}
-        progress.update(point, summary)
-
-
-def job_overrides(sweep: Sweep, point: Point) -> list[str]:
-    root = sweep.results.parent
-    return [
-        *sweep.overrides,
-        *point.overrides,
-        f"out={root}",
-        f"sweep_id={sweep.id}",
-        f"job={point.job}",
-    ]
-
-
 def report(sweep: Sweep, seconds: float) -> int:
     """Print the sweep's table, claims and counts; the exit code says whether any point failed."""
     from analysis.report import claims_table, markdown, sweep_table
@@ -160,38 +135,15 @@ def report(sweep: Sweep, seconds: float) -> int:
         f"rows in {store.sweep_dir(sweep.results, sweep.experiment.name, sweep.id)}"
     )
     if failed:
-        print(f"{failed} points failed; rerun them with: {resume_command(sweep)}", file=sys.stderr)
+        print(
+            f"{failed} of {total} points not ok; rerun them with: {resume_command(sweep)}",
+            file=sys.stderr,
+        )
     return 1 if failed or missing else 0
 
 
 def resume_command(sweep: Sweep) -> str:
     return f"python -m harness +experiment={sweep.experiment.name} resume={sweep.id}"
-
-
-class Progress:
-    """One line per finished point, with an estimate of the time left."""
-
-    def __init__(self, total: int):
-        self.total, self.done, self.started = total, 0, time.perf_counter()
-
-    def update(self, point: Point, summary: dict) -> None:
-        self.done += 1
-        elapsed = time.perf_counter() - self.started
-        left = elapsed / self.done * (self.total - self.done)
-        metrics = list((summary.get("metrics") or {}).items())[:3]
-        numbers = " ".join(f"{k}={v:.3g}" for k, v in metrics)
-        detail = numbers if summary["status"] == "ok" else _shorten(summary.get("error") or "")
-        width = len(str(self.total))
-        print(
-            f"[{self.done:>{width}}/{self.total}] job {point.job} {' '.join(point.overrides)}: "
-            f"{summary['status']} {detail}".rstrip()
-            + f"  ({elapsed:.1f} s, ~{left:.0f} s left)",
-            flush=True,
-        )
-
-
-def _shorten(text: str, limit: int = 160) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _parse(argv: list[str]) -> list[Override]:
@@ -220,7 +172,7 @@ def _experiment_name(overrides: list[Override]) -> str:
 
 def _compose(overrides: list[str], experiment: str) -> DictConfig:
     try:
-        return compose("config", overrides=overrides, return_hydra_config=True)
+        cfg = compose("config", overrides=overrides, return_hydra_config=True)
     except MissingConfigException as error:
         group, _, name = str(error.missing_cfg_file).rpartition("/")
         options = ", ".join(error.options or [])
@@ -233,6 +185,9 @@ def _compose(overrides: list[str], experiment: str) -> DictConfig:
         raise BadInput(_one_line(error)) from None
     except (HydraException, OmegaConfBaseException) as error:
         raise BadInput(_one_line(error)) from None
+    with open_dict(cfg):  # jobs elsewhere (SLURM) and run dirs get it absolute
+        cfg.out = str(Path(cfg.out).resolve())
+    return cfg
 
 
 def _keys(experiment: str) -> str:
@@ -299,6 +254,13 @@ def _write_manifest(sweep: Sweep, argv: list[str]) -> None:
             ],
         },
     )
+
+
+def _discard(sweep: Sweep) -> None:
+    """Remove a new sweep's folder while it holds no rows (only its manifest)."""
+    folder = store.sweep_dir(sweep.results, sweep.experiment.name, sweep.id)
+    if not store.result_files(sweep.results, sweep.experiment.name, sweep.id):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _resumed(overrides: list[Override], experiment: str, sweep_id: str) -> tuple[Sweep, DictConfig]:

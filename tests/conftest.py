@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -12,15 +13,31 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run_command(module: str, *args: str, cwd: Path, timeout: float = 600, env: dict | None = None):
     """`python -m module args...` in `cwd`; the CompletedProcess (text output, no check)."""
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=cwd,
-        env=environment,
+        env=_environment(env),
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+
+
+def start_command(module: str, *args: str, cwd: Path, env: dict | None = None):
+    """`python -m module args...` in `cwd`, started in its own session; the Popen."""
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        env=_environment(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _environment(extra: dict | None) -> dict:
+    return {**os.environ, "PYTHONPATH": str(ROOT), **(extra or {})}
 
 
 @pytest.fixture
@@ -30,6 +47,10 @@ def harness(tmp_path):
     def run(*args: str, **kwargs):
         return run_command("harness", *args, cwd=tmp_path, **kwargs)
 
+    def start(*args: str, **kwargs):
+        return start_command("harness", *args, cwd=tmp_path, **kwargs)
+
+    run.start = start
     run.cwd = tmp_path
     run.results = tmp_path / "outputs" / "results"
     return run
@@ -43,3 +64,20 @@ def analysis(tmp_path):
         return run_command("analysis", *args, cwd=tmp_path, **kwargs)
 
     return run
+
+
+@pytest.fixture
+def most_at_once():
+    """How many of a sweep's points ran at the same moment, from their rows' start and duration."""
+
+    def count(rows: pd.DataFrame) -> int:
+        starts = rows["started_at"].map(pd.Timestamp.timestamp)
+        ends = starts + rows["duration_s"]
+        events = sorted([(t, 1) for t in starts] + [(t, -1) for t in ends])
+        running = most = 0
+        for _, change in events:
+            running += change
+            most = max(most, running)
+        return most
+
+    return count

@@ -1,0 +1,159 @@
+"""Hand a sweep's points to the launcher its config names, and follow them to the end.
+
+Hydra's own launchers (basic: in this process) get one job at a time, so each point shows a
+progress line as it ends. The submitit launchers (harness.launchers: local, slurm) get all
+the points at once; with wait=false the sweep returns once they are submitted. A point that
+ends without writing its rows (a killed task, a crash outside the experiment) gets a row
+from here, saying so.
+"""
+
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from hydra._internal.callbacks import Callbacks
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.plugins import Plugins
+from hydra.types import HydraContext
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+from submitit.core.utils import FailedJobError, UncompletedJobError
+
+from harness import store
+from harness.experiment import BadInput, config_hash
+from harness.job import run_job
+from harness.launchers import SlurmLauncher, SubmititSweepLauncher, wait
+
+
+def launch(cfg: DictConfig, sweep) -> bool:
+    """Run (or, with wait=false, submit) the sweep's points; whether they have all ended."""
+    launcher = instantiate_launcher(cfg)
+    points = {point.job: point for point in sweep.points}
+    overrides = [job_overrides(sweep, point) for point in sweep.points]
+    progress = Progress(len(points))
+    if not isinstance(launcher, SubmititSweepLauncher):
+        for point, job_overrides_ in zip(sweep.points, overrides, strict=True):
+            (result,) = launcher.launch([job_overrides_], initial_job_idx=point.job)
+            finish(sweep, point, returned(result), progress)
+        return True
+    if isinstance(launcher, SlurmLauncher):
+        try:
+            handles = launcher.submit(overrides, list(points))
+        except (FailedJobError, OSError) as error:
+            said = [line for line in str(error).splitlines() if line.strip()] or [repr(error)]
+            raise BadInput(f"cannot submit to SLURM: {said[-1].strip()}") from None
+        record_launch(sweep, launcher, handles)
+        arrays = sorted({handle.job_id.split("_")[0] for handle in handles})
+        print(f"submitted as SLURM job {', '.join(arrays)}", flush=True)
+        if not cfg.wait:
+            return False
+        ended = wait(dict(zip(points, handles, strict=True)))
+    else:
+        ended = launcher.run(overrides, list(points))
+    for job, handle, lost in ended:
+        finish(sweep, points[job], outcome(handle, lost), progress)
+    return True
+
+
+def instantiate_launcher(cfg: DictConfig):
+    """The launcher cfg.hydra.launcher names: Hydra's plugins through Hydra's plugin registry,
+    the harness's own (harness.launchers, outside Hydra's plugin namespace) directly."""
+    context = HydraContext(
+        config_loader=GlobalHydra.instance().config_loader(), callbacks=Callbacks(cfg)
+    )
+    if cfg.hydra.launcher._target_.startswith(("hydra.", "hydra_plugins.")):
+        return Plugins.instance().instantiate_launcher(
+            hydra_context=context, task_function=run_job, config=cfg
+        )
+    launcher = instantiate(cfg.hydra.launcher)
+    launcher.setup(hydra_context=context, task_function=run_job, config=cfg)
+    return launcher
+
+
+def job_overrides(sweep, point) -> list[str]:
+    """A job's overrides: the sweep's own, the point's grid values, then the harness's."""
+    return [
+        *sweep.overrides,
+        *point.overrides,
+        f"out={sweep.results.parent}",
+        f"sweep_id={sweep.id}",
+        f"job={point.job}",
+    ]
+
+
+def returned(result) -> dict:
+    """A Hydra JobReturn as a point summary; an exception in it is the harness's."""
+    try:
+        return result.return_value
+    except Exception as error:
+        return {"status": "failed", "error": f"harness error: {one_line(error)}"}
+
+
+def outcome(handle, lost: str | None) -> dict:
+    """A submitit job's point summary: what its JobReturn says, or why it has none."""
+    if lost:
+        return {"status": "killed", "error": lost}
+    try:
+        return returned(handle.result())
+    except UncompletedJobError as error:
+        return {"status": "killed", "error": one_line(error)}
+    except Exception as error:  # the job's process failed outside the task function
+        return {"status": "failed", "error": one_line(error)}
+
+
+def finish(sweep, point, summary: dict, progress: "Progress") -> None:
+    """Make sure the point has a row (a killed job wrote none), then print its progress line."""
+    path = store.job_file(sweep.results, sweep.experiment.name, sweep.id, point.job)
+    if not path.exists():
+        row = {
+            "job": point.job,
+            "status": summary["status"],
+            **point.params,
+            "error": summary.get("error"),
+            "config_hash": config_hash(sweep.experiment.name, point.params),
+        }
+        store.write_rows(path, [row])
+    progress.update(point, summary)
+
+
+def record_launch(sweep, launcher, handles) -> None:
+    """Note in the manifest which SLURM job (array task) runs which point, for status."""
+    manifest = store.read_manifest(sweep.results, sweep.experiment.name, sweep.id)
+    tasks = {handle.job_id: point.job for handle, point in zip(handles, sweep.points, strict=True)}
+    manifest.setdefault("launches", []).append(
+        {
+            "at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "slurm_tasks": tasks,
+            "submitit_folder": str(Path(launcher.params["submitit_folder"]).absolute()),
+        }
+    )
+    store.write_manifest(sweep.results, manifest)
+
+
+def one_line(error: BaseException) -> str:
+    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    return f"{type(error).__name__}: {text}"
+
+
+class Progress:
+    """One line per finished point, with an estimate of the time left."""
+
+    def __init__(self, total: int):
+        self.total, self.done, self.started = total, 0, time.perf_counter()
+
+    def update(self, point, summary: dict) -> None:
+        self.done += 1
+        elapsed = time.perf_counter() - self.started
+        left = elapsed / self.done * (self.total - self.done)
+        metrics = list((summary.get("metrics") or {}).items())[:3]
+        detail = " ".join(f"{k}={v:.3g}" for k, v in metrics)
+        if summary["status"] != "ok":
+            detail = shorten(summary.get("error") or "")
+        width = len(str(self.total))
+        line = f"[{self.done:>{width}}/{self.total}] job {point.job} {' '.join(point.overrides)}:"
+        line = f"{line} {summary['status']} {detail}".rstrip()
+        print(f"{line}  ({elapsed:.1f} s, ~{left:.0f} s left)", flush=True)
+
+
+def shorten(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

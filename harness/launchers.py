@@ -1,0 +1,216 @@
+"""Submitit launchers for sweeps: SLURM job arrays, or parallel processes on this machine.
+
+They are hydra-submitit-launcher's launchers, so each job recomposes its config and runs
+through Hydra's run_job, plus what a sweep needs: submitting without waiting (wait=false),
+job numbers that are the sweep's own (a resumed subset keeps them), grids larger than the
+cluster's MaxArraySize as several arrays that run one after another (so array_parallelism
+still caps the whole sweep), and here, a cap on the points running at once, each with a GPU
+of its own where there are GPUs.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+
+import submitit
+from hydra.core.singleton import Singleton
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
+from omegaconf import OmegaConf
+
+POLL_S = 0.5
+GRACE_S = 5.0  # how long a job may be gone from the queue before its result file appears
+SLURM_DEFAULT_MAX_ARRAY_SIZE = 1001
+ALIVE = {
+    "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING",
+    "STAGE_OUT", "RESIZING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD",
+}  # fmt: skip
+
+
+class SubmititSweepLauncher(BaseSubmititLauncher):
+    """A launcher whose jobs carry the sweep's job numbers and can be left to run."""
+
+    def executor(self) -> submitit.Executor:
+        """The executor hydra-submitit-launcher would build from these parameters."""
+        params = dict(self.params)
+        executor = submitit.AutoExecutor(
+            cluster=self._EXECUTOR,
+            folder=params.pop("submitit_folder"),
+            **{f"{self._EXECUTOR}_max_num_timeout": params.pop("max_num_timeout", 0)},
+        )
+        shared = set(OmegaConf.structured(BaseQueueConf).keys())
+        executor.update_parameters(
+            **{k if k in shared else f"{self._EXECUTOR}_{k}": v for k, v in params.items()}
+        )
+        return executor
+
+    def job_arguments(self, overrides: Sequence[str], job: int) -> tuple:
+        """What each job's __call__ receives: its overrides, dir key, number, id, Hydra state."""
+        return list(overrides), "hydra.sweep.dir", job, f"job_id_for_{job}", Singleton.get_state()
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list:
+        """Hydra's launcher API: run the jobs and wait for their results."""
+        jobs = list(range(initial_job_idx, initial_job_idx + len(job_overrides)))
+        return [handle.result() for _, handle, _ in self.run(list(job_overrides), jobs)]
+
+    def run(self, job_overrides: list[list[str]], jobs: list[int]) -> Iterator[tuple]:
+        """Run the jobs; yield (job number, submitit job, why it was lost or None) as each ends."""
+        raise NotImplementedError
+
+
+class SlurmLauncher(SubmititSweepLauncher):
+    """One job array per sweep (several, chained, beyond MaxArraySize); one GPU per task."""
+
+    _EXECUTOR = "slurm"
+
+    def __init__(self, **params):
+        for key in ("partition", "account"):  # from the environment when not set
+            params[key] = params.get(key) or os.environ.get(f"HARNESS_SLURM_{key.upper()}")
+        super().__init__(**params)
+
+    def submit(self, job_overrides: list[list[str]], jobs: list[int]) -> list[submitit.Job]:
+        executor, size = self.executor(), max_array_size()
+        submitted: list[submitit.Job] = []
+        for start in range(0, len(jobs), size):
+            if submitted:  # the next array starts when the previous one has ended
+                dependency = f"afterany:{submitted[-1].job_id.split('_')[0]}"
+                executor.update_parameters(slurm_dependency=dependency)
+            chunk = slice(start, start + size)
+            pairs = zip(job_overrides[chunk], jobs[chunk], strict=True)
+            arguments = [self.job_arguments(overrides, job) for overrides, job in pairs]
+            submitted += executor.map_array(self, *zip(*arguments, strict=True))
+        return submitted
+
+    def run(self, job_overrides: list[list[str]], jobs: list[int]) -> Iterator[tuple]:
+        yield from wait(dict(zip(jobs, self.submit(job_overrides, jobs), strict=True)))
+
+
+class LocalLauncher(SubmititSweepLauncher):
+    """Points in parallel processes here: at most max_parallel at once, each with its own GPU."""
+
+    _EXECUTOR = "local"
+
+    def __init__(self, max_parallel: int = 2, gpus: Sequence[int] | None = None, **params):
+        if max_parallel < 1:
+            raise ValueError(f"max_parallel must be at least 1, got {max_parallel}")
+        self.gpus = list(visible_gpus() if gpus is None else gpus)
+        self.max_parallel = min(max_parallel, len(self.gpus)) if self.gpus else max_parallel
+        super().__init__(**params)
+
+    def executor(self) -> submitit.LocalExecutor:
+        """submitit's local executor itself: its visible_gpus is not an AutoExecutor parameter."""
+        params = dict(self.params)
+        executor = submitit.LocalExecutor(
+            folder=params.pop("submitit_folder"), max_num_timeout=params.pop("max_num_timeout", 0)
+        )
+        local = ("timeout_min", "gpus_per_node", "tasks_per_node", "stderr_to_stdout", "setup")
+        executor.update_parameters(**{k: v for k, v in params.items() if k in local and v})
+        return executor
+
+    def run(self, job_overrides: list[list[str]], jobs: list[int]) -> Iterator[tuple]:
+        executor, free = self.executor(), list(self.gpus)
+        waiting = list(zip(jobs, job_overrides, strict=True))
+        running: dict[int, tuple[submitit.Job, int | None]] = {}
+        while waiting or running:
+            while waiting and len(running) < self.max_parallel:
+                job, overrides = waiting.pop(0)
+                gpu = free.pop(0) if self.gpus else None
+                if gpu is not None:
+                    executor.update_parameters(visible_gpus=[gpu], gpus_per_node=1)
+                running[job] = executor.submit(self, *self.job_arguments(overrides, job)), gpu
+            done = [job for job, (handle, _) in running.items() if handle.done()]
+            for job in done:
+                handle, gpu = running.pop(job)
+                if gpu is not None:
+                    free.append(gpu)
+                yield job, handle, None
+            if not done:
+                time.sleep(POLL_S)
+
+    def submit(self, job_overrides: list[list[str]], jobs: list[int]) -> list[submitit.Job]:
+        raise ValueError("the local launcher runs points while the sweep waits: use wait=true")
+
+
+def wait(handles: dict[int, submitit.Job]) -> Iterator[tuple[int, submitit.Job, str | None]]:
+    """(job number, submitit job, why it was lost or None) for each SLURM job as it ends.
+
+    A job has ended when its result file exists, or when SLURM no longer runs or queues it:
+    killed (scancel, time limit, a failed node) before it could write one. Without accounting,
+    submitit cannot tell the second case, so this asks squeue (and never calls sacct).
+    """
+    left, gone_since = dict(handles), {}
+    while left:
+        states = slurm_states({handle.job_id.split("_")[0] for handle in left.values()})
+        for job, handle in list(left.items()):
+            if handle.paths.result_pickle.exists():
+                yield job, left.pop(job), None
+                continue
+            state = states.get(handle.job_id) if states is not None else ("UNKNOWN", "")
+            if state is not None and state[0] in ALIVE | {"UNKNOWN"}:
+                gone_since.pop(job, None)
+            elif time.monotonic() - gone_since.setdefault(job, time.monotonic()) > GRACE_S:
+                yield job, left.pop(job), lost_reason(state, handle.paths.stderr)
+        if left:
+            time.sleep(POLL_S)
+
+
+def slurm_states(arrays: set[str]) -> dict[str, tuple[str, str]] | None:
+    """{"12_3": ("RUNNING", "None"), ...} for every task squeue still knows; None if it failed.
+
+    Ended jobs stay listed (state COMPLETED, CANCELLED, TIMEOUT, ...) for MinJobAge seconds,
+    then vanish; squeue calls an id it no longer knows invalid.
+    """
+    states: dict[str, tuple[str, str]] = {}
+    for array in sorted(arrays):
+        try:
+            result = subprocess.run(
+                ["squeue", "-h", "-r", "-t", "all", "-j", array, "-o", "%i|%T|%r"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if result.returncode != 0 and "Invalid job id" not in result.stderr:
+            return None
+        for line in result.stdout.splitlines():
+            task, state, reason = line.strip().split("|", 2)
+            states[task] = (state, reason)
+    return states
+
+
+def lost_reason(state: tuple[str, str] | None, stderr_log) -> str:
+    """Why a job ended without a result: SLURM's state and the log's slurmstepd line."""
+    said = f"SLURM {state[0].lower()} ({state[1]})" if state else "gone from SLURM's queue"
+    try:
+        lines = stderr_log.read_text(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    notes = [line.strip() for line in lines if "***" in line or "slurmstepd" in line]
+    return said + (f": {notes[-1]}" if notes else "")
+
+
+def visible_gpus() -> list[int]:
+    """The GPUs this machine shows, by index, without initializing CUDA here."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return list(range(len([gpu for gpu in listed.split(",") if gpu.strip()])))
+    if shutil.which("nvidia-smi") is None:
+        return []
+    result = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return list(range(len(re.findall(r"^GPU \d+", result.stdout, re.MULTILINE))))
+
+
+def max_array_size() -> int:
+    """The cluster's MaxArraySize: how many tasks one array may have (its indices start at 0)."""
+    try:
+        config = subprocess.run(
+            ["scontrol", "show", "config"], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return SLURM_DEFAULT_MAX_ARRAY_SIZE
+    found = re.search(r"^MaxArraySize\s*=\s*(\d+)", config, re.MULTILINE)
+    return int(found.group(1)) if found else SLURM_DEFAULT_MAX_ARRAY_SIZE

@@ -1,0 +1,167 @@
+"""Sweeps on the real SLURM test cluster: job arrays, submit-and-exit, kills, requeue, resume.
+
+Every test runs `python -m harness ... hydra/launcher=slurm` as a user would, against the
+cluster that tests/slurm/cluster.sh starts (two fake GPUs, MaxArraySize 8), and reads the
+rows back from Parquet.
+"""
+
+import time
+
+import pandas as pd
+import pytest
+from slurm_testing import SlurmCluster, skip_module_unless_available, wait_for
+
+from harness import store
+
+pytestmark = pytest.mark.slurm
+skip_module_unless_available()
+
+SLURM = [
+    "hydra/launcher=slurm",
+    "hydra.launcher.mem_gb=1",
+    "hydra.launcher.cpus_per_task=1",
+    "hydra.launcher.timeout_min=10",
+]
+SLOW = ["block=8", "heads=2"]  # at length 4000, several seconds: long enough to catch it running
+
+
+@pytest.fixture
+def sweep(cluster: SlurmCluster, harness):
+    """`python -m harness +experiment=exp014_tiled ARGS hydra/launcher=slurm` in a scratch dir."""
+
+    def run(*args: str, wait: bool = True, timeout: float = 300):
+        extra = [] if wait else ["wait=false"]
+        return harness("+experiment=exp014_tiled", *args, *SLURM, *extra,
+                       env=environment(cluster), timeout=timeout)  # fmt: skip
+
+    run.results, run.cwd, run.cluster, run.harness = harness.results, harness.cwd, cluster, harness
+    return run
+
+
+def environment(cluster: SlurmCluster) -> dict:
+    return {**cluster.env, "HARNESS_SLURM_PARTITION": cluster.partition}
+
+
+def sweep_id(results) -> str:
+    (found,) = store.sweeps(results, "exp014_tiled")
+    return found
+
+
+def status(sweep, sweep_id: str) -> str:
+    result = sweep.harness("status", sweep_id, env=environment(sweep.cluster))
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_the_tiled_sweep_is_one_job_array_with_a_gpu_per_task(sweep):
+    started = time.monotonic()
+    result = sweep("length=64,96,128", "block=16,32")
+    seconds = time.monotonic() - started
+    assert result.returncode == 0, result.stderr + result.stdout
+    rows = pd.read_parquet(sweep.results).sort_values("job")
+    assert len(rows) == 6 and set(rows["status"]) == {"ok"}
+    arrays = rows["slurm_job_id"].str.split("_").str[0]
+    assert arrays.nunique() == 1, "one sbatch array for the whole sweep"
+    assert rows["slurm_array_task_id"].tolist() == list(range(6))
+    assert set(rows["gpus"]) <= {"0", "1"} and rows["gpus"].notna().all()
+    assert set(rows["slurm_node"]) == set(rows["hostname"])
+    assert (rows["slurm_restarts"] == 0).all()
+    assert f"submitted as SLURM job {arrays.iloc[0]}" in result.stdout
+    print(f"\n6-point job array, submit to rows read back: {seconds:.1f} s")
+
+
+def test_wait_false_returns_at_submission_and_status_follows_it_to_the_end(sweep, analysis):
+    result = sweep("length=700,701,702", *SLOW, wait=False)
+    assert result.returncode == 0, result.stderr
+    sweep_ = sweep_id(sweep.results)
+    assert f"python -m harness status {sweep_}" in result.stdout
+    first = status(sweep, sweep_)
+    assert "pending" in first or "running" in first
+    assert analysis().returncode == 0
+    assert "missing" in (sweep.cwd / "outputs" / "report" / "REPORT.md").read_text()
+    wait_for(lambda: "3 ok" in status(sweep, sweep_), 180, "the sweep to finish",
+             interval=1, describe=lambda: status(sweep, sweep_))  # fmt: skip
+    assert len(store.read(sweep.results)) == 3
+
+
+def test_a_failing_point_is_a_failed_row_and_status_shows_its_error(sweep):
+    result = sweep("length=64", "block=16", "device=cpu,meta,cpu:0")
+    assert result.returncode == 1
+    rows = store.read(sweep.results).sort_values("job")
+    assert rows["status"].tolist() == ["ok", "failed", "ok"]
+    error = rows.loc[rows["status"] == "failed", "error"].iloc[0]
+    assert error.startswith("RuntimeError")
+    shown = status(sweep, sweep_id(sweep.results))
+    assert "failed" in shown and error[:40] in shown and "2 ok, 1 failed" in shown
+
+
+def test_a_task_that_slurm_cancels_is_a_killed_row(sweep):
+    args = ["+experiment=exp014_tiled", "length=4000,64", *SLOW, *SLURM]
+    waiting = sweep.harness.start(*args, env=environment(sweep.cluster))
+    cluster = sweep.cluster
+    task = wait_for(lambda: _running_task(cluster, index=0), 60, "the long point to run")
+    cluster.run("scancel", task)
+    output, _ = waiting.communicate(timeout=120)
+    assert waiting.returncode == 1, output
+    rows = store.read(sweep.results).set_index("job")
+    assert rows.loc[0, "status"] == "killed" and "cancelled" in rows.loc[0, "error"].lower()
+    assert rows.loc[1, "status"] == "ok"
+    assert "killed" in status(sweep, sweep_id(sweep.results))
+
+
+def test_a_cancelled_task_of_a_submitted_sweep_shows_as_killed_in_status(sweep):
+    result = sweep("length=4000", *SLOW, wait=False)
+    assert result.returncode == 0
+    cluster, sweep_ = sweep.cluster, sweep_id(sweep.results)
+    cluster.run("scancel", wait_for(lambda: _running_task(cluster), 60, "the point to run"))
+    shown = wait_for(lambda: (text := status(sweep, sweep_)) and "killed" in text and text, 60,
+                     "status to call the point killed")  # fmt: skip
+    assert "CANCELLED" in shown or "cancelled" in shown
+
+
+def test_a_requeued_task_runs_again_and_leaves_one_row(sweep):
+    result = sweep("length=4000", *SLOW, wait=False)
+    assert result.returncode == 0
+    cluster, sweep_ = sweep.cluster, sweep_id(sweep.results)
+    task = wait_for(lambda: _running_task(cluster), 60, "the point to run")
+    assert "running" in status(sweep, sweep_)
+    cluster.run("scontrol", "requeue", task)
+    cluster.release_requeued(task, lambda: store.result_files(sweep.results), timeout=120)
+    wait_for(lambda: "1 ok" in status(sweep, sweep_), 120, "the requeued point to finish")
+    rows = store.read(sweep.results)
+    assert len(rows) == 1 and rows["status"].tolist() == ["ok"]
+    assert rows["slurm_restarts"].tolist() == [1]
+
+
+def test_resume_resubmits_only_the_points_without_an_ok_row(sweep):
+    assert sweep("length=64,80", "block=16,32").returncode == 0
+    sweep_ = sweep_id(sweep.results)
+    folder = store.sweep_dir(sweep.results, "exp014_tiled", sweep_)
+    (folder / "job-000001.parquet").unlink()
+    store.write_rows(folder / "job-000003.parquet", [{"job": 3, "status": "failed"}])
+    result = sweep(f"resume={sweep_}")
+    assert result.returncode == 0, result.stderr
+    assert "2 points to run" in result.stdout
+    manifest = store.read_manifest(sweep.results, "exp014_tiled", sweep_)
+    assert sorted(manifest["launches"][-1]["slurm_tasks"].values()) == [1, 3]
+    rows = store.read(sweep.results).sort_values("job")
+    assert rows["job"].tolist() == [0, 1, 2, 3] and set(rows["status"]) == {"ok"}
+
+
+def test_a_grid_beyond_max_array_size_runs_as_chained_arrays_under_one_cap(sweep, most_at_once):
+    size = sweep.cluster.max_array_size
+    lengths = ",".join(str(64 + i) for i in range(size + 2))
+    result = sweep(f"length={lengths}", "block=16", "hydra.launcher.array_parallelism=2")
+    assert result.returncode == 0, result.stderr
+    rows = store.read(sweep.results).sort_values("job")
+    assert len(rows) == size + 2 and set(rows["status"]) == {"ok"}
+    arrays = rows["slurm_job_id"].str.split("_").str[0]
+    assert arrays.nunique() == 2 and (arrays == arrays.iloc[0]).sum() == size
+    assert most_at_once(rows) <= 2
+
+
+def _running_task(cluster: SlurmCluster, index: int | None = None) -> str | None:
+    """The id of a task SLURM runs now (array task `index` when given: ID_INDEX), or None."""
+    listed = cluster.run("squeue", "-h", "-r", "-t", "RUNNING", "-o", "%i").stdout.split()
+    wanted = [task for task in listed if index is None or task.endswith(f"_{index}")]
+    return wanted[0] if wanted else None
