@@ -1,10 +1,14 @@
 """The store as report tables: one small function per table, Markdown written apart from them.
 
 An experiment's config declares its report: `table` (index, columns, values: a pivot of its
-rows) and `claims` (metric, max and/or min, optional `where` query, text). Claims are checked
-against the rows of the sweep being reported.
+rows), or `report`, a module of its own (e.g. analysis.backends) with `tables(rows)` (derived
+tables by name) and `sections(rows, tables, folder)` (the section's Markdown parts, its plots
+written to folder); and `claims`: {metric, max and/or min, where (a pandas query), table (a derived
+table's name; default the rows), text}, checked against the sweep being reported. A claim
+whose `where` selects nothing in the sweep does not apply to it (N/A).
 """
 
+import importlib
 import math
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,21 +42,39 @@ def sweep_table(rows: pd.DataFrame, config: dict) -> pd.DataFrame | None:
     return table
 
 
+def report_module(config: dict):
+    """The experiment's own report module (config `report`), or None."""
+    return importlib.import_module(config["report"]) if config.get("report") else None
+
+
+def derived_tables(rows: pd.DataFrame, config: dict) -> dict[str, pd.DataFrame]:
+    """The rows, and the tables the experiment's report module derives from them, by name."""
+    module = report_module(config)
+    return {"rows": rows, **(module.tables(rows) if module and not rows.empty else {})}
+
+
 def claims_table(rows: pd.DataFrame, config: dict) -> pd.DataFrame:
-    """One line per declared claim: PASS, FAIL or NO DATA, the worst value, the points covered."""
-    lines = [_claim(rows, claim) for claim in config.get("claims") or []]
+    """One line per claim: PASS, FAIL, NO DATA or N/A, the worst value, the points covered."""
+    tables = derived_tables(rows, config)
+    lines = [_claim(tables, claim) for claim in config.get("claims") or []]
     return pd.DataFrame(lines, columns=["claim", "result", "worst", "points"])
 
 
-def _claim(rows: pd.DataFrame, claim: dict) -> dict:
+def _claim(tables: dict[str, pd.DataFrame], claim: dict) -> dict:
     metric, low, high = claim["metric"], claim.get("min"), claim.get("max")
-    selected = rows.query(claim["where"]) if claim.get("where") and not rows.empty else rows
-    values = selected[metric].dropna() if metric in selected else pd.Series(dtype=float)
     bounds = " and ".join(
         f"{metric} {op} {bound:g}" for op, bound in ((">=", low), ("<=", high)) if bound is not None
     )
     text = f"{claim.get('text', bounds)} ({bounds})" if claim.get("text") else bounds
+    rows = tables.get(claim.get("table", "rows"), pd.DataFrame())
+    try:
+        selected = rows.query(claim["where"]) if claim.get("where") and not rows.empty else rows
+    except Exception as error:  # a where that names no column of the table
+        return {"claim": text, "result": "ERROR", "worst": str(error), "points": MISSING}
+    values = selected[metric].dropna() if metric in selected else pd.Series(dtype=float)
     points = f"{len(values)} of {len(selected)}"
+    if selected.empty:
+        return {"claim": text, "result": "N/A", "worst": MISSING, "points": points}
     if values.empty:
         return {"claim": text, "result": "NO DATA", "worst": MISSING, "points": points}
     inside = values.between(-math.inf if low is None else low, math.inf if high is None else high)
@@ -72,13 +94,10 @@ def _worst(values: pd.Series, low: float | None, high: float | None) -> str:
 
 def sweep_header(rows: pd.DataFrame, manifest: dict | None, sweep: str) -> str:
     """Where a sweep's numbers came from: id, points landed, commit, torch, device, command."""
-    total = len(manifest["points"]) if manifest else rows["job"].nunique()
-    landed = rows["job"].nunique() if not rows.empty else 0
-    ok = rows.groupby("job")["status"].agg(lambda s: (s == "ok").all()).sum() if landed else 0
-    parts = [f"sweep `{sweep}`", f"{ok} of {total} points ok"]
-    if landed < total:
-        parts.append(f"{total - landed} missing")
-    if landed:
+    statuses = store.job_statuses(rows)
+    total = len(manifest["points"]) if manifest else len(statuses)
+    parts = [f"sweep `{sweep}`", store.status_counts(statuses, total)]
+    if len(statuses):
         parts += _provenance(rows.iloc[0], rows)
     if manifest:
         parts.append(f"`{manifest['command']}`")
@@ -107,17 +126,21 @@ def markdown(table: pd.DataFrame, floatfmt: str = ".3g") -> str:
     )
 
 
-def section(root: Path, experiment: str, sweep: str) -> tuple[str, pd.DataFrame]:
+def section(
+    root: Path, experiment: str, sweep: str, report_dir: Path
+) -> tuple[str, pd.DataFrame]:
     """An experiment's REPORT.md section for one sweep, and its claims."""
     rows = store.read(root, experiment, sweep)
     manifest = store.read_manifest(root, experiment, sweep)
     config = manifest["experiment_config"] if manifest else {}
     claims = claims_table(rows, config)
     parts = [f"## {experiment}", sweep_header(rows, manifest, sweep)]
-    table = sweep_table(rows, config)
+    table, module = sweep_table(rows, config), report_module(config)
     if table is not None:
         parts.append(f"{table.columns.name}:\n\n{markdown(table)}")
-    failed = rows[rows["status"] != "ok"] if not rows.empty else rows
+    if module is not None and not rows.empty:
+        parts += module.sections(rows, derived_tables(rows, config), report_dir)
+    failed = rows[~rows["status"].isin(store.DONE)] if not rows.empty else rows
     if not failed.empty:
         parts.append(markdown(failed[["job", "status", "error"]].set_index("job")))
     if not claims.empty:
@@ -135,7 +158,7 @@ def write_report(root: Path, report_dir: Path) -> tuple[Path, pd.DataFrame]:
         sweep = latest_sweep(root, experiment)
         if sweep is None:
             continue
-        text, checked = section(root, experiment, sweep)
+        text, checked = section(root, experiment, sweep, report_dir)
         parts.append(text)
         claims.append(checked.assign(experiment=experiment, sweep=sweep))
     path = report_dir / "REPORT.md"

@@ -24,8 +24,7 @@ def status(sweep_id: str, out: str = "outputs") -> int:
     table = point_states(manifest, store.read(results, experiment, sweep_id))
     print(f"sweep {sweep_id} ({experiment}): {manifest.get('command', '')}")
     print(table.to_markdown(index=False))
-    counts = table["state"].str.split(":").str[0].value_counts()
-    print(", ".join(f"{count} {state}" for state, count in counts.items()))
+    print(", ".join(f"{n} {state}" for state, n in table["state"].value_counts().items()))
     return 0
 
 

@@ -17,6 +17,8 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 MANIFEST = "_sweep.json"
+# A point's answer: resume skips these. Other statuses (failed, killed, oom, timeout) rerun.
+DONE = ("ok", "unsupported")
 PARTITIONS = pa.schema([("experiment", pa.string()), ("sweep", pa.string())])
 
 # The harness's own columns and their types; parameters and metrics are typed by their values.
@@ -130,6 +132,22 @@ def read(root: Path, experiment: str | None = None, sweep: str | None = None) ->
         partition_base_dir=str(root),
     )
     return dataset.to_table().to_pandas()
+
+
+def job_statuses(rows: pd.DataFrame) -> pd.Series:
+    """Each job's status: its rows' first that is not ok, else ok."""
+    if rows.empty:
+        return pd.Series(dtype=str)
+    return rows.groupby("job")["status"].agg(lambda s: next((x for x in s if x != "ok"), "ok"))
+
+
+def status_counts(statuses: pd.Series, total: int) -> str:
+    """ "9 points: 7 ok, 1 failed, 1 not run" for a sweep of `total` points."""
+    counts = statuses.value_counts()
+    parts = [f"{n} {status}" for status, n in counts.items()]
+    if total > len(statuses):
+        parts.append(f"{total - len(statuses)} not run")
+    return f"{total} points: {', '.join(parts) or 'none run'}"
 
 
 def _replace_atomically(path: Path, write) -> None:

@@ -121,25 +121,24 @@ def report(sweep: Sweep, seconds: float) -> int:
 
     rows = store.read(sweep.results, sweep.experiment.name, sweep.id)
     manifest = store.read_manifest(sweep.results, sweep.experiment.name, sweep.id)
-    total, landed = len(manifest["points"]), set(rows["job"]) if not rows.empty else set()
-    ok = len(_done_jobs(rows))
-    failed, missing = len(landed) - ok, total - len(landed)
+    statuses, total = store.job_statuses(rows), len(manifest["points"])
+    unfinished = total - int(statuses.isin(store.DONE).sum())
     table = sweep_table(rows, sweep.experiment.config)
     if table is not None:
         print(f"{table.columns.name}:\n{markdown(table)}")
     for line in claims_table(rows, sweep.experiment.config).itertuples():
         print(f"claim {line.result}: {line.claim} (worst {line.worst}, {line.points} points)")
     print(
-        f"sweep {sweep.id}: {ok} of {total} points ok, "
-        f"{failed} failed, {missing} not run, in {seconds:.1f} s; "
+        f"sweep {sweep.id}: {store.status_counts(statuses, total)}; in {seconds:.1f} s; "
         f"rows in {store.sweep_dir(sweep.results, sweep.experiment.name, sweep.id)}"
     )
-    if failed:
+    if unfinished:
         print(
-            f"{failed} of {total} points not ok; rerun them with: {resume_command(sweep)}",
+            f"{unfinished} of {total} points have no answer; rerun them with: "
+            f"{resume_command(sweep)}",
             file=sys.stderr,
         )
-    return 1 if failed or missing else 0
+    return 1 if unfinished else 0
 
 
 def resume_command(sweep: Sweep) -> str:
@@ -297,19 +296,13 @@ def _results_root(overrides: list[Override]) -> Path:
 
 
 def _unfinished(sweep: Sweep, manifest: dict) -> list[Point]:
-    """The manifest's points that have no ok row yet (every row of a job must be ok)."""
+    """The manifest's points without an answer yet (store.DONE: ok, unsupported)."""
     rows = store.read(sweep.results, sweep.experiment.name, sweep.id)
-    done = _done_jobs(rows)
+    statuses = store.job_statuses(rows)
+    done = set(statuses[statuses.isin(store.DONE)].index)
     return [
         Point(p["job"], p["overrides"], p["params"])
         for p in manifest["points"]
         if p["job"] not in done
     ]
 
-
-def _done_jobs(rows) -> set[int]:
-    """The jobs whose rows are all ok."""
-    if rows.empty:
-        return set()
-    ok = rows.groupby("job")["status"].agg(lambda statuses: (statuses == "ok").all())
-    return set(ok[ok].index)

@@ -84,7 +84,7 @@ def test_report_shows_the_latest_sweep_and_check_fails_on_a_failing_claim(tmp_pa
     assert "FAIL" in checked.stdout
     report = (tmp_path / "outputs" / "report" / "REPORT.md").read_text()
     assert "20261129-130000-bbbb" in report and "20261129-120000-aaaa" not in report
-    assert "3 of 4 points ok" in report and "1 missing" in report
+    assert "4 points: 3 ok, 1 not run" in report
     assert "| FAIL" in report and "5e-06" in report
 
 

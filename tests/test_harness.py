@@ -50,7 +50,7 @@ def test_the_seeded_sweep_end_to_end(harness):
     assert result.returncode == 0, result.stderr
     sweep = only_sweep(harness.results)
     assert f"sweep {sweep}" in result.stdout
-    assert "claim PASS" in result.stdout and "9 of 9 points ok" in result.stdout
+    assert "claim PASS" in result.stdout and "9 points: 9 ok;" in result.stdout
     rows = pd.read_parquet(harness.results)
     assert len(rows) == 9 and set(rows["status"]) == {"ok"}
     assert sorted(zip(rows["length"], rows["block"], strict=True)) == [
@@ -98,7 +98,7 @@ def test_a_grid_from_the_command_line_read_back_by_duckdb(harness):
 def test_a_failing_point_is_a_failed_row_and_the_rest_still_run(harness):
     result = harness("+experiment=exp014_tiled", "length=64,80", "block=16", "device=meta,cpu")
     assert result.returncode == 1
-    assert "2 of 4 points not ok" in result.stderr and "resume=" in result.stderr
+    assert "2 of 4 points have no answer" in result.stderr and "resume=" in result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     rows = store.read(harness.results).sort_values("job")
     assert rows["status"].tolist() == ["failed", "ok", "failed", "ok"]
@@ -209,3 +209,23 @@ def test_the_model_equivalence_sweep_end_to_end(harness):
     assert rows["max_abs_diff"].max() <= 1e-5 and rows["max_grad_diff"].max() <= 1e-5
     assert set(rows["heads"]) == {8} and set(rows["length"]) == {37}
     assert result.stdout.count("claim PASS") == 2
+
+
+@pytest.mark.slow
+def test_the_backends_sweep_end_to_end_at_small_lengths(harness, analysis):
+    result = harness(
+        "+experiment=exp015_backends", "length=128,256", "dtype=float32",
+        "backend=math,flash,efficient", "min_time_s=0.05", "num_threads=1",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = store.read(harness.results).set_index(["backend", "length"])
+    assert rows.loc[("efficient", 128), "status"] == "unsupported"
+    assert "No viable backend" in rows.loc[("efficient", 128), "error"]
+    ok = rows[rows["status"] == "ok"]
+    assert len(ok) == 4 and (ok["rss_delta_mib"] > 0).all() and "cuda_peak_mib" not in rows
+    assert (ok["time_ms"] > 0).all() and (ok["repeats"] >= 5).all()
+    assert ok["time_samples_ms"].map(len).tolist() == ok["repeats"].tolist()
+    assert (ok["pct_of_peak"] > 0).all() and (ok["gflops"] > 0).all()
+    assert analysis().returncode == 0
+    report = (harness.cwd / "outputs" / "report" / "REPORT.md").read_text()
+    assert "## exp015_backends" in report and "exp015_backends-memory.png" in report

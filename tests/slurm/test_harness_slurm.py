@@ -78,7 +78,7 @@ def test_wait_false_returns_at_submission_and_status_follows_it_to_the_end(sweep
     first = status(sweep, sweep_)
     assert "pending" in first or "running" in first
     assert analysis().returncode == 0
-    assert "missing" in (sweep.cwd / "outputs" / "report" / "REPORT.md").read_text()
+    assert "3 not run" in (sweep.cwd / "outputs" / "report" / "REPORT.md").read_text()
     wait_for(lambda: "3 ok" in status(sweep, sweep_), 180, "the sweep to finish",
              interval=1, describe=lambda: status(sweep, sweep_))  # fmt: skip
     assert len(store.read(sweep.results)) == 3

@@ -1,0 +1,263 @@
+"""exp015_backends: one causal SDPA forward per SDPA backend: time, peak memory, FLOP/s.
+
+Each point runs in one fresh child process (harness.measure.run_isolated). The child makes the
+inputs, measures the memory of one forward over the post-input baseline (on CPU the first call
+in the process; on CUDA after one warm-up call), then times warmed-up repeats in the same
+process, then measures the matmul peak that pct_of_peak divides by (same process, threads and
+moment: on a shared machine a peak taken elsewhere would not describe the same conditions) and,
+last, asks the profiler which backend SDPA picks when left to choose.
+
+Rows carry metrics only; the harness adds the parameters. So the device actually used is
+`device_used` and the child's thread count `threads_used` (`device` is a parameter, `threads`
+a harness column).
+"""
+
+import contextlib
+import functools
+import inspect
+import os
+import sys
+import tempfile
+import typing
+import warnings
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from harness.measure import (
+    MIB,
+    attention_flops,
+    gflops,
+    measure_memory,
+    peak_gflops,
+    run_isolated,
+    time_call,
+)
+
+Backend = Literal["math", "flash", "efficient", "cudnn"]
+Dtype = Literal["float32", "bfloat16", "float16"]
+
+SDP_BACKENDS = {
+    "math": SDPBackend.MATH,
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+}
+# Fragments of the aten op each backend dispatches to, most specific first.
+KERNEL_OPS = (
+    ("cudnn_attention", "cudnn"),
+    ("efficient_attention", "efficient"),
+    ("flash_attention", "flash"),  # CUDA's op and CPU's ..._flash_attention_for_cpu
+    ("attention_math", "math"),
+    ("fused_attention_overrideable", "overrideable"),
+)
+NO_KERNEL = ("No available kernel", "No viable backend")
+
+
+def check(**params) -> None:
+    """Reject out-of-domain values (one line, ValueError) without doing any work."""
+    try:
+        bound = inspect.signature(run).bind(**params)
+    except TypeError as error:
+        raise ValueError(f"exp015_backends: {error}") from None
+    bound.apply_defaults()
+    for name, (valid, expected) in _RULES.items():
+        value = bound.arguments[name]
+        if not valid(value):
+            raise ValueError(f"exp015_backends: {name} must be {expected}, got {value!r}")
+
+
+def run(
+    *,
+    backend: Backend,
+    length: int,
+    dtype: Dtype = "float32",
+    device: str = "auto",
+    batch: int = 1,
+    heads: int = 8,
+    head_dim: int = 32,
+    causal: bool = True,
+    seed: int = 0,
+    num_threads: int = 0,
+    warmup: int = 1,
+    min_repeats: int = 5,
+    min_time_s: float = 0.5,
+    memory_cap_mib: int | None = None,
+    timeout_s: float = 1800.0,
+) -> list[dict]:
+    """One (B, H, L, D) SDPA forward forced onto `backend`: one row of time, memory and FLOP/s.
+
+    device "auto" is CUDA when available, else the CPU; num_threads 0 keeps torch's default
+    thread count, n > 0 sets it in the measuring process. A backend the device lacks is a row with
+    status "unsupported" and PyTorch's reason; running out of memory (memory_cap_mib on CPU, see
+    harness.measure.run_isolated) is a row with status "oom".
+    """
+    check(**locals())
+    used = _resolve(device)
+    if used.type == "cuda" and not torch.cuda.is_available():
+        return [
+            {"status": "unsupported", "error": "CUDA is not available", "device_used": str(used)}
+        ]
+    point = {
+        "backend": backend,
+        "length": length,
+        "dtype": dtype,
+        "device": str(used),
+        "shape": (batch, heads, length, head_dim),
+        "causal": causal,
+        "seed": seed,
+        "num_threads": num_threads,
+        "timing": {"warmup": warmup, "min_repeats": min_repeats, "min_time_s": min_time_s},
+    }
+    cap = 0 if used.type == "cuda" else memory_cap_mib  # CUDA reserves huge address ranges
+    outcome = run_isolated(_measure, kwargs=point, memory_cap_mib=cap, timeout_s=timeout_s)
+    if outcome.status != "ok":
+        return [{"status": outcome.status, "error": outcome.error, "device_used": str(used)}]
+    return [outcome.value]
+
+
+def _resolve(device: str) -> torch.device:
+    # A bare "cuda" is device 0 in the fresh child; asking torch would initialize CUDA here.
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    return torch.device("cuda", 0) if device.type == "cuda" and device.index is None else device
+
+
+# In the child process
+
+
+def _measure(*, backend, length, dtype, device, shape, causal, seed, num_threads, timing) -> dict:
+    """Inputs, then one forward's memory, its timing, the matmul peak, the default backend."""
+    device = torch.device(device)
+    if num_threads:
+        torch.set_num_threads(num_threads)
+    generator = torch.Generator(device).manual_seed(seed)
+    query, key, value = (  # (B, H, L, D) each
+        torch.randn(shape, generator=generator, device=device, dtype=getattr(torch, dtype))
+        for _ in range(3)
+    )
+    row = {"status": "ok", "error": None, "device_used": str(device)}
+    row["inputs_mib"] = 3 * query.nbytes / MIB
+    forward = functools.partial(F.scaled_dot_product_attention, query, key, value, is_causal=causal)
+    with sdpa_kernel(SDP_BACKENDS[backend]):
+        memory_or_refusal = _memory(forward, device, backend, causal)
+        if isinstance(memory_or_refusal, str):
+            return row | {"status": "unsupported", "error": memory_or_refusal}
+        times = time_call(forward, device=device, **timing)
+    row |= memory_or_refusal | times
+    row["threads_used"] = row.pop("threads")
+    batch, heads, _, head_dim = shape
+    flops = attention_flops(
+        batch=batch, heads=heads, length=length, head_dim=head_dim, causal=causal
+    )
+    achieved, peak = gflops(flops, row["time_ms"]), peak_gflops(device, query.dtype)
+    row |= {"flops": flops, "gflops": achieved, "peak_gflops": peak}
+    row["pct_of_peak"] = 100 * achieved / peak
+    row["default_backend"] = _default_backend(query, key, value, causal)
+    return row
+
+
+def _memory(forward, device: torch.device, backend: str, causal: bool) -> dict | str:
+    """measure_memory of one forward, or PyTorch's reason why the backend cannot run it."""
+    if device.type == "cuda":
+        refusal = _cuda_refusal(backend, *forward.args, causal)
+        if refusal:
+            return refusal
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            return measure_memory(forward, device=device, warmup=int(device.type == "cuda"))
+        except RuntimeError as error:
+            if not any(text in str(error) for text in NO_KERNEL):
+                raise
+            return " | ".join([str(w.message) for w in caught] + [str(error)])
+
+
+def _cuda_refusal(backend: str, query, key, value, causal: bool) -> str | None:
+    """PyTorch's reasons for refusing a fused CUDA backend for these inputs, or None."""
+    can_use = getattr(torch.backends.cuda, f"can_use_{backend}_attention", None)
+    if backend == "math" or can_use is None:
+        return None  # math always runs; an older torch without the probe: the call will tell
+    try:
+        params = torch.backends.cuda.SDPAParams(query, key, value, None, 0.0, causal, False)
+    except TypeError:  # torch < 2.5 has no enable_gqa argument
+        params = torch.backends.cuda.SDPAParams(query, key, value, None, 0.0, causal)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if can_use(params, debug=True):
+            return None
+    reasons = " | ".join(str(w.message) for w in caught)
+    return reasons or f"torch.backends.cuda.can_use_{backend}_attention returned False"
+
+
+def _default_backend(query, key, value, causal: bool) -> str:
+    """The backend SDPA dispatches to when free to choose, read from the profiler's op names."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with _without_profiler_chatter(), torch.profiler.profile(activities=activities) as profile:
+        F.scaled_dot_product_attention(query, key, value, is_causal=causal)
+    names = {event.name for event in profile.events()}
+    for fragment, backend in KERNEL_OPS:
+        if any(fragment in name for name in names):
+            return backend
+    return "unknown"
+
+
+@contextlib.contextmanager
+def _without_profiler_chatter():
+    """Some torch builds' profilers print "USDT: ... profiler_start/stop" to stderr: drop those."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+") as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            sys.stderr.write("".join(line for line in caught if not line.startswith("USDT:")))
+
+
+# check's rules
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_device(value) -> bool:
+    kind, _, index = value.partition(":") if isinstance(value, str) else ("", "", "")
+    return value in ("auto", "cpu") or (kind == "cuda" and (not index or index.isdigit()))
+
+
+def _one_of(choices) -> tuple:
+    names = typing.get_args(choices)
+    return (lambda value: value in names), "one of " + ", ".join(names)
+
+
+_POSITIVE = (lambda v: _is_int(v) and v > 0), "a positive integer"
+_NATURAL = (lambda v: _is_int(v) and v >= 0), "an integer >= 0"
+_RULES = {
+    "backend": _one_of(Backend),
+    "dtype": _one_of(Dtype),
+    "device": (_is_device, "auto, cpu, cuda or cuda:N"),
+    "length": _POSITIVE,
+    "batch": _POSITIVE,
+    "heads": _POSITIVE,
+    "head_dim": _POSITIVE,
+    "causal": (lambda v: isinstance(v, bool), "true or false"),
+    "seed": (_is_int, "an integer"),
+    "num_threads": _NATURAL,
+    "warmup": _NATURAL,
+    "min_repeats": _POSITIVE,
+    "min_time_s": (lambda v: _is_number(v) and v >= 0, "a number >= 0"),
+    "memory_cap_mib": (lambda v: v is None or (_is_int(v) and v >= 0), "null or an integer >= 0"),
+    "timeout_s": (lambda v: _is_number(v) and v > 0, "a number > 0"),
+}

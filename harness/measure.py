@@ -1,0 +1,321 @@
+"""Timing, peak memory, achieved FLOP/s and an isolated-process runner.
+
+The runner knows nothing about what it measures: it runs a picklable module-level function in a
+fresh child process and hands back its result, or a status saying why there is none. Children are
+forked from a multiprocessing forkserver that has already imported torch, so a measurement costs
+a fork rather than a new interpreter, and each one starts with nothing allocated by an earlier one.
+
+Memory is named for what it is: `rss_delta_mib` (CPU: peak resident memory during the call minus
+resident memory just before it) or `cuda_peak_mib` (the CUDA allocator's peak during the call
+minus what was allocated before it). Neither is ever reported for the other device.
+"""
+
+import functools
+import multiprocessing
+import os
+import resource
+import signal
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+MIB = 1024 * 1024
+DEFAULT_MEMORY_CAP_MIB = 8192
+MEMORY_CAP_ENV = "HARNESS_MEMORY_CAP_MIB"
+
+Status = Literal["ok", "failed", "oom", "killed", "timeout"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What came back from an isolated run: the function's value when status is "ok"."""
+
+    status: Status
+    value: Any = None
+    error: str = ""
+
+
+# The isolated runner
+
+
+def run_isolated(
+    fn: Callable[..., Any],
+    args: tuple = (),
+    kwargs: dict[str, Any] | None = None,
+    *,
+    memory_cap_mib: int | None = None,
+    timeout_s: float | None = None,
+) -> Outcome:
+    """Run fn(*args, **kwargs) in a fresh child process; never raises because of the child.
+
+    memory_cap_mib bounds how much address space the child may add after it starts (None: the
+    HARNESS_MEMORY_CAP_MIB environment variable, else 8192; 0: no cap). Pass 0 for CUDA work:
+    the CUDA driver reserves far more address space than it uses.
+    """
+    cap = default_memory_cap_mib() if memory_cap_mib is None else memory_cap_mib
+    context = _forkserver()
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=_child_main, args=(sender, fn, args, kwargs or {}, cap))
+    child.daemon = True
+    try:
+        child.start()  # raises here, in the caller, if fn or its arguments do not pickle
+    except BaseException:
+        receiver.close()
+        raise
+    finally:
+        sender.close()
+    try:
+        return _await_child(child, receiver, timeout_s)
+    finally:
+        receiver.close()
+        if child.is_alive():
+            child.kill()
+        child.join()
+
+
+def default_memory_cap_mib() -> int:
+    """The cap for CPU measurement children: HARNESS_MEMORY_CAP_MIB if set, else 8192 (0: none)."""
+    value = os.environ.get(MEMORY_CAP_ENV, "").strip()
+    if not value:
+        return DEFAULT_MEMORY_CAP_MIB
+    if not value.isdigit():
+        raise ValueError(
+            f"{MEMORY_CAP_ENV} must be a whole number of MiB (0: no cap), got {value!r}"
+        )
+    return int(value)
+
+
+@functools.cache
+def _forkserver() -> multiprocessing.context.BaseContext:
+    context = multiprocessing.get_context("forkserver")
+    # The server imports these once; every child is a fork of it. Failed imports are ignored.
+    context.set_forkserver_preload(["torch", "harness.measure"])
+    return context
+
+
+def _await_child(child, receiver, timeout_s: float | None) -> Outcome:
+    if not receiver.poll(timeout_s):
+        child.kill()
+        return Outcome("timeout", error=f"timed out after {timeout_s} s")
+    try:
+        status, value, error = receiver.recv()
+        return Outcome(status, value, error)
+    except (EOFError, OSError):
+        pass  # the child died without answering; its exit code says how
+    child.join()
+    code = child.exitcode
+    if code is not None and code < 0:
+        return Outcome("killed", error=f"killed by {signal.Signals(-code).name}")
+    return Outcome("failed", error=f"the child exited with code {code} without a result")
+
+
+def _child_main(sender, fn, args, kwargs, cap_mib: int) -> None:
+    try:
+        if cap_mib:
+            _cap_address_space(cap_mib)
+        message = ("ok", fn(*args, **kwargs), "")
+    except BaseException as error:  # everything becomes a status for the parent
+        message = (_classify(error), None, f"{type(error).__name__}: {error}".strip())
+    try:
+        sender.send(message)
+    except Exception as error:  # e.g. an unpicklable result
+        sender.send(("failed", None, f"the result could not be sent back: {error!r}"))
+    finally:
+        sender.close()
+
+
+def _cap_address_space(cap_mib: int) -> None:
+    """Let the address space grow by at most cap_mib from here (what is mapped already is free)."""
+    mapped = _proc_status_kib("VmSize") * 1024
+    limit = mapped + cap_mib * MIB
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+def _classify(error: BaseException) -> Status:
+    if isinstance(error, MemoryError | torch.cuda.OutOfMemoryError):
+        return "oom"
+    text = str(error).lower()
+    out_of_memory = ("can't allocate memory", "cannot allocate memory", "out of memory")
+    if isinstance(error, RuntimeError | OSError) and any(s in text for s in out_of_memory):
+        return "oom"
+    return "failed"
+
+
+# Memory
+
+
+def measure_memory(
+    fn: Callable[[], object], *, device: str | torch.device, warmup: int = 0
+) -> dict[str, float]:
+    """Peak memory of one call to fn over what existed just before it, named for the device.
+
+    CPU: {"rss_delta_mib"}; run it in a process that did nothing else (run_isolated), with the
+    call's inputs already allocated so they are part of the baseline, and keep warmup at 0 (an
+    allocator reusing a warm-up's pages would hide them). CUDA: {"cuda_peak_mib",
+    "cuda_reserved_mib"}, the latter the allocator's absolute peak reservation, inputs and caches
+    included; a warm-up call there keeps one-off workspaces out of the figure.
+    """
+    for _ in range(warmup):
+        fn()
+    if torch.device(device).type == "cuda":
+        return _cuda_peak(fn, torch.device(device))
+    return {"rss_delta_mib": _rss_peak_delta_mib(fn)}
+
+
+def _rss_peak_delta_mib(fn: Callable[[], object]) -> float:
+    """VmHWM after the call minus VmRSS before it, with the high-water mark reset to VmRSS first.
+
+    The kernel keeps VmHWM per address space: a fork starts it at the child's RSS and an exec
+    starts it afresh, whereas ru_maxrss carries the parent's peak across fork + exec (vfork).
+    """
+    reset = _reset_high_water_mark()
+    before_kib = _proc_status_kib("VmRSS")
+    if not reset and _proc_status_kib("VmHWM") > before_kib + 1024:
+        raise RuntimeError(
+            "cannot reset VmHWM (/proc/self/clear_refs) and an earlier peak exceeds the current "
+            "resident memory, so the call's peak cannot be told apart from it"
+        )
+    fn()
+    return (_proc_status_kib("VmHWM") - before_kib) / 1024
+
+
+def _reset_high_water_mark() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")  # "5": reset the peak resident set size (Linux 4.0+)
+        return True
+    except OSError:
+        return False
+
+
+def _proc_status_kib(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def _cuda_peak(fn: Callable[[], object], device: torch.device) -> dict[str, float]:
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    fn()
+    torch.cuda.synchronize(device)
+    return {
+        "cuda_peak_mib": (torch.cuda.max_memory_allocated(device) - before) / MIB,
+        "cuda_reserved_mib": torch.cuda.max_memory_reserved(device) / MIB,
+    }
+
+
+# Time
+
+
+def time_call(
+    fn: Callable[[], object],
+    *,
+    device: str | torch.device = "cpu",
+    warmup: int = 1,
+    min_repeats: int = 5,
+    min_time_s: float = 0.5,
+    max_repeats: int = 1000,
+) -> dict[str, Any]:
+    """Warm up, then time repeats of fn until min_repeats and min_time_s are both reached.
+
+    Returns time_ms (median), time_iqr_ms, repeats, time_samples_ms and threads. CUDA calls are
+    timed with CUDA events, synchronized after each repeat.
+    """
+    device = torch.device(device)
+    for _ in range(warmup):
+        fn()
+    once = _cuda_timer(fn, device) if device.type == "cuda" else _cpu_timer(fn)
+    samples: list[float] = []
+    while len(samples) < max_repeats and (
+        len(samples) < min_repeats or sum(samples) < min_time_s * 1000
+    ):
+        samples.append(once())
+    return {**summarize_ms(samples), "threads": torch.get_num_threads()}
+
+
+def summarize_ms(samples: list[float]) -> dict[str, Any]:
+    """Median, interquartile range and count of timings in milliseconds, and the timings."""
+    quartiles = statistics.quantiles(samples, n=4, method="inclusive") if len(samples) > 1 else []
+    return {
+        "time_ms": statistics.median(samples),
+        "time_iqr_ms": quartiles[2] - quartiles[0] if quartiles else 0.0,
+        "repeats": len(samples),
+        "time_samples_ms": list(samples),
+    }
+
+
+def _cpu_timer(fn: Callable[[], object]) -> Callable[[], float]:
+    def once() -> float:
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1000
+
+    return once
+
+
+def _cuda_timer(fn: Callable[[], object], device: torch.device) -> Callable[[], float]:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    stream = torch.cuda.current_stream(device)
+
+    def once() -> float:
+        torch.cuda.synchronize(device)
+        start.record(stream)
+        fn()
+        end.record(stream)
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    return once
+
+
+# FLOP/s
+
+
+def attention_flops(*, batch: int, heads: int, length: int, head_dim: int, causal: bool) -> int:
+    """Forward FLOPs of attention: two matmuls of 2*L*L*D each per head, half of it when causal.
+
+    torch.utils.flop_counter ignores causality and counts the full 4*B*H*L^2*D.
+    """
+    full = 4 * batch * heads * length * length * head_dim
+    return full // 2 if causal else full
+
+
+def gflops(flops: float, time_ms: float) -> float:
+    """Achieved GFLOP/s."""
+    return flops / (time_ms * 1e-3) / 1e9
+
+
+_PEAKS: dict[tuple[str, str, int, int], float] = {}  # (device, dtype, threads, size) -> GFLOP/s
+
+
+def peak_gflops(
+    device: str | torch.device, dtype: torch.dtype, *, size: int | None = None
+) -> float:
+    """Measured GFLOP/s of a square matmul in dtype on device, cached per process.
+
+    Measured, not looked up: `size` (default 2,048 on CPU, 8,192 on CUDA) squared matrices
+    into a preallocated result, timed with time_call at this process's thread count. The
+    fastest repeat counts, being a peak: on a shared machine the median is often preempted.
+    """
+    device = torch.device(device)
+    size = size or (8192 if device.type == "cuda" else 2048)
+    key = (str(device), str(dtype), torch.get_num_threads(), size)
+    if key not in _PEAKS:
+        a, b, c = (torch.randn(size, size, device=device).to(dtype) for _ in range(3))
+        timing = time_call(lambda: torch.mm(a, b, out=c), device=device, warmup=2)
+        _PEAKS[key] = gflops(2 * size**3, min(timing["time_samples_ms"]))
+        del a, b, c
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return _PEAKS[key]

@@ -1,0 +1,110 @@
+"""exp015_backends as a plain function: rows, statuses and check, at small lengths."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from experiments import backends
+
+QUICK = {"device": "cpu", "num_threads": 1, "warmup": 1, "min_repeats": 3, "min_time_s": 0.0}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("backend", ["math", "flash"])
+@pytest.mark.parametrize("length", [128, 256])
+def test_a_cpu_point_is_one_complete_row(backend, length, dtype):
+    [row] = backends.run(backend=backend, length=length, dtype=dtype, **QUICK)
+    assert row["status"] == "ok", row["error"]
+    assert row["device_used"] == "cpu" and row["threads_used"] == 1
+    assert row["rss_delta_mib"] > 0 and "cuda_peak_mib" not in row
+    assert row["repeats"] == len(row["time_samples_ms"]) >= 3
+    assert row["time_ms"] > 0 and row["time_iqr_ms"] >= 0
+    assert row["flops"] == 2 * 1 * 8 * length**2 * 32
+    assert row["gflops"] == pytest.approx(row["flops"] / row["time_ms"] / 1e6)
+    assert row["pct_of_peak"] == pytest.approx(100 * row["gflops"] / row["peak_gflops"])
+    assert row["default_backend"] == "flash"  # what the profiler saw CPU SDPA pick
+
+
+def test_math_materializes_the_scores_and_flash_does_not():
+    scores_mib = 8 * 1024 * 1024 * 4 / 2**20  # (H, L, L) float32 at L = 1,024: 32 MiB
+    [math] = backends.run(backend="math", length=1024, **QUICK)
+    [flash] = backends.run(backend="flash", length=1024, **QUICK)
+    assert math["rss_delta_mib"] > scores_mib > flash["rss_delta_mib"]
+
+
+@pytest.mark.parametrize("backend", ["efficient", "cudnn"])
+def test_a_backend_the_cpu_lacks_is_unsupported_with_the_reason(backend):
+    [row] = backends.run(backend=backend, length=128, **QUICK)
+    assert row["status"] == "unsupported"
+    assert "No viable backend" in row["error"]
+    assert "time_ms" not in row
+
+
+def test_running_out_of_memory_is_a_row():
+    [row] = backends.run(backend="math", length=4096, memory_cap_mib=64, **QUICK)
+    assert row["status"] == "oom"
+    assert "allocate" in row["error"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_a_gpu_is_unsupported():
+    [row] = backends.run(backend="flash", length=128, **{**QUICK, "device": "cuda"})
+    assert row == {
+        "status": "unsupported",
+        "error": "CUDA is not available",
+        "device_used": "cuda:0",
+    }
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"backend": "xformers"}, "backend must be one of math, flash, efficient, cudnn"),
+        ({"dtype": "float64"}, "dtype must be one of float32, bfloat16, float16"),
+        ({"length": 0}, "length must be a positive integer"),
+        ({"heads": 2.5}, "heads must be a positive integer"),
+        ({"device": "gpu"}, "device must be auto, cpu, cuda or cuda:N"),
+        ({"causal": "yes"}, "causal must be true or false"),
+        ({"memory_cap_mib": -1}, "memory_cap_mib must be null or an integer >= 0"),
+        ({"blocks": 4}, "unexpected keyword argument 'blocks'"),
+    ],
+)
+def test_check_rejects_out_of_domain_values_in_one_line(bad, message):
+    params = {"backend": "flash", "length": 128, **bad}
+    with pytest.raises(ValueError, match=message) as error:
+        backends.check(**params)
+    assert "\n" not in str(error.value)
+    if "blocks" not in bad:
+        with pytest.raises(ValueError, match=message):
+            backends.run(**params)  # run checks first
+
+
+def test_check_accepts_the_defaults():
+    backends.check(backend="math", length=1)
+
+
+def test_imports_nothing_of_the_harness_but_measure():
+    banned = ("hydra", "omegaconf", "pyarrow", "pandas")
+    code = f"import sys, experiments.backends; print(sorted(set({banned}) & sys.modules.keys()))"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("backend", ["math", "flash", "efficient", "cudnn"])
+def test_a_cuda_point(backend):
+    [row] = backends.run(backend=backend, length=1024, dtype="bfloat16", min_time_s=0.1)
+    assert row["device_used"].startswith("cuda")
+    assert row["status"] in ("ok", "unsupported"), row["error"]
+    if row["status"] == "unsupported":
+        assert row["error"]
+        return
+    assert row["cuda_peak_mib"] > 0 and row["cuda_reserved_mib"] > 0
+    assert "rss_delta_mib" not in row
+    assert row["default_backend"] in ("flash", "efficient", "cudnn", "math")
+    assert row["pct_of_peak"] > 0

@@ -1,0 +1,175 @@
+"""harness.measure: the isolated runner's statuses, its memory figure, timing, FLOPs.
+
+The children run stdlib and torch functions only, so they unpickle whatever pytest's import mode.
+"""
+
+import functools
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+from torch.utils import benchmark
+from torch.utils.flop_counter import FlopCounterMode
+
+from experiments.attention import naive_attention
+from harness import measure
+
+ALLOCATION_MIB = 256
+
+# The same measurement in a new interpreter, by a different route: no clear_refs, just VmHWM
+# after the allocation minus VmRSS before it (VmHWM starts afresh at exec; ru_maxrss would not:
+# it carries this pytest process's peak into the child across vfork + exec).
+FRESH_INTERPRETER = """
+import torch
+def kib(field):
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(field + ":"))
+before = kib("VmRSS")
+tensor = torch.ones({mib} * 1024 * 1024 // 4)
+print((kib("VmHWM") - before) / 1024)
+"""
+
+
+def test_rss_delta_of_a_known_allocation_matches_a_fresh_interpreter():
+    allocate = functools.partial(torch.ones, ALLOCATION_MIB * measure.MIB // 4)  # float32
+    outcome = measure.run_isolated(measure.measure_memory, (allocate,), {"device": "cpu"})
+    assert outcome.status == "ok", outcome.error
+    isolated = outcome.value["rss_delta_mib"]
+    code = FRESH_INTERPRETER.format(mib=ALLOCATION_MIB)
+    fresh = float(
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert isolated == pytest.approx(fresh, rel=0.05)
+    assert isolated == pytest.approx(ALLOCATION_MIB, rel=0.05)
+
+
+def test_result_comes_back():
+    assert measure.run_isolated(divmod, (17, 5)) == measure.Outcome("ok", (3, 2))
+
+
+def test_a_child_that_raises_is_failed_with_its_error():
+    outcome = measure.run_isolated(int, ("not a number",))
+    assert outcome.status == "failed"
+    assert outcome.error.startswith("ValueError: invalid literal for int()")
+
+
+def test_a_result_that_cannot_be_sent_back_is_failed():
+    outcome = measure.run_isolated(threading.Lock)  # a lock does not pickle
+    assert outcome.status == "failed"
+    assert outcome.error.startswith("the result could not be sent back")
+
+
+def test_a_child_killed_by_a_signal_is_killed():
+    outcome = measure.run_isolated(signal.raise_signal, (signal.SIGKILL,))
+    assert outcome == measure.Outcome("killed", error="killed by SIGKILL")
+
+
+def test_a_child_over_the_memory_cap_is_oom():
+    outcome = measure.run_isolated(torch.ones, (1024 * measure.MIB // 4,), memory_cap_mib=256)
+    assert outcome.status == "oom"
+    assert "allocate" in outcome.error
+
+
+def test_a_child_past_its_timeout_is_stopped():
+    outcome = measure.run_isolated(time.sleep, (60,), timeout_s=0.5)
+    assert outcome == measure.Outcome("timeout", error="timed out after 0.5 s")
+
+
+def test_memory_cap_from_the_environment(monkeypatch):
+    monkeypatch.delenv(measure.MEMORY_CAP_ENV, raising=False)
+    assert measure.default_memory_cap_mib() == measure.DEFAULT_MEMORY_CAP_MIB
+    monkeypatch.setenv(measure.MEMORY_CAP_ENV, "512")
+    assert measure.default_memory_cap_mib() == 512
+    monkeypatch.setenv(measure.MEMORY_CAP_ENV, "lots")
+    with pytest.raises(ValueError, match=measure.MEMORY_CAP_ENV):
+        measure.default_memory_cap_mib()
+
+
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_time_call_agrees_with_torch_benchmark_timer(one_thread):
+    # Other processes come and go on a shared machine, so the two timers take turns, one short
+    # call each, 200 times: both see the same load, and a short call is rarely preempted (a
+    # block of them nearly always is, so Timer's blocked_autorange would measure something
+    # else). out= keeps the allocator (which may page-fault a fresh result, or not) out of it.
+    a, b, c = torch.randn(384, 384), torch.randn(384, 384), torch.empty(384, 384)
+    timer = benchmark.Timer(stmt="torch.mm(a, b, out=c)", globals=locals(), num_threads=1)
+    ours, theirs = [], []
+    for turn in range(200):
+        if turn % 2:
+            theirs.append(timer.timeit(number=1).median * 1000)
+        timing = measure.time_call(lambda: torch.mm(a, b, out=c), min_repeats=1, min_time_s=0)
+        ours.append(timing["time_ms"])
+        if not turn % 2:
+            theirs.append(timer.timeit(number=1).median * 1000)
+    assert statistics.median(ours) == pytest.approx(statistics.median(theirs), rel=0.10)
+
+
+def test_time_call_reports_its_samples_and_threads(one_thread):
+    result = measure.time_call(lambda: None, warmup=0, min_repeats=7, min_time_s=0)
+    assert result["repeats"] == len(result["time_samples_ms"]) == 7
+    assert result["threads"] == 1
+
+
+def test_summary_of_known_samples():
+    summary = measure.summarize_ms([5.0, 1.0, 4.0, 2.0, 3.0])
+    assert (summary["time_ms"], summary["time_iqr_ms"], summary["repeats"]) == (3.0, 2.0, 5)
+
+
+def test_causal_attention_flops_are_half_of_what_torch_counts():
+    batch, heads, length, head_dim = 2, 4, 128, 64
+    flops = measure.attention_flops(
+        batch=batch, heads=heads, length=length, head_dim=head_dim, causal=True
+    )
+    assert flops == 2 * batch * heads * length**2 * head_dim == 16_777_216
+    query = torch.randn(batch, heads, length, head_dim)
+    with FlopCounterMode(display=False) as counter:
+        naive_attention(query, query, query, causal=True)
+    assert counter.get_total_flops() == 2 * flops  # torch ignores the causal mask
+    assert (
+        measure.attention_flops(
+            batch=batch, heads=heads, length=length, head_dim=head_dim, causal=False
+        )
+        == counter.get_total_flops()
+    )
+
+
+def test_gflops_and_a_measured_cached_peak():
+    assert measure.gflops(3e9, 1500.0) == pytest.approx(2.0)
+    peak = measure.peak_gflops("cpu", torch.float32, size=512)
+    assert peak > 0
+    assert measure.peak_gflops("cpu", torch.float32, size=512) == peak  # cached
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_peak_of_a_known_allocation():
+    allocate = functools.partial(torch.ones, ALLOCATION_MIB * measure.MIB // 4, device="cuda")
+    outcome = measure.run_isolated(
+        measure.measure_memory, (allocate,), {"device": "cuda"}, memory_cap_mib=0
+    )
+    assert outcome.status == "ok", outcome.error
+    assert "rss_delta_mib" not in outcome.value
+    assert outcome.value["cuda_peak_mib"] == pytest.approx(ALLOCATION_MIB, rel=0.01)
+    assert outcome.value["cuda_reserved_mib"] >= outcome.value["cuda_peak_mib"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_timing_and_peak():
+    a = torch.randn(2048, 2048, device="cuda")
+    result = measure.time_call(lambda: a @ a, device="cuda", min_time_s=0.1)
+    assert result["repeats"] >= 5 and result["time_ms"] > 0
+    assert measure.peak_gflops("cuda", torch.bfloat16) > 0
