@@ -4,7 +4,7 @@ The harness composes the config with Hydra's compose API and hands the points to
 launcher the config names, one job per point. It expands the grid itself (with Hydra's
 override parser, and BasicSweeper's rule: the command line replaces the experiment's
 hydra.sweeper.params key by key) so that it can check every point before any runs, give each
-point a stable job number, and on resume launch only the points without an ok row.
+point a stable job number, and on resume launch only the points without an answer.
 """
 
 import itertools
@@ -35,7 +35,9 @@ from harness.launch import launch
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 HARNESS_KEYS = ("out", "resume", "wait", "seed", "sweep_id", "job")  # conf/config.yaml
-SET_BY_HARNESS = ("out", "sweep_id", "job")
+USER_KEYS = ("out", "resume", "wait", "seed")  # the harness keys for the command line
+SET_BY_HARNESS = ("out", "sweep_id", "job")  # given to every job by the harness
+RESUME_SETTINGS = ("out", "resume", "wait")  # what a resume may set besides Hydra's settings
 
 
 @dataclass
@@ -192,7 +194,7 @@ def _compose(overrides: list[str], experiment: str) -> DictConfig:
 def _keys(experiment: str) -> str:
     node = OmegaConf.load(CONF / "experiment" / f"{experiment}.yaml")
     names = [k for k in node if k not in ("experiment", "hydra")]
-    return "its keys: " + ", ".join(sorted(names) + list(HARNESS_KEYS[:4]))
+    return "its keys: " + ", ".join(sorted(names) + list(USER_KEYS))
 
 
 def _one_line(error: Exception) -> str:
@@ -263,24 +265,27 @@ def _discard(sweep: Sweep) -> None:
 
 
 def _resumed(overrides: list[Override], experiment: str, sweep_id: str) -> tuple[Sweep, DictConfig]:
-    """The sweep to resume, with its points that have no ok row, and its config.
+    """The sweep to resume, with its points that have no answer yet, and its config.
 
-    The config is composed from the sweep's own overrides plus the command line's harness
-    and Hydra settings (a launcher, wait=false), so each job recomposes what it first ran.
+    The config is composed from the sweep's own overrides plus the command line's settings
+    (Hydra's, such as a launcher, and out, wait), so each job recomposes what it first ran.
     """
     results = _results_root(overrides)
     manifest = store.read_manifest(results, experiment, sweep_id)
     if manifest is None:
         known = ", ".join(store.sweeps(results, experiment)[-3:]) or "none yet"
         raise BadInput(f"no sweep {sweep_id} of {experiment} in {results} (latest: {known})")
-    settings = [o for o in overrides if o.is_hydra_override() or _key(o.input_line) in HARNESS_KEYS]
-    extra = [
-        o.input_line for o in overrides if o not in settings and _key(o.input_line) != "experiment"
+    settings = [
+        o.input_line
+        for o in overrides
+        if o.is_hydra_override() or _key(o.input_line) in RESUME_SETTINGS
     ]
+    extra = [o.input_line for o in overrides if o.input_line not in settings]
+    extra = [line for line in extra if _key(line) != "experiment"]
     if extra:
         raise BadInput(f"resume={sweep_id} reruns that sweep's own points; drop {' '.join(extra)}")
-    original = [o for o in manifest["overrides"] if _key(o) not in HARNESS_KEYS]
-    settings = [o.input_line for o in settings if _key(o.input_line) != "sweep_id"]
+    replaced = {_key(line) for line in settings} | set(SET_BY_HARNESS)
+    original = [line for line in manifest["overrides"] if _key(line) not in replaced]
     cfg = _compose([*original, *settings, f"sweep_id={sweep_id}"], experiment)
     experiment_ = Experiment.load(config_values(cfg)["experiment"])
     sweep = _sweep(cfg, experiment_, [])

@@ -111,7 +111,7 @@ def test_a_failing_point_is_a_failed_row_and_the_rest_still_run(harness):
 
 
 def test_resume_runs_only_the_points_without_an_ok_row(harness):
-    grid = ("+experiment=exp014_tiled", "length=64,96", "block=16,32")
+    grid = ("+experiment=exp014_tiled", "length=64,96", "block=16,32", "heads=2", "seed=7")
     assert harness(*grid).returncode == 0
     sweep = only_sweep(harness.results)
     folder = store.sweep_dir(harness.results, "exp014_tiled", sweep)
@@ -126,10 +126,13 @@ def test_resume_runs_only_the_points_without_an_ok_row(harness):
     )
     rows = store.read(harness.results).sort_values("job")
     assert rows["job"].tolist() == [0, 1, 2, 3] and set(rows["status"]) == {"ok"}
+    assert set(rows["heads"]) == {2} and set(rows["seed"]) == {7}, "the sweep's own overrides"
     kept = rows.set_index("job").loc[[0, 3], "started_at"]
     assert kept.tolist() == first.set_index("job").loc[[0, 3], "started_at"].tolist()
     again = harness("+experiment=exp014_tiled", f"resume={sweep}")
     assert again.returncode == 0 and "0 points to run" in again.stdout
+    changed = harness("+experiment=exp014_tiled", f"resume={sweep}", "seed=1")
+    assert changed.returncode == 2 and "drop seed=1" in changed.stderr
 
 
 @pytest.mark.slow
