@@ -28,6 +28,8 @@ from harness.launchers import SlurmLauncher, SubmititSweepLauncher, wait
 def launch(cfg: DictConfig, sweep) -> bool:
     """Run (or, with wait=false, submit) the sweep's points; whether they have all ended."""
     launcher = instantiate_launcher(cfg)
+    if not sweep.points:
+        return True
     points = {point.job: point for point in sweep.points}
     overrides = [job_overrides(sweep, point) for point in sweep.points]
     progress = Progress(len(points))
@@ -53,6 +55,12 @@ def launch(cfg: DictConfig, sweep) -> bool:
     for job, handle, lost in ended:
         finish(sweep, points[job], outcome(handle, lost), progress)
     return True
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """Refuse launcher settings that cannot work, before anything is planned or written."""
+    if not cfg.wait and not cfg.hydra.launcher._target_.endswith(SlurmLauncher.__name__):
+        raise BadInput("wait=false needs a launcher that runs on without us: hydra/launcher=slurm")
 
 
 def instantiate_launcher(cfg: DictConfig):

@@ -130,9 +130,6 @@ class LocalLauncher(SubmititSweepLauncher):
             if not done:
                 time.sleep(POLL_S)
 
-    def submit(self, job_overrides: list[list[str]], jobs: list[int]) -> list[submitit.Job]:
-        raise ValueError("the local launcher runs points while the sweep waits: use wait=true")
-
 
 def wait(handles: dict[int, submitit.Job]) -> Iterator[tuple[int, submitit.Job, str | None]]:
     """(job number, submitit job, why it was lost or None) for each SLURM job as it ends.

@@ -31,7 +31,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from harness import store
 from harness.experiment import BadInput, Experiment, config_hash, config_values
-from harness.launch import launch
+from harness.launch import check_settings, launch
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 HARNESS_KEYS = ("out", "resume", "wait", "seed", "sweep_id", "job")  # conf/config.yaml
@@ -68,9 +68,11 @@ def run(argv: list[str]) -> int:
     with initialize_config_dir(config_dir=str(CONF), job_name="harness", version_base=None):
         if resume:
             sweep, cfg = _resumed(overrides, experiment, str(resume))
+            check_settings(cfg)
         else:
             fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
             cfg = _compose([*fixed, f"sweep_id={new_sweep_id()}"], experiment)
+            check_settings(cfg)
             sweep = plan(cfg, [o for o in overrides if o.is_sweep_override()])
             _write_manifest(sweep, argv)
         print(f"sweep {sweep.id}: {experiment}, {len(sweep.points)} points to run", flush=True)

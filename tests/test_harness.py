@@ -172,6 +172,8 @@ BAD_INPUT = [
     (["+experiment=exp014_tiled", "length=interval(1,2)"], "can be swept"),
     (["+experiment=exp014_tiled", "hydra/launcher=nope"], "unknown hydra/launcher 'nope'"),
     (["+experiment=exp014_tiled", "resume=20990101-000000-0000"], "no sweep 20990101-000000-0000"),
+    (["+experiment=exp014_tiled", "wait=false"], "wait=false needs"),
+    (["+experiment=exp014_tiled", "hydra/launcher=local", "wait=false"], "wait=false needs"),
 ]
 
 
