@@ -134,4 +134,3 @@ def _describe(shape: dict, rows: pd.DataFrame) -> str:
     settings = ", ".join(f"{k} {v}" for k, v in shape.items())
     label = f"{device} ({names})" if names else device
     return f"{label}, {settings}: median time ±IQR · {'/'.join(memory) or 'memory'}"
-

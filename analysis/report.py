@@ -126,9 +126,7 @@ def markdown(table: pd.DataFrame, floatfmt: str = ".3g") -> str:
     )
 
 
-def section(
-    root: Path, experiment: str, sweep: str, report_dir: Path
-) -> tuple[str, pd.DataFrame]:
+def section(root: Path, experiment: str, sweep: str, report_dir: Path) -> tuple[str, pd.DataFrame]:
     """An experiment's REPORT.md section for one sweep, and its claims."""
     rows = store.read(root, experiment, sweep)
     manifest = store.read_manifest(root, experiment, sweep)
