@@ -14,11 +14,9 @@ a harness column).
 
 import contextlib
 import functools
-import inspect
 import os
 import sys
 import tempfile
-import typing
 import warnings
 from typing import Literal
 
@@ -26,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from experiments import checks
 from harness.measure import (
     MIB,
     attention_flops,
@@ -56,17 +55,27 @@ KERNEL_OPS = (
 NO_KERNEL = ("No available kernel", "No viable backend")
 
 
-def check(**params) -> None:
+def check(
+    *,
+    length: int,
+    batch: int,
+    heads: int,
+    head_dim: int,
+    device: str,
+    num_threads: int,
+    warmup: int,
+    min_repeats: int,
+    min_time_s: float,
+    memory_cap_mib: int | None,
+    timeout_s: float,
+    **_,
+) -> None:
     """Reject out-of-domain values (one line, ValueError) without doing any work."""
-    try:
-        bound = inspect.signature(run).bind(**params)
-    except TypeError as error:
-        raise ValueError(f"exp015_backends: {error}") from None
-    bound.apply_defaults()
-    for name, (valid, expected) in _RULES.items():
-        value = bound.arguments[name]
-        if not valid(value):
-            raise ValueError(f"exp015_backends: {name} must be {expected}, got {value!r}")
+    checks.positive(length=length, batch=batch, heads=heads, head_dim=head_dim,
+                    min_repeats=min_repeats, timeout_s=timeout_s)  # fmt: skip
+    checks.not_negative(num_threads=num_threads, warmup=warmup, min_time_s=min_time_s,
+                        memory_cap_mib=memory_cap_mib)  # fmt: skip
+    checks.device(device, auto=True)
 
 
 def run(
@@ -219,45 +228,3 @@ def _without_profiler_chatter():
             os.close(saved)
             caught.seek(0)
             sys.stderr.write("".join(line for line in caught if not line.startswith("USDT:")))
-
-
-# check's rules
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _is_device(value) -> bool:
-    kind, _, index = value.partition(":") if isinstance(value, str) else ("", "", "")
-    return value in ("auto", "cpu") or (kind == "cuda" and (not index or index.isdigit()))
-
-
-def _one_of(choices) -> tuple:
-    names = typing.get_args(choices)
-    return (lambda value: value in names), "one of " + ", ".join(names)
-
-
-_POSITIVE = (lambda v: _is_int(v) and v > 0), "a positive integer"
-_NATURAL = (lambda v: _is_int(v) and v >= 0), "an integer >= 0"
-_RULES = {
-    "backend": _one_of(Backend),
-    "dtype": _one_of(Dtype),
-    "device": (_is_device, "auto, cpu, cuda or cuda:N"),
-    "length": _POSITIVE,
-    "batch": _POSITIVE,
-    "heads": _POSITIVE,
-    "head_dim": _POSITIVE,
-    "causal": (lambda v: isinstance(v, bool), "true or false"),
-    "seed": (_is_int, "an integer"),
-    "num_threads": _NATURAL,
-    "warmup": _NATURAL,
-    "min_repeats": _POSITIVE,
-    "min_time_s": (lambda v: _is_number(v) and v >= 0, "a number >= 0"),
-    "memory_cap_mib": (lambda v: v is None or (_is_int(v) and v >= 0), "null or an integer >= 0"),
-    "timeout_s": (lambda v: _is_number(v) and v > 0, "a number > 0"),
-}

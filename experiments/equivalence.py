@@ -12,17 +12,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from experiments import checks
 from experiments.model import ModelConfig, OctLM
-
-PATHS = ("sdpa", "tiled")
-DTYPES = ("float32", "float64")
 
 
 def check(
     *,
     kv_heads: int,
     heads: int,
-    path: str,
     length: int,
     batch: int,
     width: int,
@@ -30,38 +27,17 @@ def check(
     vocab_size: int,
     window: int,
     block: int,
-    dtype: str,
     device: str,
     **_,
 ) -> None:
     """Raise a one-line ValueError if the point is outside the experiment's domain; no work done."""
-    sizes = dict(
-        kv_heads=kv_heads,
-        heads=heads,
-        length=length,
-        batch=batch,
-        width=width,
-        layers=layers,
-        vocab_size=vocab_size,
-        block=block,
-    )
-    for name, size in sizes.items():
-        if size <= 0:
-            raise ValueError(f"{name} must be positive, got {size}")
-    if heads % kv_heads:
-        raise ValueError(f"kv_heads={kv_heads} must divide heads={heads}")
+    checks.positive(kv_heads=kv_heads, heads=heads, length=length, batch=batch, width=width,
+                    layers=layers, vocab_size=vocab_size, block=block)  # fmt: skip
+    checks.heads(heads, kv_heads)
     if width % heads or (width // heads) % 2:
         raise ValueError(f"width={width} must be an even multiple of heads={heads} (rotary)")
-    if window < 0:
-        raise ValueError(f"window must be 0 (off) or positive, got {window}")
-    if path not in PATHS:
-        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
-    try:
-        torch.device(device)
-    except RuntimeError:
-        raise ValueError(f"device must name a torch device, got {device!r}") from None
+    checks.window(window, causal=True)
+    checks.device(device)
 
 
 def run(

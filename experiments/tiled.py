@@ -4,6 +4,7 @@ from typing import Literal
 
 import torch
 
+from experiments import checks
 from experiments.attention import sdpa_attention, tiled_attention
 
 Dtype = Literal["float32", "float64", "bfloat16", "float16"]
@@ -11,10 +12,7 @@ Dtype = Literal["float32", "float64", "bfloat16", "float16"]
 
 def check(*, length: int, block: int, batch: int, heads: int, head_dim: int, **_) -> None:
     """Reject out-of-domain values before anything runs."""
-    sizes = {"length": length, "block": block, "batch": batch, "heads": heads, "head_dim": head_dim}
-    for name, size in sizes.items():
-        if size <= 0:
-            raise ValueError(f"{name} must be positive, got {size}")
+    checks.positive(length=length, block=block, batch=batch, heads=heads, head_dim=head_dim)
 
 
 def run(

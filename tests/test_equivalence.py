@@ -70,10 +70,8 @@ def test_run_detects_a_wrong_attention(monkeypatch):
         (dict(block=0), "block must be positive"),
         (dict(width=60), "width=60 must be an even multiple of heads=8"),
         (dict(width=24), "width=24 must be an even multiple of heads=8"),
-        (dict(window=-1), "window must be 0 .off. or positive, got -1"),
-        (dict(path="naive"), "path must be one of .*'naive'"),
-        (dict(dtype="bfloat16"), "dtype must be one of .*'bfloat16'"),
-        (dict(device="gpu0"), "device must name a torch device, got 'gpu0'"),
+        (dict(window=-1), "window must be 0 or more, got -1"),
+        (dict(device="gpu0"), "device must be cpu, cuda or cuda:N, got 'gpu0'"),
     ],
 )
 def test_check_rejects(params, message):
