@@ -1,4 +1,4 @@
-"""Attention three ways: the naive reference, FlashAttention's tiled forward, PyTorch's fused SDPA.
+"""Attention three ways: the naive reference, FlashAttention's tiling, PyTorch's fused SDPA.
 
 Shapes, here and in the model: B batch, H query heads, H_kv key/value heads (H_kv divides H),
 L length, D head width. query is (B, H, L, D); key and value are (B, H_kv, L, D). Any leading
@@ -8,13 +8,18 @@ All three share one signature, (query, key, value, *, causal, window, ...):
 - causal: a query sees keys at its own position and before (top-left aligned, like SDPA).
 - window > 0 (causal only): a query sees at most `window` keys, itself included
   (query - key < window).
+
+The tiled path has its own autograd (TiledAttention): its backward recomputes the probabilities
+block by block, as FlashAttention-2's does, so that training never holds an (L, L) tensor.
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 
 def attention_mask(
@@ -34,10 +39,7 @@ def attention_mask(
 
 def repeat_kv(key: Tensor, value: Tensor, heads: int) -> tuple[Tensor, Tensor]:
     """Repeat each KV head for the query heads sharing it: (.., H_kv, L, D) -> (.., H, L, D)."""
-    kv_heads = key.shape[-3]
-    if heads % kv_heads:
-        raise ValueError(f"{kv_heads} key/value heads do not divide {heads} query heads")
-    groups = heads // kv_heads
+    groups = _kv_groups(heads, key.shape[-3])
     if groups == 1:
         return key, value
     return key.repeat_interleave(groups, dim=-3), value.repeat_interleave(groups, dim=-3)
@@ -90,6 +92,12 @@ def sdpa_attention(
     )
 
 
+# Tiled attention. Inside it, query heads are grouped by the KV head they share, so grouped-query
+# attention never repeats K or V: queries (and the output and its gradient) are (B, H_kv, G, L, D)
+# with G = H / H_kv query heads per KV head, keys and values are (B, H_kv, 1, L, D), and every
+# block product broadcasts over G. Blocks are bq query rows by bk keys (both `block` or fewer).
+
+
 def tiled_attention(
     query: Tensor,
     key: Tensor,
@@ -99,77 +107,185 @@ def tiled_attention(
     causal: bool = True,
     window: int = 0,
 ) -> Tensor:
-    """FlashAttention's forward: blocks of queries against blocks of keys with a running softmax.
+    """FlashAttention's forward and backward: blocks of queries against blocks of keys.
 
-    Nothing of size (L, L) is ever allocated, and key blocks that no query of the block can see
-    (above the causal diagonal, or left of the window) are skipped. float16 and bfloat16
-    accumulate in float32, as the fused kernels do.
+    Nothing of size (L, L) is ever allocated or kept for backward: the forward runs a running
+    softmax and saves only the inputs, the output and each query row's log-sum-exp; the backward
+    walks the blocks again and recomputes the probabilities from those. Key blocks that no query
+    of a block can see (above the causal diagonal, or left of the window) are skipped in both.
+    float16 and bfloat16 accumulate in float32, as the fused kernels do.
     """
-    if block <= 0:
-        raise ValueError(f"block must be positive, got {block}")
-    _check_mask_args(causal, window)
-    key, value = repeat_kv(key, value, query.shape[-3])
-    dtype, compute = query.dtype, torch.promote_types(query.dtype, torch.float32)
-    query, key, value = query.to(compute), key.to(compute), value.to(compute)
-    length_q = query.shape[-2]
-    output = torch.empty_like(query)
-    for q_start in range(0, length_q, block):
-        q_stop = min(q_start + block, length_q)
-        output[..., q_start:q_stop, :] = _query_block(
-            query[..., q_start:q_stop, :], key, value, q_start, block, causal, window
+    tiling = Tiling(block, causal, window)
+    _kv_groups(query.shape[-3], key.shape[-3])
+    return TiledAttention.apply(query, key, value, tiling)
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """How the (L_q, L_k) scores are cut into blocks, and which blocks are computed.
+
+    skip=False computes the blocks that no query can see too (masked to -inf); it exists to show
+    that skipping them changes nothing.
+    """
+
+    block: int
+    causal: bool
+    window: int
+    skip: bool = True
+
+    def __post_init__(self):
+        if self.block <= 0:
+            raise ValueError(f"block must be positive, got {self.block}")
+        _check_mask_args(self.causal, self.window)
+
+    def key_starts(self, q_start: int, q_stop: int, length_k: int) -> range:
+        """Start positions of the key blocks computed for the query rows [q_start, q_stop)."""
+        if not self.causal or not self.skip:
+            return range(0, length_k, self.block)
+        first = max(0, q_start - self.window + 1) if self.window > 0 else 0
+        return range(first // self.block * self.block, min(q_stop, length_k), self.block)
+
+    def hide(self, scores: Tensor, q_start: int, k_start: int) -> Tensor:
+        """scores (.., bq, bk) with -inf where a query cannot see a key; as is if it sees all."""
+        q_stop, k_stop = q_start + scores.shape[-2], k_start + scores.shape[-1]
+        above_diagonal = k_stop - 1 > q_start
+        outside_window = self.window > 0 and (q_stop - 1) - k_start >= self.window
+        if not self.causal or not (above_diagonal or outside_window):
+            return scores
+        rows = torch.arange(q_start, q_stop, device=scores.device).unsqueeze(1)
+        columns = torch.arange(k_start, k_stop, device=scores.device).unsqueeze(0)
+        hidden = columns > rows
+        if self.window > 0:
+            hidden |= rows - columns >= self.window
+        return scores.masked_fill(hidden, float("-inf"))
+
+
+class TiledAttention(torch.autograd.Function):
+    """tiled_attention's forward and backward; apply(query, key, value, tiling).
+
+    Saved for backward: query, key and value as given, the output, and the log-sum-exp of each
+    query row's scores (B, H_kv, G, L_q, 1). Nothing else, and nothing of size (L, L).
+    """
+
+    @staticmethod
+    def forward(ctx, query: Tensor, key: Tensor, value: Tensor, tiling: Tiling) -> Tensor:
+        output, lse = _tiled_forward(*_grouped(query, key, value), tiling)
+        output = output.flatten(-4, -3).to(query.dtype)  # (B, H, L_q, D)
+        ctx.save_for_backward(query, key, value, output, lse)
+        ctx.tiling = tiling
+        return output
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_output: Tensor) -> tuple[Tensor, Tensor, Tensor, None]:
+        query, key, value, output, lse = ctx.saved_tensors
+        grad_query, grad_key, grad_value = _tiled_backward(
+            *_grouped(query, key, value, output, grad_output), lse, ctx.tiling
         )
-    return output.to(dtype)
+        return (
+            grad_query.flatten(-4, -3).to(query.dtype),  # (B, H, L_q, D)
+            grad_key.squeeze(-3).to(key.dtype),  # (B, H_kv, L_k, D)
+            grad_value.squeeze(-3).to(value.dtype),
+            None,
+        )
 
 
-def _query_block(
-    query: Tensor, key: Tensor, value: Tensor, q_start: int, block: int, causal: bool, window: int
-) -> Tensor:
-    """One block of query rows against every key block it can see."""
-    length_k, scale = key.shape[-2], 1.0 / math.sqrt(query.shape[-1])
+def _tiled_forward(
+    query: Tensor, key: Tensor, value: Tensor, tiling: Tiling
+) -> tuple[Tensor, Tensor]:
+    """The output (B, H_kv, G, L_q, D) and each row's log-sum-exp (B, H_kv, G, L_q, 1)."""
+    output = torch.empty_like(query)
+    lse = query.new_empty(query.shape[:-1] + (1,))
+    for q_start in range(0, query.shape[-2], tiling.block):
+        rows = slice(q_start, q_start + tiling.block)
+        output[..., rows, :], lse[..., rows, :] = _forward_query_block(
+            query[..., rows, :], key, value, q_start, tiling
+        )
+    return output, lse
+
+
+def _forward_query_block(
+    query: Tensor, key: Tensor, value: Tensor, q_start: int, tiling: Tiling
+) -> tuple[Tensor, Tensor]:
+    """One block of query rows (.., bq, D) against every key block it can see: output and lse."""
+    scale = 1.0 / math.sqrt(query.shape[-1])
     q_stop = q_start + query.shape[-2]
-    rows = torch.arange(q_start, q_stop, device=query.device).unsqueeze(1)
-    running_max = query.new_full(query.shape[:-1] + (1,), float("-inf"))  # (B, H, bq, 1)
+    running_max = query.new_full(query.shape[:-1] + (1,), float("-inf"))  # (B, H_kv, G, bq, 1)
     running_sum = torch.zeros_like(running_max)
-    output = torch.zeros_like(query)  # (B, H, bq, D): unnormalized
-    for k_start in _visible_key_blocks(q_start, q_stop, length_k, block, causal, window):
-        k_stop = min(k_start + block, length_k)
-        scores = query @ key[..., k_start:k_stop, :].transpose(-2, -1) * scale  # (B, H, bq, bk)
-        if _straddles_edge(q_start, q_stop, k_start, k_stop, causal, window):
-            columns = torch.arange(k_start, k_stop, device=query.device).unsqueeze(0)
-            hidden = columns > rows
-            if window > 0:
-                hidden |= rows - columns >= window
-            scores = scores.masked_fill(hidden, float("-inf"))
+    output = torch.zeros_like(query)  # (B, H_kv, G, bq, D): unnormalized
+    for k_start in tiling.key_starts(q_start, q_stop, key.shape[-2]):
+        columns = slice(k_start, k_start + tiling.block)
+        scores = query @ key[..., columns, :].transpose(-2, -1) * scale  # (B, H_kv, G, bq, bk)
+        scores = tiling.hide(scores, q_start, k_start)
         block_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))
-        # A row that has seen no visible key yet keeps max 0, so exp(-inf - 0) = 0 below.
-        block_max = block_max.masked_fill(block_max.isinf(), 0.0)
-        correction = (running_max - block_max).exp()
-        weights = (scores - block_max).exp()
+        # A row that has seen no visible key yet keeps max -inf, but subtracts 0 in the exponents
+        # (exp(-inf - 0) = 0, where -inf - -inf would be nan). Clamping the max itself to 0
+        # would underflow rows whose visible scores are all below about -100 (float32).
+        shift = block_max.masked_fill(block_max == float("-inf"), 0.0)
+        correction = (running_max - shift).exp()
+        weights = (scores - shift).exp()
         running_sum = correction * running_sum + weights.sum(dim=-1, keepdim=True)
-        output = correction * output + weights @ value[..., k_start:k_stop, :]
+        output = correction * output + weights @ value[..., columns, :]
         running_max = block_max
-    return output / running_sum
+    return output / running_sum, running_max + running_sum.log()
 
 
-def _visible_key_blocks(
-    q_start: int, q_stop: int, length_k: int, block: int, causal: bool, window: int
-) -> range:
-    """Start positions of the key blocks that some query in [q_start, q_stop) can see."""
-    if not causal:
-        return range(0, length_k, block)
-    first = max(0, q_start - window + 1) if window > 0 else 0
-    return range(first // block * block, min(q_stop, length_k), block)
+def _tiled_backward(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    output: Tensor,
+    grad_output: Tensor,
+    lse: Tensor,
+    tiling: Tiling,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """FlashAttention-2's backward: dq (B, H_kv, G, L_q, D), dk and dv (B, H_kv, 1, L_k, D).
+
+    Walks the blocks the forward computed, recomputing their probabilities from the saved lse.
+    A KV head's gradients sum over the G query heads that share it, block by block.
+    """
+    scale = 1.0 / math.sqrt(query.shape[-1])
+    delta = (grad_output * output).sum(dim=-1, keepdim=True)  # D_i = rowsum(dO_i * O_i)
+    grad_query = torch.zeros_like(query)
+    grad_key, grad_value = torch.zeros_like(key), torch.zeros_like(value)
+    for q_start in range(0, query.shape[-2], tiling.block):
+        rows = slice(q_start, q_start + tiling.block)
+        q, d_out = query[..., rows, :], grad_output[..., rows, :]  # (B, H_kv, G, bq, D)
+        for k_start in tiling.key_starts(q_start, q_start + q.shape[-2], key.shape[-2]):
+            columns = slice(k_start, k_start + tiling.block)
+            k, v = key[..., columns, :], value[..., columns, :]  # (B, H_kv, 1, bk, D)
+            scores = tiling.hide(q @ k.transpose(-2, -1) * scale, q_start, k_start)
+            probs = (scores - lse[..., rows, :]).exp()  # P = exp(S - lse): (B, H_kv, G, bq, bk)
+            # dV += P^T dO and dK += dS^T Q, each summed over the group's G query heads.
+            grad_value[..., columns, :] += (probs.transpose(-2, -1) @ d_out).sum(-3, keepdim=True)
+            # dS = P * (dP - D) with dP = dO V^T; the softmax scale folded in once, here.
+            grad_scores = probs * (d_out @ v.transpose(-2, -1) - delta[..., rows, :]) * scale
+            grad_query[..., rows, :] += grad_scores @ k
+            grad_key[..., columns, :] += (grad_scores.transpose(-2, -1) @ q).sum(-3, keepdim=True)
+    return grad_query, grad_key, grad_value
 
 
-def _straddles_edge(
-    q_start: int, q_stop: int, k_start: int, k_stop: int, causal: bool, window: int
-) -> bool:
-    """Whether some query of the block cannot see some key of it (so it needs a mask)."""
-    if not causal:
-        return False
-    above_diagonal = k_stop - 1 > q_start
-    outside_window = window > 0 and (q_stop - 1) - k_start >= window
-    return above_diagonal or outside_window
+def _grouped(query: Tensor, key: Tensor, value: Tensor, *like_query: Tensor) -> list[Tensor]:
+    """The tiled loops' layout and dtype (float32 or wider; views when already so).
+
+    query and tensors shaped like it: (B, H, L, D) -> (B, H_kv, G, L, D), query heads grouped by
+    the KV head they share; key and value: (B, H_kv, L, D) -> (B, H_kv, 1, L, D).
+    """
+    compute, kv_heads = torch.promote_types(query.dtype, torch.float32), key.shape[-3]
+    grouped = [t.to(compute).unflatten(-3, (kv_heads, -1)) for t in (query, *like_query)]
+    return [
+        grouped[0],
+        key.to(compute).unsqueeze(-3),
+        value.to(compute).unsqueeze(-3),
+        *grouped[1:],
+    ]
+
+
+def _kv_groups(heads: int, kv_heads: int) -> int:
+    """How many query heads share each KV head."""
+    if heads % kv_heads:
+        raise ValueError(f"{kv_heads} key/value heads do not divide {heads} query heads")
+    return heads // kv_heads
 
 
 def _check_mask_args(causal: bool, window: int) -> None:

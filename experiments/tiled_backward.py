@@ -1,0 +1,219 @@
+"""exp016: the tiled backward pass against SDPA's gradients, and forward + backward memory.
+
+run (exp016_tiled_backward): one (B, H, L, D) attention with random inputs and a random upstream
+gradient, through tiled_attention and through SDPA; how far apart their outputs and their
+gradients of query, key and value are.
+
+memory (exp016_backward_memory): the peak memory of one forward + backward through one method
+(naive, tiled, or SDPA forced onto its math or flash backend), measured in a fresh child process
+(harness.measure.run_isolated) with the inputs and upstream gradient allocated before the
+baseline. Running out of memory is a row with status "oom", a backend that cannot run these
+inputs a row with status "unsupported" and PyTorch's reason.
+"""
+
+import contextlib
+import functools
+import warnings
+from collections.abc import Callable
+from typing import Literal
+
+import torch
+from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from experiments import checks
+from experiments.attention import naive_attention, sdpa_attention, tiled_attention
+from harness.measure import MIB, measure_memory, run_isolated
+
+Dtype = Literal["float32", "float64", "bfloat16", "float16"]
+Method = Literal["naive", "tiled", "sdpa_math", "sdpa_flash"]
+
+SDPA_BACKENDS = {"sdpa_math": SDPBackend.MATH, "sdpa_flash": SDPBackend.FLASH_ATTENTION}
+NO_KERNEL = ("No available kernel", "No viable backend")
+
+
+def check(
+    *,
+    length: int,
+    block: int,
+    kv_heads: int,
+    heads: int,
+    head_dim: int,
+    batch: int,
+    causal: bool,
+    window: int,
+    device: str,
+    warmup_length: int = 0,
+    memory_cap_mib: int | None = None,
+    timeout_s: float = 1.0,
+    **_,
+) -> None:
+    """Reject out-of-domain values of run's or memory's parameters: a one-line ValueError."""
+    checks.positive(length=length, block=block, kv_heads=kv_heads, heads=heads,
+                    head_dim=head_dim, batch=batch, timeout_s=timeout_s)  # fmt: skip
+    checks.heads(heads, kv_heads)
+    checks.window(window, causal)
+    checks.not_negative(warmup_length=warmup_length, memory_cap_mib=memory_cap_mib)
+    checks.device(device)
+
+
+def run(
+    *,
+    length: int,
+    block: int,
+    kv_heads: int = 8,
+    heads: int = 8,
+    head_dim: int = 32,
+    batch: int = 1,
+    dtype: Dtype = "float32",
+    causal: bool = True,
+    window: int = 0,
+    seed: int = 0,
+    device: str = "cpu",
+) -> list[dict]:
+    """One row: the largest differences of the output and of dq, dk, dv, tiled against SDPA."""
+    check(**locals())  # locals() is exactly the keyword arguments here
+    if _lacks_cuda(device):
+        return [{"status": "unsupported", "error": "CUDA is not available"}]
+    shape = dict(batch=batch, heads=heads, kv_heads=kv_heads, length=length, head_dim=head_dim)
+    inputs = _inputs(**shape, dtype=dtype, seed=seed, device=device)
+    mask = {"causal": causal, "window": window}
+    tiled = functools.partial(tiled_attention, block=block)
+    expected, *expected_grads = _forward_backward(sdpa_attention, *inputs, **mask)
+    actual, *actual_grads = _forward_backward(tiled, *inputs, **mask)
+    row = {"max_abs_diff": _largest(actual - expected)}
+    for name, got, want in zip("qkv", actual_grads, expected_grads, strict=True):
+        row[f"max_grad_diff_{name}"] = _largest(got - want)
+    row["max_grad_diff"] = max(row[f"max_grad_diff_{name}"] for name in "qkv")
+    row["max_abs_grad"] = max(_largest(grad) for grad in expected_grads)
+    return [row]
+
+
+def memory(
+    *,
+    method: Method,
+    length: int,
+    block: int = 128,
+    kv_heads: int = 8,
+    heads: int = 8,
+    head_dim: int = 32,
+    batch: int = 1,
+    dtype: Dtype = "float32",
+    causal: bool = True,
+    window: int = 0,
+    seed: int = 0,
+    device: str = "cpu",
+    warmup_length: int = 16,
+    memory_cap_mib: int | None = None,
+    timeout_s: float = 1800.0,
+) -> list[dict]:
+    """One row: peak memory of one forward + backward through `method`, in a fresh child.
+
+    The row has inputs_mib (query, key, value and the upstream gradient) and rss_delta_mib on the
+    CPU, or cuda_peak_mib and cuda_reserved_mib on CUDA (harness.measure.measure_memory). Before
+    the inputs exist, the child runs one forward + backward at warmup_length tokens (0: none), so
+    that one-off costs (thread pools, the autograd engine, first-use buffers: some 45 MiB of
+    resident memory on CPU) are not counted as the cost of the length. memory_cap_mib bounds the
+    CPU child (None: harness.measure's default, 8 GiB); CUDA children run uncapped, since the
+    CUDA driver maps far more address space than it uses.
+    """
+    check(**locals())  # locals() is exactly the keyword arguments here
+    if _lacks_cuda(device):
+        return [{"status": "unsupported", "error": "CUDA is not available"}]
+    shape = dict(batch=batch, heads=heads, kv_heads=kv_heads, length=length, head_dim=head_dim)
+    point = dict(method=method, block=block, causal=causal, window=window)
+    inputs = dict(**shape, dtype=dtype, seed=seed, device=device)
+    outcome = run_isolated(
+        _measure_memory,
+        kwargs=dict(point=point, inputs=inputs, warmup_length=warmup_length),
+        memory_cap_mib=0 if torch.device(device).type == "cuda" else memory_cap_mib,
+        timeout_s=timeout_s,
+    )
+    if outcome.status != "ok":
+        return [{"status": outcome.status, "error": outcome.error}]
+    return [outcome.value]
+
+
+def _inputs(
+    *,
+    batch: int,
+    heads: int,
+    kv_heads: int,
+    length: int,
+    head_dim: int,
+    dtype: str,
+    seed: int,
+    device: str,
+) -> list[Tensor]:
+    """query (B, H, L, D), key and value (B, H_kv, L, D) requiring grad; grad_output (B, H, L, D).
+
+    Drawn in float32 on the CPU, so a point's numbers are the same on every device and dtype.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    shapes = [(batch, h, length, head_dim) for h in (heads, kv_heads, kv_heads, heads)]
+    tensors = [
+        torch.randn(shape, generator=generator).to(device=device, dtype=getattr(torch, dtype))
+        for shape in shapes
+    ]
+    for tensor in tensors[:3]:
+        tensor.requires_grad_()
+    return tensors
+
+
+def _forward_backward(
+    attend: Callable[..., Tensor],
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    grad_output: Tensor,
+    **mask,
+) -> tuple[Tensor, ...]:
+    """The output and the gradients of sum(output * grad_output) for query, key and value."""
+    output = attend(query, key, value, **mask)
+    grads = torch.autograd.grad(output, (query, key, value), grad_output)
+    return output.detach(), *grads
+
+
+def _largest(tensor: Tensor) -> float:
+    return tensor.abs().max().item()
+
+
+def _lacks_cuda(device: str) -> bool:
+    return torch.device(device).type == "cuda" and not torch.cuda.is_available()
+
+
+# In the child process
+
+
+def _measure_memory(*, point: dict, inputs: dict, warmup_length: int) -> dict:
+    """A small warm-up, the inputs, then one forward + backward's peak memory over that baseline."""
+    attend = _attention(point["method"], point["block"])
+    mask = {"causal": point["causal"], "window": point["window"]}
+    on_cuda = torch.device(inputs["device"]).type == "cuda"
+    with warnings.catch_warnings(record=True) as caught, _backend(point["method"]):
+        warnings.simplefilter("always")
+        try:
+            if warmup_length:
+                _forward_backward(attend, *_inputs(**{**inputs, "length": warmup_length}), **mask)
+            tensors = _inputs(**inputs)
+            step = functools.partial(_forward_backward, attend, *tensors, **mask)
+            row = {"inputs_mib": sum(tensor.nbytes for tensor in tensors) / MIB}
+            return row | measure_memory(step, device=inputs["device"], warmup=int(on_cuda))
+        except RuntimeError as error:
+            if not any(text in str(error) for text in NO_KERNEL):
+                raise
+            reasons = [str(warning.message) for warning in caught] + [str(error)]
+            return {"status": "unsupported", "error": " | ".join(reasons)}
+
+
+def _attention(method: str, block: int) -> Callable[..., Tensor]:
+    if method == "tiled":
+        return functools.partial(tiled_attention, block=block)
+    return naive_attention if method == "naive" else sdpa_attention
+
+
+def _backend(method: str) -> contextlib.AbstractContextManager:
+    """SDPA forced onto the method's backend; nothing for naive and tiled."""
+    if method in SDPA_BACKENDS:
+        return sdpa_kernel(SDPA_BACKENDS[method])
+    return contextlib.nullcontext()
