@@ -6,26 +6,17 @@ memory over the baseline) or cuda_peak_mib (the CUDA allocator's peak over the b
 
 from pathlib import Path
 
-import matplotlib
 import pandas as pd
 
 from analysis.report import markdown
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
+from analysis.scaling import loglog, per_doubling, with_memory
 
 SHAPE = ["device_used", "dtype", "batch", "heads", "head_dim", "causal"]  # one table each
-MEMORY = ["cuda_peak_mib", "rss_delta_mib"]
 
 
 def measurements(rows: pd.DataFrame) -> pd.DataFrame:
-    """The ok rows, with memory_mib, memory_kind (the column it came from), memory_over_inputs."""
-    ok = rows[rows["status"] == "ok"].copy()
-    kinds = [column for column in MEMORY if column in ok]
-    ok["memory_kind"] = ok[kinds].notna().idxmax(axis=1) if kinds else None
-    ok["memory_mib"] = ok[kinds].bfill(axis=1).iloc[:, 0] if kinds else float("nan")
-    ok["memory_over_inputs"] = ok["memory_mib"] / ok["inputs_mib"]
-    return ok
+    """The ok rows, with memory_mib (whichever memory column they have) and memory_over_inputs."""
+    return with_memory(rows)
 
 
 def speedup(rows: pd.DataFrame) -> pd.DataFrame:
@@ -42,15 +33,8 @@ def speedup(rows: pd.DataFrame) -> pd.DataFrame:
 
 def growth(rows: pd.DataFrame) -> pd.DataFrame:
     """Per shape and backend: memory and time at each length over those at half the length."""
-    data = measurements(rows).set_index(_shape(rows) + ["backend", "length"])
-    half = data.rename(index=lambda length: length * 2, level="length")
-    ratios = pd.DataFrame(
-        {
-            "memory_growth": data["memory_mib"] / half["memory_mib"],
-            "time_growth": data["time_ms"] / half["time_ms"],
-        }
-    ).dropna(how="all")
-    return ratios.reset_index()
+    ratios = {"memory_mib": "memory_growth", "time_ms": "time_growth"}
+    return per_doubling(measurements(rows), _shape(rows) + ["backend"], ratios)
 
 
 def tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -93,29 +77,18 @@ def time_and_memory(rows: pd.DataFrame) -> pd.DataFrame:
 def plots(rows: pd.DataFrame, folder: Path) -> dict[str, Path]:
     """Memory and time against length, log-log, one line per backend and dtype per device."""
     data = measurements(rows)
-    paths = {}
     if data.empty:
-        return paths
-    for what, column, unit in (("memory", "memory_mib", "MiB"), ("time", "time_ms", "ms")):
-        devices = sorted(data["device_used"].unique())
-        figure, axes = plt.subplots(1, len(devices), figsize=(6 * len(devices), 4), squeeze=False)
-        for axis, device in zip(axes[0], devices, strict=True):
-            on_device = data[data["device_used"] == device]
-            for (backend, dtype), line in on_device.groupby(["backend", "dtype"]):
-                line = line.groupby("length")[column].median()
-                axis.loglog(line.index, line.values, marker="o", label=f"{backend} {dtype}")
-            kind = on_device["memory_kind"].iloc[0] if what == "memory" else "median time"
-            axis.set(title=f"{device}: {kind}", xlabel="length", ylabel=unit)
-            axis.set_xticks(sorted(on_device["length"].unique()), minor=False)
-            axis.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-            axis.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-            axis.grid(True, which="both", alpha=0.3)
-            axis.legend(fontsize="small")
-        figure.tight_layout()
-        paths[what] = folder / f"exp015_backends-{what}.png"
-        figure.savefig(paths[what], dpi=100)
-        plt.close(figure)
-    return paths
+        return {}
+    return {
+        what: loglog(
+            data,
+            column,
+            ["backend", "dtype"],
+            "device_used",
+            folder / f"exp015_backends-{what}.png",
+        )  # fmt: skip
+        for what, column in (("memory", "memory_mib"), ("time", "time_ms"))
+    }
 
 
 def _shape(rows: pd.DataFrame) -> list[str]:

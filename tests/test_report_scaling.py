@@ -1,10 +1,18 @@
-"""exp015_backends in the report: derived tables, the seed's claims, plots, from known rows."""
+"""The scaling reports (exp015_backends, exp016_backward_memory): derived tables, the configs'
+own claims and plots, from rows with known answers."""
 
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 
-from analysis import backends
+from analysis import backends, backward_memory
 from analysis.report import claims_table
+from harness.sweep import CONF
+
+
+def experiment_config(name: str) -> dict:
+    return OmegaConf.to_container(OmegaConf.load(CONF / "experiment" / f"{name}.yaml").experiment)
+
 
 # Two CPU sweeps' worth of rows: memory x4 per doubling for math, flat for flash.
 MATH_MIB = {1024: 100.0, 2048: 400.0, 4096: 1600.0, 8192: 6400.0}
@@ -29,17 +37,7 @@ def rows(math_mib=MATH_MIB, flash_ms_at_8192=300.0, device="cpu"):
     return pd.DataFrame(lines)
 
 
-CONFIG = {
-    "report": "analysis.backends",
-    "claims": [
-        {"table": "growth", "metric": "memory_growth", "min": 3.5, "max": 4.5,
-         "where": "backend == 'math' and length == 8192 and device_used == 'cpu'"},
-        {"table": "measurements", "metric": "memory_over_inputs", "max": 4.0,
-         "where": "backend == 'flash' and length == 8192 and device_used == 'cpu'"},
-        {"table": "speedup", "metric": "flash_over_math", "min": 1.0,
-         "where": "length == 8192 and dtype == 'float32' and device_used == 'cpu'"},
-    ],
-}  # fmt: skip
+CONFIG = experiment_config("exp015_backends")
 
 
 def test_growth_speedup_and_memory_over_inputs():
@@ -79,3 +77,28 @@ def test_the_section_has_its_tables_plots_and_refusals(tmp_path):
     for name in ("memory", "time"):
         assert f"](exp015_backends-{name}.png)" in text
         assert (tmp_path / f"exp015_backends-{name}.png").stat().st_size > 10_000
+
+
+def memory_rows(tiled_mib: dict) -> pd.DataFrame:
+    naive = {1024: 100.0, 2048: 390.0, 4096: 1560.0, 8192: 6200.0}
+    return pd.DataFrame(
+        [
+            {"job": job, "status": "ok", "method": method, "length": length, "device": "cpu",
+             "dtype": "float32", "rss_delta_mib": mib, "inputs_mib": length / 256}
+            for job, (method, length, mib) in enumerate(
+                [("naive", length, mib) for length, mib in naive.items()]
+                + [("tiled", length, mib) for length, mib in tiled_mib.items()]
+            )
+        ]
+    )  # fmt: skip
+
+
+def test_backward_memory_claims_tell_linear_from_the_square(tmp_path):
+    config = experiment_config("exp016_backward_memory")
+    linear = memory_rows({1024: 12.0, 2048: 17.0, 4096: 25.0, 8192: 41.0})
+    assert claims_table(linear, config)["result"].tolist() == ["PASS", "PASS"]
+    square = memory_rows({1024: 12.0, 2048: 48.0, 4096: 190.0, 8192: 760.0})
+    assert claims_table(square, config)["result"].tolist() == ["FAIL", "PASS"]
+    parts = backward_memory.sections(linear, backward_memory.tables(linear), tmp_path)
+    assert "rss_delta_mib" in parts[0] and "](exp016_backward_memory.png)" in parts[-1]
+    assert (tmp_path / "exp016_backward_memory.png").stat().st_size > 10_000

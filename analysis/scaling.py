@@ -1,0 +1,65 @@
+"""How measurements scale with length: memory named for what it is, ratios per doubling, plots.
+
+Shared by the experiments whose reports compare methods (SDPA backends, attention paths)
+across lengths.
+"""
+
+from pathlib import Path
+
+import matplotlib
+import pandas as pd
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
+
+MEMORY = ["cuda_peak_mib", "rss_delta_mib"]  # a row has one of these, named for what it is
+
+
+def with_memory(rows: pd.DataFrame) -> pd.DataFrame:
+    """The ok rows, with memory_mib, memory_kind (the column it came from), memory_over_inputs."""
+    ok = rows[rows["status"] == "ok"].copy()
+    kinds = [column for column in MEMORY if column in ok]
+    ok["memory_kind"] = ok[kinds].notna().idxmax(axis=1) if kinds else None
+    ok["memory_mib"] = ok[kinds].bfill(axis=1).iloc[:, 0] if kinds else float("nan")
+    if "inputs_mib" in ok:
+        ok["memory_over_inputs"] = ok["memory_mib"] / ok["inputs_mib"]
+    return ok
+
+
+def per_doubling(data: pd.DataFrame, keys: list[str], ratios: dict[str, str]) -> pd.DataFrame:
+    """Per group of `keys`: each column at length L over its value at L/2, where both exist.
+
+    ratios maps a column to the name of its ratio, e.g. {"memory_mib": "memory_growth"}.
+    """
+    indexed = data.set_index(keys + ["length"])
+    half = indexed.rename(index=lambda length: length * 2, level="length")
+    growth = pd.DataFrame({name: indexed[c] / half[c] for c, name in ratios.items() if c in data})
+    return growth.dropna(how="all").reset_index()
+
+
+def loglog(data: pd.DataFrame, column: str, lines: list[str], panels: str, path: Path) -> Path:
+    """`column` against length, log-log: a panel per value of `panels`, a line per `lines`."""
+    values = sorted(data[panels].unique())
+    figure, axes = plt.subplots(1, len(values), figsize=(6 * len(values), 4), squeeze=False)
+    for axis, value in zip(axes[0], values, strict=True):
+        panel = data[data[panels] == value]
+        for label, line in panel.groupby(lines):
+            line = line.groupby("length")[column].median()
+            name = " ".join(str(part) for part in (label if isinstance(label, tuple) else (label,)))
+            axis.loglog(line.index, line.values, marker="o", label=name)
+        axis.set(title=f"{value}: {_label(panel, column)}", xlabel="length")
+        axis.set_xticks(sorted(panel["length"].unique()))
+        axis.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        axis.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        axis.grid(True, which="both", alpha=0.3)
+        axis.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def _label(panel: pd.DataFrame, column: str) -> str:
+    if column == "memory_mib":
+        return f"{'/'.join(panel['memory_kind'].dropna().unique())} (MiB)"
+    return {"time_ms": "median time (ms)"}.get(column, column)
