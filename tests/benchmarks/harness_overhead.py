@@ -1,0 +1,47 @@
+"""What the harness costs: `python -m harness +experiment=exp014_tiled` against a bare script.
+
+Both start a fresh interpreter and compute the same nine points (length 128, 512, 1024 x
+block 64, 128, 256); the bare script calls experiments.tiled.run in a loop and prints. They
+run alternately, REPEATS times each, in scratch directories; the medians and their ratio are
+printed. Run: python tests/benchmarks/harness_overhead.py [REPEATS]
+"""
+
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+BARE = """
+from experiments.tiled import run
+for length in (128, 512, 1024):
+    for block in (64, 128, 256):
+        print(length, block, run(length=length, block=block)[0]["max_abs_diff"])
+"""
+
+
+def wall_time(command: list[str]) -> float:
+    with tempfile.TemporaryDirectory() as scratch:
+        started = time.perf_counter()
+        subprocess.run(command, cwd=scratch, check=True, capture_output=True)
+        return time.perf_counter() - started
+
+
+def main(repeats: int) -> None:
+    commands = {
+        "bare script": [sys.executable, "-c", BARE],
+        "python -m harness": [sys.executable, "-m", "harness", "+experiment=exp014_tiled"],
+    }
+    times = {name: [] for name in commands}
+    for _ in range(repeats):
+        for name, command in commands.items():
+            times[name].append(wall_time(command))
+    for name, samples in times.items():
+        spread = f"{min(samples):.2f} to {max(samples):.2f}"
+        print(f"{name:18} median {statistics.median(samples):.2f} s ({spread} s, {repeats} runs)")
+    ratio = statistics.median(times["python -m harness"]) / statistics.median(times["bare script"])
+    print(f"harness / bare: {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5)
