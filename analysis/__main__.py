@@ -1,16 +1,38 @@
-"""python -m analysis [--check]: regenerate outputs/report/REPORT.md from outputs/results."""
+"""python -m analysis [--check]: regenerate outputs/report/REPORT.md from outputs/results.
+python -m analysis compare SWEEP_A SWEEP_B [--fail-on-regression FACTOR]: two sweeps side by
+side, written to outputs/report/compare-A-vs-B.md."""
 
 import argparse
 import sys
 from pathlib import Path
 
+from analysis.compare import RULE
 from analysis.report import write_report
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis",
+        description=__doc__,
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
     parser.add_argument("--out", type=Path, default=Path("outputs"), help="the harness's out dir")
     parser.add_argument("--check", action="store_true", help="exit 1 if a claim fails")
+    commands = parser.add_subparsers(dest="command", title="commands", metavar="compare")
+    compare = commands.add_parser(
+        "compare",
+        help="compare two sweeps of one experiment, point by point",
+        description=f"Compare two sweeps of one experiment, point by point. {RULE}",
+    )
+    compare.add_argument("sweep_a", metavar="SWEEP_A")
+    compare.add_argument("sweep_b", metavar="SWEEP_B")
+    compare.add_argument(
+        "--fail-on-regression",
+        type=float,
+        metavar="FACTOR",
+        help="exit 1 when a timing in B is slower than FACTOR x A (e.g. 1.10), outside the noise",
+    )
+    compare.add_argument("--out", type=Path, default=argparse.SUPPRESS, help="as above")
     args = parser.parse_args(argv)
     results = args.out / "results"
     if not results.is_dir():
@@ -19,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.command == "compare":
+        return _compare(results, args)
     path, claims = write_report(results, args.out / "report")
     for claim in claims.itertuples():
         print(f"{claim.result:7} {claim.experiment}: {claim.claim} (worst {claim.worst})")
@@ -27,4 +51,26 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if args.check and not failing.empty else 0
 
 
-sys.exit(main())
+def _compare(results: Path, args: argparse.Namespace) -> int:
+    from analysis.compare import CompareError, compare, document, load
+    from harness import store
+
+    factor = args.fail_on_regression
+    if factor is not None and not factor > 0:
+        print(f"error: --fail-on-regression takes a factor above 0, got {factor}", file=sys.stderr)
+        return 2
+    try:
+        comparison = compare(load(results, args.sweep_a), load(results, args.sweep_b))
+    except CompareError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    text, regressed = document(comparison, factor)
+    path = args.out / "report" / f"compare-{args.sweep_a}-vs-{args.sweep_b}.md"
+    store.write_text(path, text)
+    print(text, end="")
+    print(f"comparison: {path}")
+    return 1 if regressed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -111,8 +111,8 @@ def outcome(handle, lost: str | None) -> dict:
 
 def finish(sweep, point, summary: dict, progress: "Progress") -> None:
     """Make sure the point has a row (a killed job wrote none), then print its progress line."""
-    path = store.job_file(sweep.results, sweep.experiment.name, sweep.id, point.job)
-    if not path.exists():
+    if not store.has_rows(sweep.results, sweep.experiment.name, sweep.id, point.job):
+        path = store.job_file(sweep.results, sweep.experiment.name, sweep.id, point.job)
         row = {
             "job": point.job,
             "status": summary["status"],

@@ -35,6 +35,12 @@ def find_experiment(results: Path, sweep_id: str) -> str:
     return found[0]
 
 
+def still_scheduled(manifest: dict) -> list[int]:
+    """The jobs that SLURM still queues or runs, by the manifest's launches."""
+    states = _scheduled(manifest)
+    return [job for job, (state, _) in states.items() if state in ("pending", "running")]
+
+
 def point_states(manifest: dict, rows: pd.DataFrame) -> pd.DataFrame:
     """One line per point of the manifest: job, its grid values, state, detail."""
     landed = {} if rows.empty else {job: part for job, part in rows.groupby("job")}

@@ -4,19 +4,34 @@ A job's rows are written to a hidden temporary file and renamed into place, so a
 sees a partial file, and a job that runs again (resume, a SLURM requeue) replaces its own file
 instead of adding rows. The experiment and sweep live in the Hive-style path, not in the files,
 so pyarrow, pandas and DuckDB all read them as partition columns. Sweep-level files (the
-manifest, package lists) start with "_", which those readers skip.
+manifest, package lists, the compaction lock) start with "_", which those readers skip.
+
+A finished sweep's job files can be merged into one, compacted-N.parquet (`compact`). The rule
+that keeps every row exactly once for `read`, even while a compaction runs: each job's rows come
+from one file, its own job file when it has one (a job file is never older than the compacted
+rows of its job), else the newest compacted file holding the job.
 """
 
+import fcntl
 import json
 import os
+import re
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.dataset as ds
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 MANIFEST = "_sweep.json"
+LOCK = "_compact.lock"  # held while a compaction or a resume rewrites a sweep's files
+COMPACTED = re.compile(r"compacted-(\d+)\.parquet")
+JOB = re.compile(r"job-(\d+)\.parquet")
+READ_ATTEMPTS = 50  # a read retries while compactions change the folder under it
 # A point's answer: resume skips these. Other statuses (failed, killed, oom, timeout) rerun.
 DONE = ("ok", "unsupported")
 PARTITIONS = pa.schema([("experiment", pa.string()), ("sweep", pa.string())])
@@ -58,8 +73,7 @@ def job_file(root: Path, experiment: str, sweep: str, job: int) -> Path:
 
 def write_rows(path: Path, rows: list[dict]) -> None:
     """Write one job's rows to `path` atomically: a reader sees all of them or none."""
-    table = rows_to_table(rows)
-    _replace_atomically(path, lambda tmp: pq.write_table(table, tmp))
+    _write_table(path, rows_to_table(rows))
 
 
 def rows_to_table(rows: list[dict]) -> pa.Table:
@@ -109,36 +123,106 @@ def experiments(root: Path) -> list[str]:
 
 
 def result_files(root: Path, experiment: str | None = None, sweep: str | None = None) -> list[Path]:
-    pattern = f"experiment={experiment or '*'}/sweep={sweep or '*'}/*.parquet"
-    return sorted(Path(root).glob(pattern))
+    return [
+        folder / name
+        for folder in _sweep_dirs(root, experiment, sweep)
+        for name in _listing(folder)
+    ]
 
 
 def read(root: Path, experiment: str | None = None, sweep: str | None = None) -> pd.DataFrame:
     """Every row under `root` (or one experiment's, or one sweep's) as one DataFrame.
 
     The schema is the union of every file's, so a column that only some files have is kept
-    (pandas.read_parquet on a folder would take the first file's schema and drop it).
+    (pandas.read_parquet on a folder would take the first file's schema and drop it). Each
+    job's rows come from one file (see the module's docstring), so a compaction running
+    meanwhile neither hides nor doubles any.
     """
-    files = result_files(root, experiment, sweep)
-    if not files:
+    tables = []
+    for folder in _sweep_dirs(root, experiment, sweep):
+        table = _read_sweep(folder)
+        if table.num_columns:
+            tables.append(_with_partitions(table, folder))
+    if not tables:
         return pd.DataFrame(columns=["experiment", "sweep"])
-    schema = pa.unify_schemas([pq.read_schema(f) for f in files], promote_options="permissive")
-    partitioning = ds.partitioning(PARTITIONS, flavor="hive")
-    dataset = ds.dataset(
-        [str(f) for f in files],
-        schema=pa.unify_schemas([PARTITIONS, schema]),
-        format="parquet",
-        partitioning=partitioning,
-        partition_base_dir=str(root),
-    )
-    return dataset.to_table().to_pandas()
+    return _concat(tables).to_pandas()
+
+
+def has_rows(root: Path, experiment: str, sweep: str, job: int) -> bool:
+    """Whether the job has rows in the store: its own file, or a compacted file holding it."""
+    path = job_file(root, experiment, sweep, job)
+    for _ in range(READ_ATTEMPTS):
+        if path.exists():
+            return True
+        try:
+            return any(
+                job in _jobs(path.parent / name) for name in _compacted(_listing(path.parent))
+            )
+        except FileNotFoundError:  # compacted again since the listing
+            continue
+    raise RuntimeError(f"{path.parent} changed under every one of {READ_ATTEMPTS} reads")
+
+
+def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[str]]:
+    """Merge a sweep's files into one, compacted-N.parquet; the merged file and what it absorbed.
+
+    The merged rows go to a hidden temporary file, fsynced and renamed into place before any
+    absorbed file is removed, so no row is ever out of sight: `read` sees each row once
+    throughout, and pandas, pyarrow and DuckDB see each row once again when it returns. A job
+    file that a job rewrote after it was merged is kept: it is newer, and `read` prefers it.
+    """
+    folder = sweep_dir(root, experiment, sweep)
+    if not folder.is_dir():
+        return None, []
+    with _sweep_lock(folder):
+        names = _listing(folder)
+        if len(names) <= 1 and _compacted(names) == names:  # nothing, or one compacted file
+            return (folder / names[0] if names else None), []
+        parts, identities = _read_parts(folder, names)
+        path = folder / f"compacted-{_next_generation(names):06d}.parquet"
+        _write_table(path, _by_job(_concat(list(parts.values()))))
+        _remove_unchanged(folder, identities)
+    return path, names
+
+
+def release(root: Path, experiment: str, sweep: str, jobs: Iterable[int]) -> list[int]:
+    """Move these jobs' rows out of the sweep's compacted file into job files of their own.
+
+    Resume calls this before it reruns them, so that a rerun replaces a job's rows the usual
+    way, by replacing its job file, and the folder as it lies holds every row once. Returns
+    the jobs moved.
+    """
+    folder = sweep_dir(root, experiment, sweep)
+    if not _compacted(_listing(folder)):  # never compacted: nothing to move, nothing to lock
+        return []
+    with _sweep_lock(folder):
+        names = _listing(folder)
+        own = set(_job_files(names))  # their compacted rows are stale: dropped below
+        parts, _ = _read_parts(folder, _compacted(names))
+        merged = _concat(list(parts.values()))
+        if not merged.num_rows:
+            return []
+        moving = _is_in(merged["job"], set(jobs) - own)
+        moved = _split_by_job(merged.filter(moving))
+        if not moved:
+            return []
+        for job, rows in moved.items():
+            _write_table(job_file(root, experiment, sweep, job), _without_empty_columns(rows))
+        kept = merged.filter(pc.invert(pc.or_(moving, _is_in(merged["job"], own))))
+        if kept.num_rows:
+            _write_table(folder / f"compacted-{_next_generation(names):06d}.parquet", kept)
+        for name in _compacted(names):
+            (folder / name).unlink(missing_ok=True)
+        _fsync_dir(folder)
+    return sorted(moved)
 
 
 def job_statuses(rows: pd.DataFrame) -> pd.Series:
     """Each job's status: its rows' first that is not ok, else ok."""
     if rows.empty:
         return pd.Series(dtype=str)
-    return rows.groupby("job")["status"].agg(lambda s: next((x for x in s if x != "ok"), "ok"))
+    not_ok = rows["status"].where(rows["status"] != "ok")  # first() skips the ok ones
+    return not_ok.groupby(rows["job"]).first().fillna("ok").rename("status")
 
 
 def status_counts(statuses: pd.Series, total: int) -> str:
@@ -148,6 +232,171 @@ def status_counts(statuses: pd.Series, total: int) -> str:
     if total > len(statuses):
         parts.append(f"{total - len(statuses)} not run")
     return f"{total} points: {', '.join(parts) or 'none run'}"
+
+
+def _sweep_dirs(root: Path, experiment: str | None, sweep: str | None) -> list[Path]:
+    pattern = f"experiment={experiment or '*'}/sweep={sweep or '*'}"
+    return sorted(p for p in Path(root).glob(pattern) if p.is_dir())
+
+
+def _listing(folder: Path) -> list[str]:
+    """The folder's row files: *.parquet, without hidden (temporary) and "_" files."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if n.endswith(".parquet") and not n.startswith((".", "_")))
+
+
+def _job_files(names: list[str]) -> dict[int, str]:
+    return {int(m[1]): name for name in names if (m := JOB.fullmatch(name))}
+
+
+def _compacted(names: list[str]) -> list[str]:
+    """The compacted files among `names`, newest first."""
+    found = [(int(m[1]), name) for name in names if (m := COMPACTED.fullmatch(name))]
+    return [name for _, name in sorted(found, reverse=True)]
+
+
+def _next_generation(names: list[str]) -> int:
+    newest = _compacted(names)
+    return int(COMPACTED.fullmatch(newest[0])[1]) + 1 if newest else 1
+
+
+def _read_sweep(folder: Path) -> pa.Table:
+    """A sweep's rows, each job's from one file; read again if a compaction changed the folder.
+
+    A listing taken while a compaction renames its file in and removes the absorbed ones may
+    miss both; the compacted files listed after the read then differ from those listed before
+    it, and the read starts over, as it does when a listed file is gone when it is opened.
+    """
+    for attempt in range(READ_ATTEMPTS):
+        names = _listing(folder)
+        try:
+            parts, _ = _read_parts(folder, names)
+        except FileNotFoundError:
+            parts = None
+        if parts is not None and _compacted(_listing(folder)) == _compacted(names):
+            table = _concat(list(parts.values()))
+            return _by_job(table) if _compacted(names) and len(parts) > 1 else table
+        time.sleep(0.001 * attempt)
+    raise RuntimeError(f"{folder} changed under every one of {READ_ATTEMPTS} reads")
+
+
+def _read_parts(folder: Path, names: list[str]) -> tuple[dict[str, pa.Table], dict]:
+    """Each file's rows that count (see the module's docstring), and each file's identity.
+
+    Every file but the compacted ones counts whole; a compacted file counts for the jobs that
+    neither a job file nor a newer compacted file holds.
+    """
+    compacted = _compacted(names)
+    plain = [name for name in names if name not in compacted]
+    read = {name: _read_file(folder / name) for name in plain}
+    parts = {name: table for name, (table, _) in read.items()}
+    identities = {name: identity for name, (_, identity) in read.items()}
+    covered = set(_job_files(plain))
+    for name in compacted:
+        table, identities[name] = _read_file(folder / name)
+        if "job" in table.column_names:
+            jobs = table["job"]
+            table = table.filter(pc.invert(_is_in(jobs, covered)))
+            covered |= set(pc.unique(jobs).to_pylist())
+        parts[name] = table
+    return parts, identities
+
+
+def _read_file(path: Path) -> tuple[pa.Table, tuple[int, int, int]]:
+    """A file's rows and identity (inode, mtime, size) from one open: what was read is what
+    the identity names, even if the file is replaced a moment later."""
+    with open(path, "rb") as f:
+        data, stat = f.read(), os.fstat(f.fileno())
+    table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
+    return table, (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+
+
+def _jobs(path: Path) -> set[int]:
+    with open(path, "rb") as f:
+        return set(pq.ParquetFile(f).read(columns=["job"])["job"].to_pylist())
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    """One table with the union of the columns (an int column and a float one unify as float).
+
+    Tables of one schema are concatenated as they are first: promoting 10,000 tables one by one
+    is slow, and a sweep's files have a few schemas (ok rows, failed rows).
+    """
+    groups: list[list[pa.Table]] = []
+    for table in tables:
+        group = next((g for g in groups if g[0].schema.equals(table.schema)), None)
+        if group is None:
+            groups.append([table])
+        else:
+            group.append(table)
+    merged = [pa.concat_tables(group) for group in groups]
+    if len(merged) > 1:
+        return pa.concat_tables(merged, promote_options="permissive").combine_chunks()
+    return merged[0].combine_chunks() if merged else pa.table({})
+
+
+def _is_in(jobs: pa.ChunkedArray, values: set[int]) -> pa.ChunkedArray:
+    return pc.is_in(jobs, pa.array(sorted(values), jobs.type))
+
+
+def _by_job(table: pa.Table) -> pa.Table:
+    """The rows in job order (a stable sort: a job's own rows keep their order)."""
+    return table.sort_by("job") if "job" in table.column_names else table
+
+
+def _split_by_job(table: pa.Table) -> dict[int, pa.Table]:
+    table = _by_job(table)
+    jobs, starts, counts = np.unique(table["job"].to_numpy(), return_index=True, return_counts=True)
+    return {
+        int(job): table.slice(start, count)
+        for job, start, count in zip(jobs, starts, counts, strict=True)
+    }
+
+
+def _without_empty_columns(table: pa.Table) -> pa.Table:
+    """As the job wrote it: no column that is null in every row, but the harness's own."""
+    empty = [c for c in table.column_names if table[c].null_count == len(table)]
+    return table.drop_columns([c for c in empty if c not in HARNESS_COLUMNS])
+
+
+def _with_partitions(table: pa.Table, folder: Path) -> pa.Table:
+    """The experiment and sweep from the Hive-style path, as the first two columns."""
+    values = [folder.parent.name.removeprefix("experiment="), folder.name.removeprefix("sweep=")]
+    for position, (field, value) in enumerate(zip(PARTITIONS, values, strict=True)):
+        table = table.add_column(position, field, pa.array([value] * len(table), field.type))
+    return table
+
+
+def _remove_unchanged(folder: Path, identities: dict[str, tuple[int, int, int]]) -> None:
+    """Remove the files that were merged, unless one was replaced since it was read."""
+    for name, identity in identities.items():
+        path = folder / name
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            continue
+        if (stat.st_ino, stat.st_mtime_ns, stat.st_size) == identity:
+            path.unlink(missing_ok=True)
+    _fsync_dir(folder)
+
+
+@contextmanager
+def _sweep_lock(folder: Path) -> Iterator[None]:
+    """One compaction (or resume's release) of a sweep at a time; the lock goes with the process."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _write_table(path: Path, table: pa.Table) -> None:
+    _replace_atomically(path, lambda tmp: pq.write_table(table, tmp))
 
 
 def _replace_atomically(path: Path, write) -> None:
@@ -161,7 +410,11 @@ def _replace_atomically(path: Path, write) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    directory = os.open(path.parent, os.O_RDONLY)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    directory = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(directory)
     finally:

@@ -303,13 +303,18 @@ def _results_root(overrides: list[Override]) -> Path:
 
 
 def _unfinished(sweep: Sweep, manifest: dict) -> list[Point]:
-    """The manifest's points without an answer yet (store.DONE: ok, unsupported)."""
+    """The manifest's points without an answer yet (store.DONE: ok, unsupported).
+
+    Their rows in a compacted file move back into job files of their own, which their reruns
+    replace, so that the folder as it lies holds each row once after the resume too.
+    """
     rows = store.read(sweep.results, sweep.experiment.name, sweep.id)
     statuses = store.job_statuses(rows)
     done = set(statuses[statuses.isin(store.DONE)].index)
-    return [
+    points = [
         Point(p["job"], p["overrides"], p["params"])
         for p in manifest["points"]
         if p["job"] not in done
     ]
-
+    store.release(sweep.results, sweep.experiment.name, sweep.id, [p.job for p in points])
+    return points

@@ -1,0 +1,393 @@
+"""python -m analysis compare SWEEP_A SWEEP_B: two sweeps of one experiment, point by point.
+
+Points match by their parameters (the manifest's points[i]["params"]): by those that vary
+within either sweep. A parameter fixed in both sweeps, to different values (dtype=float32 in
+A, float64 in B), is what the comparison is about: the header shows it and points do not
+match on it. Each metric is shown for A and B with the ratio B/A; points that only one sweep
+has, statuses that differ and claims whose result differs are listed.
+
+The noise rule for a timing (a metric X_ms whose repeats are in X_samples_ms): B is faster or
+slower than A only when (1) each sweep's median lies outside the other's interquartile range
+and (2) a two-sided Mann-Whitney U test on the two sets of repeats gives p < 0.05 (normal
+approximation, with the tie and continuity corrections); otherwise "same". (1) asks for a
+change bigger than the spread of the repeats, (2) guards against deciding on a few repeats
+(five against five must not overlap at all). Repeats of one process do not show the variation
+between processes or machines, so gate on a factor too (--fail-on-regression 1.10).
+"""
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.report import claims_table, markdown, sweep_header
+from harness import store
+
+ALPHA = 0.05
+RULE = (
+    "A timing is faster or slower only when each sweep's median lies outside the other's "
+    f"interquartile range and a Mann-Whitney U test on the repeats gives p < {ALPHA}; "
+    "otherwise it is the same (no samples: not judged)."
+)
+NOT_METRICS = {"experiment", "sweep", "repeats", *store.HARNESS_COLUMNS}
+
+
+class CompareError(Exception):
+    """A comparison that cannot be made: one line for the user."""
+
+
+@dataclass
+class Sweep:
+    id: str
+    experiment: str
+    manifest: dict
+    rows: pd.DataFrame
+
+
+@dataclass
+class Comparison:
+    a: Sweep
+    b: Sweep
+    keys: list[str]  # the parameters points match on
+    settings: pd.DataFrame  # parameters fixed in both sweeps, to different values
+    matched: pd.DataFrame  # one line per measurement of either sweep: keys, "side", "X A", "X B"
+    timings: list[str]
+    others: list[str]
+
+
+def load(results: Path, sweep_id: str) -> Sweep:
+    """A sweep by its id, whichever experiment it belongs to."""
+    found = [e for e in store.experiments(results) if sweep_id in store.sweeps(results, e)]
+    if not found:
+        raise CompareError(f"no sweep {sweep_id} in {results}")
+    manifest = store.read_manifest(results, found[0], sweep_id)
+    if manifest is None:
+        raise CompareError(f"sweep {sweep_id} has no manifest ({store.MANIFEST}) in {results}")
+    return Sweep(sweep_id, found[0], manifest, store.read(results, found[0], sweep_id))
+
+
+def compare(a: Sweep, b: Sweep) -> Comparison:
+    """Match the two sweeps' measurements; raises CompareError for different experiments."""
+    if a.experiment != b.experiment:
+        raise CompareError(
+            f"sweep {a.id} is {a.experiment} and sweep {b.id} is {b.experiment}: "
+            "compare two sweeps of one experiment"
+        )
+    params_a, params_b = parameters(a.manifest), parameters(b.manifest)
+    keys, settings = split_parameters(params_a, params_b)
+    names = set(params_a) | set(params_b)
+    matched = match(measurements(a, keys, names), measurements(b, keys, names), keys)
+    timings, others = metrics([a.rows, b.rows], names)
+    return Comparison(a, b, keys, settings, matched, timings, others)
+
+
+def parameters(manifest: dict) -> pd.DataFrame:
+    """The manifest's points: one line each, the job and its parameters."""
+    points = [{"job": p["job"], **p.get("params", {})} for p in manifest["points"]]
+    return pd.DataFrame(points).set_index("job")
+
+
+def split_parameters(a: pd.DataFrame, b: pd.DataFrame) -> tuple[list[str], pd.DataFrame]:
+    """The parameters that vary in either sweep (the keys; the job when none does), and those
+    fixed in both to different values (parameter, A, B)."""
+    names = list(dict.fromkeys([*a.columns, *b.columns]))
+    varying = [n for n in names if _distinct(a, n) > 1 or _distinct(b, n) > 1]
+    fixed = [n for n in names if n not in varying]
+    changed = [n for n in fixed if not _same(_only_value(a, n), _only_value(b, n))]
+    settings = pd.DataFrame(
+        {"A": [_only_value(a, n) for n in changed], "B": [_only_value(b, n) for n in changed]},
+        index=pd.Index(changed, name="parameter"),
+    )
+    return varying or ["job"], settings
+
+
+def measurements(sweep: Sweep, keys: list[str], params: set[str]) -> pd.DataFrame:
+    """One line per row of the sweep: its point's keys (from the manifest), then the row less
+    the parameters; a point without rows is a line with status "not run"."""
+    grid = (
+        parameters(sweep.manifest)
+        .reset_index()
+        .reindex(columns=list(dict.fromkeys(["job", *keys])))
+    )
+    rows = (
+        sweep.rows
+        if not sweep.rows.empty
+        else pd.DataFrame({"job": pd.Series(dtype="int64"), "status": []})
+    )
+    rows = rows.drop(columns=[c for c in rows if c in params or c in ("experiment", "sweep")])
+    rows = rows.assign(row=rows.groupby("job").cumcount())
+    lines = grid.merge(rows, on="job", how="left")
+    lines["status"] = lines["status"].fillna("not run")
+    lines["row"] = lines["row"].fillna(0).astype(int)
+    return lines
+
+
+def match(a: pd.DataFrame, b: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """The two sweeps' lines side by side on the keys ("X A", "X B"); side: both, A or B."""
+    on = list(dict.fromkeys([*keys, "row"]))
+
+    def named(frame: pd.DataFrame, side: str) -> pd.DataFrame:
+        return frame.rename(columns={c: f"{c} {side}" for c in frame.columns if c not in on})
+
+    matched = named(a, "A").merge(named(b, "B"), on=on, how="outer", indicator="side")
+    matched["side"] = matched["side"].map({"both": "both", "left_only": "A", "right_only": "B"})
+    in_grid_order = [c for c in ("job", "job A", "job B", "row") if c in matched]
+    return matched.sort_values(in_grid_order, kind="stable", ignore_index=True)
+
+
+def metrics(frames: list[pd.DataFrame], params: set[str]) -> tuple[list[str], list[str]]:
+    """The numeric columns that are neither parameters nor the harness's: (timings, others).
+
+    A timing's name ends in _ms or _s; its spread (X_iqr_ms), repeats and samples are not
+    metrics of their own.
+    """
+    columns = list(dict.fromkeys(c for frame in frames for c in frame.columns))
+    numeric = [
+        c
+        for c in columns
+        if c not in params | NOT_METRICS
+        and not c.endswith(("_samples_ms", "_iqr_ms"))
+        and any(_is_number(frame, c) for frame in frames)
+    ]
+    timings = [c for c in numeric if c.endswith(("_ms", "_s"))]
+    return timings, [c for c in numeric if c not in timings]
+
+
+def metric_table(matched: pd.DataFrame, metric: str, keys: list[str]) -> pd.DataFrame:
+    """A metric at each point both sweeps have: A, B, B/A, and for a timing its change."""
+    both = matched[matched["side"] == "both"]
+    a, b = (pd.to_numeric(_column(both, f"{metric} {s}"), errors="coerce") for s in "AB")
+    table = pd.DataFrame({"A": a, "B": b})
+    with np.errstate(divide="ignore", invalid="ignore"):
+        table["B/A"] = table["B"] / table["A"]
+    samples = metric.removesuffix("_ms") + "_samples_ms"
+    if metric.endswith(("_ms", "_s")):
+        pairs = zip(_column(both, f"{samples} A"), _column(both, f"{samples} B"), strict=True)
+        table["change"] = [change(a, b) for a, b in pairs]
+    table.index = _index(both, keys)
+    return table[table[["A", "B"]].notna().any(axis=1)]
+
+
+def worst_table(matched: pd.DataFrame, others: list[str]) -> pd.DataFrame:
+    """Each non-timing metric's worst (largest) value over the points both sweeps have."""
+    both = matched[matched["side"] == "both"]
+    lines = []
+    for metric in others:
+        a, b = (pd.to_numeric(_column(both, f"{metric} {s}"), errors="coerce").max() for s in "AB")
+        lines.append({"metric": metric, "worst A": a, "worst B": b, "B/A": _ratio(b, a)})
+    return pd.DataFrame(lines, columns=["metric", "worst A", "worst B", "B/A"]).set_index("metric")
+
+
+def status_changes(matched: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """The points both sweeps have whose statuses differ (ok in A, failed in B, ...)."""
+    both = matched[(matched["side"] == "both") & (matched["status A"] != matched["status B"])]
+    return pd.DataFrame(
+        {
+            "A": both["status A"].to_numpy(),
+            "B": both["status B"].to_numpy(),
+            "error in B": _column(both, "error B").where(both["status B"] != "ok").to_numpy(),
+        },
+        index=_index(both, keys),
+    )
+
+
+def unmatched(matched: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """The points only one sweep has, and their status there."""
+    alone = matched[matched["side"] != "both"]
+    status = alone["status A"].where(alone["side"] == "A", alone["status B"])
+    return pd.DataFrame(
+        {"only in": alone["side"].to_numpy(), "status": status.to_numpy()},
+        index=_index(alone, keys),
+    )
+
+
+def claim_changes(a: Sweep, b: Sweep) -> pd.DataFrame:
+    """Each claim's result in A and B (each sweep by its own manifest's claims); flipped."""
+    results = [
+        claims_table(s.rows, s.manifest.get("experiment_config", {})).set_index("claim")
+        for s in (a, b)
+    ]
+    table = results[0][["result", "worst"]].merge(
+        results[1][["result", "worst"]],
+        how="outer",
+        left_index=True,
+        right_index=True,
+        suffixes=(" A", " B"),
+    )
+    table["flipped"] = np.where(table["result A"] != table["result B"], "yes", "")
+    return table[["result A", "result B", "worst A", "worst B", "flipped"]]
+
+
+def regressions(timing_tables: dict[str, pd.DataFrame], factor: float) -> pd.DataFrame:
+    """The timings slower than A by more than `factor` and outside the noise."""
+    slower = [
+        table[(table["change"] == "slower") & (table["B/A"] > factor)].assign(metric=metric)
+        for metric, table in timing_tables.items()
+    ]
+    slower = [table for table in slower if not table.empty]
+    return pd.concat(slower) if slower else pd.DataFrame(columns=["metric", "A", "B", "B/A"])
+
+
+def change(a, b) -> str:
+    """faster, slower or same for B against A by the noise rule; "no samples" without them."""
+    if not (_samples(a) and _samples(b)):
+        return "no samples"
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    low_a, median_a, high_a = np.percentile(a, [25, 50, 75])
+    low_b, median_b, high_b = np.percentile(b, [25, 50, 75])
+    if median_b < low_a and median_a > high_b:
+        verdict = "faster"
+    elif median_b > high_a and median_a < low_b:
+        verdict = "slower"
+    else:
+        return "same"
+    return verdict if mann_whitney_p(a, b) < ALPHA else "same"
+
+
+def mann_whitney_p(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sided p of the Mann-Whitney U test: normal approximation, tie and continuity
+    corrections (as scipy.stats.mannwhitneyu(a, b, method="asymptotic"))."""
+    both = np.concatenate([a, b])
+    n1, n2, n = len(a), len(b), len(both)
+    _, where, ties = np.unique(both, return_inverse=True, return_counts=True)
+    ranks = (np.cumsum(ties) - (ties - 1) / 2)[where]  # tied values share their mean rank
+    u = ranks[:n1].sum() - n1 * (n1 + 1) / 2
+    variance = n1 * n2 / 12 * ((n + 1) - (ties**3 - ties).sum() / (n * (n - 1)))
+    if variance <= 0:  # every repeat the same value
+        return 1.0
+    z = max(abs(u - n1 * n2 / 2) - 0.5, 0) / math.sqrt(variance)
+    return math.erfc(z / math.sqrt(2))
+
+
+def document(c: Comparison, factor: float | None) -> tuple[str, int]:
+    """The comparison as Markdown, and how many timings regressed beyond `factor`."""
+    timing_tables = {metric: metric_table(c.matched, metric, c.keys) for metric in c.timings}
+    other_tables = {metric: metric_table(c.matched, metric, c.keys) for metric in c.others}
+    claims = claim_changes(c.a, c.b)
+    regressed = regressions(timing_tables, factor) if factor is not None else None
+    parts = [
+        *_header(c),
+        _summary(c, timing_tables, claims),
+        *_timing_sections(timing_tables),
+        *_other_sections(c, other_tables),
+        *_listed(c, claims),
+        *_regression_section(regressed, factor),
+    ]
+    return "\n\n".join(parts) + "\n", 0 if regressed is None else len(regressed)
+
+
+def _header(c: Comparison) -> list[str]:
+    parts = [
+        f"# {c.a.experiment}: sweep {c.a.id} (A) vs {c.b.id} (B)",
+        f"A: {sweep_header(c.a.rows, c.a.manifest, c.a.id)}",
+        f"B: {sweep_header(c.b.rows, c.b.manifest, c.b.id)}",
+        f"Points match on: {', '.join(c.keys)}. {RULE}",
+    ]
+    if not c.settings.empty:
+        parts += ["Fixed in each sweep, to different values:", markdown(c.settings)]
+    return parts
+
+
+def _timing_sections(tables: dict[str, pd.DataFrame]) -> list[str]:
+    parts = []
+    for metric, table in tables.items():
+        tally = ", ".join(f"{n} {change}" for change, n in table["change"].value_counts().items())
+        parts += [f"## {metric} ({tally or 'no points'})", _by_point(table)]
+    return parts
+
+
+def _other_sections(c: Comparison, tables: dict[str, pd.DataFrame]) -> list[str]:
+    """The worst values, then each metric that changed at some point (the rest: one line)."""
+    if not tables:
+        return []
+    parts = ["## Worst (largest) values, over the points both sweeps have"]
+    parts.append(markdown(worst_table(c.matched, c.others)))
+    same = [m for m, t in tables.items() if np.array_equal(t["A"], t["B"], equal_nan=True)]
+    if same:
+        parts.append(f"The same at every point: {', '.join(same)}.")
+    for metric, table in tables.items():
+        if metric not in same:
+            parts += [f"## {metric}", _by_point(table)]
+    return parts
+
+
+def _regression_section(regressed: pd.DataFrame | None, factor: float | None) -> list[str]:
+    if regressed is None:
+        return []
+    title = f"## Regressions: {len(regressed)} timings slower than {factor:g}x A, outside the noise"
+    return [title, _by_point(regressed[["metric", "A", "B", "B/A"]])] if len(regressed) else [title]
+
+
+def _summary(c: Comparison, timing_tables: dict[str, pd.DataFrame], claims: pd.DataFrame) -> str:
+    sides = c.matched.drop_duplicates([*c.keys, "row"])["side"].value_counts()
+    changes = [table["change"] for table in timing_tables.values()]
+    verdicts = pd.concat(changes).value_counts() if changes else pd.Series()
+    parts = [
+        f"{sides.get('both', 0)} points in both, {sides.get('A', 0)} only in A, "
+        f"{sides.get('B', 0)} only in B",
+        f"{len(status_changes(c.matched, c.keys))} statuses differ",
+        f"{int((claims['flipped'] == 'yes').sum())} of {len(claims)} claims flipped",
+    ]
+    if len(verdicts):
+        parts.append("timings: " + ", ".join(f"{int(n)} {v}" for v, n in verdicts.items()))
+    return "Summary: " + "; ".join(parts) + "."
+
+
+def _listed(c: Comparison, claims: pd.DataFrame) -> list[str]:
+    parts = []
+    if not claims.empty:
+        parts += ["## Claims", markdown(claims)]
+    statuses = status_changes(c.matched, c.keys)
+    if not statuses.empty:
+        parts += ["## Statuses that differ", _by_point(statuses)]
+    alone = unmatched(c.matched, c.keys)
+    if not alone.empty:
+        parts += ["## Points only one sweep has", _by_point(alone)]
+    return parts
+
+
+def _by_point(table: pd.DataFrame) -> str:
+    """A table of points as Markdown, a point named as on the command line: length=64 block=16."""
+    keys = table.index.names
+    values = table.index if isinstance(table.index, pd.MultiIndex) else [(v,) for v in table.index]
+    names = [" ".join(f"{k}={v}" for k, v in zip(keys, key, strict=True)) for key in values]
+    return markdown(table.set_axis(pd.Index(names, name="point")))
+
+
+def _distinct(frame: pd.DataFrame, name: str) -> int:
+    return frame[name].astype(str).nunique() if name in frame else 0
+
+
+def _only_value(frame: pd.DataFrame, name: str):
+    return frame[name].iloc[0] if name in frame and len(frame) else None
+
+
+def _same(a, b) -> bool:
+    return (pd.isna(a) and pd.isna(b)) or a == b
+
+
+def _is_number(frame: pd.DataFrame, column: str) -> bool:
+    if column not in frame:
+        return False
+    dtype = frame[column].dtype
+    return pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
+
+
+def _column(frame: pd.DataFrame, name: str) -> pd.Series:
+    return frame[name] if name in frame else pd.Series([None] * len(frame), index=frame.index)
+
+
+def _samples(value) -> bool:
+    return isinstance(value, list | np.ndarray) and len(value) >= 2
+
+
+def _index(frame: pd.DataFrame, keys: list[str]) -> pd.Index:
+    """The keys as the tables' index; the row number too where a point has several rows."""
+    names = [*keys, "row"] if (frame["row"] > 0).any() else keys
+    return pd.MultiIndex.from_frame(frame[names]) if len(names) > 1 else pd.Index(frame[names[0]])
+
+
+def _ratio(b: float, a: float) -> float:
+    return b / a if pd.notna(a) and pd.notna(b) and a != 0 else math.nan

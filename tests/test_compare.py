@@ -1,0 +1,155 @@
+"""python -m analysis compare: two synthetic sweeps with known differences, point by point."""
+
+import math
+
+import numpy as np
+import pytest
+
+from analysis.compare import change, compare, document, load, mann_whitney_p, metric_table
+from harness import store
+
+EXPERIMENT = "exp_timed"
+A, B = "20261129-100000-aaaa", "20261129-110000-bbbb"
+CONFIG = {
+    "name": EXPERIMENT,
+    "claims": [{"metric": "max_abs_diff", "max": 1e-6, "text": "matches to 1e-6"}],
+}
+# (backend, length) -> time_samples_ms in A and B; the comments say what the rule must find.
+SAMPLES = {
+    ("math", 128): ([10.0, 10.1, 9.9, 10.2, 9.8], [5.0, 5.1, 4.9, 5.2, 4.8]),  # faster, 0.5x
+    ("math", 256): ([10, 14, 18, 22, 26], [12, 17, 22, 27, 32]),  # 1.22x, within the noise: same
+    ("flash", 128): ([2.0, 2.02, 1.98, 2.01, 1.99], [2.6, 2.62, 2.58, 2.61, 2.59]),  # slower, 1.3x
+}
+ONLY_A, ONLY_B, FAILS_IN_B = ("flash", 256), ("flash", 512), ("flash", 1024)
+
+
+def point_rows(sweep: str) -> list[tuple[dict, dict]]:
+    """(params, row) for each point of the sweep: the shared grid and the known differences."""
+    points = [*SAMPLES, ONLY_A if sweep == A else ONLY_B, FAILS_IN_B]
+    lines = []
+    for backend, length in points:
+        params = {"backend": backend, "length": length, "min_time_s": 0.5}
+        samples = SAMPLES.get((backend, length), ([1.0, 1.1, 0.9], [1.0, 1.1, 0.9]))
+        times = samples[0] if sweep == A else samples[1]
+        row = {
+            "time_ms": sorted(times)[len(times) // 2],
+            "time_samples_ms": [float(t) for t in times],
+            "max_abs_diff": 2e-6 if (sweep == B and length == 256) else 1e-7,
+        }
+        if sweep == B and (backend, length) == FAILS_IN_B:
+            row = {"status": "failed", "error": "RuntimeError: out of memory"}
+        lines.append((params, row))
+    return lines
+
+
+def write_sweep(results, sweep: str, experiment: str = EXPERIMENT) -> None:
+    points = []
+    for job, (params, row) in enumerate(point_rows(sweep)):
+        full = {"job": job, "status": "ok", **params, **row}
+        store.write_rows(store.job_file(results, experiment, sweep, job), [full])
+        points.append({"job": job, "overrides": [], "params": params})
+    manifest = {
+        "experiment": experiment,
+        "sweep": sweep,
+        "command": f"python -m harness +experiment={experiment}",
+        "experiment_config": CONFIG,
+        "points": points,
+    }
+    store.write_manifest(results, manifest)
+
+
+@pytest.fixture
+def results(tmp_path):
+    results = tmp_path / "outputs" / "results"
+    write_sweep(results, A)
+    write_sweep(results, B)
+    return results
+
+
+def test_each_timing_is_faster_slower_or_the_same_by_the_noise_rule(results):
+    comparison = compare(load(results, A), load(results, B))
+    assert comparison.keys == ["backend", "length"] and comparison.timings == ["time_ms"]
+    table = metric_table(comparison.matched, "time_ms", comparison.keys)
+    changes = table["change"].to_dict()
+    assert changes[("math", 128)] == "faster" and changes[("flash", 128)] == "slower"
+    assert changes[("math", 256)] == "same"
+    assert table.loc[("math", 128), "B/A"] == pytest.approx(0.5, rel=0.02)
+    assert table.loc[("math", 256), "B/A"] == pytest.approx(22 / 18)
+    assert ONLY_A not in table.index and ONLY_B not in table.index
+
+
+def test_the_document_lists_lone_points_statuses_and_the_flipped_claim(results):
+    text, regressed = document(compare(load(results, A), load(results, B)), factor=None)
+    assert regressed == 0
+    assert "4 points in both, 1 only in A, 1 only in B" in text
+    assert "| backend=flash length=256 | A " in text and "| backend=flash length=512 | B " in text
+    assert "| backend=flash length=1024 | ok  | failed | RuntimeError: out of memory" in text
+    claim = next(line for line in text.splitlines() if line.startswith("| matches to 1e-6"))
+    assert "PASS" in claim and "FAIL" in claim and claim.rstrip(" |").endswith("yes")
+    assert "Mann-Whitney" in text and "interquartile range" in text
+
+
+@pytest.mark.parametrize("factor, code", [(1.2, 1), (1.5, 0)])
+def test_fail_on_regression_gates_on_the_factor_and_the_noise(results, analysis, factor, code):
+    result = analysis("compare", A, B, "--fail-on-regression", str(factor))
+    assert result.returncode == code, result.stderr
+    written = results.parent / "report" / f"compare-{A}-vs-{B}.md"
+    assert written.read_text() in result.stdout
+    regressions = result.stdout.split("## Regressions")[1]
+    # 1.22x at length 256 is within the noise: never a regression, whatever the factor.
+    assert ("backend=flash length=128" in regressions) == (code == 1)
+    assert "backend=math length=256" not in regressions
+
+
+@pytest.mark.parametrize(
+    "other, message",
+    [("other", "is exp_timed and sweep 20261129-120000-cccc is other"), (None, "no sweep")],
+)
+def test_different_experiments_or_an_unknown_sweep_is_one_line_and_exit_2(
+    results, analysis, other, message
+):
+    sweep = "20261129-120000-cccc"
+    if other:
+        write_sweep(results, sweep, experiment=other)
+    result = analysis("compare", A, sweep)
+    assert result.returncode == 2 and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and result.stdout == ""
+
+
+def test_a_setting_that_differs_is_shown_and_not_matched_on(tmp_path):
+    results = tmp_path / "results"
+    write_sweep(results, A)
+    write_sweep(results, B)
+    manifest = store.read_manifest(results, EXPERIMENT, B)
+    for point in manifest["points"]:
+        point["params"]["min_time_s"] = 0.05
+    store.write_manifest(results, manifest)
+    comparison = compare(load(results, A), load(results, B))
+    assert comparison.keys == ["backend", "length"]
+    assert comparison.settings.loc["min_time_s"].tolist() == [0.5, 0.05]
+
+
+def test_mann_whitney_p_against_the_hand_computed_normal_approximation():
+    # U = 0, mean 12.5, variance 25 * 11 / 12; z = (12.5 - 0.5) / sqrt(22.92) = 2.5067
+    assert mann_whitney_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == pytest.approx(0.012186, abs=1e-5)
+    assert mann_whitney_p([1, 2, 3], [1, 2, 3]) == pytest.approx(1.0)
+    assert mann_whitney_p([5, 5, 5], [5, 5, 5]) == 1.0
+    assert math.isclose(mann_whitney_p([1, 2], [3, 4]), mann_whitney_p([3, 4], [1, 2]))
+
+
+SPREAD = np.linspace(10, 20, 81)  # interquartile range 12.5 to 17.5
+
+
+@pytest.mark.parametrize(
+    "a, b, expected",
+    [
+        ([1.0, 1.1, 0.9], [2.0, 2.1, 1.9], "same"),  # three against three: too few to tell
+        ([1.0, 1.1, 0.9, 1.05, 0.95], [2.0, 2.1, 1.9, 2.05, 1.95], "slower"),
+        ([2.0, 2.1, 1.9, 2.05, 1.95], [1.0, 1.1, 0.9, 1.05, 0.95], "faster"),
+        (SPREAD, SPREAD + 2, "same"),  # p < 1e-4, but each median inside the other's range
+        (SPREAD, SPREAD + 6, "slower"),
+        (None, [2.0, 2.1], "no samples"),
+    ],
+)
+def test_change_needs_enough_repeats_and_a_change_beyond_the_spread(a, b, expected):
+    assert change(a, b) == expected
