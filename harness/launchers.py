@@ -33,6 +33,22 @@ ALIVE = {
 class SubmititSweepLauncher(BaseSubmititLauncher):
     """A launcher whose jobs carry the sweep's job numbers and can be left to run."""
 
+    def __call__(self, *args, **kwargs):
+        """In the job: as many threads as CPUs it was given (torch's and OpenMP's, for the
+        processes it starts too), then Hydra's job. Points that share a machine with threads
+        for every core each would make each other many times slower."""
+        threads = self.job_threads()
+        if threads:
+            import torch
+
+            os.environ["OMP_NUM_THREADS"] = str(threads)
+            torch.set_num_threads(threads)
+        return super().__call__(*args, **kwargs)
+
+    def job_threads(self) -> int | None:
+        """The CPUs a job may use; None: leave torch's default."""
+        return self.params.get("cpus_per_task")
+
     def executor(self) -> submitit.Executor:
         """The executor hydra-submitit-launcher would build from these parameters."""
         params = dict(self.params)
@@ -71,6 +87,9 @@ class SlurmLauncher(SubmititSweepLauncher):
             params[key] = params.get(key) or os.environ.get(f"HARNESS_SLURM_{key.upper()}")
         super().__init__(**params)
 
+    def job_threads(self) -> int | None:
+        return int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) or super().job_threads()
+
     def submit(self, job_overrides: list[list[str]], jobs: list[int]) -> list[submitit.Job]:
         executor, size = self.executor(), max_array_size()
         submitted: list[submitit.Job] = []
@@ -99,6 +118,10 @@ class LocalLauncher(SubmititSweepLauncher):
         self.gpus = list(visible_gpus() if gpus is None else gpus)
         self.max_parallel = min(max_parallel, len(self.gpus)) if self.gpus else max_parallel
         super().__init__(**params)
+
+    def job_threads(self) -> int:
+        """cpus_per_task, else this machine's CPUs shared by the points that run at once."""
+        return super().job_threads() or max(1, len(os.sched_getaffinity(0)) // self.max_parallel)
 
     def executor(self) -> submitit.LocalExecutor:
         """submitit's local executor itself: its visible_gpus is not an AutoExecutor parameter."""

@@ -106,10 +106,12 @@ def test_a_writer_killed_mid_write_leaves_no_partial_file(tmp_path):
         writer = subprocess.Popen(
             [sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE, text=True
         )
-        assert writer.stdout.readline().strip() == "ready"
-        time.sleep(0.05 + 0.09 * (attempt % 8))
-        os.kill(writer.pid, signal.SIGKILL)
-        writer.wait()
+        try:
+            assert writer.stdout.readline().strip() == "ready"
+            time.sleep(0.05 + 0.09 * (attempt % 8))
+        finally:
+            os.kill(writer.pid, signal.SIGKILL)
+            writer.wait()
         assert len(store.read(tmp_path)) in (0, 400_000)
         assert len(pd.read_parquet(tmp_path)) in (0, 400_000) if folder.exists() else True
         seen_whole |= (folder / "job-000000.parquet").exists()
