@@ -53,7 +53,7 @@ def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
     ):
         if not derived[name].empty:
             shown = derived[name].drop(columns=sorted(set(_shape(rows)) - set(_varying(rows))))
-            parts += [f"{caption}:", markdown(shown.set_index(_varying(rows)), ".2f")]
+            parts += [f"{caption}:", markdown(shown, ".2f", index=False)]
     parts += [f"![{what} vs length]({path.name})" for what, path in plots(rows, folder).items()]
     refused = rows[rows["status"] == "unsupported"]
     for (device, backend), group in refused.groupby(["device_used", "backend"]):
@@ -66,7 +66,7 @@ def time_and_memory(rows: pd.DataFrame) -> pd.DataFrame:
     cells = rows.assign(cell=rows["status"])
     ok = measurements(rows)
     cells.loc[ok.index, "cell"] = [
-        f"{t:.3g} ms ±{iqr:.2g} · {m:.4g} MiB"
+        f"{_number(t)} ms ±{_number(iqr)} · {_number(m)} MiB"
         for t, iqr, m in zip(ok["time_ms"], ok["time_iqr_ms"], ok["memory_mib"], strict=True)
     ]
     table = cells.pivot_table(index="length", columns="backend", values="cell", aggfunc="first")
@@ -107,3 +107,8 @@ def _describe(shape: dict, rows: pd.DataFrame) -> str:
     settings = ", ".join(f"{k} {v}" for k, v in shape.items())
     label = f"{device} ({names})" if names else device
     return f"{label}, {settings}: median time ±IQR · {'/'.join(memory) or 'memory'}"
+
+
+def _number(value: float) -> str:
+    """Three significant digits, without an exponent: 0.0123, 12.3, 8,870."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"

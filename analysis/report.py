@@ -117,13 +117,10 @@ def _provenance(first: pd.Series, rows: pd.DataFrame) -> list[str]:
     return parts
 
 
-def markdown(table: pd.DataFrame, floatfmt: str = ".3g") -> str:
+def markdown(table: pd.DataFrame, floatfmt: str = ".3g", index: bool = True) -> str:
     """A table as Markdown, numbers to three digits, gaps as a dash."""
-    return (
-        table.astype(object)
-        .where(table.notna(), None)
-        .to_markdown(floatfmt=floatfmt, missingval=MISSING)
-    )
+    cells = table.astype(object).where(table.notna(), None)
+    return cells.to_markdown(floatfmt=floatfmt, missingval=MISSING, index=index)
 
 
 def section(root: Path, experiment: str, sweep: str, report_dir: Path) -> tuple[str, pd.DataFrame]:
