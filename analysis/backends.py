@@ -9,21 +9,19 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.report import markdown
-from analysis.scaling import loglog, per_doubling, with_memory
+from analysis.scaling import keys, loglog, per_doubling, with_memory
 
 SHAPE = ["device_used", "dtype", "batch", "heads", "head_dim", "causal"]  # one table each
-
-
-def measurements(rows: pd.DataFrame) -> pd.DataFrame:
-    """The ok rows, with memory_mib (whichever memory column they have) and memory_over_inputs."""
-    return with_memory(rows)
+OTHERS = ["device", "seed", "num_threads", "warmup", "min_repeats", "min_time_s",
+          "memory_cap_mib", "timeout_s"]  # fmt: skip
 
 
 def speedup(rows: pd.DataFrame) -> pd.DataFrame:
     """Per shape and length: math's median time over each other backend's (flash_over_math...)."""
-    times = measurements(rows).pivot_table(
-        index=_shape(rows) + ["length"], columns="backend", values="time_ms"
-    )
+    data = with_memory(rows)
+    if data.empty or "time_ms" not in data:
+        return pd.DataFrame()
+    times = data.pivot_table(index=_shape(rows) + ["length"], columns="backend", values="time_ms")
     if "math" not in times:
         return pd.DataFrame()
     others = [backend for backend in times if backend != "math"]
@@ -34,11 +32,11 @@ def speedup(rows: pd.DataFrame) -> pd.DataFrame:
 def growth(rows: pd.DataFrame) -> pd.DataFrame:
     """Per shape and backend: memory and time at each length over those at half the length."""
     ratios = {"memory_mib": "memory_growth", "time_ms": "time_growth"}
-    return per_doubling(measurements(rows), _shape(rows) + ["backend"], ratios)
+    return per_doubling(with_memory(rows), _shape(rows) + ["backend"], ratios)
 
 
 def tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    return {"measurements": measurements(rows), "speedup": speedup(rows), "growth": growth(rows)}
+    return {"measurements": with_memory(rows), "speedup": speedup(rows), "growth": growth(rows)}
 
 
 def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
@@ -64,7 +62,9 @@ def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
 def time_and_memory(rows: pd.DataFrame) -> pd.DataFrame:
     """length x backend: "median ms (IQR) / memory MiB", or the status of a point without one."""
     cells = rows.assign(cell=rows["status"])
-    ok = measurements(rows)
+    ok = with_memory(rows)
+    if ok.empty:
+        ok = ok.assign(time_ms=[], time_iqr_ms=[])
     cells.loc[ok.index, "cell"] = [
         f"{_number(t)} ms ±{_number(iqr)} · {_number(m)} MiB"
         for t, iqr, m in zip(ok["time_ms"], ok["time_iqr_ms"], ok["memory_mib"], strict=True)
@@ -76,7 +76,7 @@ def time_and_memory(rows: pd.DataFrame) -> pd.DataFrame:
 
 def plots(rows: pd.DataFrame, folder: Path) -> dict[str, Path]:
     """Memory and time against length, log-log, one line per backend and dtype per device."""
-    data = measurements(rows)
+    data = with_memory(rows)
     if data.empty:
         return {}
     return {
@@ -92,7 +92,7 @@ def plots(rows: pd.DataFrame, folder: Path) -> dict[str, Path]:
 
 
 def _shape(rows: pd.DataFrame) -> list[str]:
-    return [column for column in SHAPE if column in rows]
+    return keys(rows, SHAPE, OTHERS)
 
 
 def _varying(rows: pd.DataFrame) -> list[str]:
@@ -103,7 +103,7 @@ def _varying(rows: pd.DataFrame) -> list[str]:
 def _describe(shape: dict, rows: pd.DataFrame) -> str:
     device = shape.pop("device_used", "?")
     names = ", ".join(rows["device_name"].dropna().unique()) if "device_name" in rows else ""
-    memory = measurements(rows)["memory_kind"].dropna().unique()
+    memory = with_memory(rows)["memory_kind"].dropna().unique()
     settings = ", ".join(f"{k} {v}" for k, v in shape.items())
     label = f"{device} ({names})" if names else device
     return f"{label}, {settings}: median time ±IQR · {'/'.join(memory) or 'memory'}"

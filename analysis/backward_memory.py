@@ -6,34 +6,40 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.report import markdown
-from analysis.scaling import loglog, per_doubling, with_memory
+from analysis.scaling import keys, loglog, per_doubling, with_memory
 
 SHAPE = ["device", "dtype", "batch", "heads", "kv_heads", "head_dim", "causal", "window"]
+OTHERS = ["block", "seed", "warmup_length", "memory_cap_mib", "timeout_s"]
 
 
 def tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
     data = with_memory(rows)
-    keys = [column for column in SHAPE if column in data] + ["method"]
-    return {
-        "measurements": data,
-        "growth": per_doubling(data, keys, {"memory_mib": "memory_growth"}),
-    }
+    growth = per_doubling(
+        data, keys(rows, SHAPE, OTHERS) + ["method"], {"memory_mib": "memory_growth"}
+    )
+    return {"measurements": data, "growth": growth}
 
 
 def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
-    """Memory by length and method, its growth per doubling, the plot."""
-    data = derived["measurements"]
+    """Per setting: memory by length and method, its growth per doubling; then the plot."""
+    data, growth = derived["measurements"], derived["growth"]
     if data.empty:
         return []
-    kind = "/".join(data["memory_kind"].unique())
     order = rows.sort_values("job")["method"].drop_duplicates()
-    memory = data.pivot_table(index="length", columns="method", values="memory_mib")
-    growth = derived["growth"].pivot_table(index="length", columns="method", values="memory_growth")
-    plot = loglog(data, "memory_mib", ["method"], "device", folder / "exp016_backward_memory.png")
-    return [
-        f"Forward + backward memory ({kind}, MiB) by length and method:",
-        markdown(memory.reindex(columns=order), ".4g"),
-        "Growth per doubling of length (memory at L / memory at L/2; 4 is the square, 2 linear):",
-        markdown(growth.reindex(columns=order), ".2f"),
-        f"![forward + backward memory vs length]({plot.name})",
-    ]
+    varying = [c for c in keys(rows, SHAPE, OTHERS) if rows[c].nunique(dropna=False) > 1]
+    parts = []
+    for setting, group in data.groupby(varying, dropna=False) if varying else [((), data)]:
+        label = "".join(f", {k} {v}" for k, v in zip(varying, setting, strict=True))
+        kind = "/".join(group["memory_kind"].unique())
+        mine = growth.merge(group[varying].drop_duplicates()) if varying else growth
+        memory = group.pivot_table(index="length", columns="method", values="memory_mib")
+        ratios = mine.pivot_table(index="length", columns="method", values="memory_growth")
+        parts += [
+            f"Forward + backward memory ({kind}, MiB) by length and method{label}:",
+            markdown(memory.reindex(columns=order), ".4g"),
+            "Growth per doubling (memory at L / memory at L/2; 4 is the square, 2 linear):",
+            markdown(ratios.reindex(columns=order), ".2f"),
+        ]
+    plot = loglog(data, "memory_mib", ["method", *varying], "device",
+                  folder / "exp016_backward_memory.png")  # fmt: skip
+    return [*parts, f"![forward + backward memory vs length]({plot.name})"]

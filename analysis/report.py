@@ -20,13 +20,17 @@ from harness import store
 MISSING = "—"
 
 
-def latest_sweep(root: Path, experiment: str) -> str | None:
+def latest_sweep(root: Path, experiment: str) -> tuple[str | None, list[str]]:
+    """The newest sweep with rows (else the newest), and the newer ones with none landed yet."""
     sweeps = store.sweeps(root, experiment)
-    return sweeps[-1] if sweeps else None
+    landed = [sweep for sweep in sweeps if store.result_files(root, experiment, sweep)]
+    chosen = landed[-1] if landed else (sweeps[-1] if sweeps else None)
+    return chosen, sweeps[sweeps.index(chosen) + 1 :] if chosen else []
 
 
-def sweep_table(rows: pd.DataFrame, config: dict) -> pd.DataFrame | None:
-    """The experiment's declared pivot (e.g. length x block of max_abs_diff) of ok rows."""
+def sweep_table(rows: pd.DataFrame, config: dict, params: list[str] = ()) -> pd.DataFrame | None:
+    """The experiment's declared pivot (e.g. length x block of max_abs_diff) of ok rows; where
+    other parameters (of `params`) vary too, each cell is the largest over them, as it says."""
     spec = config.get("table")
     if not spec or rows.empty or spec["values"] not in rows:
         return None
@@ -39,6 +43,9 @@ def sweep_table(rows: pd.DataFrame, config: dict) -> pd.DataFrame | None:
     columns = in_grid_order[spec["columns"]].drop_duplicates()
     table = table.reindex(index=index, columns=columns)  # grid order; failed points show as gaps
     table.columns.name = f"{spec['values']}, {spec['index']} (rows) by {spec['columns']} (columns)"
+    hidden = [p for p in params if p in rows and p not in spec.values() and rows[p].nunique() > 1]
+    if hidden:
+        table.columns.name += f", the largest over {', '.join(hidden)}"
     return table
 
 
@@ -61,20 +68,22 @@ def claims_table(rows: pd.DataFrame, config: dict) -> pd.DataFrame:
 
 
 def _claim(tables: dict[str, pd.DataFrame], claim: dict) -> dict:
+    """N/A when the claim's `where` selects none of the sweep's points (whatever their status);
+    NO DATA when it selects some but they have no value (failed, out of memory, not run)."""
     metric, low, high = claim["metric"], claim.get("min"), claim.get("max")
     bounds = " and ".join(
         f"{metric} {op} {bound:g}" for op, bound in ((">=", low), ("<=", high)) if bound is not None
     )
     text = f"{claim.get('text', bounds)} ({bounds})" if claim.get("text") else bounds
-    rows = tables.get(claim.get("table", "rows"), pd.DataFrame())
+    table = tables.get(claim.get("table", "rows"), pd.DataFrame())
     try:
-        selected = rows.query(claim["where"]) if claim.get("where") and not rows.empty else rows
+        if _selects_nothing(tables["rows"], claim.get("where")):
+            return {"claim": text, "result": "N/A", "worst": MISSING, "points": "0 of 0"}
+        selected = table.query(claim["where"]) if claim.get("where") and not table.empty else table
     except Exception as error:  # a where that names no column of the table
         return {"claim": text, "result": "ERROR", "worst": str(error), "points": MISSING}
     values = selected[metric].dropna() if metric in selected else pd.Series(dtype=float)
     points = f"{len(values)} of {len(selected)}"
-    if selected.empty:
-        return {"claim": text, "result": "N/A", "worst": MISSING, "points": points}
     if values.empty:
         return {"claim": text, "result": "NO DATA", "worst": MISSING, "points": points}
     inside = values.between(-math.inf if low is None else low, math.inf if high is None else high)
@@ -84,6 +93,17 @@ def _claim(tables: dict[str, pd.DataFrame], claim: dict) -> dict:
         "worst": _worst(values, low, high),
         "points": points,
     }
+
+
+def _selects_nothing(rows: pd.DataFrame, where: str | None) -> bool:
+    """Whether `where` selects none of the sweep's rows (a where on a derived table's own
+    columns cannot tell: then False). No rows at all is no data, not N/A."""
+    if rows.empty or not where:
+        return False
+    try:
+        return rows.query(where).empty
+    except Exception:
+        return False
 
 
 def _worst(values: pd.Series, low: float | None, high: float | None) -> str:
@@ -130,7 +150,8 @@ def section(root: Path, experiment: str, sweep: str, report_dir: Path) -> tuple[
     config = manifest["experiment_config"] if manifest else {}
     claims = claims_table(rows, config)
     parts = [f"## {experiment}", sweep_header(rows, manifest, sweep)]
-    table, module = sweep_table(rows, config), report_module(config)
+    params = list(manifest["points"][0]["params"]) if manifest and manifest["points"] else []
+    table, module = sweep_table(rows, config, params), report_module(config)
     if table is not None:
         parts.append(f"{table.columns.name}:\n\n{markdown(table)}")
     if module is not None and not rows.empty:
@@ -150,10 +171,19 @@ def write_report(root: Path, report_dir: Path) -> tuple[Path, pd.DataFrame]:
     parts = [f"# octlm-harness report\n\nGenerated {generated} from `{root}`.\n"]
     claims = []
     for experiment in store.experiments(root):
-        sweep = latest_sweep(root, experiment)
+        sweep, newer = latest_sweep(root, experiment)
         if sweep is None:
             continue
-        text, checked = section(root, experiment, sweep, report_dir)
+        try:
+            text, checked = section(root, experiment, sweep, report_dir)
+        except Exception as error:  # one sweep that cannot be reported must not sink the rest
+            text = f"## {experiment}\n\nsweep `{sweep}` could not be reported: {error!r}\n"
+            checked = pd.DataFrame(
+                [{"claim": "the sweep can be reported", "result": "ERROR", "worst": repr(error),
+                  "points": MISSING}]
+            )  # fmt: skip
+        if newer:
+            text += f"\nNewer, with nothing landed yet: {', '.join(f'`{s}`' for s in newer)}.\n"
         parts.append(text)
         claims.append(checked.assign(experiment=experiment, sweep=sweep))
     path = report_dir / "REPORT.md"

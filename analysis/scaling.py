@@ -26,12 +26,23 @@ def with_memory(rows: pd.DataFrame) -> pd.DataFrame:
     return ok
 
 
+def keys(rows: pd.DataFrame, shape: list[str], others: list[str]) -> list[str]:
+    """What tells a sweep's measurements apart besides length: the shape columns it has, and
+    any other parameter that varies in it (so that no two points share a key)."""
+    varying = [c for c in others if c in rows and rows[c].nunique(dropna=False) > 1]
+    return [c for c in shape if c in rows] + varying
+
+
 def per_doubling(data: pd.DataFrame, keys: list[str], ratios: dict[str, str]) -> pd.DataFrame:
     """Per group of `keys`: each column at length L over its value at L/2, where both exist.
 
     ratios maps a column to the name of its ratio, e.g. {"memory_mib": "memory_growth"}.
     """
+    if data.empty:
+        return pd.DataFrame(columns=[*keys, "length", *ratios.values()])
     indexed = data.set_index(keys + ["length"])
+    if not indexed.index.is_unique:
+        raise ValueError(f"two measurements share {', '.join(keys)} and length")
     half = indexed.rename(index=lambda length: length * 2, level="length")
     growth = pd.DataFrame({name: indexed[c] / half[c] for c, name in ratios.items() if c in data})
     return growth.dropna(how="all").reset_index()

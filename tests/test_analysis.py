@@ -25,17 +25,19 @@ def rows(values, statuses=None):
     )
 
 
-def write_sweep(root, values, sweep="20261129-120000-aaaa", statuses=None, total=None):
+def write_sweep(
+    root, values, sweep="20261129-120000-aaaa", statuses=None, total=None, experiment="exp014_tiled"
+):
     frame = rows(values, statuses)
     for row in frame.to_dict("records"):
         if row["status"] != "ok":
             row.pop("max_abs_diff")
-        store.write_rows(store.job_file(root, "exp014_tiled", sweep, row["job"]), [row])
+        store.write_rows(store.job_file(root, experiment, sweep, row["job"]), [row])
     points = [{"job": j, "overrides": [], "params": {}} for j in range(total or len(values))]
     store.write_manifest(
         root,
         {
-            "experiment": "exp014_tiled",
+            "experiment": experiment,
             "sweep": sweep,
             "points": points,
             "command": "python -m harness +experiment=exp014_tiled",
@@ -91,3 +93,35 @@ def test_report_shows_the_latest_sweep_and_check_fails_on_a_failing_claim(tmp_pa
 def test_no_store_is_one_line_and_exit_code_2(tmp_path, analysis):
     result = analysis()
     assert result.returncode == 2 and result.stderr.startswith("error: no results")
+
+
+def test_the_report_skips_a_newer_sweep_with_nothing_landed_and_says_so(tmp_path, analysis):
+    results = tmp_path / "outputs" / "results"
+    write_sweep(results, [1e-7, 2e-7, 3e-7, 4e-7], sweep="20261129-120000-aaaa")
+    store.write_manifest(results, {"experiment": "exp014_tiled", "sweep": "20261129-130000-bbbb",
+                                   "points": [], "experiment_config": CONFIG})  # fmt: skip
+    assert analysis("--check").returncode == 0
+    report = (tmp_path / "outputs" / "report" / "REPORT.md").read_text()
+    assert "sweep `20261129-120000-aaaa`" in report
+    assert "Newer, with nothing landed yet: `20261129-130000-bbbb`" in report
+
+
+def test_claims_without_values_are_no_data_and_fail_the_check():
+    assert claims_table(pd.DataFrame(), CONFIG)["result"].tolist() == ["NO DATA"]
+    failed = rows([None] * 4, ["oom"] * 4)
+    assert claims_table(failed, CONFIG)["result"].tolist() == ["NO DATA"]
+    elsewhere = {**CONFIG, "claims": [{**CONFIG["claims"][0], "where": "length == 4096"}]}
+    assert claims_table(rows([1e-7] * 4), elsewhere)["result"].tolist() == ["N/A"]
+
+
+def test_a_sweep_that_cannot_be_reported_is_an_error_line_not_a_lost_report(tmp_path, analysis):
+    results = tmp_path / "outputs" / "results"
+    write_sweep(results, [1e-7, 2e-7, 3e-7, 4e-7])
+    broken = {**CONFIG, "report": "analysis.no_such_module"}
+    store.write_manifest(results, {"experiment": "exp014_tiled", "sweep": "20261129-120000-aaaa",
+                                   "points": [], "experiment_config": broken})  # fmt: skip
+    write_sweep(results, [1e-7], sweep="20261129-120000-cccc", experiment="other")
+    result = analysis("--check")
+    assert result.returncode == 1 and "ERROR" in result.stdout
+    report = (tmp_path / "outputs" / "report" / "REPORT.md").read_text()
+    assert "could not be reported" in report and "## other" in report

@@ -7,6 +7,7 @@ from omegaconf import OmegaConf
 
 from analysis import backends, backward_memory
 from analysis.report import claims_table
+from analysis.scaling import with_memory
 from harness.sweep import CONF
 
 
@@ -65,7 +66,7 @@ def test_the_seeds_claims_pass_on_seed_like_rows_and_fail_when_they_should():
 def test_cpu_claims_do_not_apply_to_a_gpu_sweep_and_gpu_memory_keeps_its_name():
     gpu = rows(device="cuda:0")
     assert claims_table(gpu, CONFIG)["result"].tolist() == ["N/A"] * 3
-    assert set(backends.measurements(gpu)["memory_kind"]) == {"cuda_peak_mib"}
+    assert set(with_memory(gpu)["memory_kind"]) == {"cuda_peak_mib"}
 
 
 def test_the_section_has_its_tables_plots_and_refusals(tmp_path):
@@ -102,3 +103,22 @@ def test_backward_memory_claims_tell_linear_from_the_square(tmp_path):
     parts = backward_memory.sections(linear, backward_memory.tables(linear), tmp_path)
     assert "rss_delta_mib" in parts[0] and "](exp016_backward_memory.png)" in parts[-1]
     assert (tmp_path / "exp016_backward_memory.png").stat().st_size > 10_000
+
+
+def test_a_backends_sweep_without_one_measurement_still_reports(tmp_path):
+    refused = rows().assign(status="unsupported", error="No viable backend")
+    refused = refused.drop(columns=["time_ms", "time_iqr_ms", "rss_delta_mib"])
+    derived = backends.tables(refused)
+    assert derived["speedup"].empty and derived["growth"].empty
+    assert "unsupported" in "\n".join(backends.sections(refused, derived, tmp_path))
+    assert claims_table(refused, CONFIG)["result"].tolist() == ["NO DATA"] * 3
+
+
+def test_growth_is_per_setting_when_another_parameter_varies(tmp_path):
+    small = memory_rows({1024: 10.0, 2048: 20.0, 4096: 40.0, 8192: 80.0}).assign(block=64)
+    large = memory_rows({1024: 30.0, 2048: 60.0, 4096: 120.0, 8192: 240.0}).assign(block=256)
+    both = pd.concat([small, large.assign(job=large["job"] + 100)], ignore_index=True)
+    growth = backward_memory.tables(both)["growth"].query("method == 'tiled'")
+    assert sorted(growth["memory_growth"]) == [2.0] * 6, "each block against itself"
+    text = "\n".join(backward_memory.sections(both, backward_memory.tables(both), tmp_path))
+    assert "block 64" in text and "block 256" in text
