@@ -21,10 +21,11 @@ into one Parquet file. Experiments: {experiments}"""
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help", "help"):
-        print(USAGE.format(experiments=", ".join(sweep.available_experiments())))
-        sys.exit(0 if argv else 2)
     argv = [a for a in argv if a not in ("-m", "--multirun")]  # every run is a sweep already
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        usage = USAGE.format(experiments=", ".join(sweep.available_experiments()))
+        print(usage, file=sys.stdout if argv else sys.stderr)
+        sys.exit(0 if argv else 2)
     try:
         command = COMMANDS.get(argv[0])
         code = command(*_sweep_and_out(argv)) if command else sweep.run(argv)

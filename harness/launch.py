@@ -14,6 +14,7 @@ from pathlib import Path
 from hydra._internal.callbacks import Callbacks
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.plugins import Plugins
+from hydra.errors import HydraException
 from hydra.types import HydraContext
 from hydra.utils import instantiate
 from omegaconf import DictConfig
@@ -25,9 +26,8 @@ from harness.job import run_job
 from harness.launchers import SlurmLauncher, SubmititSweepLauncher, wait
 
 
-def launch(cfg: DictConfig, sweep) -> bool:
+def launch(cfg: DictConfig, sweep, launcher) -> bool:
     """Run (or, with wait=false, submit) the sweep's points; whether they have all ended."""
-    launcher = instantiate_launcher(cfg)
     if not sweep.points:
         return True
     points = {point.job: point for point in sweep.points}
@@ -57,10 +57,16 @@ def launch(cfg: DictConfig, sweep) -> bool:
     return True
 
 
-def check_settings(cfg: DictConfig) -> None:
-    """Refuse launcher settings that cannot work, before anything is planned or written."""
+def prepare_launcher(cfg: DictConfig):
+    """The configured launcher, or one line saying why its settings cannot work: before
+    anything is planned or written."""
     if not cfg.wait and not cfg.hydra.launcher._target_.endswith(SlurmLauncher.__name__):
         raise BadInput("wait=false needs a launcher that runs on without us: hydra/launcher=slurm")
+    try:
+        return instantiate_launcher(cfg)
+    except (HydraException, ValueError, TypeError) as error:
+        cause = error.__cause__ or error
+        raise BadInput(f"hydra.launcher: {one_line(cause)}") from None
 
 
 def instantiate_launcher(cfg: DictConfig):

@@ -31,7 +31,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 from harness import store
 from harness.experiment import BadInput, Experiment, config_hash, config_values
-from harness.launch import check_settings, launch
+from harness.launch import launch, prepare_launcher
+from harness.launchers import SlurmLauncher
+from harness.status import still_scheduled
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 HARNESS_KEYS = ("out", "resume", "wait", "seed", "sweep_id", "job")  # conf/config.yaml
@@ -54,6 +56,7 @@ class Sweep:
     results: Path
     overrides: list[str]  # what every job gets: the command line's non-grid overrides
     points: list[Point]
+    hydra_overrides: list[str]  # the command line's Hydra settings (a launcher and its options)
 
 
 def available_experiments() -> list[str]:
@@ -68,26 +71,30 @@ def run(argv: list[str]) -> int:
     with initialize_config_dir(config_dir=str(CONF), job_name="harness", version_base=None):
         if resume:
             sweep, cfg = _resumed(overrides, experiment, str(resume))
-            check_settings(cfg)
+            launcher = prepare_launcher(cfg)
         else:
             fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
             cfg = _compose([*fixed, f"sweep_id={new_sweep_id()}"], experiment)
-            check_settings(cfg)
+            launcher = prepare_launcher(cfg)
             sweep = plan(cfg, [o for o in overrides if o.is_sweep_override()])
             _write_manifest(sweep, argv)
         print(f"sweep {sweep.id}: {experiment}, {len(sweep.points)} points to run", flush=True)
         started = time.perf_counter()
         try:
-            ended = launch(cfg, sweep)
+            ended = launch(cfg, sweep, launcher)
         except KeyboardInterrupt:
-            print(f"\ninterrupted; finish it with: {resume_command(sweep)}", file=sys.stderr)
+            if isinstance(launcher, SlurmLauncher):
+                advice = f"its SLURM tasks run on; follow them with: {status_command(sweep)}"
+            else:
+                advice = f"finish it with: {resume_command(sweep)}"
+            print(f"\ninterrupted; {advice}", file=sys.stderr)
             return 130
         except BadInput:  # nothing was launched: a new sweep leaves no trace
             if not resume:
                 _discard(sweep)
             raise
     if not ended:
-        print(f"sweep {sweep.id}: follow it with: python -m harness status {sweep.id}")
+        print(f"sweep {sweep.id}: follow it with: {status_command(sweep)}")
         return 0
     return report(sweep, time.perf_counter() - started)
 
@@ -110,13 +117,16 @@ def plan(cfg: DictConfig, sweeps: list[Override]) -> Sweep:
         params = experiment.params({**values, **point_values})
         point_overrides = [f"{key}={text}" for key, (text, _) in zip(axes, assignment, strict=True)]
         points.append(Point(job, point_overrides, params))
+    if not points:
+        empty = " ".join(f"{key}=[]" for key, values in axes.items() if not values)
+        raise BadInput(f"the grid has no points ({empty})")
     return _sweep(cfg, experiment, points)
 
 
 def _sweep(cfg: DictConfig, experiment: Experiment, points: list[Point]) -> Sweep:
     task = [o for o in cfg.hydra.overrides.task if _key(o) not in SET_BY_HARNESS]
     results = Path(cfg.out).resolve() / "results"
-    return Sweep(cfg.sweep_id, experiment, results, task, points)
+    return Sweep(cfg.sweep_id, experiment, results, task, points, list(cfg.hydra.overrides.hydra))
 
 
 def report(sweep: Sweep, seconds: float) -> int:
@@ -127,7 +137,8 @@ def report(sweep: Sweep, seconds: float) -> int:
     manifest = store.read_manifest(sweep.results, sweep.experiment.name, sweep.id)
     statuses, total = store.job_statuses(rows), len(manifest["points"])
     unfinished = total - int(statuses.isin(store.DONE).sum())
-    table = sweep_table(rows, sweep.experiment.config)
+    params = list(manifest["points"][0]["params"]) if manifest["points"] else []
+    table = sweep_table(rows, sweep.experiment.config, params)
     if table is not None:
         print(f"{table.columns.name}:\n{markdown(table)}")
     for line in claims_table(rows, sweep.experiment.config).itertuples():
@@ -147,6 +158,10 @@ def report(sweep: Sweep, seconds: float) -> int:
 
 def resume_command(sweep: Sweep) -> str:
     return f"python -m harness +experiment={sweep.experiment.name} resume={sweep.id}"
+
+
+def status_command(sweep: Sweep) -> str:
+    return f"python -m harness status {sweep.id}"
 
 
 def _parse(argv: list[str]) -> list[Override]:
@@ -183,7 +198,9 @@ def _compose(overrides: list[str], experiment: str) -> DictConfig:
     except ConfigCompositionException as error:
         cause = error.__cause__
         if isinstance(cause, OmegaConfBaseException) and "not in struct" in str(cause):
-            key = str(cause).split("'")[1]
+            key = cause.full_key or str(cause).split("'")[1]
+            if key.startswith("hydra."):
+                raise BadInput(f"unknown key '{key}' (see conf/hydra/ and Hydra's own)") from None
             raise BadInput(f"unknown key '{key}' for {experiment} ({_keys(experiment)})") from None
         raise BadInput(_one_line(error)) from None
     except (HydraException, OmegaConfBaseException) as error:
@@ -245,6 +262,7 @@ def _write_manifest(sweep: Sweep, argv: list[str]) -> None:
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "command": shlex.join(["python", "-m", "harness", *argv]),
             "overrides": sweep.overrides,
+            "hydra_overrides": sweep.hydra_overrides,
             "experiment_config": sweep.experiment.config,
             "points": [
                 {
@@ -269,8 +287,10 @@ def _discard(sweep: Sweep) -> None:
 def _resumed(overrides: list[Override], experiment: str, sweep_id: str) -> tuple[Sweep, DictConfig]:
     """The sweep to resume, with its points that have no answer yet, and its config.
 
-    The config is composed from the sweep's own overrides plus the command line's settings
-    (Hydra's, such as a launcher, and out, wait), so each job recomposes what it first ran.
+    The config is composed from the sweep's own overrides, its launcher settings unless the
+    command line names a launcher, and the command line's settings (out, wait, Hydra's), so
+    each job recomposes what it first ran. Points that SLURM still queues or runs are left
+    to it.
     """
     results = _results_root(overrides)
     manifest = store.read_manifest(results, experiment, sweep_id)
@@ -288,10 +308,17 @@ def _resumed(overrides: list[Override], experiment: str, sweep_id: str) -> tuple
         raise BadInput(f"resume={sweep_id} reruns that sweep's own points; drop {' '.join(extra)}")
     replaced = {_key(line) for line in settings} | set(SET_BY_HARNESS)
     original = [line for line in manifest["overrides"] if _key(line) not in replaced]
-    cfg = _compose([*original, *settings, f"sweep_id={sweep_id}"], experiment)
+    launcher = manifest.get("hydra_overrides", [])
+    if any(_key(line) == "hydra/launcher" for line in settings):  # another launcher: its own
+        launcher = []
+    launcher = [line for line in launcher if _key(line) not in replaced]
+    cfg = _compose([*original, *launcher, *settings, f"sweep_id={sweep_id}"], experiment)
     experiment_ = Experiment.load(config_values(cfg)["experiment"])
     sweep = _sweep(cfg, experiment_, [])
-    sweep.points = _unfinished(sweep, manifest)
+    scheduled = set(still_scheduled(manifest))
+    if scheduled:
+        print(f"{len(scheduled)} points are still queued or running on SLURM: left to it")
+    sweep.points = [p for p in _unfinished(sweep, manifest) if p.job not in scheduled]
     return sweep, cfg
 
 

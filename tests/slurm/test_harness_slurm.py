@@ -85,7 +85,7 @@ def test_wait_false_returns_at_submission_and_status_follows_it_to_the_end(sweep
 
 
 def test_a_failing_point_is_a_failed_row_and_status_shows_its_error(sweep):
-    result = sweep("length=64", "block=16", "device=cpu,meta,cpu:0")
+    result = sweep("length=64", "block=16", "device=cpu,cuda,cpu:0")  # the fake GPUs have no CUDA
     assert result.returncode == 1
     rows = store.read(sweep.results).sort_values("job")
     assert rows["status"].tolist() == ["ok", "failed", "ok"]
