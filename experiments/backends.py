@@ -1,8 +1,9 @@
 """exp015_backends: one causal SDPA forward per SDPA backend: time, peak memory, FLOP/s.
 
 Each point runs in one fresh child process (harness.measure.run_isolated). The child makes the
-inputs, measures the memory of one forward over the post-input baseline (on CPU the first call
-in the process; on CUDA after one warm-up call), then times warmed-up repeats in the same
+inputs, runs one forward over their first WARMUP_LENGTH positions (so that one-off costs, such
+as thread pools and first-use buffers, stay out of the figure; on CUDA a full warm-up call),
+measures the memory of one forward over that baseline, then times warmed-up repeats in the same
 process, then measures the matmul peak that pct_of_peak divides by (same process, threads and
 moment: on a shared machine a peak taken elsewhere would not describe the same conditions) and,
 last, asks the profiler which backend SDPA picks when left to choose.
@@ -28,6 +29,7 @@ from experiments import checks
 from harness.measure import (
     MIB,
     attention_flops,
+    default_memory_cap_mib,
     gflops,
     measure_memory,
     peak_gflops,
@@ -53,6 +55,7 @@ KERNEL_OPS = (
     ("fused_attention_overrideable", "overrideable"),
 )
 NO_KERNEL = ("No available kernel", "No viable backend")
+WARMUP_LENGTH = 16
 
 
 def check(
@@ -76,6 +79,8 @@ def check(
     checks.not_negative(num_threads=num_threads, warmup=warmup, min_time_s=min_time_s,
                         memory_cap_mib=memory_cap_mib)  # fmt: skip
     checks.device(device, auto=True)
+    if memory_cap_mib is None:
+        default_memory_cap_mib()  # its environment variable, checked before any point runs
 
 
 def run(
@@ -104,11 +109,7 @@ def run(
     harness.measure.run_isolated) is a row with status "oom".
     """
     check(**locals())
-    used = _resolve(device)
-    if used.type == "cuda" and not torch.cuda.is_available():
-        return [
-            {"status": "unsupported", "error": "CUDA is not available", "device_used": str(used)}
-        ]
+    used = checks.usable_device(device)
     point = {
         "backend": backend,
         "length": length,
@@ -125,14 +126,6 @@ def run(
     if outcome.status != "ok":
         return [{"status": outcome.status, "error": outcome.error, "device_used": str(used)}]
     return [outcome.value]
-
-
-def _resolve(device: str) -> torch.device:
-    # A bare "cuda" is device 0 in the fresh child; asking torch would initialize CUDA here.
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(device)
-    return torch.device("cuda", 0) if device.type == "cuda" and device.index is None else device
 
 
 # In the child process
@@ -178,6 +171,8 @@ def _memory(forward, device: torch.device, backend: str, causal: bool) -> dict |
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
+            head = (tensor[..., :WARMUP_LENGTH, :] for tensor in forward.args)  # views
+            F.scaled_dot_product_attention(*head, is_causal=causal)
             return measure_memory(forward, device=device, warmup=int(device.type == "cuda"))
         except RuntimeError as error:
             if not any(text in str(error) for text in NO_KERNEL):

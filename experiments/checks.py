@@ -4,6 +4,8 @@ Types (int, float, bool, a Literal's choices) are the harness's to check, from t
 function's signature, for every point before anything runs; these say what a type cannot.
 """
 
+import torch
+
 
 def positive(**values: float) -> None:
     for name, value in values.items():
@@ -32,7 +34,21 @@ def window(window: int, causal: bool) -> None:
 def device(device: str, *, auto: bool = False) -> None:
     """cpu, cuda or cuda:N (and auto, where auto picks cuda when there is one)."""
     kind, _, index = device.partition(":")
-    named = device in ("cpu", "cuda") or (kind == "cuda" and index.isdigit())
+    named = device in ("cpu", "cuda") or (kind in ("cpu", "cuda") and index.isdigit())
     if not (named or (auto and device == "auto")):
         names = "auto, cpu, cuda or cuda:N" if auto else "cpu, cuda or cuda:N"
         raise ValueError(f"device must be {names}, got {device!r}")
+
+
+def usable_device(device: str) -> torch.device:
+    """The torch device a point runs on ("auto": cuda when there is one, a bare "cuda" is
+    cuda:0); RuntimeError when it asks for CUDA on a machine without it, so the point fails
+    rather than answers. Asks torch whether CUDA is there without initializing it here."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    resolved = torch.device(device)
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"{device}: CUDA is not available on this machine")
+        return torch.device("cuda", resolved.index or 0)
+    return resolved

@@ -10,9 +10,12 @@ from experiments.attention import sdpa_attention, tiled_attention
 Dtype = Literal["float32", "float64", "bfloat16", "float16"]
 
 
-def check(*, length: int, block: int, batch: int, heads: int, head_dim: int, **_) -> None:
+def check(
+    *, length: int, block: int, batch: int, heads: int, head_dim: int, device: str, **_
+) -> None:
     """Reject out-of-domain values before anything runs."""
     checks.positive(length=length, block=block, batch=batch, heads=heads, head_dim=head_dim)
+    checks.device(device)
 
 
 def run(
@@ -28,7 +31,7 @@ def run(
     device: str = "cpu",
 ) -> list[dict]:
     """One (B, H, L, D) attention through tiled_attention and SDPA; their absolute differences."""
-    check(length=length, block=block, batch=batch, heads=heads, head_dim=head_dim)
+    check(length=length, block=block, batch=batch, heads=heads, head_dim=head_dim, device=device)
     generator = torch.Generator(device).manual_seed(seed)
     shape = (batch, heads, length, head_dim)  # (B, H, L, D)
     query, key, value = (

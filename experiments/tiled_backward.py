@@ -23,7 +23,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from experiments import checks
 from experiments.attention import naive_attention, sdpa_attention, tiled_attention
-from harness.measure import MIB, measure_memory, run_isolated
+from harness.measure import MIB, default_memory_cap_mib, measure_memory, run_isolated
 
 Dtype = Literal["float32", "float64", "bfloat16", "float16"]
 Method = Literal["naive", "tiled", "sdpa_math", "sdpa_flash"]
@@ -55,6 +55,8 @@ def check(
     checks.window(window, causal)
     checks.not_negative(warmup_length=warmup_length, memory_cap_mib=memory_cap_mib)
     checks.device(device)
+    if memory_cap_mib is None:
+        default_memory_cap_mib()  # its environment variable, checked before any point runs
 
 
 def run(
@@ -73,8 +75,7 @@ def run(
 ) -> list[dict]:
     """One row: the largest differences of the output and of dq, dk, dv, tiled against SDPA."""
     check(**locals())  # locals() is exactly the keyword arguments here
-    if _lacks_cuda(device):
-        return [{"status": "unsupported", "error": "CUDA is not available"}]
+    device = str(checks.usable_device(device))
     shape = dict(batch=batch, heads=heads, kv_heads=kv_heads, length=length, head_dim=head_dim)
     inputs = _inputs(**shape, dtype=dtype, seed=seed, device=device)
     mask = {"causal": causal, "window": window}
@@ -118,8 +119,7 @@ def memory(
     CUDA driver maps far more address space than it uses.
     """
     check(**locals())  # locals() is exactly the keyword arguments here
-    if _lacks_cuda(device):
-        return [{"status": "unsupported", "error": "CUDA is not available"}]
+    device = str(checks.usable_device(device))
     shape = dict(batch=batch, heads=heads, kv_heads=kv_heads, length=length, head_dim=head_dim)
     point = dict(method=method, block=block, causal=causal, window=window)
     inputs = dict(**shape, dtype=dtype, seed=seed, device=device)
@@ -176,10 +176,6 @@ def _forward_backward(
 
 def _largest(tensor: Tensor) -> float:
     return tensor.abs().max().item()
-
-
-def _lacks_cuda(device: str) -> bool:
-    return torch.device(device).type == "cuda" and not torch.cuda.is_available()
 
 
 # In the child process

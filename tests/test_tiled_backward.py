@@ -229,10 +229,11 @@ def test_run_detects_a_wrong_backward(monkeypatch):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
-def test_cuda_without_a_gpu_is_unsupported():
-    assert tiled_backward.run(**SMALL, device="cuda") == [
-        {"status": "unsupported", "error": "CUDA is not available"}
-    ]
+def test_cuda_asked_for_without_a_gpu_fails_the_point():
+    with pytest.raises(RuntimeError, match="CUDA is not available"):
+        tiled_backward.run(**SMALL, device="cuda")
+    with pytest.raises(RuntimeError, match="CUDA is not available"):
+        tiled_backward.memory(**SMALL, method="tiled", device="cuda")
 
 
 @pytest.mark.gpu
