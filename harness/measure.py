@@ -69,7 +69,10 @@ def run_isolated(
     finally:
         sender.close()
     try:
-        return _await_child(child, receiver, timeout_s)
+        outcome = _await_child(child, receiver, timeout_s)
+        if outcome.status == "oom" and cap:
+            outcome = Outcome("oom", error=f"{outcome.error} (memory cap {cap} MiB)")
+        return outcome
     finally:
         receiver.close()
         if child.is_alive():

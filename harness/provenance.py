@@ -14,10 +14,13 @@ SOURCE = Path(__file__).resolve().parent.parent  # the checkout the harness runs
 
 @functools.cache
 def git_state() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the harness's own checkout; (None, None) outside a git checkout."""
+    """(commit, dirty) of the harness's own checkout; (None, None) outside a git checkout.
+
+    Dirty counts files git does not track yet (a new experiment module, say), but not the ones
+    it ignores (outputs/, .venv/)."""
     try:
         commit = _git("rev-parse", "HEAD")
-        dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+        dirty = bool(_git("status", "--porcelain"))
     except (OSError, subprocess.CalledProcessError):
         return None, None
     return commit, dirty

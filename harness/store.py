@@ -16,6 +16,7 @@ import fcntl
 import json
 import os
 import re
+import secrets
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -402,7 +403,8 @@ def _write_table(path: Path, table: pa.Table) -> None:
 def _replace_atomically(path: Path, write) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # Unique across the nodes of a shared file system too, where pids repeat.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         write(tmp)
         with open(tmp, "rb") as f:
