@@ -267,6 +267,7 @@ def document(c: Comparison, factor: float | None) -> tuple[str, int]:
     other_tables = {metric: metric_table(c.matched, metric, c.keys) for metric in c.others}
     claims = claim_changes(c.a, c.b)
     regressed = regressions(timing_tables, factor) if factor is not None else None
+    lost = lost_answers(c) if factor is not None else None
     parts = [
         *_header(c),
         _summary(c, timing_tables, claims),
@@ -274,8 +275,9 @@ def document(c: Comparison, factor: float | None) -> tuple[str, int]:
         *_other_sections(c, other_tables),
         *_listed(c, claims),
         *_regression_section(regressed, factor),
+        *_lost_section(lost),
     ]
-    return "\n\n".join(parts) + "\n", 0 if regressed is None else len(regressed)
+    return "\n\n".join(parts) + "\n", 0 if regressed is None else len(regressed) + len(lost)
 
 
 def _header(c: Comparison) -> list[str]:
@@ -311,6 +313,22 @@ def _other_sections(c: Comparison, tables: dict[str, pd.DataFrame]) -> list[str]
         if metric not in same:
             parts += [f"## {metric}", _by_point(table)]
     return parts
+
+
+def lost_answers(c: Comparison) -> pd.DataFrame:
+    """The points with an answer in A (ok, unsupported) and none in B: a failure, a kill, not
+    run. For --fail-on-regression they count as regressions: a gate must not pass them."""
+    changed = status_changes(c.matched, c.keys)
+    return changed[changed["A"].isin(store.DONE) & ~changed["B"].isin(store.DONE)]
+
+
+def _lost_section(lost: pd.DataFrame | None) -> list[str]:
+    if lost is None or lost.empty:
+        return []
+    return [
+        f"## Regressions: {len(lost)} points answered in A have no answer in B",
+        _by_point(lost),
+    ]
 
 
 def _regression_section(regressed: pd.DataFrame | None, factor: float | None) -> list[str]:
