@@ -67,15 +67,6 @@ class SubmititSweepLauncher(BaseSubmititLauncher):
         """What each job's __call__ receives: its overrides, dir key, number, id, Hydra state."""
         return list(overrides), "hydra.sweep.dir", job, f"job_id_for_{job}", Singleton.get_state()
 
-    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list:
-        """Hydra's launcher API: run the jobs and wait for their results."""
-        jobs = list(range(initial_job_idx, initial_job_idx + len(job_overrides)))
-        return [handle.result() for _, handle, _ in self.run(list(job_overrides), jobs)]
-
-    def run(self, job_overrides: list[list[str]], jobs: list[int]) -> Iterator[tuple]:
-        """Run the jobs; yield (job number, submitit job, why it was lost or None) as each ends."""
-        raise NotImplementedError
-
 
 class SlurmLauncher(SubmititSweepLauncher):
     """One job array per sweep (several, chained, beyond MaxArraySize); one GPU per task."""
@@ -102,9 +93,6 @@ class SlurmLauncher(SubmititSweepLauncher):
             arguments = [self.job_arguments(overrides, job) for overrides, job in pairs]
             submitted += executor.map_array(self, *zip(*arguments, strict=True))
         return submitted
-
-    def run(self, job_overrides: list[list[str]], jobs: list[int]) -> Iterator[tuple]:
-        yield from wait(dict(zip(jobs, self.submit(job_overrides, jobs), strict=True)))
 
 
 class LocalLauncher(SubmititSweepLauncher):
@@ -134,6 +122,7 @@ class LocalLauncher(SubmititSweepLauncher):
         return executor
 
     def run(self, job_overrides: list[list[str]], jobs: list[int]) -> Iterator[tuple]:
+        """Run the jobs; yield (job number, submitit job, None) as each one ends."""
         executor, free = self.executor(), list(self.gpus)
         waiting = list(zip(jobs, job_overrides, strict=True))
         running: dict[int, tuple[submitit.Job, int | None]] = {}
