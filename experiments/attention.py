@@ -98,6 +98,14 @@ def sdpa_attention(
 # block product broadcasts over G. Blocks are bq query rows by bk keys (both `block` or fewer).
 
 
+def sdpa_refusal(error: RuntimeError, warned: list) -> str | None:
+    """PyTorch's reasons, when `error` says no SDPA kernel can run the inputs (else None): the
+    warnings it gave while refusing, then the error itself."""
+    if not any(text in str(error) for text in ("No available kernel", "No viable backend")):
+        return None
+    return " | ".join([str(warning.message) for warning in warned] + [str(error)])
+
+
 def tiled_attention(
     query: Tensor,
     key: Tensor,

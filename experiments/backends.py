@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from experiments import checks
+from experiments.attention import sdpa_refusal
 from harness.measure import (
     MIB,
     attention_flops,
@@ -54,7 +55,6 @@ KERNEL_OPS = (
     ("attention_math", "math"),
     ("fused_attention_overrideable", "overrideable"),
 )
-NO_KERNEL = ("No available kernel", "No viable backend")
 WARMUP_LENGTH = 16
 
 
@@ -175,9 +175,10 @@ def _memory(forward, device: torch.device, backend: str, causal: bool) -> dict |
             F.scaled_dot_product_attention(*head, is_causal=causal)
             return measure_memory(forward, device=device, warmup=int(device.type == "cuda"))
         except RuntimeError as error:
-            if not any(text in str(error) for text in NO_KERNEL):
+            refusal = sdpa_refusal(error, caught)
+            if refusal is None:
                 raise
-            return " | ".join([str(w.message) for w in caught] + [str(error)])
+            return refusal
 
 
 def _cuda_refusal(backend: str, query, key, value, causal: bool) -> str | None:

@@ -22,14 +22,18 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from experiments import checks
-from experiments.attention import naive_attention, sdpa_attention, tiled_attention
+from experiments.attention import (
+    naive_attention,
+    sdpa_attention,
+    sdpa_refusal,
+    tiled_attention,
+)
 from harness.measure import MIB, default_memory_cap_mib, measure_memory, run_isolated
 
 Dtype = Literal["float32", "float64", "bfloat16", "float16"]
 Method = Literal["naive", "tiled", "sdpa_math", "sdpa_flash"]
 
 SDPA_BACKENDS = {"sdpa_math": SDPBackend.MATH, "sdpa_flash": SDPBackend.FLASH_ATTENTION}
-NO_KERNEL = ("No available kernel", "No viable backend")
 
 
 def check(
@@ -196,10 +200,10 @@ def _measure_memory(*, point: dict, inputs: dict, warmup_length: int) -> dict:
             row = {"inputs_mib": sum(tensor.nbytes for tensor in tensors) / MIB}
             return row | measure_memory(step, device=inputs["device"], warmup=int(on_cuda))
         except RuntimeError as error:
-            if not any(text in str(error) for text in NO_KERNEL):
+            refusal = sdpa_refusal(error, caught)
+            if refusal is None:
                 raise
-            reasons = [str(warning.message) for warning in caught] + [str(error)]
-            return {"status": "unsupported", "error": " | ".join(reasons)}
+            return {"status": "unsupported", "error": refusal}
 
 
 def _attention(method: str, block: int) -> Callable[..., Tensor]:

@@ -71,6 +71,11 @@ class Experiment:
         return kwargs
 
 
+def one_line(error: BaseException) -> str:
+    """An exception's message on one line, for one-line errors."""
+    return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
+
 def config_values(cfg: DictConfig) -> dict:
     """The config's own keys (not Hydra's), resolved, as plain Python values."""
     own = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])

@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from submitit.core.utils import FailedJobError, UncompletedJobError
 
 from harness import store
-from harness.experiment import BadInput, config_hash
+from harness.experiment import BadInput, config_hash, one_line
 from harness.job import run_job
 from harness.launchers import SlurmLauncher, SubmititSweepLauncher, wait
 
@@ -66,7 +66,7 @@ def prepare_launcher(cfg: DictConfig):
         return instantiate_launcher(cfg)
     except (HydraException, ValueError, TypeError) as error:
         cause = error.__cause__ or error
-        raise BadInput(f"hydra.launcher: {one_line(cause)}") from None
+        raise BadInput(f"hydra.launcher: {with_type(cause)}") from None
 
 
 def instantiate_launcher(cfg: DictConfig):
@@ -100,7 +100,7 @@ def returned(result) -> dict:
     try:
         return result.return_value
     except Exception as error:
-        return {"status": "failed", "error": f"harness error: {one_line(error)}"}
+        return {"status": "failed", "error": f"harness error: {with_type(error)}"}
 
 
 def outcome(handle, lost: str | None) -> dict:
@@ -110,9 +110,9 @@ def outcome(handle, lost: str | None) -> dict:
     try:
         return returned(handle.result())
     except UncompletedJobError as error:
-        return {"status": "killed", "error": one_line(error)}
+        return {"status": "killed", "error": with_type(error)}
     except Exception as error:  # the job's process failed outside the task function
-        return {"status": "failed", "error": one_line(error)}
+        return {"status": "failed", "error": with_type(error)}
 
 
 def finish(sweep, point, summary: dict, progress: "Progress") -> None:
@@ -144,9 +144,9 @@ def record_launch(sweep, launcher, handles) -> None:
     store.write_manifest(sweep.results, manifest)
 
 
-def one_line(error: BaseException) -> str:
-    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
-    return f"{type(error).__name__}: {text}"
+def with_type(error: BaseException) -> str:
+    """An exception as one line, its type first."""
+    return f"{type(error).__name__}: {one_line(error)}"
 
 
 class Progress:

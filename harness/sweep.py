@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from harness import store
-from harness.experiment import BadInput, Experiment, config_hash, config_values
+from harness.experiment import BadInput, Experiment, config_hash, config_values, one_line
 from harness.launch import launch, prepare_launcher
 from harness.launchers import SlurmLauncher
 from harness.status import still_scheduled
@@ -168,7 +168,7 @@ def _parse(argv: list[str]) -> list[Override]:
     try:
         return OverridesParser.create().parse_overrides(argv)
     except OverrideParseException as error:
-        raise BadInput(f"cannot parse {error.override!r}: {_one_line(error)}") from None
+        raise BadInput(f"cannot parse {error.override!r}: {one_line(error)}") from None
 
 
 def _key(override: str) -> str:
@@ -202,9 +202,9 @@ def _compose(overrides: list[str], experiment: str) -> DictConfig:
             if key.startswith("hydra."):
                 raise BadInput(f"unknown key '{key}' (see conf/hydra/ and Hydra's own)") from None
             raise BadInput(f"unknown key '{key}' for {experiment} ({_keys(experiment)})") from None
-        raise BadInput(_one_line(error)) from None
+        raise BadInput(one_line(error)) from None
     except (HydraException, OmegaConfBaseException) as error:
-        raise BadInput(_one_line(error)) from None
+        raise BadInput(one_line(error)) from None
     with open_dict(cfg):  # jobs elsewhere (SLURM) and run dirs get it absolute
         cfg.out = str(Path(cfg.out).resolve())
     return cfg
@@ -214,10 +214,6 @@ def _keys(experiment: str) -> str:
     node = OmegaConf.load(CONF / "experiment" / f"{experiment}.yaml")
     names = [k for k in node if k not in ("experiment", "hydra")]
     return "its keys: " + ", ".join(sorted(names) + list(USER_KEYS))
-
-
-def _one_line(error: Exception) -> str:
-    return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
 def _check_keys(experiment: Experiment, values: dict, sweeps: list[Override]) -> None:
