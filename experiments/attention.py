@@ -8,6 +8,8 @@ All three share one signature, (query, key, value, *, causal, window, ...):
 - causal: a query sees keys at its own position and before (top-left aligned, like SDPA).
 - window > 0 (causal only): a query sees at most `window` keys, itself included
   (query - key < window).
+- A query row that sees no key at all (more queries than keys, with a window) gets output 0 and
+  zero gradients, in all three paths: the convention of SDPA and FlashAttention.
 
 The tiled path has its own autograd (TiledAttention): its backward recomputes the probabilities
 block by block, as FlashAttention-2's does, so that training never holds an (L, L) tensor.
@@ -60,10 +62,54 @@ def naive_attention(
     mask = attention_mask(
         query.shape[-2], key.shape[-2], causal=causal, window=window, device=query.device
     )
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = F.dropout(scores.softmax(dim=-1), p=dropout)
-    return weights @ value
+    if mask is None:
+        return F.dropout(scores.softmax(dim=-1), p=dropout) @ value
+    # A row that sees no key keeps its scores (a softmax over all -inf is nan, and so would be
+    # every gradient through it) and gets its weights zeroed: output 0, gradients 0.
+    sees_a_key = mask.any(dim=-1, keepdim=True)  # (L_q, 1)
+    scores = scores.masked_fill(~mask & sees_a_key, float("-inf"))
+    weights = scores.softmax(dim=-1) * sees_a_key
+    return F.dropout(weights, p=dropout) @ value
+
+
+def reference_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    grad_output: Tensor | None = None,
+    *,
+    causal: bool = True,
+    window: int = 0,
+) -> tuple[Tensor, ...]:
+    """The accuracy oracle: naive_attention in float64 on float64 copies of the inputs.
+
+    Returns the output, and with grad_output the gradients of sum(output * grad_output) for
+    query, key and value too, all float64. It runs one (batch, query head) at a time, so it
+    holds one (L, L) float64 tensor rather than B x H of them.
+    """
+    groups = _kv_groups(query.shape[-3], key.shape[-3])
+    # (B, H, L, D) -> (B * H, L, D): head i of the flattened query uses flattened KV head i // G.
+    q, k, v = (t.detach().double().flatten(0, -3) for t in (query, key, value))
+    with_grads = grad_output is not None
+    d_out = grad_output.double().flatten(0, -3) if with_grads else None
+    output, grads = torch.empty_like(q), [torch.zeros_like(t) for t in (q, k, v)]
+    for i in range(q.shape[0]):
+        j = i // groups
+        picks = [slice(i, i + 1), slice(j, j + 1), slice(j, j + 1)]  # this head's q, k and v
+        inputs = [
+            t[pick].requires_grad_(with_grads) for t, pick in zip((q, k, v), picks, strict=True)
+        ]
+        with torch.set_grad_enabled(with_grads):
+            out = naive_attention(*inputs, causal=causal, window=window)
+        output[picks[0]] = out.detach()
+        if with_grads:
+            head_grads = torch.autograd.grad(out, inputs, d_out[i : i + 1])
+            for total, pick, grad in zip(grads, picks, head_grads, strict=True):
+                total[pick] += grad
+    output = output.view(query.shape)
+    if not with_grads:
+        return (output,)
+    return output, *(g.view(t.shape) for g, t in zip(grads, (query, key, value), strict=True))
 
 
 def sdpa_attention(
@@ -235,7 +281,11 @@ def _forward_query_block(
         running_sum = correction * running_sum + weights.sum(dim=-1, keepdim=True)
         output = correction * output + weights @ value[..., columns, :]
         running_max = block_max
-    return output / running_sum, running_max + running_sum.log()
+    # A row that saw no key (sum 0) gets output 0 and lse +inf, so that the backward's
+    # exp(S - lse) is 0 there: FlashAttention's convention. Any other row's sum is at least 1.
+    seen = running_sum > 0
+    output = torch.where(seen, output / running_sum, 0.0)
+    return output, torch.where(seen, running_max + running_sum.log(), float("inf"))
 
 
 def _tiled_backward(

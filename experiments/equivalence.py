@@ -2,7 +2,9 @@
 
 Two copies of one OctLM (same weights, eval mode, no dropout), one with attention="naive" and one
 with attention=path, see the same random tokens. The row says how far apart their logits are and
-how far apart the parameter gradients of one next-token cross-entropy step are.
+how far apart the parameter gradients of one next-token cross-entropy step are. A third copy, in
+float64 with attention="naive", is the independent reference: each of the two paths' errors
+against it (path_err64, naive_err64; path_grad_err64, naive_grad_err64) tells which one drifted.
 """
 
 from dataclasses import replace
@@ -45,18 +47,19 @@ def run(
     kv_heads: int = 8,
     heads: int = 8,
     path: Literal["sdpa", "tiled"] = "sdpa",
-    length: int = 64,
+    length: int = 256,
     batch: int = 2,
-    width: int = 64,
-    layers: int = 2,
-    vocab_size: int = 256,
+    width: int = 256,
+    layers: int = 4,
+    vocab_size: int = 512,
     window: int = 0,
-    block: int = 16,
+    block: int = 64,
     dtype: Literal["float32", "float64"] = "float32",
     seed: int = 0,
     device: str = "cpu",
 ) -> list[dict]:
-    """One row: logits and gradient differences between attention=path and attention="naive"."""
+    """One row: logits and gradient differences between attention=path and attention="naive", and
+    each one's largest errors against the float64 naive model."""
     check(**locals())  # locals() is exactly the keyword arguments here
     config = ModelConfig(
         vocab_size=vocab_size,
@@ -69,26 +72,48 @@ def run(
         window=window,
         tiled_block=block,
     )
-    floating = getattr(torch, dtype)
     torch.manual_seed(seed)
-    reference = OctLM(config).to(device=device, dtype=floating).eval()
-    candidate = OctLM(replace(config, attention=path)).to(device=device, dtype=floating).eval()
-    candidate.load_state_dict(reference.state_dict())
+    weights = OctLM(config).state_dict()
+    floating = getattr(torch, dtype)
+    models = [  # the reference, the candidate, and the float64 reference of both
+        _model(replace(config, attention=attention), weights, precision, device)
+        for attention, precision in (
+            ("naive", floating),
+            (path, floating),
+            ("naive", torch.float64),
+        )
+    ]
     # Drawn on the CPU so that a point's tokens are the same on every device.
     generator = torch.Generator().manual_seed(seed)
     tokens = torch.randint(vocab_size, (batch, length + 1), generator=generator).to(device)
-    expected, expected_grads = _training_step(reference, tokens)
-    actual, actual_grads = _training_step(candidate, tokens)
-    grad_diffs = [a - e for a, e in zip(actual_grads, expected_grads, strict=True)]
+    (expected, expected_grads), (actual, actual_grads), (exact, exact_grads) = (
+        _training_step(model, tokens) for model in models
+    )
     return [
         {
             "max_abs_diff": _largest([actual - expected]),
             "mean_abs_diff": (actual - expected).abs().mean().item(),
-            "max_grad_diff": _largest(grad_diffs),
+            "max_grad_diff": _largest(_differences(actual_grads, expected_grads)),
             "max_abs_logit": _largest([expected]),
             "max_abs_grad": _largest(expected_grads),
+            "path_err64": _largest([actual.double() - exact]),
+            "naive_err64": _largest([expected.double() - exact]),
+            "path_grad_err64": _largest(_differences(actual_grads, exact_grads)),
+            "naive_grad_err64": _largest(_differences(expected_grads, exact_grads)),
         }
     ]
+
+
+def _model(config: ModelConfig, weights: dict, dtype: torch.dtype, device: str) -> OctLM:
+    """An OctLM with the given weights, in dtype on device, in eval mode."""
+    model = OctLM(config)
+    model.load_state_dict(weights)
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def _differences(tensors: list[Tensor], references: list[Tensor]) -> list[Tensor]:
+    """Each tensor minus its reference, in the wider of the two dtypes."""
+    return [t.to(r.dtype) - r for t, r in zip(tensors, references, strict=True)]
 
 
 def _training_step(model: OctLM, tokens: Tensor) -> tuple[Tensor, list[Tensor]]:

@@ -2,7 +2,8 @@
 
 run (exp016_tiled_backward): one (B, H, L, D) attention with random inputs and a random upstream
 gradient, through tiled_attention and through SDPA; how far apart their outputs and their
-gradients of query, key and value are.
+gradients of query, key and value are, and how far each is from the float64 reference (naive
+attention in float64 on float64 copies of the same inputs and upstream gradient).
 
 memory (exp016_backward_memory): the peak memory of one forward + backward through one method
 (naive, tiled, or SDPA forced onto its math or flash backend), measured in a fresh child process
@@ -24,6 +25,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from experiments import checks
 from experiments.attention import (
     naive_attention,
+    reference_attention,
     sdpa_attention,
     sdpa_refusal,
     tiled_attention,
@@ -77,7 +79,10 @@ def run(
     seed: int = 0,
     device: str = "cpu",
 ) -> list[dict]:
-    """One row: the largest differences of the output and of dq, dk, dv, tiled against SDPA."""
+    """One row: the largest differences of the output and of dq, dk, dv, tiled against SDPA
+    (max_abs_diff, max_grad_diff_q, ...), and each path's largest errors against the float64
+    reference (tiled_err64, tiled_grad_err64_q, ..., sdpa_err64, sdpa_grad_err64_q, ...; the
+    largest of the three gradients' as tiled_grad_err64 and sdpa_grad_err64)."""
     check(**locals())  # locals() is exactly the keyword arguments here
     device = str(checks.usable_device(device))
     shape = dict(batch=batch, heads=heads, kv_heads=kv_heads, length=length, head_dim=head_dim)
@@ -91,6 +96,18 @@ def run(
         row[f"max_grad_diff_{name}"] = _largest(got - want)
     row["max_grad_diff"] = max(row[f"max_grad_diff_{name}"] for name in "qkv")
     row["max_abs_grad"] = max(_largest(grad) for grad in expected_grads)
+    reference = reference_attention(*inputs, **mask)
+    for path, results in (
+        ("tiled", (actual, *actual_grads)),
+        ("sdpa", (expected, *expected_grads)),
+    ):
+        errors = [
+            _largest(got.double() - want) for got, want in zip(results, reference, strict=True)
+        ]
+        row[f"{path}_err64"] = errors[0]
+        for name, error in zip("qkv", errors[1:], strict=True):
+            row[f"{path}_grad_err64_{name}"] = error
+        row[f"{path}_grad_err64"] = max(errors[1:])
     return [row]
 
 

@@ -21,7 +21,8 @@ def test_a_cpu_point_is_one_complete_row(backend, length, dtype):
     [row] = backends.run(backend=backend, length=length, dtype=dtype, **QUICK)
     assert row["status"] == "ok", row["error"]
     assert row["device_used"] == "cpu" and row["threads_used"] == 1
-    assert row["rss_delta_mib"] > 0 and "cuda_peak_mib" not in row
+    # The output is 64 to 256 KiB here and may land in pages already resident: 0 is possible.
+    assert row["rss_delta_mib"] >= 0 and "cuda_peak_mib" not in row
     assert row["repeats"] == len(row["time_samples_ms"]) >= 3
     assert row["time_ms"] > 0 and row["time_iqr_ms"] >= 0
     assert row["flops"] == 2 * 1 * 8 * length**2 * 32

@@ -49,6 +49,16 @@ def test_rss_delta_of_a_known_allocation_matches_a_fresh_interpreter():
     assert isolated == pytest.approx(ALLOCATION_MIB, rel=0.05)
 
 
+def test_the_peak_is_the_calls_own_not_an_earlier_one_of_the_process():
+    """The high-water mark is reset before the call: an earlier, larger peak of this process
+    (here 256 MiB, freed again) neither counts nor stops the measurement."""
+    earlier = torch.ones(ALLOCATION_MIB * measure.MIB // 4)
+    del earlier  # a large block: returned to the system at once
+    small = functools.partial(torch.ones, 16 * measure.MIB // 4)
+    measured = measure.measure_memory(small, device="cpu")["rss_delta_mib"]
+    assert measured == pytest.approx(16, abs=4)
+
+
 def test_result_comes_back():
     assert measure.run_isolated(divmod, (17, 5)) == measure.Outcome("ok", (3, 2))
 
