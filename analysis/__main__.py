@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from analysis.claims import FAILING, outcome
 from analysis.compare import RULE
 from analysis.report import write_report
 
@@ -17,7 +18,9 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawTextHelpFormatter,
     )
     parser.add_argument("--out", type=Path, default=Path("outputs"), help="the harness's out dir")
-    parser.add_argument("--check", action="store_true", help="exit 1 if a claim fails")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if a claim fails, is incomplete or errs"
+    )
     commands = parser.add_subparsers(dest="command", title="commands", metavar="compare")
     compare = commands.add_parser(
         "compare",
@@ -45,9 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         return _compare(results, args)
     path, claims = write_report(results, args.out / "report")
     for claim in claims.itertuples():
-        print(f"{claim.result:7} {claim.experiment}: {claim.claim} (worst {claim.worst})")
+        print(f"{claim.result:10} {claim.experiment}: {claim.claim} ({outcome(claim)})")
     print(f"report: {path}")
-    failing = claims[claims["result"].isin(["FAIL", "NO DATA", "ERROR"])]
+    failing = claims[claims["result"].isin(FAILING)]
     return 1 if args.check and not failing.empty else 0
 
 

@@ -16,42 +16,60 @@ OTHERS = ["device", "seed", "num_threads", "warmup", "min_repeats", "min_time_s"
           "memory_cap_mib", "timeout_s"]  # fmt: skip
 
 
-def speedup(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per shape and length: math's median time over each other backend's (flash_over_math...)."""
+def measurements(rows: pd.DataFrame) -> pd.DataFrame:
+    """Every planned point with its memory (analysis.scaling.with_memory). A point that has not
+    run has no device_used yet: it gets the one device its sweep's other points used (a sweep
+    with device=auto runs on one kind of machine), else its device parameter."""
     data = with_memory(rows)
-    if data.empty or "time_ms" not in data:
-        return pd.DataFrame()
-    times = data.pivot_table(index=_shape(rows) + ["length"], columns="backend", values="time_ms")
-    if "math" not in times:
-        return pd.DataFrame()
-    others = [backend for backend in times if backend != "math"]
-    ratios = pd.DataFrame({f"{b}_over_math": times["math"] / times[b] for b in others})
-    return ratios.reset_index()
+    if "device_used" not in data:
+        data["device_used"] = None
+    used = data["device_used"].dropna().unique()
+    fallback = used[0] if len(used) == 1 else data.get("device")
+    data["device_used"] = data["device_used"].fillna(fallback)
+    return data
+
+
+def speedup(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per shape, length and backend other than math: math's median time over the backend's
+    (speedup_over_math), missing where either has no time; no line where math was not planned."""
+    data = measurements(rows)
+    keys = _shape(data) + ["length"]
+    if "time_ms" not in data:  # no point has a time yet
+        data["time_ms"] = float("nan")
+    math = data.loc[data["backend"] == "math", keys + ["time_ms"]]
+    others = data.loc[data["backend"] != "math", keys + ["backend", "time_ms"]]
+    paired = others.merge(math, on=keys, suffixes=("", "_math"))
+    paired["speedup_over_math"] = paired["time_ms_math"] / paired["time_ms"]
+    return paired[[*keys, "backend", "speedup_over_math"]]
 
 
 def growth(rows: pd.DataFrame) -> pd.DataFrame:
     """Per shape and backend: memory and time at each length over those at half the length."""
     ratios = {"memory_mib": "memory_growth", "time_ms": "time_growth"}
-    return per_doubling(with_memory(rows), _shape(rows) + ["backend"], ratios)
+    data = measurements(rows)
+    return per_doubling(data, _shape(data) + ["backend"], ratios)
 
 
 def tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    return {"measurements": with_memory(rows), "speedup": speedup(rows), "growth": growth(rows)}
+    return {"measurements": measurements(rows), "speedup": speedup(rows), "growth": growth(rows)}
 
 
 def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
     """Tables per shape (length x backend), speedup, growth, the plots, the refusals."""
-    parts = []
+    rows, parts = derived["measurements"], []
     for shape, group in rows.groupby(_shape(rows), dropna=False):
         parts.append(f"{_describe(dict(zip(_shape(rows), shape, strict=True)), group)}:")
         parts.append(markdown(time_and_memory(group)))
-    for name, caption in (
-        ("speedup", "Speedup over math (math's median time / the backend's)"),
-        ("growth", "Growth per doubling of length (value at L / value at L/2)"),
-    ):
-        if not derived[name].empty:
-            shown = derived[name].drop(columns=sorted(set(_shape(rows)) - set(_varying(rows))))
-            parts += [f"{caption}:", markdown(shown, ".2f", index=False)]
+    hidden = sorted(set(_shape(rows)) - set(_varying(rows)))
+    if not derived["speedup"].empty:
+        caption = "Speedup over math (math's median time / the backend's)"
+        parts += [f"{caption}:", markdown(_by_backend(derived["speedup"], hidden), ".2f")]
+    if not derived["growth"].empty:
+        caption = "Growth per doubling of length (value at L / value at L/2)"
+        parts += [
+            f"{caption}:",
+            markdown(derived["growth"].drop(columns=hidden), ".2f", index=False),
+        ]
     parts += [f"![{what} vs length]({path.name})" for what, path in plots(rows, folder).items()]
     refused = rows[rows["status"] == "unsupported"]
     for (device, backend), group in refused.groupby(["device_used", "backend"]):
@@ -63,6 +81,7 @@ def time_and_memory(rows: pd.DataFrame) -> pd.DataFrame:
     """length x backend: "median ms (IQR) / memory MiB", or the status of a point without one."""
     cells = rows.assign(cell=rows["status"])
     ok = with_memory(rows)
+    ok = ok[ok["status"] == "ok"]
     if ok.empty:
         ok = ok.assign(time_ms=[], time_iqr_ms=[])
     cells.loc[ok.index, "cell"] = [
@@ -77,7 +96,7 @@ def time_and_memory(rows: pd.DataFrame) -> pd.DataFrame:
 def plots(rows: pd.DataFrame, folder: Path) -> dict[str, Path]:
     """Memory and time against length, log-log, one line per backend and dtype per device."""
     data = with_memory(rows)
-    if data.empty:
+    if data["memory_mib"].isna().all():
         return {}
     return {
         what: loglog(
@@ -89,6 +108,14 @@ def plots(rows: pd.DataFrame, folder: Path) -> dict[str, Path]:
         )  # fmt: skip
         for what, column in (("memory", "memory_mib"), ("time", "time_ms"))
     }
+
+
+def _by_backend(speedup: pd.DataFrame, hidden: list[str]) -> pd.DataFrame:
+    """Speedups as a table: the shape columns that vary and length (rows) by backend."""
+    index = [c for c in speedup if c not in (*hidden, "backend", "speedup_over_math")]
+    return speedup.pivot_table(
+        index=index, columns="backend", values="speedup_over_math", dropna=False
+    )
 
 
 def _shape(rows: pd.DataFrame) -> list[str]:

@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.report import claims_table, markdown, sweep_header
+from analysis.claims import claims_table
+from analysis.report import markdown, sweep_header
 from harness import store
 
 ALPHA = 0.05
@@ -206,7 +207,9 @@ def unmatched(matched: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def claim_changes(a: Sweep, b: Sweep) -> pd.DataFrame:
     """Each claim's result in A and B (each sweep by its own manifest's claims); flipped."""
     results = [
-        claims_table(s.rows, s.manifest.get("experiment_config", {})).set_index("claim")
+        claims_table(
+            s.rows, s.manifest.get("experiment_config", {}), s.manifest["points"]
+        ).set_index("claim")
         for s in (a, b)
     ]
     table = results[0][["result", "worst"]].merge(

@@ -3,21 +3,18 @@
 An experiment's config declares its report: `table` (index, columns, values: a pivot of its
 rows), or `report`, a module of its own (e.g. analysis.backends) with `tables(rows)` (derived
 tables by name) and `sections(rows, tables, folder)` (the section's Markdown parts, its plots
-written to folder); and `claims`: {metric, max and/or min, where (a pandas query), table (a derived
-table's name; default the rows), text}, checked against the sweep being reported. A claim
-whose `where` selects nothing in the sweep does not apply to it (N/A).
+written to folder); and `claims` (analysis.claims), checked over the sweep's planned points.
+Tables and claims see every planned point: one without rows is a "not run" row with its
+parameters, so that it shows as a gap rather than vanishing.
 """
 
-import importlib
-import math
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
 
+from analysis.claims import MISSING, claims_table, derived_tables, planned, report_module
 from harness import store
-
-MISSING = "—"
 
 
 def latest_sweep(root: Path, experiment: str) -> tuple[str | None, list[str]]:
@@ -47,69 +44,6 @@ def sweep_table(rows: pd.DataFrame, config: dict, params: list[str] = ()) -> pd.
     if hidden:
         table.columns.name += f", the largest over {', '.join(hidden)}"
     return table
-
-
-def report_module(config: dict):
-    """The experiment's own report module (config `report`), or None."""
-    return importlib.import_module(config["report"]) if config.get("report") else None
-
-
-def derived_tables(rows: pd.DataFrame, config: dict) -> dict[str, pd.DataFrame]:
-    """The rows, and the tables the experiment's report module derives from them, by name."""
-    module = report_module(config)
-    return {"rows": rows, **(module.tables(rows) if module and not rows.empty else {})}
-
-
-def claims_table(rows: pd.DataFrame, config: dict) -> pd.DataFrame:
-    """One line per claim: PASS, FAIL, NO DATA or N/A, the worst value, the points covered."""
-    tables = derived_tables(rows, config)
-    lines = [_claim(tables, claim) for claim in config.get("claims") or []]
-    return pd.DataFrame(lines, columns=["claim", "result", "worst", "points"])
-
-
-def _claim(tables: dict[str, pd.DataFrame], claim: dict) -> dict:
-    """N/A when the claim's `where` selects none of the sweep's points (whatever their status);
-    NO DATA when it selects some but they have no value (failed, out of memory, not run)."""
-    metric, low, high = claim["metric"], claim.get("min"), claim.get("max")
-    bounds = " and ".join(
-        f"{metric} {op} {bound:g}" for op, bound in ((">=", low), ("<=", high)) if bound is not None
-    )
-    text = f"{claim.get('text', bounds)} ({bounds})" if claim.get("text") else bounds
-    table = tables.get(claim.get("table", "rows"), pd.DataFrame())
-    try:
-        if _selects_nothing(tables["rows"], claim.get("where")):
-            return {"claim": text, "result": "N/A", "worst": MISSING, "points": "0 of 0"}
-        selected = table.query(claim["where"]) if claim.get("where") and not table.empty else table
-    except Exception as error:  # a where that names no column of the table
-        return {"claim": text, "result": "ERROR", "worst": str(error), "points": MISSING}
-    values = selected[metric].dropna() if metric in selected else pd.Series(dtype=float)
-    points = f"{len(values)} of {len(selected)}"
-    if values.empty:
-        return {"claim": text, "result": "NO DATA", "worst": MISSING, "points": points}
-    inside = values.between(-math.inf if low is None else low, math.inf if high is None else high)
-    return {
-        "claim": text,
-        "result": "PASS" if inside.all() and len(values) == len(selected) else "FAIL",
-        "worst": _worst(values, low, high),
-        "points": points,
-    }
-
-
-def _selects_nothing(rows: pd.DataFrame, where: str | None) -> bool:
-    """Whether `where` selects none of the sweep's rows (a where on a derived table's own
-    columns cannot tell: then False). No rows at all is no data, not N/A."""
-    if rows.empty or not where:
-        return False
-    try:
-        return rows.query(where).empty
-    except Exception:
-        return False
-
-
-def _worst(values: pd.Series, low: float | None, high: float | None) -> str:
-    if low is not None and high is not None:
-        return f"{values.min():.3g} to {values.max():.3g}"
-    return f"{(values.max() if high is not None else values.min()):.3g}"
 
 
 def sweep_header(rows: pd.DataFrame, manifest: dict | None, sweep: str) -> str:
@@ -148,14 +82,16 @@ def section(root: Path, experiment: str, sweep: str, report_dir: Path) -> tuple[
     rows = store.read(root, experiment, sweep)
     manifest = store.read_manifest(root, experiment, sweep)
     config = manifest["experiment_config"] if manifest else {}
-    claims = claims_table(rows, config)
+    points = manifest["points"] if manifest else None
+    claims = claims_table(rows, config, points)
     parts = [f"## {experiment}", sweep_header(rows, manifest, sweep)]
-    params = list(manifest["points"][0]["params"]) if manifest and manifest["points"] else []
-    table, module = sweep_table(rows, config, params), report_module(config)
+    params = list(points[0]["params"]) if points else []
+    every = planned(rows, points)
+    table, module = sweep_table(every, config, params), report_module(config)
     if table is not None:
         parts.append(f"{table.columns.name}:\n\n{markdown(table)}")
     if module is not None and not rows.empty:
-        parts += module.sections(rows, derived_tables(rows, config), report_dir)
+        parts += module.sections(every, derived_tables(every, config), report_dir)
     failed = rows[~rows["status"].isin(store.DONE)] if not rows.empty else rows
     if not failed.empty:
         parts.append(markdown(failed[["job", "status", "error"]].set_index("job")))
@@ -180,7 +116,7 @@ def write_report(root: Path, report_dir: Path) -> tuple[Path, pd.DataFrame]:
             text = f"## {experiment}\n\nsweep `{sweep}` could not be reported: {error!r}\n"
             checked = pd.DataFrame(
                 [{"claim": "the sweep can be reported", "result": "ERROR", "worst": repr(error),
-                  "points": MISSING}]
+                  "points": MISSING, "missing": ""}]
             )  # fmt: skip
         if newer:
             text += f"\nNewer, with nothing landed yet: {', '.join(f'`{s}`' for s in newer)}.\n"

@@ -16,14 +16,21 @@ MEMORY = ["cuda_peak_mib", "rss_delta_mib"]  # a row has one of these, named for
 
 
 def with_memory(rows: pd.DataFrame) -> pd.DataFrame:
-    """The ok rows, with memory_mib, memory_kind (the column it came from), memory_over_inputs."""
-    ok = rows[rows["status"] == "ok"].copy()
-    kinds = [column for column in MEMORY if column in ok]
-    ok["memory_kind"] = ok[kinds].notna().idxmax(axis=1) if kinds else None
-    ok["memory_mib"] = ok[kinds].bfill(axis=1).iloc[:, 0] if kinds else float("nan")
-    if "inputs_mib" in ok:
-        ok["memory_over_inputs"] = ok["memory_mib"] / ok["inputs_mib"]
-    return ok
+    """Every row (planned points without a measurement too, see analysis.claims.planned), with
+    memory_mib, memory_kind (the column it came from) and memory_over_inputs; the measurements
+    of a row that is not ok are missing (NaN), so that what is derived from them is too."""
+    data = rows.copy()
+    measured = [c for c in ("time_ms", "inputs_mib", *MEMORY) if c in data]
+    data[measured] = data[measured].where(data["status"] == "ok")
+    kinds = [column for column in MEMORY if column in data]
+    memory = data[kinds].bfill(axis=1).iloc[:, 0] if kinds else pd.Series(float("nan"), data.index)
+    data["memory_kind"] = (
+        data[kinds].notna().idxmax(axis=1).where(memory.notna()) if kinds else None
+    )
+    data["memory_mib"] = memory
+    if "inputs_mib" in data:
+        data["memory_over_inputs"] = data["memory_mib"] / data["inputs_mib"]
+    return data
 
 
 def keys(rows: pd.DataFrame, shape: list[str], others: list[str]) -> list[str]:
@@ -34,7 +41,9 @@ def keys(rows: pd.DataFrame, shape: list[str], others: list[str]) -> list[str]:
 
 
 def per_doubling(data: pd.DataFrame, keys: list[str], ratios: dict[str, str]) -> pd.DataFrame:
-    """Per group of `keys`: each column at length L over its value at L/2, where both exist.
+    """Per group of `keys`: each column at length L over its value at L/2, for every L whose L/2
+    was planned too; missing (NaN) where either point has no value, so that a claim on the
+    ratio sees the gap.
 
     ratios maps a column to the name of its ratio, e.g. {"memory_mib": "memory_growth"}.
     """
@@ -44,8 +53,12 @@ def per_doubling(data: pd.DataFrame, keys: list[str], ratios: dict[str, str]) ->
     if not indexed.index.is_unique:
         raise ValueError(f"two measurements share {', '.join(keys)} and length")
     half = indexed.rename(index=lambda length: length * 2, level="length")
-    growth = pd.DataFrame({name: indexed[c] / half[c] for c, name in ratios.items() if c in data})
-    return growth.dropna(how="all").reset_index()
+    both = indexed.index.intersection(half.index)
+    growth = pd.DataFrame(
+        {name: indexed.loc[both, c] / half.loc[both, c] for c, name in ratios.items() if c in data},
+        index=both,
+    )
+    return growth.reset_index()
 
 
 def loglog(data: pd.DataFrame, column: str, lines: list[str], panels: str, path: Path) -> Path:

@@ -13,7 +13,7 @@ import shlex
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -57,27 +57,32 @@ class Sweep:
     overrides: list[str]  # what every job gets: the command line's non-grid overrides
     points: list[Point]
     hydra_overrides: list[str]  # the command line's Hydra settings (a launcher and its options)
+    config_dirs: list[Path] = field(default_factory=list)  # --config-dir: users' experiments
 
 
-def available_experiments() -> list[str]:
-    return sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+def available_experiments(config_dirs: list[Path] = ()) -> list[str]:
+    """The experiments in conf/experiment/ and in each config dir's experiment/."""
+    folders = [CONF, *config_dirs]
+    return sorted({p.stem for folder in folders for p in (folder / "experiment").glob("*.yaml")})
 
 
 def run(argv: list[str]) -> int:
     """Run the sweep that the overrides in `argv` describe; returns the exit code."""
-    overrides = _parse(argv)
-    experiment = _experiment_name(overrides)
+    arguments, config_dirs = split_config_dirs(argv)
+    overrides = _parse(arguments)
+    experiment = _experiment_name(overrides, config_dirs)
     resume = next((o.value() for o in overrides if o.get_key_element() == "resume"), None)
     with initialize_config_dir(config_dir=str(CONF), job_name="harness", version_base=None):
         if resume:
-            sweep, cfg = _resumed(overrides, experiment, str(resume))
+            sweep, cfg = _resumed(overrides, experiment, str(resume), config_dirs)
             launcher = prepare_launcher(cfg)
         else:
             fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
-            cfg = _compose([*fixed, f"sweep_id={new_sweep_id()}"], experiment)
+            cfg = _compose([*fixed, f"sweep_id={new_sweep_id()}"], experiment, config_dirs)
             launcher = prepare_launcher(cfg)
             sweep = plan(cfg, [o for o in overrides if o.is_sweep_override()])
             _write_manifest(sweep, argv)
+        sweep.config_dirs = config_dirs
         print(f"sweep {sweep.id}: {experiment}, {len(sweep.points)} points to run", flush=True)
         started = time.perf_counter()
         try:
@@ -97,6 +102,23 @@ def run(argv: list[str]) -> int:
         print(f"sweep {sweep.id}: follow it with: {status_command(sweep)}")
         return 0
     return report(sweep, time.perf_counter() - started)
+
+
+def split_config_dirs(argv: list[str]) -> tuple[list[str], list[Path]]:
+    """Hydra's --config-dir DIR (or --config-dir=DIR, -cd DIR): folders with experiment/NAME.yaml
+    files of the user's own, searched after conf/. Returns the other arguments and the folders."""
+    rest, folders, args = [], [], iter(argv)
+    for arg in args:
+        name, equals, value = arg.partition("=")
+        if name not in ("--config-dir", "-cd") or (name == "-cd" and equals):
+            rest.append(arg)
+            continue
+        value = value if equals else next(args, "")
+        folder = Path(value).expanduser().resolve()
+        if not value or not folder.is_dir():
+            raise BadInput(f"--config-dir takes a folder, got {value!r}")
+        folders.append(folder)
+    return rest, folders
 
 
 def new_sweep_id() -> str:
@@ -131,18 +153,20 @@ def _sweep(cfg: DictConfig, experiment: Experiment, points: list[Point]) -> Swee
 
 def report(sweep: Sweep, seconds: float) -> int:
     """Print the sweep's table, claims and counts; the exit code says whether any point failed."""
-    from analysis.report import claims_table, markdown, sweep_table
+    from analysis.claims import claims_table, outcome, planned
+    from analysis.report import markdown, sweep_table
 
     rows = store.read(sweep.results, sweep.experiment.name, sweep.id)
     manifest = store.read_manifest(sweep.results, sweep.experiment.name, sweep.id)
-    statuses, total = store.job_statuses(rows), len(manifest["points"])
+    points = manifest["points"]
+    statuses, total = store.job_statuses(rows), len(points)
     unfinished = total - int(statuses.isin(store.DONE).sum())
-    params = list(manifest["points"][0]["params"]) if manifest["points"] else []
-    table = sweep_table(rows, sweep.experiment.config, params)
+    params = list(points[0]["params"]) if points else []
+    table = sweep_table(planned(rows, points), sweep.experiment.config, params)
     if table is not None:
         print(f"{table.columns.name}:\n{markdown(table)}")
-    for line in claims_table(rows, sweep.experiment.config).itertuples():
-        print(f"claim {line.result}: {line.claim} (worst {line.worst}, {line.points} points)")
+    for line in claims_table(rows, sweep.experiment.config, points).itertuples():
+        print(f"claim {line.result}: {line.claim} ({outcome(line)})")
     print(
         f"sweep {sweep.id}: {store.status_counts(statuses, total)}; in {seconds:.1f} s; "
         f"rows in {store.sweep_dir(sweep.results, sweep.experiment.name, sweep.id)}"
@@ -157,7 +181,8 @@ def report(sweep: Sweep, seconds: float) -> int:
 
 
 def resume_command(sweep: Sweep) -> str:
-    return f"python -m harness +experiment={sweep.experiment.name} resume={sweep.id}"
+    folders = "".join(f"--config-dir {shlex.quote(str(folder))} " for folder in sweep.config_dirs)
+    return f"python -m harness {folders}+experiment={sweep.experiment.name} resume={sweep.id}"
 
 
 def status_command(sweep: Sweep) -> str:
@@ -175,20 +200,24 @@ def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
-def _experiment_name(overrides: list[Override]) -> str:
+def _experiment_name(overrides: list[Override], config_dirs: list[Path]) -> str:
     names = [o for o in overrides if o.get_key_element().lstrip("+") == "experiment"]
-    available = ", ".join(available_experiments())
+    available = ", ".join(available_experiments(config_dirs))
     if not names:
         raise BadInput(f"no experiment given: add +experiment=NAME (one of {available})")
     if names[0].is_sweep_override():
         raise BadInput("one experiment per sweep: +experiment takes one name")
     name = str(names[0].value())
-    if name not in available_experiments():
+    if name not in available_experiments(config_dirs):
         raise BadInput(f"unknown experiment '{name}' (available: {available})")
     return name
 
 
-def _compose(overrides: list[str], experiment: str) -> DictConfig:
+def _compose(overrides: list[str], experiment: str, config_dirs: list[Path]) -> DictConfig:
+    """The config, with the config dirs on Hydra's search path (so every job's config has them)."""
+    if config_dirs:
+        folders = ",".join(f"file://{folder}" for folder in config_dirs)
+        overrides = [f"hydra.searchpath=[{folders}]", *overrides]
     try:
         cfg = compose("config", overrides=overrides, return_hydra_config=True)
     except MissingConfigException as error:
@@ -201,7 +230,8 @@ def _compose(overrides: list[str], experiment: str) -> DictConfig:
             key = cause.full_key or str(cause).split("'")[1]
             if key.startswith("hydra."):
                 raise BadInput(f"unknown key '{key}' (see conf/hydra/ and Hydra's own)") from None
-            raise BadInput(f"unknown key '{key}' for {experiment} ({_keys(experiment)})") from None
+            keys = _keys(experiment, config_dirs)
+            raise BadInput(f"unknown key '{key}' for {experiment} ({keys})") from None
         raise BadInput(one_line(error)) from None
     except (HydraException, OmegaConfBaseException) as error:
         raise BadInput(one_line(error)) from None
@@ -210,8 +240,9 @@ def _compose(overrides: list[str], experiment: str) -> DictConfig:
     return cfg
 
 
-def _keys(experiment: str) -> str:
-    node = OmegaConf.load(CONF / "experiment" / f"{experiment}.yaml")
+def _keys(experiment: str, config_dirs: list[Path]) -> str:
+    files = [folder / "experiment" / f"{experiment}.yaml" for folder in (CONF, *config_dirs)]
+    node = OmegaConf.load(next(path for path in files if path.exists()))
     names = [k for k in node if k not in ("experiment", "hydra")]
     return "its keys: " + ", ".join(sorted(names) + list(USER_KEYS))
 
@@ -280,13 +311,15 @@ def _discard(sweep: Sweep) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _resumed(overrides: list[Override], experiment: str, sweep_id: str) -> tuple[Sweep, DictConfig]:
+def _resumed(
+    overrides: list[Override], experiment: str, sweep_id: str, config_dirs: list[Path]
+) -> tuple[Sweep, DictConfig]:
     """The sweep to resume, with its points that have no answer yet, and its config.
 
     The config is composed from the sweep's own overrides, its launcher settings unless the
     command line names a launcher, and the command line's settings (out, wait, Hydra's), so
-    each job recomposes what it first ran. Points that SLURM still queues or runs are left
-    to it.
+    each job recomposes what it first ran; users' experiments come from the command line's
+    --config-dir. Points that SLURM still queues or runs are left to it.
     """
     results = _results_root(overrides)
     manifest = store.read_manifest(results, experiment, sweep_id)
@@ -302,13 +335,15 @@ def _resumed(overrides: list[Override], experiment: str, sweep_id: str) -> tuple
     extra = [line for line in extra if _key(line) != "experiment"]
     if extra:
         raise BadInput(f"resume={sweep_id} reruns that sweep's own points; drop {' '.join(extra)}")
-    replaced = {_key(line) for line in settings} | set(SET_BY_HARNESS)
+    replaced = {_key(line) for line in settings} | {*SET_BY_HARNESS, "hydra.searchpath"}
     original = [line for line in manifest["overrides"] if _key(line) not in replaced]
     launcher = manifest.get("hydra_overrides", [])
     if any(_key(line) == "hydra/launcher" for line in settings):  # another launcher: its own
         launcher = []
     launcher = [line for line in launcher if _key(line) not in replaced]
-    cfg = _compose([*original, *launcher, *settings, f"sweep_id={sweep_id}"], experiment)
+    cfg = _compose(
+        [*original, *launcher, *settings, f"sweep_id={sweep_id}"], experiment, config_dirs
+    )
     experiment_ = Experiment.load(config_values(cfg)["experiment"])
     sweep = _sweep(cfg, experiment_, [])
     scheduled = set(still_scheduled(manifest))

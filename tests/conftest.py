@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+SUPPORT = ROOT / "tests" / "support"  # the test probes: a user's own experiment, on its own path
 
 
 def run_command(module: str, *args: str, cwd: Path, timeout: float = 600, env: dict | None = None):
@@ -53,6 +54,23 @@ def harness(tmp_path):
     run.start = start
     run.cwd = tmp_path
     run.results = tmp_path / "outputs" / "results"
+    return run
+
+
+@pytest.fixture
+def probe(harness):
+    """`python -m harness --config-dir tests/support/conf +experiment=rendezvous ARGS`, with
+    tests/support on the path: points that wait for each other or for a file (probes.py)."""
+    given = ["--config-dir", str(SUPPORT / "conf"), "+experiment=rendezvous"]
+    path = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(SUPPORT)])}
+
+    def run(*args: str, env: dict | None = None, **kwargs):
+        return harness(*given, *args, env={**path, **(env or {})}, **kwargs)
+
+    def start(*args: str, env: dict | None = None, **kwargs):
+        return harness.start(*given, *args, env={**path, **(env or {})}, **kwargs)
+
+    run.start, run.cwd, run.results, run.harness = start, harness.cwd, harness.results, harness
     return run
 
 

@@ -3,7 +3,8 @@
 import pandas as pd
 import pytest
 
-from analysis.report import claims_table, markdown, sweep_table
+from analysis.claims import claims_table
+from analysis.report import markdown, sweep_table
 from harness import store
 
 CONFIG = {
@@ -33,7 +34,11 @@ def write_sweep(
         if row["status"] != "ok":
             row.pop("max_abs_diff")
         store.write_rows(store.job_file(root, experiment, sweep, row["job"]), [row])
-    points = [{"job": j, "overrides": [], "params": {}} for j in range(total or len(values))]
+    grid = rows([None] * (total or len(values)))
+    points = [
+        {"job": j, "overrides": [], "params": {"length": length, "block": block}}
+        for j, length, block in zip(grid["job"], grid["length"], grid["block"], strict=True)
+    ]
     store.write_manifest(
         root,
         {
@@ -58,14 +63,40 @@ def test_the_table_is_the_declared_pivot_with_gaps_for_failed_points():
     [
         ([1e-7, 2e-7, 3e-7, 4e-7], None, "PASS", "4e-07"),
         ([1e-7, 2e-6, 3e-7, 4e-7], None, "FAIL", "2e-06"),
-        ([1e-7, 2e-7, 3e-7, None], ["ok", "ok", "ok", "failed"], "FAIL", "3e-07"),
-        ([None] * 4, ["failed"] * 4, "NO DATA", "—"),
+        ([1e-7, 2e-7, 3e-7, None], ["ok", "ok", "ok", "failed"], "INCOMPLETE", "3e-07"),
+        ([1e-7, 2e-6, 3e-7, None], ["ok", "ok", "ok", "failed"], "FAIL", "2e-06"),
+        ([None] * 4, ["failed"] * 4, "INCOMPLETE", "—"),
+        ([1e-7, 2e-7, 3e-7, 4e-7], ["ok", "ok", "ok", "unsupported"], "INCOMPLETE", "3e-07"),
     ],
 )
-def test_claims_pass_fail_or_have_no_data(values, statuses, result, worst):
+def test_claims_pass_fail_or_are_incomplete(values, statuses, result, worst):
     (claim,) = claims_table(rows(values, statuses), CONFIG).to_dict("records")
     assert claim["result"] == result and claim["worst"] == worst
     assert claim["claim"] == "tiled matches SDPA (max_abs_diff <= 1e-06)"
+    if statuses and statuses[-1] != "ok":
+        assert claim["missing"].endswith(f"job 3 ({statuses[-1]})")
+
+
+def test_a_claim_covers_the_planned_points_not_only_those_that_ran():
+    points = [{"job": j, "params": {"length": 128 * (j + 1), "block": 64}} for j in range(4)]
+    (claim,) = claims_table(rows([1e-7]), CONFIG, points).to_dict("records")
+    assert (claim["result"], claim["points"]) == ("INCOMPLETE", "1 of 4")
+    assert claim["missing"] == "job 1 (not run), job 2 (not run), job 3 (not run)"
+    elsewhere = {**CONFIG, "claims": [{**CONFIG["claims"][0], "where": "length == 512"}]}
+    (claim,) = claims_table(rows([1e-7]), elsewhere, points).to_dict("records")
+    assert (claim["result"], claim["points"]) == ("INCOMPLETE", "0 of 1"), "selected by its plan"
+
+
+def test_a_bound_may_be_an_expression_over_the_row():
+    rule = {"metric": "tiled_err64", "min": 1e-10, "max": "2 * sdpa_err64 + 1e-6"}
+    frame = rows([0.0] * 4).assign(sdpa_err64=[1e-7, 1e-7, 1e-7, None])
+    frame["tiled_err64"] = [3e-7, 1.1e-6, 1e-7, 1e-7]
+    (claim,) = claims_table(frame, {"claims": [rule]}).to_dict("records")
+    assert claim["result"] == "INCOMPLETE", "the last row's bound is missing"
+    frame.loc[0, "tiled_err64"] = 1.3e-6  # over 2 * 1e-7 + 1e-6
+    (claim,) = claims_table(frame, {"claims": [rule]}).to_dict("records")
+    assert (claim["result"], claim["worst"]) == ("FAIL", "1.3e-06 to 1.3e-06")
+    assert claim["claim"] == "tiled_err64 >= 1e-10 and tiled_err64 <= 2 * sdpa_err64 + 1e-6"
 
 
 def test_range_and_filtered_claims():
@@ -106,12 +137,20 @@ def test_the_report_skips_a_newer_sweep_with_nothing_landed_and_says_so(tmp_path
     assert "Newer, with nothing landed yet: `20261129-130000-bbbb`" in report
 
 
-def test_claims_without_values_are_no_data_and_fail_the_check():
-    assert claims_table(pd.DataFrame(), CONFIG)["result"].tolist() == ["NO DATA"]
+def test_claims_without_values_are_incomplete_and_without_points_not_applicable():
+    assert claims_table(pd.DataFrame(), CONFIG)["result"].tolist() == ["N/A"]
     failed = rows([None] * 4, ["oom"] * 4)
-    assert claims_table(failed, CONFIG)["result"].tolist() == ["NO DATA"]
+    assert claims_table(failed, CONFIG)["result"].tolist() == ["INCOMPLETE"]
     elsewhere = {**CONFIG, "claims": [{**CONFIG["claims"][0], "where": "length == 4096"}]}
     assert claims_table(rows([1e-7] * 4), elsewhere)["result"].tolist() == ["N/A"]
+
+
+def test_check_fails_on_a_sweep_whose_claim_is_incomplete(tmp_path, analysis):
+    results = tmp_path / "outputs" / "results"
+    write_sweep(results, [1e-7], total=4)
+    checked = analysis("--check")
+    assert checked.returncode == 1 and "INCOMPLETE" in checked.stdout
+    assert "1 of 4 points have a value; none for job 1 (not run)" in checked.stdout
 
 
 def test_a_sweep_that_cannot_be_reported_is_an_error_line_not_a_lost_report(tmp_path, analysis):

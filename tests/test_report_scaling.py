@@ -6,7 +6,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from analysis import backends, backward_memory
-from analysis.report import claims_table
+from analysis.claims import claims_table
 from analysis.scaling import with_memory
 from harness.sweep import CONF
 
@@ -34,7 +34,8 @@ def rows(math_mib=MATH_MIB, flash_ms_at_8192=300.0, device="cpu"):
                           "inputs_mib": 3 * length / 1024, memory_column: mib})  # fmt: skip
             job += 1
     refused = {"status": "unsupported", "error": "No viable backend", "backend": "efficient"}
-    lines.append({"job": job, **refused, "length": 1024, "dtype": "float32", "device_used": device})
+    lines.append({"job": job, **refused, "length": 1024, "dtype": "float32", "device_used": device,
+                  "batch": 1, "heads": 8, "head_dim": 32, "causal": True})  # fmt: skip
     return pd.DataFrame(lines)
 
 
@@ -48,11 +49,12 @@ def test_growth_speedup_and_memory_over_inputs():
     assert growth.loc[("flash", 2048), "memory_growth"] == 6.0 / 5.0
     assert growth.loc[("math", 2048), "time_growth"] == 4.0
     assert 1024 not in growth.index.get_level_values("length")
-    speedup = derived["speedup"].set_index("length")["flash_over_math"]
-    assert speedup[8192] == pytest.approx(40.0 * 64 / 300.0)
+    speedup = derived["speedup"].set_index(["backend", "length"])["speedup_over_math"]
+    assert speedup[("flash", 8192)] == pytest.approx(40.0 * 64 / 300.0)
+    assert speedup[("efficient", 1024)] != speedup[("efficient", 1024)], "missing: NaN"
     measured = derived["measurements"].set_index(["backend", "length"])
     assert measured.loc[("flash", 8192), "memory_over_inputs"] == 12.0 / 24.0
-    assert set(measured["memory_kind"]) == {"rss_delta_mib"}
+    assert set(measured["memory_kind"].dropna()) == {"rss_delta_mib"}
 
 
 def test_the_seeds_claims_pass_on_seed_like_rows_and_fail_when_they_should():
@@ -66,7 +68,7 @@ def test_the_seeds_claims_pass_on_seed_like_rows_and_fail_when_they_should():
 def test_cpu_claims_do_not_apply_to_a_gpu_sweep_and_gpu_memory_keeps_its_name():
     gpu = rows(device="cuda:0")
     assert claims_table(gpu, CONFIG)["result"].tolist() == ["N/A"] * 3
-    assert set(with_memory(gpu)["memory_kind"]) == {"cuda_peak_mib"}
+    assert set(with_memory(gpu)["memory_kind"].dropna()) == {"cuda_peak_mib"}
 
 
 def test_the_section_has_its_tables_plots_and_refusals(tmp_path):
@@ -74,7 +76,7 @@ def test_the_section_has_its_tables_plots_and_refusals(tmp_path):
     parts = backends.sections(data, backends.tables(data), tmp_path)
     text = "\n".join(parts)
     assert "rss_delta_mib" in text and "unsupported" in text and "No viable backend" in text
-    assert "flash_over_math" in text and "memory_growth" in text
+    assert "Speedup over math" in text and "memory_growth" in text
     for name in ("memory", "time"):
         assert f"](exp015_backends-{name}.png)" in text
         assert (tmp_path / f"exp015_backends-{name}.png").stat().st_size > 10_000
@@ -109,9 +111,19 @@ def test_a_backends_sweep_without_one_measurement_still_reports(tmp_path):
     refused = rows().assign(status="unsupported", error="No viable backend")
     refused = refused.drop(columns=["time_ms", "time_iqr_ms", "rss_delta_mib"])
     derived = backends.tables(refused)
-    assert derived["speedup"].empty and derived["growth"].empty
+    assert derived["speedup"]["speedup_over_math"].isna().all()
+    assert derived["growth"]["memory_growth"].isna().all()
     assert "unsupported" in "\n".join(backends.sections(refused, derived, tmp_path))
-    assert claims_table(refused, CONFIG)["result"].tolist() == ["NO DATA"] * 3
+    assert claims_table(refused, CONFIG)["result"].tolist() == ["INCOMPLETE"] * 3
+
+
+def test_a_point_lost_at_8192_makes_the_growth_claims_incomplete_not_pass():
+    config = experiment_config("exp016_backward_memory")
+    lost = memory_rows({1024: 12.0, 2048: 17.0, 4096: 25.0, 8192: 41.0})
+    lost.loc[lost["length"] == 8192, ["status", "rss_delta_mib"]] = ["oom", None]
+    claims = claims_table(lost, config)
+    assert claims["result"].tolist() == ["INCOMPLETE", "INCOMPLETE"]
+    assert "method=naive length=8192" in claims["missing"][1]
 
 
 def test_growth_is_per_setting_when_another_parameter_varies(tmp_path):

@@ -9,6 +9,7 @@ import time
 
 import pandas as pd
 import pytest
+from probes import arrivals
 from slurm_testing import SlurmCluster, skip_module_unless_available, wait_for
 
 from harness import store
@@ -119,18 +120,28 @@ def test_a_cancelled_task_of_a_submitted_sweep_shows_as_killed_in_status(sweep):
     assert "CANCELLED" in shown or "cancelled" in shown
 
 
-def test_a_requeued_task_runs_again_and_leaves_one_row(sweep):
-    result = sweep("length=4000", *SLOW, wait=False)
-    assert result.returncode == 0
-    cluster, sweep_ = sweep.cluster, sweep_id(sweep.results)
+def test_a_requeued_task_runs_again_and_leaves_one_row(cluster, probe, tmp_path):
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    # The point arrives, then waits for the file "open": it cannot end before the requeue.
+    result = probe("point=0", f"folder={gate}", "release=open", "timeout_s=300", *SLURM,
+                   "wait=false", env=environment(cluster))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (sweep_,) = store.sweeps(probe.results, "rendezvous")
     task = wait_for(lambda: _running_task(cluster), 60, "the point to run")
-    assert "running" in status(sweep, sweep_)
+    wait_for(lambda: len(arrivals(gate)) == 1, 60, "the point to arrive")
     cluster.run("scontrol", "requeue", task)
-    cluster.release_requeued(task, lambda: store.result_files(sweep.results), timeout=120)
-    wait_for(lambda: "1 ok" in status(sweep, sweep_), 120, "the requeued point to finish")
-    rows = store.read(sweep.results)
+    cluster.release_requeued(task, lambda: len(arrivals(gate)) == 2, timeout=120)
+    (gate / "open").touch()
+
+    def shown() -> str:
+        said = probe.harness("status", sweep_, env=environment(cluster))
+        return said.stdout + said.stderr
+
+    wait_for(lambda: "1 ok" in shown(), 120, "the rerun's row", describe=shown)
+    rows = store.read(probe.results)
     assert len(rows) == 1 and rows["status"].tolist() == ["ok"]
-    assert rows["slurm_restarts"].tolist() == [1]
+    assert rows["slurm_restarts"].tolist() == [1], "the row is the rerun's"
 
 
 def test_resume_resubmits_only_the_points_without_an_ok_row(sweep):

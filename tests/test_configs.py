@@ -1,0 +1,130 @@
+"""Every experiment config: it composes, its keys are its function's parameters with one default
+each, its claims name what a tiny point's rows and tables have, and no broken measurement
+(zeros, a constant, NaN) passes any of its claims on its seeded grid."""
+
+import functools
+import inspect
+import re
+
+import pandas as pd
+import pytest
+from conftest import run_command
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from analysis.claims import claims_table, derived_tables, planned
+from harness import store
+from harness.experiment import Experiment, config_values
+from harness.sweep import CONF, HARNESS_KEYS, plan
+
+EXPERIMENTS = sorted(path.stem for path in (CONF / "experiment").glob("*.yaml"))
+
+# One small, quick point (or a few, where a claim's table needs two lengths or two methods).
+TINY = {
+    "exp014_tiled": ["length=64", "block=16", "heads=2"],
+    "exp014_equivalence": ["kv_heads=2", "path=tiled", "length=16", "width=32", "layers=1",
+                           "vocab_size=64", "block=8"],
+    "exp015_backends": ["backend=math,flash", "length=128,256", "dtype=float32", "device=cpu",
+                        "min_repeats=2", "min_time_s=0", "num_threads=1"],
+    "exp016_backward_memory": ["method=naive,tiled", "length=64,128"],
+    "exp016_tiled_backward": ["length=32", "block=16", "kv_heads=2"],
+}  # fmt: skip
+IDENTIFIER = r"(?<![\d.])[A-Za-z_]\w*"  # a column in a bound's expression, not 1.0e-6's e
+CLAIM_KEYS = {"metric", "min", "max", "where", "table", "text"}  # analysis.claims
+BROKEN = {"zeros": 0.0, "a constant": 1.0, "NaN": float("nan")}
+
+
+def composed(name: str, *overrides: str):
+    with initialize_config_dir(config_dir=str(CONF), job_name="test", version_base=None):
+        return compose(
+            "config",
+            overrides=[f"+experiment={name}", "sweep_id=test", *overrides],
+            return_hydra_config=True,
+        )
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_key_is_a_parameter_and_each_default_has_one_value(name):
+    cfg = composed(name)
+    values = config_values(cfg)
+    experiment = Experiment.load(values["experiment"])
+    assert experiment.name == name
+    keys = [key for key in values if key not in HARNESS_KEYS and key != "experiment"]
+    assert set(keys) <= set(experiment.parameters), "keys the function does not take"
+    for key in keys:
+        default = experiment.parameters[key].default
+        if default is not inspect.Parameter.empty:
+            assert values[key] == default, f"{key}: the YAML says {values[key]}, run {default}"
+    for key in OmegaConf.to_container(cfg.hydra.sweeper.params):
+        assert key in experiment.parameters, f"the grid sweeps {key}, not a parameter"
+    for claim in experiment.config.get("claims", []):
+        assert set(claim) <= CLAIM_KEYS and {"metric", "text"} <= set(claim), claim
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tmp_path_factory):
+    """Each experiment's tiny point(s), run once through `python -m harness`, by name."""
+
+    @functools.cache
+    def run(name: str) -> tuple:
+        folder = tmp_path_factory.mktemp(name)
+        result = run_command("harness", f"+experiment={name}", *TINY[name], cwd=folder)
+        assert result.returncode == 0, result.stderr + result.stdout
+        results = folder / "outputs" / "results"
+        (sweep,) = store.sweeps(results, name)
+        return store.read(results, name, sweep), store.read_manifest(results, name, sweep)
+
+    return run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_a_tiny_point_runs_and_has_what_every_claim_names(name, tiny_runs):
+    assert name in TINY, f"give {name} a tiny point in TINY"
+    rows, manifest = tiny_runs(name)
+    assert set(rows["status"]) == {"ok"}
+    config = manifest["experiment_config"]
+    tables = derived_tables(planned(rows, manifest["points"]), config)
+    for claim in config["claims"]:
+        table = tables[claim.get("table", "rows")]
+        named = {claim["metric"]} | _names(claim.get("min")) | _names(claim.get("max"))
+        assert named <= set(table.columns), f"{claim['text']}: {named - set(table.columns)}"
+        if claim.get("where"):
+            table.query(claim["where"])  # names only columns the table has
+    assert "ERROR" not in set(claims_table(rows, config, manifest["points"])["result"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", BROKEN)
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_no_claim_passes_a_broken_measurement_of_the_seeded_grid(name, kind, tiny_runs):
+    real, _ = tiny_runs(name)
+    params = set(Experiment.load(config_values(composed(name))["experiment"]).parameters)
+    measured = [
+        column
+        for column in real.select_dtypes("number")
+        if column not in params | set(store.HARNESS_COLUMNS) | {"inputs_mib"}
+    ]
+    sweep = plan(composed(name), [])
+    rows = [
+        {"job": point.job, "status": "ok", **point.params, "device_used": "cpu"}
+        | {column: BROKEN[kind] for column in measured}
+        | _inputs(real, point.params)
+        for point in sweep.points
+    ]
+    claims = claims_table(pd.DataFrame(rows), sweep.experiment.config)
+    assert len(claims) and not set(claims["result"]) & {"PASS", "N/A", "ERROR"}, claims
+
+
+def _names(bound) -> set[str]:
+    """The columns a bound's expressions name (none for a number)."""
+    bounds = bound if isinstance(bound, list) else [bound]
+    return {name for b in bounds if isinstance(b, str) for name in re.findall(IDENTIFIER, b)}
+
+
+def _inputs(real, params: dict) -> dict:
+    """inputs_mib is no measurement but the inputs' size: scaled with length from the tiny run."""
+    if "inputs_mib" not in real:
+        return {}
+    first = real.iloc[0]
+    return {"inputs_mib": first["inputs_mib"] * params["length"] / first["length"]}
