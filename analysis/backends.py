@@ -61,15 +61,14 @@ def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
         parts.append(f"{_describe(dict(zip(_shape(rows), shape, strict=True)), group)}:")
         parts.append(markdown(time_and_memory(group)))
     hidden = sorted(set(_shape(rows)) - set(_varying(rows)))
-    if not derived["speedup"].empty:
+    speedups = _by_backend(derived["speedup"], hidden).dropna(axis=1, how="all")
+    if not speedups.empty:
         caption = "Speedup over math (math's median time / the backend's)"
-        parts += [f"{caption}:", markdown(_by_backend(derived["speedup"], hidden), ".2f")]
-    if not derived["growth"].empty:
+        parts += [f"{caption}:", markdown(speedups.reset_index(), ".2f", index=False)]
+    growth = derived["growth"].dropna(subset=["memory_growth", "time_growth"], how="all")
+    if not growth.empty:  # the tables above show the points without a value
         caption = "Growth per doubling of length (value at L / value at L/2)"
-        parts += [
-            f"{caption}:",
-            markdown(derived["growth"].drop(columns=hidden), ".2f", index=False),
-        ]
+        parts += [f"{caption}:", markdown(growth.drop(columns=hidden), ".2f", index=False)]
     parts += [f"![{what} vs length]({path.name})" for what, path in plots(rows, folder).items()]
     refused = rows[rows["status"] == "unsupported"]
     for (device, backend), group in refused.groupby(["device_used", "backend"]):

@@ -8,7 +8,8 @@ from pathlib import Path
 from harness import store, sweep
 from harness.experiment import BadInput
 
-USAGE = """usage: python -m harness +experiment=NAME [key=value | key=a,b,c ...] [resume=SWEEP_ID]
+USAGE = """usage: python -m harness [--config-dir DIR] +experiment=NAME [key=value | key=a,b,c ...]
+                         [resume=SWEEP_ID]
        python -m harness status SWEEP_ID [out=DIR]
        python -m harness compact SWEEP_ID [out=DIR]
 
@@ -16,7 +17,8 @@ Runs the experiment's grid (its hydra.sweeper.params; key=a,b,c on the command l
 a key's values, key=value fixes it) and writes one Parquet row per measurement under
 outputs/results. hydra/launcher=local runs points in parallel here, hydra/launcher=slurm as
 SLURM job arrays (wait=false: submit and return). compact merges a finished sweep's job files
-into one Parquet file. Experiments: {experiments}"""
+into one Parquet file. --config-dir DIR also finds experiments of your own in
+DIR/experiment/NAME.yaml. Experiments: {experiments}"""
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -4,11 +4,13 @@ each, its claims name what a tiny point's rows and tables have, and no broken me
 
 import functools
 import inspect
+import os
 import re
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
-from conftest import run_command
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -68,7 +70,14 @@ def tiny_runs(tmp_path_factory):
     @functools.cache
     def run(name: str) -> tuple:
         folder = tmp_path_factory.mktemp(name)
-        result = run_command("harness", f"+experiment={name}", *TINY[name], cwd=folder)
+        result = subprocess.run(
+            [sys.executable, "-m", "harness", f"+experiment={name}", *TINY[name]],
+            cwd=folder,
+            env={**os.environ, "PYTHONPATH": str(CONF.parent)},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert result.returncode == 0, result.stderr + result.stdout
         results = folder / "outputs" / "results"
         (sweep,) = store.sweeps(results, name)

@@ -9,6 +9,7 @@ import duckdb
 import pandas as pd
 import pytest
 import torch
+from probes import arrivals
 
 from harness import store
 from harness.cli import main
@@ -137,22 +138,24 @@ def test_resume_runs_only_the_points_without_an_ok_row(harness):
     assert changed.returncode == 2 and "drop seed=1" in changed.stderr
 
 
-@pytest.mark.slow
-def test_resume_completes_a_sweep_that_was_killed(harness):
-    args = ["+experiment=exp014_tiled", "length=1024,1025,1026,1027,1028,1029", "block=8"]
-    sweeping = harness.start(*args)
+def test_resume_completes_a_sweep_that_was_killed(probe, tmp_path):
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    # Point 0 ends; point 1 arrives and waits for the file "open": the kill finds it running.
+    args = ["point=0,1,2,3,4,5", f"folder={gate}", "release=open", "hold=1"]
+    sweeping = probe.start(*args)
     deadline = time.monotonic() + 120
-    while not list(harness.results.glob("*/*/job-*.parquet")) and time.monotonic() < deadline:
+    while len(arrivals(gate)) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     os.killpg(sweeping.pid, signal.SIGKILL)
     sweeping.wait()
-    sweep = only_sweep(harness.results)
-    landed = len(store.read(harness.results))
-    assert 1 <= landed < 6
-    result = harness("+experiment=exp014_tiled", f"resume={sweep}")
+    (sweep,) = store.sweeps(probe.results, "rendezvous")
+    assert store.read(probe.results)["job"].tolist() == [0]
+    (gate / "open").touch()
+    result = probe(f"resume={sweep}")
     assert result.returncode == 0, result.stderr
-    assert f"{6 - landed} points to run" in result.stdout
-    rows = store.read(harness.results)
+    assert "5 points to run" in result.stdout
+    rows = store.read(probe.results)
     assert sorted(rows["job"]) == list(range(6)) and set(rows["status"]) == {"ok"}
 
 
@@ -183,6 +186,8 @@ BAD_INPUT = [
         "max_parallel must be at least 1",
     ),
     (["+experiment=exp014_tiled", "hydra/launcher=local", "wait=false"], "wait=false needs"),
+    (["--config-dir", "/no/such/dir", "+experiment=exp014_tiled"], "--config-dir takes a folder"),
+    (["+experiment=rendezvous"], "unknown experiment 'rendezvous'"),
 ]
 
 
@@ -257,3 +262,20 @@ def test_resume_keeps_the_sweeps_launcher_settings(harness):
     (rerun,) = store.read(harness.results).query("job == 1")["run_dir"]
     hydra_config = (harness.cwd / rerun / ".hydra" / "hydra.yaml").read_text()
     assert "harness.launchers.LocalLauncher" in hydra_config and "max_parallel: 1" in hydra_config
+
+
+def test_a_users_own_experiment_runs_and_resumes_through_config_dir(probe, tmp_path):
+    meeting = tmp_path / "meeting"
+    meeting.mkdir()
+    result = probe("point=0,1,2", f"folder={meeting}")
+    assert result.returncode == 0, result.stderr
+    (sweep,) = store.sweeps(probe.results, "rendezvous")
+    manifest = store.read_manifest(probe.results, "rendezvous", sweep)
+    assert manifest["command"].startswith("python -m harness --config-dir ")
+    store.job_file(probe.results, "rendezvous", sweep, 1).unlink()
+    resumed = probe(f"resume={sweep}")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "1 points to run" in resumed.stdout
+    rows = store.read(probe.results).sort_values("job")
+    assert rows["job"].tolist() == [0, 1, 2] and set(rows["status"]) == {"ok"}
+    assert len(arrivals(meeting)) == 4, "only point 1 ran again"

@@ -23,7 +23,6 @@ SLURM = [
     "hydra.launcher.cpus_per_task=1",
     "hydra.launcher.timeout_min=10",
 ]
-SLOW = ["block=8", "heads=2"]  # at length 4000, several seconds: long enough to catch it running
 
 
 @pytest.fixture
@@ -48,8 +47,10 @@ def sweep_id(results) -> str:
     return found
 
 
-def status(sweep, sweep_id: str) -> str:
-    result = sweep.harness("status", sweep_id, env=environment(sweep.cluster))
+def status(runner, sweep_id: str) -> str:
+    """`python -m harness status SWEEP_ID` (runner: the sweep or the probe fixture; the test
+    cluster's SLURM_CONF is in the environment for the whole session)."""
+    result = runner.harness("status", sweep_id)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -71,18 +72,28 @@ def test_the_tiled_sweep_is_one_job_array_with_a_gpu_per_task(sweep):
     print(f"\n6-point job array, submit to rows read back: {seconds:.1f} s")
 
 
-def test_wait_false_returns_at_submission_and_status_follows_it_to_the_end(sweep, analysis):
-    result = sweep("length=700,701,702", *SLOW, wait=False)
+def test_wait_false_returns_at_submission_and_status_follows_it_to_the_end(
+    cluster, probe, analysis, tmp_path
+):
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    # The points wait for the file "open": none can end before the test opens it.
+    result = probe("point=0,1,2", f"folder={gate}", "release=open", "timeout_s=300", *SLURM,
+                   "wait=false", env=environment(cluster))  # fmt: skip
     assert result.returncode == 0, result.stderr
-    sweep_ = sweep_id(sweep.results)
+    (sweep_,) = store.sweeps(probe.results, "rendezvous")
     assert f"python -m harness status {sweep_}" in result.stdout
-    first = status(sweep, sweep_)
+
+    def shown() -> str:
+        return status(probe, sweep_)
+
+    first = shown()
     assert "pending" in first or "running" in first
     assert analysis().returncode == 0
-    assert "3 not run" in (sweep.cwd / "outputs" / "report" / "REPORT.md").read_text()
-    wait_for(lambda: "3 ok" in status(sweep, sweep_), 180, "the sweep to finish",
-             interval=1, describe=lambda: status(sweep, sweep_))  # fmt: skip
-    assert len(store.read(sweep.results)) == 3
+    assert "3 not run" in (probe.cwd / "outputs" / "report" / "REPORT.md").read_text()
+    (gate / "open").touch()
+    wait_for(lambda: "3 ok" in shown(), 180, "the sweep to finish", interval=1, describe=shown)
+    assert len(store.read(probe.results)) == 3
 
 
 def test_a_failing_point_is_a_failed_row_and_status_shows_its_error(sweep):
@@ -96,26 +107,35 @@ def test_a_failing_point_is_a_failed_row_and_status_shows_its_error(sweep):
     assert "failed" in shown and error[:40] in shown and "2 ok, 1 failed" in shown
 
 
-def test_a_task_that_slurm_cancels_is_a_killed_row(sweep):
-    args = ["+experiment=exp014_tiled", "length=4000,64", *SLOW, *SLURM]
-    waiting = sweep.harness.start(*args, env=environment(sweep.cluster))
-    cluster = sweep.cluster
-    task = wait_for(lambda: _running_task(cluster, index=0), 60, "the long point to run")
+def test_a_task_that_slurm_cancels_is_a_killed_row(cluster, probe, tmp_path):
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    # Point 1 waits for the file "open", which never comes; point 0 ends at once.
+    args = ["point=0,1", f"folder={gate}", "release=open", "hold=1", "timeout_s=300", *SLURM]
+    waiting = probe.start(*args, env=environment(cluster))
+    task = wait_for(lambda: _running_task(cluster, index=1), 60, "the held point to run")
+    wait_for(lambda: len(arrivals(gate)) == 2, 60, "both points to arrive")
     cluster.run("scancel", task)
     output, _ = waiting.communicate(timeout=120)
     assert waiting.returncode == 1, output
-    rows = store.read(sweep.results).set_index("job")
-    assert rows.loc[0, "status"] == "killed" and "cancelled" in rows.loc[0, "error"].lower()
-    assert rows.loc[1, "status"] == "ok"
-    assert "killed" in status(sweep, sweep_id(sweep.results))
+    rows = store.read(probe.results).set_index("job")
+    assert rows.loc[1, "status"] == "killed" and "cancelled" in rows.loc[1, "error"].lower()
+    assert rows.loc[0, "status"] == "ok"
+    (sweep_,) = store.sweeps(probe.results, "rendezvous")
+    assert "killed" in status(probe, sweep_)
 
 
-def test_a_cancelled_task_of_a_submitted_sweep_shows_as_killed_in_status(sweep):
-    result = sweep("length=4000", *SLOW, wait=False)
-    assert result.returncode == 0
-    cluster, sweep_ = sweep.cluster, sweep_id(sweep.results)
-    cluster.run("scancel", wait_for(lambda: _running_task(cluster), 60, "the point to run"))
-    shown = wait_for(lambda: (text := status(sweep, sweep_)) and "killed" in text and text, 60,
+def test_a_cancelled_task_of_a_submitted_sweep_shows_as_killed_in_status(cluster, probe, tmp_path):
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    result = probe("point=0", f"folder={gate}", "release=open", "timeout_s=300", *SLURM,
+                   "wait=false", env=environment(cluster))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (sweep_,) = store.sweeps(probe.results, "rendezvous")
+    task = wait_for(lambda: _running_task(cluster), 60, "the point to run")
+    wait_for(lambda: len(arrivals(gate)) == 1, 60, "the point to arrive")
+    cluster.run("scancel", task)
+    shown = wait_for(lambda: (text := status(probe, sweep_)) and "killed" in text and text, 60,
                      "status to call the point killed")  # fmt: skip
     assert "CANCELLED" in shown or "cancelled" in shown
 
@@ -135,8 +155,7 @@ def test_a_requeued_task_runs_again_and_leaves_one_row(cluster, probe, tmp_path)
     (gate / "open").touch()
 
     def shown() -> str:
-        said = probe.harness("status", sweep_, env=environment(cluster))
-        return said.stdout + said.stderr
+        return status(probe, sweep_)
 
     wait_for(lambda: "1 ok" in shown(), 120, "the rerun's row", describe=shown)
     rows = store.read(probe.results)

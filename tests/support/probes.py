@@ -8,15 +8,23 @@ from pathlib import Path
 
 
 def rendezvous(
-    *, point: int, folder: str, expect: int = 0, release: str = "", timeout_s: float = 120.0
+    *,
+    point: int,
+    folder: str,
+    expect: int = 0,
+    release: str = "",
+    hold: int = 0,
+    timeout_s: float = 120.0,
 ) -> list[dict]:
     """Arrive (leave a file of this process in `folder`), then wait until `expect` arrivals are
-    there and, if `release` names one, until that file exists in `folder`. One row: how many
-    arrivals it saw. A point that waits longer than timeout_s fails."""
+    there and, if `release` names one, until that file exists in `folder` (only the points
+    numbered `hold` or more wait for it). One row: how many arrivals it saw. A point that
+    waits longer than timeout_s fails."""
     here = Path(folder)
     (here / f"arrived-{point}-{os.getpid()}").touch()
+    held = release and point >= hold
     deadline = time.monotonic() + timeout_s
-    while len(arrivals(here)) < expect or (release and not (here / release).exists()):
+    while len(arrivals(here)) < expect or (held and not (here / release).exists()):
         if time.monotonic() > deadline:
             raise TimeoutError(f"point {point} waited {timeout_s:g} s in {folder}")
         time.sleep(0.05)
