@@ -65,7 +65,8 @@ def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
     if not speedups.empty:
         caption = "Speedup over math (math's median time / the backend's)"
         parts += [f"{caption}:", markdown(speedups.reset_index(), ".2f", index=False)]
-    growth = derived["growth"].dropna(subset=["memory_growth", "time_growth"], how="all")
+    ratios = [c for c in ("memory_growth", "time_growth") if c in derived["growth"]]
+    growth = derived["growth"].dropna(subset=ratios, how="all")
     if not growth.empty:  # the tables above show the points without a value
         caption = "Growth per doubling of length (value at L / value at L/2)"
         parts += [f"{caption}:", markdown(growth.drop(columns=hidden), ".2f", index=False)]
