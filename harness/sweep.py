@@ -8,6 +8,7 @@ point a stable job number, and on resume launch only the points without an answe
 """
 
 import itertools
+import math
 import secrets
 import shlex
 import shutil
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override
+from hydra.core.override_parser.types import ChoiceSweep, Override, RangeSweep
 from hydra.errors import (
     ConfigCompositionException,
     HydraException,
@@ -36,8 +37,8 @@ from harness.launchers import SlurmLauncher
 from harness.status import still_scheduled
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
-HARNESS_KEYS = ("out", "resume", "wait", "seed", "sweep_id", "job")  # conf/config.yaml
-USER_KEYS = ("out", "resume", "wait", "seed")  # the harness keys for the command line
+HARNESS_KEYS = ("out", "resume", "wait", "seed", "max_points", "sweep_id", "job")  # config.yaml
+USER_KEYS = ("out", "resume", "wait", "seed", "max_points")  # the harness keys for users
 SET_BY_HARNESS = ("out", "sweep_id", "job")  # given to every job by the harness
 RESUME_SETTINGS = ("out", "resume", "wait")  # what a resume may set besides Hydra's settings
 
@@ -71,6 +72,7 @@ def run(argv: list[str]) -> int:
     arguments, config_dirs = split_config_dirs(argv)
     overrides = _parse(arguments)
     experiment = _experiment_name(overrides, config_dirs)
+    _check_harness_keys(overrides)
     resume = next((o.value() for o in overrides if o.get_key_element() == "resume"), None)
     with initialize_config_dir(config_dir=str(CONF), job_name="harness", version_base=None):
         if resume:
@@ -129,10 +131,12 @@ def new_sweep_id() -> str:
 def plan(cfg: DictConfig, sweeps: list[Override]) -> Sweep:
     """The sweep's points, in grid order, each checked against the experiment's signature."""
     values = config_values(cfg)
+    grid = OmegaConf.to_container(cfg.hydra.sweeper.get("params") or {})
+    chosen = _chosen(grid, sweeps, cfg)
+    _check_size(chosen, values["max_points"])  # before the experiment (and torch) is imported
     experiment = Experiment.load(values["experiment"])
     _check_keys(experiment, values, sweeps)
-    grid = OmegaConf.to_container(cfg.hydra.sweeper.get("params") or {})
-    axes = _axes(grid, sweeps, cfg)
+    axes = _axes(chosen)
     points = []
     for job, assignment in enumerate(itertools.product(*axes.values())):
         point_values = {key: value for key, (_, value) in zip(axes, assignment, strict=True)}
@@ -200,6 +204,23 @@ def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
+def _check_harness_keys(overrides: list[Override]) -> None:
+    """No key twice (the last would silently win), none of the keys the harness sets, and the
+    harness's own keys with values of their kind."""
+    keys = [o.get_key_element().lstrip("+~") for o in overrides]
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        raise BadInput(f"{', '.join(twice)} given more than once: give each key once")
+    for override in overrides:
+        key, value = override.get_key_element().lstrip("+~"), override.value()
+        if key in ("sweep_id", "job"):
+            raise BadInput(f"{key} is set by the harness for each job, not on the command line")
+        if key == "wait" and not isinstance(value, bool):
+            raise BadInput(f"wait must be true or false, got {override.get_value_element_as_str()}")
+        if key == "resume" and not (isinstance(value, str) and value):
+            raise BadInput("resume takes a sweep id: resume=SWEEP_ID")
+
+
 def _experiment_name(overrides: list[Override], config_dirs: list[Path]) -> str:
     names = [o for o in overrides if o.get_key_element().lstrip("+") == "experiment"]
     available = ", ".join(available_experiments(config_dirs))
@@ -260,23 +281,47 @@ def _check_keys(experiment: Experiment, values: dict, sweeps: list[Override]) ->
             raise BadInput(f"{override.input_line}: only lists, range() and choice() can be swept")
 
 
-def _axes(yaml_params: dict, sweeps: list[Override], cfg: DictConfig) -> dict:
-    """key -> [(text, value)] for each swept key: the experiment's grid, then the command line's.
-
-    A key fixed on the command line (length=256) leaves the grid; one swept there replaces it.
-    """
+def _chosen(yaml_params: dict, sweeps: list[Override], cfg: DictConfig) -> dict[str, Override]:
+    """key -> its override: the experiment's grid, then the command line's. A key fixed on the
+    command line (length=256) leaves the grid; one swept there replaces it."""
     fixed = {_key(o) for o in cfg.hydra.overrides.task}
     parser = OverridesParser.create()
     grid = parser.parse_overrides([f"{k}={v}" for k, v in yaml_params.items() if k not in fixed])
+    return {override.get_key_element().lstrip("+"): override for override in [*grid, *sweeps]}
+
+
+def _check_size(chosen: dict[str, Override], max_points) -> None:
+    """Refuse a grid of more than max_points points, counted without expanding any axis."""
+    if isinstance(max_points, bool) or not isinstance(max_points, int) or max_points < 1:
+        raise BadInput(f"max_points must be a positive integer, got {max_points!r}")
+    sizes = {key: _axis_size(override) for key, override in chosen.items()}
+    total = math.prod(sizes.values())
+    if total > max_points:
+        shape = " x ".join(f"{key} {size:,}" for key, size in sizes.items() if size > 1)
+        raise BadInput(
+            f"the grid has {total:,} points ({shape}), more than max_points={max_points:,}; "
+            "narrow it, or raise max_points"
+        )
+
+
+def _axes(chosen: dict[str, Override]) -> dict:
+    """key -> [(text, value)] for each key of the grid."""
     axes = {}
-    for override in [*grid, *sweeps]:
-        key = override.get_key_element().lstrip("+")
+    for key, override in chosen.items():
         if override.is_sweep_override():
             texts = list(override.sweep_string_iterator())
             axes[key] = list(zip(texts, override.sweep_iterator(), strict=True))
         else:
             axes[key] = [(override.get_value_element_as_str(), override.value())]
     return axes
+
+
+def _axis_size(override: Override) -> int:
+    """How many values an axis has, without listing them."""
+    value = override.value()
+    if isinstance(value, RangeSweep):
+        return max(0, math.ceil((value.stop - value.start) / value.step))
+    return len(value.list) if isinstance(value, ChoiceSweep) else 1
 
 
 def _write_manifest(sweep: Sweep, argv: list[str]) -> None:

@@ -187,6 +187,17 @@ BAD_INPUT = [
     ),
     (["+experiment=exp014_tiled", "hydra/launcher=local", "wait=false"], "wait=false needs"),
     (["--config-dir", "/no/such/dir", "+experiment=exp014_tiled"], "--config-dir takes a folder"),
+    (["+experiment=exp014_tiled", "length=range(128,1000000000)"], "the grid has 2,999,999,616"),
+    (
+        ["+experiment=exp014_tiled", "length=range(1,31)", "max_points=20"],
+        "more than max_points=20",
+    ),
+    (["+experiment=exp014_tiled", "max_points=0"], "max_points must be a positive integer"),
+    (["+experiment=exp014_tiled", "length=128", "length=256"], "length given more than once"),
+    (["+experiment=exp014_tiled", "sweep_id=x"], "sweep_id is set by the harness"),
+    (["+experiment=exp014_tiled", "job=3"], "job is set by the harness"),
+    (["+experiment=exp014_tiled", "wait=maybe"], "wait must be true or false, got maybe"),
+    (["+experiment=exp014_tiled", "resume="], "resume takes a sweep id"),
     (["+experiment=rendezvous"], "unknown experiment 'rendezvous'"),
 ]
 
