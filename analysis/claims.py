@@ -95,7 +95,9 @@ def describe(claim: dict) -> str:
 
 def outcome(line) -> str:
     """A claims_table line's outcome in words: the worst value, how many points have a value,
-    and which lack one."""
+    and which lack one; for an ERROR, what went wrong."""
+    if line.result == "ERROR":
+        return line.worst
     said = f"worst {line.worst}, {line.points} points have a value"
     return f"{said}; none for {line.missing}" if line.missing else said
 

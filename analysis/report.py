@@ -83,8 +83,14 @@ def section(root: Path, experiment: str, sweep: str, report_dir: Path) -> tuple[
     manifest = store.read_manifest(root, experiment, sweep)
     config = manifest["experiment_config"] if manifest else {}
     points = manifest["points"] if manifest else None
-    claims = claims_table(rows, config, points)
+    claims = (
+        claims_table(rows, config, points) if manifest else _unknown_plan(root, experiment, sweep)
+    )
     parts = [f"## {experiment}", sweep_header(rows, manifest, sweep)]
+    if manifest is None:
+        parts.append(f"**Damaged:** {claims['worst'].iloc[0]}: its plan and claims are unknown.")
+    for path, reason in store.skipped(root, experiment, sweep).items():
+        parts.append(f"**Skipped** `{path.name}` ({reason}): its point counts as not run.")
     params = list(points[0]["params"]) if points else []
     every = planned(rows, points)
     table, module = sweep_table(every, config, params), report_module(config)
@@ -98,6 +104,14 @@ def section(root: Path, experiment: str, sweep: str, report_dir: Path) -> tuple[
     if not claims.empty:
         parts.append(markdown(claims.set_index("claim")))
     return "\n\n".join(parts) + "\n", claims
+
+
+def _unknown_plan(root: Path, experiment: str, sweep: str) -> pd.DataFrame:
+    """The claims of a sweep without a readable manifest: unknown, which --check fails."""
+    path = store.sweep_dir(root, experiment, sweep) / store.MANIFEST
+    said = f"{path} is missing or unreadable"
+    line = {"claim": "the sweep's plan and claims can be read", "result": "ERROR", "worst": said}
+    return pd.DataFrame([line | {"points": MISSING, "missing": ""}])
 
 
 def write_report(root: Path, report_dir: Path) -> tuple[Path, pd.DataFrame]:

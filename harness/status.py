@@ -22,7 +22,7 @@ def status(sweep_id: str, out: str = "outputs") -> int:
     experiment = find_experiment(results, sweep_id)
     manifest = store.read_manifest(results, experiment, sweep_id)
     if manifest is None:
-        raise BadInput(f"sweep {sweep_id} has no manifest ({store.MANIFEST}) in {results}")
+        raise BadInput(f"sweep {sweep_id} has no readable manifest ({store.MANIFEST}) in {results}")
     table = point_states(manifest, store.read(results, experiment, sweep_id))
     print(f"sweep {sweep_id} ({experiment}): {manifest.get('command', '')}")
     print(table.to_markdown(index=False))

@@ -10,16 +10,25 @@ A finished sweep's job files can be merged into one, compacted-N.parquet (`compa
 that keeps every row exactly once for `read`, even while a compaction runs: each job's rows come
 from one file, its own job file when it has one (a job file is never older than the compacted
 rows of its job), else the newest compacted file holding the job.
+
+A file that cannot be trusted is skipped by every reader, named once per process on stderr,
+and its point counts as not run: one that cannot be read, fails its Parquet page checksums,
+whose rows no longer match the digest written into its metadata (a flipped byte that Parquet
+itself would read as another value), or a job file holding another job's rows. Resume moves
+such files aside (set_aside) under a name no Parquet reader lists, and reruns their points.
 """
 
 import fcntl
+import hashlib
 import json
 import os
 import re
 import secrets
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +45,18 @@ READ_ATTEMPTS = 50  # a read retries while compactions change the folder under i
 # A point's answer: resume skips these. Other statuses (failed, killed, oom, timeout) rerun.
 DONE = ("ok", "unsupported")
 PARTITIONS = pa.schema([("experiment", pa.string()), ("sweep", pa.string())])
+DIGEST = b"harness_rows_sha256"  # each file's metadata: a digest of its rows, checked on read
+SET_ASIDE = "_damaged-"  # the prefix of a damaged file moved aside: neither "." nor ".parquet"
+_named: dict[Path, str] = {}  # the damaged files this process has named, and why
+
+
+class DamagedFile(Exception):
+    """A row file that cannot be trusted (see the module's docstring)."""
+
+    def __init__(self, path: Path, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
 
 # The harness's own columns and their types; parameters and metrics are typed by their values.
 HARNESS_COLUMNS = {
@@ -104,8 +125,19 @@ def read_json(path: Path) -> dict:
 
 
 def read_manifest(root: Path, experiment: str, sweep: str) -> dict | None:
+    """The sweep's manifest; None when it is missing or cannot be read (named on stderr)."""
     path = sweep_dir(root, experiment, sweep) / MANIFEST
-    return read_json(path) if path.exists() else None
+    try:
+        manifest = read_json(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        _name_once(path, f"unreadable manifest ({type(error).__name__})")
+        return None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("points"), list):
+        _name_once(path, "the manifest has no list of points")
+        return None
+    return manifest
 
 
 def write_manifest(root: Path, manifest: dict) -> None:
@@ -180,10 +212,12 @@ def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[
         if len(names) <= 1 and _compacted(names) == names:  # nothing, or one compacted file
             return (folder / names[0] if names else None), []
         parts, identities = _read_parts(folder, names)
+        if not identities:  # every file damaged: nothing to merge
+            return None, []
         path = folder / f"compacted-{_next_generation(names):06d}.parquet"
         _write_table(path, _by_job(_concat(list(parts.values()))))
         _remove_unchanged(folder, identities)
-    return path, names
+    return path, sorted(identities)
 
 
 def release(root: Path, experiment: str, sweep: str, jobs: Iterable[int]) -> list[int]:
@@ -291,13 +325,13 @@ def _read_parts(folder: Path, names: list[str]) -> tuple[dict[str, pa.Table], di
     neither a job file nor a newer compacted file holds.
     """
     compacted = _compacted(names)
-    plain = [name for name in names if name not in compacted]
-    read = {name: _read_file(folder / name) for name in plain}
-    parts = {name: table for name, (table, _) in read.items()}
+    read = {name: _trusted(folder / name) for name in names}
+    read = {name: found for name, found in read.items() if found is not None}
+    parts = {name: table for name, (table, _) in read.items() if name not in compacted}
     identities = {name: identity for name, (_, identity) in read.items()}
-    covered = set(_job_files(plain))
-    for name in compacted:
-        table, identities[name] = _read_file(folder / name)
+    covered = set(_job_files(list(parts)))
+    for name in [name for name in compacted if name in read]:
+        table = read[name][0]
         if "job" in table.column_names:
             jobs = table["job"]
             table = table.filter(pc.invert(_is_in(jobs, covered)))
@@ -306,18 +340,104 @@ def _read_parts(folder: Path, names: list[str]) -> tuple[dict[str, pa.Table], di
     return parts, identities
 
 
+def _trusted(path: Path) -> tuple[pa.Table, tuple[int, int, int]] | None:
+    """_read_file's rows and identity, or None for a damaged file (named once on stderr)."""
+    try:
+        return _read_file(path)
+    except DamagedFile as damaged:
+        _name_once(damaged.path, damaged.reason)
+        return None
+
+
 def _read_file(path: Path) -> tuple[pa.Table, tuple[int, int, int]]:
     """A file's rows and identity (inode, mtime, size) from one open: what was read is what
-    the identity names, even if the file is replaced a moment later."""
+    the identity names, even if the file is replaced a moment later. DamagedFile when the rows
+    cannot be trusted (see the module's docstring)."""
     with open(path, "rb") as f:
         data, stat = f.read(), os.fstat(f.fileno())
-    table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
+    try:
+        parquet = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True)
+        table = parquet.read(use_threads=False)
+        written = (table.schema.metadata or {}).get(DIGEST)
+        table = table.replace_schema_metadata(None)
+        intact = written is None or written == _digest(table).encode()
+    except Exception as error:  # whatever a damaged file makes the reader raise
+        raise DamagedFile(path, f"unreadable ({type(error).__name__}: {error})") from None
+    if not intact:
+        raise DamagedFile(path, "its rows differ from those written (digest mismatch)")
+    own = JOB.fullmatch(path.name)
+    jobs = set(table["job"].to_pylist()) if "job" in table.column_names else set()
+    if own and jobs != {int(own[1])}:
+        raise DamagedFile(path, f"a file of job {int(own[1])} holding rows of jobs {sorted(jobs)}")
     return table, (stat.st_ino, stat.st_mtime_ns, stat.st_size)
 
 
+def _digest(table: pa.Table) -> str:
+    """A digest of a table as a Parquet reader returns it (types and values, as Arrow IPC)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return hashlib.sha256(sink.getvalue()).hexdigest()
+
+
+def _as_read(table: pa.Table) -> pa.Table:
+    """The table as it will read back from Parquet (its buffers laid out as a reader lays them,
+    list fields named as Parquet names them): what _digest is taken of when writing."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return pq.ParquetFile(pa.BufferReader(sink.getvalue())).read(use_threads=False)
+
+
+def damaged_files(root: Path, experiment: str, sweep: str) -> list[DamagedFile]:
+    """The sweep's row files that cannot be trusted."""
+    folder = sweep_dir(root, experiment, sweep)
+    found = []
+    for name in _listing(folder):
+        try:
+            _read_file(folder / name)
+        except DamagedFile as damaged:
+            found.append(damaged)
+        except FileNotFoundError:  # replaced or compacted since the listing
+            continue
+    return found
+
+
+def set_aside(root: Path, experiment: str, sweep: str) -> list[Path]:
+    """Move the sweep's damaged row files out of every reader's way (a "_damaged-" name without
+    the .parquet suffix, kept for a post-mortem); returns where they went."""
+    folder, moved = sweep_dir(root, experiment, sweep), []
+    with _sweep_lock(folder):
+        for damaged in damaged_files(root, experiment, sweep):
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+            target = folder / f"{SET_ASIDE}{damaged.path.name}-{stamp}.bad"
+            os.replace(damaged.path, target)
+            moved.append(target)
+        if moved:
+            _fsync_dir(folder)
+    return moved
+
+
+def skipped(root: Path, experiment: str, sweep: str) -> dict[Path, str]:
+    """The sweep's files that reads in this process skipped as damaged (and still lie there),
+    with the reason."""
+    folder = sweep_dir(root, experiment, sweep)
+    return {path: why for path, why in _named.items() if path.parent == folder and path.exists()}
+
+
+def _name_once(path: Path, reason: str) -> None:
+    """Say on stderr, once per process, that a file is skipped and why."""
+    if path not in _named:
+        _named[path] = reason
+        print(f"warning: skipping {path}: {reason}", file=sys.stderr)
+
+
 def _jobs(path: Path) -> set[int]:
-    with open(path, "rb") as f:
-        return set(pq.ParquetFile(f).read(columns=["job"])["job"].to_pylist())
+    try:
+        table, _ = _read_file(path)
+    except DamagedFile as damaged:
+        _name_once(damaged.path, damaged.reason)
+        return set()
+    return set(table["job"].to_pylist()) if "job" in table.column_names else set()
 
 
 def _concat(tables: list[pa.Table]) -> pa.Table:
@@ -397,7 +517,9 @@ def _sweep_lock(folder: Path) -> Iterator[None]:
 
 
 def _write_table(path: Path, table: pa.Table) -> None:
-    _replace_atomically(path, lambda tmp: pq.write_table(table, tmp))
+    """Write rows with Parquet page checksums and a digest of the rows in the file's metadata."""
+    table = table.replace_schema_metadata({DIGEST: _digest(_as_read(table))})
+    _replace_atomically(path, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))
 
 
 def _replace_atomically(path: Path, write) -> None:

@@ -369,6 +369,9 @@ def _resumed(
     results = _results_root(overrides)
     manifest = store.read_manifest(results, experiment, sweep_id)
     if manifest is None:
+        folder = store.sweep_dir(results, experiment, sweep_id)
+        if folder.is_dir():
+            raise BadInput(f"{folder / store.MANIFEST} is missing or unreadable: cannot resume")
         known = ", ".join(store.sweeps(results, experiment)[-3:]) or "none yet"
         raise BadInput(f"no sweep {sweep_id} of {experiment} in {results} (latest: {known})")
     settings = [
@@ -409,8 +412,11 @@ def _unfinished(sweep: Sweep, manifest: dict) -> list[Point]:
     """The manifest's points without an answer yet (store.DONE: ok, unsupported).
 
     Their rows in a compacted file move back into job files of their own, which their reruns
-    replace, so that the folder as it lies holds each row once after the resume too.
+    replace, so that the folder as it lies holds each row once after the resume too; damaged
+    files (whose points count as not run) are moved aside first.
     """
+    for moved in store.set_aside(sweep.results, sweep.experiment.name, sweep.id):
+        print(f"moved a damaged file aside: {moved}")
     rows = store.read(sweep.results, sweep.experiment.name, sweep.id)
     statuses = store.job_statuses(rows)
     done = set(statuses[statuses.isin(store.DONE)].index)

@@ -1,0 +1,70 @@
+"""A store that a disk or a hand damaged: every command names the bad file in one line, counts
+its point as not run, reports the rest; resume sets the file aside and reruns the point; a
+sweep without a readable manifest is reported as damaged and fails --check."""
+
+import os
+
+import pandas as pd
+import pytest
+
+from harness import store
+
+GRID = ["+experiment=exp014_tiled", "length=64,80,96", "block=16", "heads=2"]
+
+
+@pytest.fixture
+def swept(harness):
+    result = harness(*GRID)
+    assert result.returncode == 0, result.stderr
+    (sweep,) = store.sweeps(harness.results, "exp014_tiled")
+    return sweep
+
+
+def test_every_command_names_a_damaged_job_file_and_resume_reruns_its_point(
+    harness, analysis, swept
+):
+    bad = store.job_file(harness.results, "exp014_tiled", swept, 1)
+    bad.write_bytes(os.urandom(bad.stat().st_size))
+
+    def named_once(stderr: str) -> bool:
+        return stderr.startswith("warning: skipping ") and stderr.count(f"{bad.name}: unread") == 1
+
+    shown = harness("status", swept)
+    assert shown.returncode == 0 and named_once(shown.stderr)
+    assert shown.stderr.count("\n") == 1 and "| not run" in shown.stdout
+    checked = analysis("--check")
+    assert checked.returncode == 1 and named_once(checked.stderr)
+    assert "INCOMPLETE" in checked.stdout and "none for job 1 (not run)" in checked.stdout
+    report = (harness.cwd / "outputs" / "report" / "REPORT.md").read_text()
+    assert "**Skipped** `job-000001.parquet`" in report and "3 points: 2 ok, 1 not run" in report
+    compacted = harness("compact", swept)
+    assert compacted.returncode == 0 and named_once(compacted.stderr), compacted.stderr
+
+    resumed = harness("+experiment=exp014_tiled", f"resume={swept}")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "moved a damaged file aside" in resumed.stdout and "1 points to run" in resumed.stdout
+    assert sorted(store.read(harness.results)["job"]) == [0, 1, 2]
+    assert len(pd.read_parquet(harness.results)) == 3
+    again = harness("status", swept)
+    assert again.returncode == 0 and again.stderr == "" and "3 ok" in again.stdout
+
+
+@pytest.mark.parametrize("damage", ["garbage", "deleted"])
+def test_a_sweep_without_a_readable_manifest_is_damaged_and_fails_the_check(
+    harness, analysis, swept, damage
+):
+    manifest = store.sweep_dir(harness.results, "exp014_tiled", swept) / store.MANIFEST
+    if damage == "deleted":
+        manifest.unlink()
+    else:
+        manifest.write_text('{"points": [')
+    checked = analysis("--check")
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert f"{manifest.parent.name}/{store.MANIFEST} is missing or unreadable" in checked.stdout
+    report = (harness.cwd / "outputs" / "report" / "REPORT.md").read_text()
+    assert "**Damaged:**" in report
+    for command in (["status", swept], ["+experiment=exp014_tiled", f"resume={swept}"]):
+        result = harness(*command)
+        assert result.returncode == 2 and result.stderr.count("\n") <= 2, result.stderr
+        assert result.stderr.splitlines()[-1].startswith("error: ")
+    assert len(store.read(harness.results)) == 3, "its rows are still readable"
