@@ -7,6 +7,7 @@ ends without writing its rows (a killed task, a crash outside the experiment) ge
 from here, saying so.
 """
 
+import shutil
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,13 +18,13 @@ from hydra.core.plugins import Plugins
 from hydra.errors import HydraException
 from hydra.types import HydraContext
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from submitit.core.utils import FailedJobError, UncompletedJobError
 
 from harness import store
 from harness.experiment import BadInput, config_hash, one_line
 from harness.job import run_job
-from harness.launchers import SlurmLauncher, SubmititSweepLauncher, wait
+from harness.launchers import SlurmLauncher, SubmititSweepLauncher, check_settings, wait
 
 
 def launch(cfg: DictConfig, sweep, launcher) -> bool:
@@ -62,6 +63,13 @@ def prepare_launcher(cfg: DictConfig):
     anything is planned or written."""
     if not cfg.wait and not cfg.hydra.launcher._target_.endswith(SlurmLauncher.__name__):
         raise BadInput("wait=false needs a launcher that runs on without us: hydra/launcher=slurm")
+    settings = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+    try:
+        check_settings(settings)
+    except ValueError as error:
+        raise BadInput(f"hydra.launcher: {error}") from None
+    if settings["_target_"].endswith(SlurmLauncher.__name__) and shutil.which("sbatch") is None:
+        raise BadInput("hydra/launcher=slurm needs SLURM: sbatch is not on this machine's PATH")
     try:
         return instantiate_launcher(cfg)
     except (HydraException, ValueError, TypeError) as error:

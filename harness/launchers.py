@@ -143,6 +143,40 @@ class LocalLauncher(SubmititSweepLauncher):
                 time.sleep(POLL_S)
 
 
+# What each launcher setting may be: a positive integer, a count (0 or more), a positive number,
+# each also null where the preset allows it.
+POSITIVE_INT = ("max_parallel", "array_parallelism", "tasks_per_node", "nodes", "timeout_min")
+COUNT = ("signal_delay_s", "max_num_timeout")
+OPTIONAL_POSITIVE_INT = ("cpus_per_task",)
+OPTIONAL_COUNT = ("gpus_per_node",)
+OPTIONAL_POSITIVE = ("mem_gb",)
+
+
+def check_settings(settings: dict) -> None:
+    """One ValueError line for a launcher setting that cannot work (hydra.launcher.KEY=VALUE),
+    before anything is planned or submitted."""
+    for key, value in settings.items():
+        if value is None and key in OPTIONAL_POSITIVE_INT + OPTIONAL_COUNT + OPTIONAL_POSITIVE:
+            continue
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        number = whole or isinstance(value, float)
+        if key in POSITIVE_INT + OPTIONAL_POSITIVE_INT and not (whole and value >= 1):
+            raise ValueError(f"{key} must be a whole number of 1 or more, got {value!r}")
+        if key in COUNT + OPTIONAL_COUNT and not (whole and value >= 0):
+            raise ValueError(f"{key} must be a whole number of 0 or more, got {value!r}")
+        if key in OPTIONAL_POSITIVE and not (number and value > 0):
+            raise ValueError(f"{key} must be a number above 0, got {value!r}")
+    gpus = settings.get("gpus")
+    if gpus is not None:
+        shown = visible_gpus()
+        if not all(isinstance(g, int) and not isinstance(g, bool) for g in gpus):
+            raise ValueError(f"gpus must be GPU indices, got {gpus!r}")
+        unknown = [g for g in gpus if g not in shown]
+        if unknown or len(set(gpus)) != len(gpus):
+            said = ", ".join(map(str, shown)) or "none"
+            raise ValueError(f"gpus {gpus} are not distinct GPUs of this machine's ({said})")
+
+
 def wait(handles: dict[int, submitit.Job]) -> Iterator[tuple[int, submitit.Job, str | None]]:
     """(job number, submitit job, why it was lost or None) for each SLURM job as it ends.
 

@@ -159,6 +159,7 @@ def test_resume_completes_a_sweep_that_was_killed(probe, tmp_path):
     assert sorted(rows["job"]) == list(range(6)) and set(rows["status"]) == {"ok"}
 
 
+LOCAL = ["+experiment=exp014_tiled", "hydra/launcher=local"]
 BAD_INPUT = [
     ([], "usage"),
     (["-m"], "usage"),
@@ -183,7 +184,7 @@ BAD_INPUT = [
     (["+experiment=exp014_tiled", "device=tpu"], "device must be cpu, cuda or cuda:N"),
     (
         ["+experiment=exp014_tiled", "hydra/launcher=local", "hydra.launcher.max_parallel=0"],
-        "max_parallel must be at least 1",
+        "max_parallel must be a whole number of 1 or more, got 0",
     ),
     (["+experiment=exp014_tiled", "hydra/launcher=local", "wait=false"], "wait=false needs"),
     (["--config-dir", "/no/such/dir", "+experiment=exp014_tiled"], "--config-dir takes a folder"),
@@ -198,6 +199,13 @@ BAD_INPUT = [
     (["+experiment=exp014_tiled", "job=3"], "job is set by the harness"),
     (["+experiment=exp014_tiled", "wait=maybe"], "wait must be true or false, got maybe"),
     (["+experiment=exp014_tiled", "resume="], "resume takes a sweep id"),
+    (LOCAL + ["hydra.launcher.timeout_min=-1"], "timeout_min must be a whole number of 1 or more"),
+    (LOCAL + ["hydra.launcher.cpus_per_task=-2"], "cpus_per_task must be a whole number of 1"),
+    (LOCAL + ["hydra.launcher.max_parallel=1.5"], "max_parallel must be a whole number of 1"),
+    (LOCAL + ["hydra.launcher.max_parallel=abc"], "of 1 or more, got 'abc'"),
+    (LOCAL + ["hydra.launcher.mem_gb=-5"], "mem_gb must be a number above 0, got -5"),
+    (LOCAL + ["hydra.launcher.gpus=[99]"], "gpus [99] are not distinct GPUs of this machine's"),
+    (LOCAL + ["hydra.launcher.gpus=[0,0]"], "are not distinct GPUs"),
     (["+experiment=rendezvous"], "unknown experiment 'rendezvous'"),
 ]
 
@@ -207,6 +215,7 @@ def test_bad_input_is_one_line_and_exit_code_2_before_anything_runs(
     argv, message, tmp_path, monkeypatch, capsys
 ):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # GPUs 0 and 1, whatever the machine
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code == 2
@@ -290,3 +299,16 @@ def test_a_users_own_experiment_runs_and_resumes_through_config_dir(probe, tmp_p
     rows = store.read(probe.results).sort_values("job")
     assert rows["job"].tolist() == [0, 1, 2] and set(rows["status"]) == {"ok"}
     assert len(arrivals(meeting)) == 4, "only point 1 ran again"
+
+
+def test_the_slurm_launcher_without_slurm_is_one_line_and_leaves_nothing(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch on it
+    with pytest.raises(SystemExit) as exit_:
+        main(["+experiment=exp014_tiled", "hydra/launcher=slurm"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err == "error: hydra/launcher=slurm needs SLURM: sbatch is not on this machine's PATH\n"
+    assert list(tmp_path.iterdir()) == []

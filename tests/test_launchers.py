@@ -17,6 +17,7 @@ def test_points_run_in_parallel_under_the_cap_with_distinct_gpus(probe, tmp_path
     result = probe(
         "point=0,1,2,3", f"folder={meeting}", "expect=2", "timeout_s=120",
         "hydra/launcher=local", "hydra.launcher.max_parallel=2", "hydra.launcher.gpus=[0,1]",
+        env={"CUDA_VISIBLE_DEVICES": "0,1"},  # two GPUs to hand out, whatever the machine has
     )  # fmt: skip
     assert result.returncode == 0, result.stderr + result.stdout
     rows = store.read(probe.results).set_index("job").sort_index()
