@@ -3,6 +3,7 @@ python -m analysis compare SWEEP_A SWEEP_B [--fail-on-regression FACTOR]: two sw
 side, written to outputs/report/compare-A-vs-B.md."""
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -76,4 +77,8 @@ def _compare(results: Path, args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # the reader went away (python -m analysis | head)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)

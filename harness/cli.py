@@ -1,6 +1,7 @@
 """The command line: a sweep from Hydra overrides, a sweep's status, or its compaction; bad
 input is one line on stderr and exit code 2."""
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -34,6 +35,9 @@ def main(argv: list[str] | None = None) -> None:
     except BadInput as error:
         print(f"error: {error}", file=sys.stderr)
         code = 2
+    except BrokenPipeError:  # the reader went away (status | head): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 141
     sys.exit(code)
 
 

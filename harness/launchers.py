@@ -12,8 +12,11 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 
 import submitit
 from hydra.core.singleton import Singleton
@@ -122,25 +125,58 @@ class LocalLauncher(SubmititSweepLauncher):
         return executor
 
     def run(self, job_overrides: list[list[str]], jobs: list[int]) -> Iterator[tuple]:
-        """Run the jobs; yield (job number, submitit job, None) as each one ends."""
+        """Run the jobs; yield (job number, submitit job, None) as each one ends. If the sweep
+        stops (Ctrl-C, SIGTERM), the points still running are cancelled with it."""
         executor, free = self.executor(), list(self.gpus)
         waiting = list(zip(jobs, job_overrides, strict=True))
         running: dict[int, tuple[submitit.Job, int | None]] = {}
-        while waiting or running:
-            while waiting and len(running) < self.max_parallel:
-                job, overrides = waiting.pop(0)
-                gpu = free.pop(0) if self.gpus else None
-                if gpu is not None:
-                    executor.update_parameters(visible_gpus=[gpu], gpus_per_node=1)
-                running[job] = executor.submit(self, *self.job_arguments(overrides, job)), gpu
-            done = [job for job, (handle, _) in running.items() if handle.done()]
-            for job in done:
-                handle, gpu = running.pop(job)
-                if gpu is not None:
-                    free.append(gpu)
-                yield job, handle, None
-            if not done:
-                time.sleep(POLL_S)
+        try:
+            while waiting or running:
+                while waiting and len(running) < self.max_parallel:
+                    job, overrides = waiting.pop(0)
+                    gpu = free.pop(0) if self.gpus else None
+                    if gpu is not None:
+                        executor.update_parameters(visible_gpus=[gpu], gpus_per_node=1)
+                    with _output_to(self.controller_log()):
+                        handle = executor.submit(self, *self.job_arguments(overrides, job))
+                    running[job] = handle, gpu
+                done = [job for job, (handle, _) in running.items() if handle.done()]
+                for job in done:
+                    handle, gpu = running.pop(job)
+                    if gpu is not None:
+                        free.append(gpu)
+                    yield job, handle, None
+                if not done:
+                    time.sleep(POLL_S)
+        finally:
+            for handle, _ in running.values():
+                handle.cancel(check=False)  # its controller stops the point's process
+
+    def controller_log(self) -> Path:
+        """Where submitit's local controllers write (their own tracebacks on Ctrl-C among it),
+        beside the jobs' logs rather than on the sweep's terminal."""
+        return Path(self.params["submitit_folder"]).parent / "controllers.log"
+
+
+@contextmanager
+def _output_to(path: Path) -> Iterator[None]:
+    """File descriptors 1 and 2 of this process, and so of the processes it starts meanwhile,
+    go to `path` (appended)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(path, "a") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in zip((1, 2), saved, strict=True):
+                os.dup2(copy, fd)
+                os.close(copy)
 
 
 # What each launcher setting may be: a positive integer, a count (0 or more), a positive number,

@@ -18,6 +18,7 @@ itself would read as another value), or a job file holding another job's rows. R
 such files aside (set_aside) under a name no Parquet reader lists, and reruns their points.
 """
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -41,6 +42,7 @@ MANIFEST = "_sweep.json"
 LOCK = "_compact.lock"  # held while a compaction or a resume rewrites a sweep's files
 COMPACTED = re.compile(r"compacted-(\d+)\.parquet")
 JOB = re.compile(r"job-(\d+)\.parquet")
+STALE_S = 3600  # a hidden temporary file this old is a killed writer's: no write takes an hour
 READ_ATTEMPTS = 50  # a read retries while compactions change the folder under it
 # A point's answer: resume skips these. Other statuses (failed, killed, oom, timeout) rerun.
 DONE = ("ok", "unsupported")
@@ -203,11 +205,13 @@ def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[
     absorbed file is removed, so no row is ever out of sight: `read` sees each row once
     throughout, and pandas, pyarrow and DuckDB see each row once again when it returns. A job
     file that a job rewrote after it was merged is kept: it is newer, and `read` prefers it.
+    Temporary files that writers killed mid-write left behind (older than STALE_S) go too.
     """
     folder = sweep_dir(root, experiment, sweep)
     if not folder.is_dir():
         return None, []
     with _sweep_lock(folder):
+        _remove_stale_temporaries(folder)
         names = _listing(folder)
         if len(names) <= 1 and _compacted(names) == names:  # nothing, or one compacted file
             return (folder / names[0] if names else None), []
@@ -489,6 +493,14 @@ def _with_partitions(table: pa.Table, folder: Path) -> pa.Table:
     for position, (field, value) in enumerate(zip(PARTITIONS, values, strict=True)):
         table = table.add_column(position, field, pa.array([value] * len(table), field.type))
     return table
+
+
+def _remove_stale_temporaries(folder: Path) -> None:
+    now = time.time()
+    for path in folder.glob(".*.tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            if now - path.stat().st_mtime > STALE_S:
+                path.unlink()
 
 
 def _remove_unchanged(folder: Path, identities: dict[str, tuple[int, int, int]]) -> None:

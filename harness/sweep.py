@@ -12,8 +12,12 @@ import math
 import secrets
 import shlex
 import shutil
+import signal
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -88,22 +92,50 @@ def run(argv: list[str]) -> int:
         print(f"sweep {sweep.id}: {experiment}, {len(sweep.points)} points to run", flush=True)
         started = time.perf_counter()
         try:
-            ended = launch(cfg, sweep, launcher)
-        except KeyboardInterrupt:
+            with _terminate_as_interrupt():
+                ended = launch(cfg, sweep, launcher)
+        except KeyboardInterrupt as stop:
             if isinstance(launcher, SlurmLauncher):
                 advice = f"its SLURM tasks run on; follow them with: {status_command(sweep)}"
             else:
                 advice = f"finish it with: {resume_command(sweep)}"
             print(f"\ninterrupted; {advice}", file=sys.stderr)
-            return 130
+            return 143 if isinstance(stop, Terminated) else 130
         except BadInput:  # nothing was launched: a new sweep leaves no trace
             if not resume:
                 _discard(sweep)
             raise
+        except OSError as error:  # the store cannot be written: disk full, permissions
+            said = f"{error.strerror or error}: {error.filename}" if error.filename else error
+            print(
+                f"error: cannot write the sweep's rows ({said}); the sweep stopped. Once it "
+                f"can be written, finish it with: {resume_command(sweep)}",
+                file=sys.stderr,
+            )
+            return 1
     if not ended:
         print(f"sweep {sweep.id}: follow it with: {status_command(sweep)}")
         return 0
     return report(sweep, time.perf_counter() - started)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, stopping a sweep as Ctrl-C does (exit code 143)."""
+
+
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """While a sweep runs here, SIGTERM stops it as Ctrl-C does: its points keep what they
+    wrote and the resume command is printed."""
+
+    def stop(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def split_config_dirs(argv: list[str]) -> tuple[list[str], list[Path]]:
@@ -325,7 +357,17 @@ def _axis_size(override: Override) -> int:
 
 
 def _write_manifest(sweep: Sweep, argv: list[str]) -> None:
-    """The sweep's own record: its command, config and every point, for resume and reports."""
+    """The sweep's own record: its command, config and every point, for resume and reports;
+    the sweep's first write, so an out dir that cannot be written is bad input here."""
+    try:
+        _write_manifest_file(sweep, argv)
+    except OSError as error:
+        _discard(sweep)
+        folder = store.sweep_dir(sweep.results, sweep.experiment.name, sweep.id)
+        raise BadInput(f"cannot write to {folder}: {error.strerror or error}") from None
+
+
+def _write_manifest_file(sweep: Sweep, argv: list[str]) -> None:
     store.write_manifest(
         sweep.results,
         {
@@ -374,6 +416,7 @@ def _resumed(
             raise BadInput(f"{folder / store.MANIFEST} is missing or unreadable: cannot resume")
         known = ", ".join(store.sweeps(results, experiment)[-3:]) or "none yet"
         raise BadInput(f"no sweep {sweep_id} of {experiment} in {results} (latest: {known})")
+    _check_writable(store.sweep_dir(results, experiment, sweep_id))
     settings = [
         o.input_line
         for o in overrides
@@ -399,6 +442,15 @@ def _resumed(
         print(f"{len(scheduled)} points are still queued or running on SLURM: left to it")
     sweep.points = [p for p in _unfinished(sweep, manifest) if p.job not in scheduled]
     return sweep, cfg
+
+
+def _check_writable(folder: Path) -> None:
+    """One line (bad input) unless a file can be written in `folder`."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check-"):
+            pass
+    except OSError as error:
+        raise BadInput(f"cannot write to {folder}: {error.strerror or error}") from None
 
 
 def _results_root(overrides: list[Override]) -> Path:

@@ -3,6 +3,9 @@ its point as not run, reports the rest; resume sets the file aside and reruns th
 sweep without a readable manifest is reported as damaged and fails --check."""
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -68,3 +71,19 @@ def test_a_sweep_without_a_readable_manifest_is_damaged_and_fails_the_check(
         assert result.returncode == 2 and result.stderr.count("\n") <= 2, result.stderr
         assert result.stderr.splitlines()[-1].startswith("error: ")
     assert len(store.read(harness.results)) == 3, "its rows are still readable"
+
+
+def test_status_into_a_closed_pipe_exits_quietly(harness, swept):
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line
+    process = subprocess.run(
+        [sys.executable, "-m", "harness", "status", swept],
+        cwd=harness.cwd,
+        env={**os.environ, "PYTHONPATH": str(Path(store.__file__).parent.parent)},
+        stdout=write,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+    )
+    os.close(write)
+    assert process.returncode == 141 and process.stderr == ""

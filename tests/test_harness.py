@@ -312,3 +312,57 @@ def test_the_slurm_launcher_without_slurm_is_one_line_and_leaves_nothing(
     err = capsys.readouterr().err
     assert err == "error: hydra/launcher=slurm needs SLURM: sbatch is not on this machine's PATH\n"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("out", ["/proc/forbidden", "a-file", "a-file/below"])
+def test_an_out_dir_that_cannot_be_written_is_one_line_before_any_point_runs(
+    out, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("not a folder")
+    with pytest.raises(SystemExit) as exit_:
+        main(["+experiment=exp014_tiled", f"out={out}"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write to ") and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_a_store_that_fails_mid_sweep_stops_it_with_the_resume_command(probe, tmp_path):
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    sweeping = probe.start("point=0,1,2", f"folder={gate}", "release=open", "hold=1")
+    deadline = time.monotonic() + 120
+    while len(arrivals(gate)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (sweep,) = store.sweeps(probe.results, "rendezvous")
+    folder = store.sweep_dir(probe.results, "rendezvous", sweep)
+    folder.rename(tmp_path / "kept")
+    folder.write_text("in the way")  # point 1's rows cannot be written now
+    (gate / "open").touch()
+    output, _ = sweeping.communicate(timeout=120)
+    assert sweeping.returncode == 1, output
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("error: cannot write the sweep's rows") and "Traceback" not in output
+    assert f"resume={sweep}" in last
+    folder.unlink()
+    (tmp_path / "kept").rename(folder)
+    resumed = probe(f"resume={sweep}")
+    assert resumed.returncode == 0, resumed.stderr
+    assert sorted(store.read(probe.results)["job"]) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("stop, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_sigterm_and_ctrl_c_stop_a_sweep_with_the_resume_command(probe, tmp_path, stop, code):
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    sweeping = probe.start("point=0,1,2", f"folder={gate}", "release=open", "hold=1")
+    deadline = time.monotonic() + 120
+    while len(arrivals(gate)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sweeping.send_signal(stop)
+    output, _ = sweeping.communicate(timeout=120)
+    assert sweeping.returncode == code, output
+    assert "interrupted; finish it with: python -m harness --config-dir" in output
+    assert "Traceback" not in output
+    assert store.read(probe.results)["job"].tolist() == [0]

@@ -1,6 +1,9 @@
 """The local launcher: points in parallel processes here, under a cap, a GPU of their own each."""
 
 import os
+import signal
+import time
+from pathlib import Path
 
 import pytest
 from probes import arrivals
@@ -35,3 +38,29 @@ def test_the_cap_is_the_gpu_count_where_there_are_gpus():
     assert LocalLauncher(max_parallel=3, gpus=[], submitit_folder="x").max_parallel == 3
     with pytest.raises(ValueError, match="max_parallel"):
         LocalLauncher(max_parallel=0, submitit_folder="x")
+
+
+@pytest.mark.parametrize(
+    "group, stop, code", [(True, signal.SIGINT, 130), (False, signal.SIGTERM, 143)]
+)
+def test_a_stopped_local_sweep_stops_its_points_without_tracebacks(
+    probe, tmp_path, group, stop, code
+):
+    """Ctrl-C (SIGINT to the terminal's process group) or SIGTERM to the harness alone: the
+    points still running are stopped with it, and only the resume hint is printed."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    args = ["point=0,1,2,3", f"folder={gate}", "release=open", "hydra/launcher=local"]
+    sweeping = probe.start(*args)
+    deadline = time.monotonic() + 120
+    while len(arrivals(gate)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (os.killpg if group else os.kill)(sweeping.pid, stop)
+    output, _ = sweeping.communicate(timeout=120)
+    assert sweeping.returncode == code, output
+    assert "Traceback" not in output and "interrupted; finish it with:" in output
+    points = [Path(f"/proc/{path.name.rsplit('-', 1)[1]}") for path in arrivals(gate)]
+    deadline = time.monotonic() + 60
+    while any(p.exists() for p in points) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(p.exists() for p in points), "a point outlived its sweep"

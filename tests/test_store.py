@@ -184,3 +184,18 @@ def test_no_flipped_byte_changes_a_value_silently(tmp_path):
         if not table.equals(written):
             silent.append(offset)
     assert silent == []
+
+
+def test_compact_removes_what_killed_writers_left_and_keeps_fresh_temporaries(tmp_path):
+    write_sweep(tmp_path, jobs=2)
+    folder = store.sweep_dir(tmp_path, "exp", "s1")
+    stale, fresh = (
+        folder / ".job-000001.parquet.123.ab12.tmp",
+        folder / ".job-000002.parquet.9.c.tmp",
+    )
+    for path in (stale, fresh):
+        path.write_bytes(b"half a write")
+    old = time.time() - store.STALE_S - 60
+    os.utime(stale, (old, old))
+    store.compact(tmp_path, "exp", "s1")
+    assert not stale.exists() and fresh.exists(), "a fresh one may be a writer at work"
