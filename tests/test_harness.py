@@ -2,7 +2,9 @@
 
 import json
 import os
+import random
 import signal
+import subprocess
 import time
 
 import duckdb
@@ -366,3 +368,30 @@ def test_sigterm_and_ctrl_c_stop_a_sweep_with_the_resume_command(probe, tmp_path
     assert "interrupted; finish it with: python -m harness --config-dir" in output
     assert "Traceback" not in output
     assert store.read(probe.results)["job"].tolist() == [0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["basic", "local"])
+def test_random_sigkills_then_resume_leave_every_point_exactly_once(probe, tmp_path, launcher):
+    """The fault-injection campaign: SIGKILL the whole sweep (harness and points) at random
+    moments, resume each time, then once more to the end: every point has exactly one row, in
+    every reader."""
+    meeting = tmp_path / "meeting"
+    meeting.mkdir()
+    points = 40 if launcher == "basic" else 12  # a local point is a process of its own
+    args = [f"point=range({points})", f"folder={meeting}"]
+    args += ["hydra/launcher=local", "hydra.launcher.max_parallel=2"] if launcher == "local" else []
+    chance = random.Random(7)
+    sweep = None
+    for _ in range(5):
+        running = probe.start(*(args if sweep is None else [f"resume={sweep}"]))
+        try:
+            running.wait(timeout=chance.uniform(0.5, 4.0))
+        except subprocess.TimeoutExpired:
+            os.killpg(running.pid, signal.SIGKILL)
+            running.wait()
+        sweep = sweep or next(iter(store.sweeps(probe.results, "rendezvous")), None)
+    final = probe(f"resume={sweep}") if sweep else probe(*args)
+    assert final.returncode == 0, final.stderr
+    for rows in (store.read(probe.results), pd.read_parquet(probe.results)):
+        assert sorted(rows["job"]) == list(range(points)) and set(rows["status"]) == {"ok"}
