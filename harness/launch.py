@@ -24,7 +24,13 @@ from submitit.core.utils import FailedJobError, UncompletedJobError
 from harness import store
 from harness.experiment import BadInput, config_hash, one_line
 from harness.job import run_job
-from harness.launchers import SlurmLauncher, SubmititSweepLauncher, check_settings, wait
+from harness.launchers import (
+    SlurmLauncher,
+    SubmititSweepLauncher,
+    check_fits,
+    check_settings,
+    wait,
+)
 
 
 def launch(cfg: DictConfig, sweep, launcher) -> bool:
@@ -68,8 +74,13 @@ def prepare_launcher(cfg: DictConfig):
         check_settings(settings)
     except ValueError as error:
         raise BadInput(f"hydra.launcher: {error}") from None
-    if settings["_target_"].endswith(SlurmLauncher.__name__) and shutil.which("sbatch") is None:
-        raise BadInput("hydra/launcher=slurm needs SLURM: sbatch is not on this machine's PATH")
+    if settings["_target_"].endswith(SlurmLauncher.__name__):
+        if shutil.which("sbatch") is None:
+            raise BadInput("hydra/launcher=slurm needs SLURM: sbatch is not on this machine's PATH")
+        try:
+            check_fits(settings | {"partition": SlurmLauncher.default(settings, "partition")})
+        except ValueError as error:
+            raise BadInput(f"hydra.launcher: {error}") from None
     try:
         return instantiate_launcher(cfg)
     except (HydraException, ValueError, TypeError) as error:

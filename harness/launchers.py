@@ -27,6 +27,10 @@ from omegaconf import OmegaConf
 POLL_S = 0.5
 GRACE_S = 5.0  # how long a job may be gone from the queue before its result file appears
 SLURM_DEFAULT_MAX_ARRAY_SIZE = 1001
+# Pending reasons that no time will clear: the job asks for what its partition cannot give.
+NEVER = {"PartitionConfig", "BadConstraints", "PartitionNodeLimit", "PartitionTimeLimit",
+         "InvalidAccount", "InvalidQOS", "DependencyNeverSatisfied"}  # fmt: skip
+NEVER_GRACE_S = 30.0  # how long such a reason may stand before the wait gives the job up
 ALIVE = {
     "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING",
     "STAGE_OUT", "RESIZING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD",
@@ -77,9 +81,14 @@ class SlurmLauncher(SubmititSweepLauncher):
     _EXECUTOR = "slurm"
 
     def __init__(self, **params):
-        for key in ("partition", "account"):  # from the environment when not set
-            params[key] = params.get(key) or os.environ.get(f"HARNESS_SLURM_{key.upper()}")
+        for key in ("partition", "account"):
+            params[key] = self.default(params, key)
         super().__init__(**params)
+
+    @staticmethod
+    def default(params: dict, key: str) -> str | None:
+        """partition or account: as set, else from $HARNESS_SLURM_PARTITION or _ACCOUNT."""
+        return params.get(key) or os.environ.get(f"HARNESS_SLURM_{key.upper()}")
 
     def job_threads(self) -> int | None:
         return int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) or super().job_threads()
@@ -219,8 +228,10 @@ def wait(handles: dict[int, submitit.Job]) -> Iterator[tuple[int, submitit.Job, 
     A job has ended when its result file exists, or when SLURM no longer runs or queues it:
     killed (scancel, time limit, a failed node) before it could write one. Without accounting,
     submitit cannot tell the second case, so this asks squeue (and never calls sacct).
+    A job pending for a reason that cannot clear by itself (NEVER: the partition cannot run
+    it) for NEVER_GRACE_S is cancelled and ends too, with that reason.
     """
-    left, gone_since = dict(handles), {}
+    left, gone_since, stuck_since = dict(handles), {}, {}
     while left:
         states = slurm_states({handle.job_id.split("_")[0] for handle in left.values()})
         for job, handle in list(left.items()):
@@ -228,12 +239,70 @@ def wait(handles: dict[int, submitit.Job]) -> Iterator[tuple[int, submitit.Job, 
                 yield job, left.pop(job), None
                 continue
             state = states.get(handle.job_id) if states is not None else ("UNKNOWN", "")
-            if state is not None and state[0] in ALIVE | {"UNKNOWN"}:
+            if state is not None and state[0] == "PENDING" and state[1] in NEVER:
+                if time.monotonic() - stuck_since.setdefault(job, time.monotonic()) > NEVER_GRACE_S:
+                    subprocess.run(["scancel", handle.job_id], capture_output=True, timeout=60)
+                    yield job, left.pop(job), f"SLURM would never start it: pending ({state[1]})"
+            elif state is not None and state[0] in ALIVE | {"UNKNOWN"}:
                 gone_since.pop(job, None)
+                stuck_since.pop(job, None)
             elif time.monotonic() - gone_since.setdefault(job, time.monotonic()) > GRACE_S:
                 yield job, left.pop(job), lost_reason(state, handle.paths.stderr)
         if left:
             time.sleep(POLL_S)
+
+
+def check_fits(settings: dict) -> None:
+    """ValueError naming the setting when no node of the partition could ever run one task:
+    more CPUs, memory or GPUs than any node has (as sinfo reports them). Silent when sinfo
+    cannot tell."""
+    nodes = partition_nodes(settings.get("partition"))
+    if not nodes:
+        return
+    tasks = settings.get("tasks_per_node") or 1
+    asks = {
+        "cpus_per_task": ((settings.get("cpus_per_task") or 1) * tasks, "CPUs"),
+        "mem_gb": ((settings.get("mem_gb") or 0) * 1024, "MB of memory"),
+        "gpus_per_node": (settings.get("gpus_per_node") or 0, "GPUs"),
+    }
+    for key, (wanted, what) in asks.items():
+        most = max(node[what] for node in nodes)
+        if wanted > most:
+            name = settings.get("partition") or "the default partition"
+            raise ValueError(
+                f"{key}={settings[key]} asks for {wanted:,.0f} {what} a task, and no node of "
+                f"{name} has more than {most:,}: lower hydra.launcher.{key}"
+            )
+
+
+def partition_nodes(partition: str | None) -> list[dict]:
+    """The CPUs, memory (MB) and GPUs of each node of the partition (or of the default one),
+    from sinfo; [] if sinfo cannot say."""
+    command = ["sinfo", "-h", "-N", "-o", "%P|%c|%m|%G"]
+    try:
+        listed = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    nodes = []
+    for line in listed.stdout.splitlines() if listed.returncode == 0 else []:
+        fields = line.strip().split("|")
+        if len(fields) != 4 or not all(f.rstrip("+").isdigit() for f in fields[1:3]):
+            continue  # not a node line
+        name, cpus, memory, gres = fields
+        if (partition is None and name.endswith("*")) or name.rstrip("*") == partition:
+            nodes.append({"CPUs": int(cpus.rstrip("+")), "MB of memory": int(memory.rstrip("+")),
+                          "GPUs": gpu_count(gres)})  # fmt: skip
+    return nodes
+
+
+def gpu_count(gres: str) -> int:
+    """The GPUs in sinfo's %G: gpu:2, gpu:a100:4(S:0-1), several comma-separated, or (null)."""
+    total = 0
+    for item in gres.split(","):
+        fields = re.sub(r"\(.*?\)", "", item).split(":")
+        if fields[0] == "gpu" and fields[-1].isdigit():
+            total += int(fields[-1])
+    return total
 
 
 def slurm_states(arrays: set[str]) -> dict[str, tuple[str, str]] | None:

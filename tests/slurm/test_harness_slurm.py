@@ -195,3 +195,23 @@ def _running_task(cluster: SlurmCluster, index: int | None = None) -> str | None
     listed = cluster.run("squeue", "-h", "-r", "-t", "RUNNING", "-o", "%i").stdout.split()
     wanted = [task for task in listed if index is None or task.endswith(f"_{index}")]
     return wanted[0] if wanted else None
+
+
+@pytest.mark.parametrize(
+    "setting, said",
+    [
+        ("hydra.launcher.cpus_per_task=64", "cpus_per_task=64 asks for 64 CPUs a task"),
+        ("hydra.launcher.mem_gb=4096", "mem_gb=4096 asks for 4,194,304 MB of memory"),
+        ("hydra.launcher.gpus_per_node=3", "gpus_per_node=3 asks for 3 GPUs a task"),
+    ],
+)
+def test_a_request_no_node_can_satisfy_is_refused_before_submitting(sweep, setting, said):
+    key = setting.split("=")[0]
+    others = [arg for arg in SLURM if not arg.startswith(f"{key}=")]
+    result = sweep.harness("+experiment=exp014_tiled", "length=64", "block=16", *others, setting,
+                           env=environment(sweep.cluster))  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.startswith(f"error: hydra.launcher: {said}")
+    assert result.stderr.count("\n") == 1 and "lower hydra.launcher." in result.stderr
+    assert not (sweep.cwd / "outputs").exists()
+    assert sweep.cluster.queue() == []
