@@ -98,6 +98,8 @@ def outcome(line) -> str:
     and which lack one; for an ERROR, what went wrong."""
     if line.result == "ERROR":
         return line.worst
+    if line.result == "N/A":
+        return "it selects no point of this sweep"
     said = f"worst {line.worst}, {line.points} points have a value"
     return f"{said}; none for {line.missing}" if line.missing else said
 

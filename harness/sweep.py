@@ -404,9 +404,11 @@ def _resumed(
     """The sweep to resume, with its points that have no answer yet, and its config.
 
     The config is composed from the sweep's own overrides, its launcher settings unless the
-    command line names a launcher, and the command line's settings (out, wait, Hydra's), so
-    each job recomposes what it first ran; users' experiments come from the command line's
-    --config-dir. Points that SLURM still queues or runs are left to it.
+    command line names a launcher, and the command line's settings (out, wait, Hydra's, and
+    the experiment's `resources`: parameters such as memory_cap_mib that change how a point
+    runs, not what it computes), so each job recomposes what it first ran, with more room if
+    asked; users' experiments come from the command line's --config-dir. Points that SLURM
+    still queues or runs are left to it.
     """
     results = _results_root(overrides)
     manifest = store.read_manifest(results, experiment, sweep_id)
@@ -417,15 +419,19 @@ def _resumed(
         known = ", ".join(store.sweeps(results, experiment)[-3:]) or "none yet"
         raise BadInput(f"no sweep {sweep_id} of {experiment} in {results} (latest: {known})")
     _check_writable(store.sweep_dir(results, experiment, sweep_id))
+    resources = manifest["experiment_config"].get("resources") or []
+    allowed = (*RESUME_SETTINGS, *resources)
     settings = [
-        o.input_line
-        for o in overrides
-        if o.is_hydra_override() or _key(o.input_line) in RESUME_SETTINGS
+        o.input_line for o in overrides if o.is_hydra_override() or _key(o.input_line) in allowed
     ]
     extra = [o.input_line for o in overrides if o.input_line not in settings]
     extra = [line for line in extra if _key(line) != "experiment"]
     if extra:
-        raise BadInput(f"resume={sweep_id} reruns that sweep's own points; drop {' '.join(extra)}")
+        may = ", ".join(["out", "wait", "hydra.*", *resources])
+        raise BadInput(
+            f"resume={sweep_id} reruns that sweep's own points; drop {' '.join(extra)} "
+            f"(a resume may set {may})"
+        )
     replaced = {_key(line) for line in settings} | {*SET_BY_HARNESS, "hydra.searchpath"}
     original = [line for line in manifest["overrides"] if _key(line) not in replaced]
     launcher = manifest.get("hydra_overrides", [])
@@ -435,13 +441,23 @@ def _resumed(
     cfg = _compose(
         [*original, *launcher, *settings, f"sweep_id={sweep_id}"], experiment, config_dirs
     )
-    experiment_ = Experiment.load(config_values(cfg)["experiment"])
+    values = config_values(cfg)
+    experiment_ = Experiment.load(values["experiment"])
     sweep = _sweep(cfg, experiment_, [])
     scheduled = set(still_scheduled(manifest))
     if scheduled:
         print(f"{len(scheduled)} points are still queued or running on SLURM: left to it")
-    sweep.points = [p for p in _unfinished(sweep, manifest) if p.job not in scheduled]
+    changed = {key: values[key] for key in resources if _key_given(key, settings)}
+    sweep.points = [
+        Point(p.job, p.overrides, experiment_.params({**p.params, **changed}))
+        for p in _unfinished(sweep, manifest)
+        if p.job not in scheduled
+    ]
     return sweep, cfg
+
+
+def _key_given(key: str, lines: list[str]) -> bool:
+    return any(_key(line) == key for line in lines)
 
 
 def _check_writable(folder: Path) -> None:

@@ -59,6 +59,7 @@ def test_every_key_is_a_parameter_and_each_default_has_one_value(name):
             assert values[key] == default, f"{key}: the YAML says {values[key]}, run {default}"
     for key in OmegaConf.to_container(cfg.hydra.sweeper.params):
         assert key in experiment.parameters, f"the grid sweeps {key}, not a parameter"
+    assert set(experiment.config.get("resources", [])) <= set(experiment.parameters)
     for claim in experiment.config.get("claims", []):
         assert set(claim) <= CLAIM_KEYS and {"metric", "text"} <= set(claim), claim
 

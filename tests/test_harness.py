@@ -395,3 +395,18 @@ def test_random_sigkills_then_resume_leave_every_point_exactly_once(probe, tmp_p
     assert final.returncode == 0, final.stderr
     for rows in (store.read(probe.results), pd.read_parquet(probe.results)):
         assert sorted(rows["job"]) == list(range(points)) and set(rows["status"]) == {"ok"}
+
+
+def test_resume_may_give_an_oom_point_more_room_and_nothing_else(harness):
+    grid = ("+experiment=exp016_backward_memory", "method=naive", "length=1024,2048")
+    result = harness(*grid, "memory_cap_mib=64")  # naive needs 100 and 400 MiB here
+    assert result.returncode == 1 and "2 oom" in result.stdout, result.stdout + result.stderr
+    (sweep,) = store.sweeps(harness.results, "exp016_backward_memory")
+    refused = harness("+experiment=exp016_backward_memory", f"resume={sweep}", "length=64")
+    assert refused.returncode == 2 and "a resume may set out, wait, hydra.*, memory_cap_mib" in (
+        refused.stderr
+    )
+    resumed = harness("+experiment=exp016_backward_memory", f"resume={sweep}", "memory_cap_mib=0")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    rows = store.read(harness.results).sort_values("job")
+    assert rows["status"].tolist() == ["ok", "ok"] and rows["memory_cap_mib"].tolist() == [0, 0]
