@@ -66,7 +66,8 @@ def load(results: Path, sweep_id: str) -> Sweep:
     manifest = store.read_manifest(results, found[0], sweep_id)
     if manifest is None:
         raise CompareError(f"sweep {sweep_id} has no manifest ({store.MANIFEST}) in {results}")
-    return Sweep(sweep_id, found[0], manifest, store.read(results, found[0], sweep_id))
+    rows = store.as_planned(store.read(results, found[0], sweep_id), manifest, results)
+    return Sweep(sweep_id, found[0], manifest, rows)
 
 
 def compare(a: Sweep, b: Sweep) -> Comparison:

@@ -79,8 +79,8 @@ def markdown(table: pd.DataFrame, floatfmt: str = ".3g", index: bool = True) -> 
 
 def section(root: Path, experiment: str, sweep: str, report_dir: Path) -> tuple[str, pd.DataFrame]:
     """An experiment's REPORT.md section for one sweep, and its claims."""
-    rows = store.read(root, experiment, sweep)
     manifest = store.read_manifest(root, experiment, sweep)
+    rows = store.as_planned(store.read(root, experiment, sweep), manifest, root)
     config = manifest["experiment_config"] if manifest else {}
     points = manifest["points"] if manifest else None
     claims = (

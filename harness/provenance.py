@@ -27,8 +27,15 @@ def git_state() -> tuple[str | None, bool | None]:
 
 
 def _git(*args: str) -> str:
+    # --no-optional-locks: git status would otherwise take .git/index.lock to refresh the index,
+    # and a job killed meanwhile (SIGKILL, a SLURM time limit) would leave it behind, blocking
+    # the user's next commit.
     result = subprocess.run(
-        ["git", "-C", str(SOURCE), *args], capture_output=True, text=True, check=True, timeout=30
+        ["git", "--no-optional-locks", "-C", str(SOURCE), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
     )
     return result.stdout.strip()
 

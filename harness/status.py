@@ -23,7 +23,8 @@ def status(sweep_id: str, out: str = "outputs") -> int:
     manifest = store.read_manifest(results, experiment, sweep_id)
     if manifest is None:
         raise BadInput(f"sweep {sweep_id} has no readable manifest ({store.MANIFEST}) in {results}")
-    table = point_states(manifest, store.read(results, experiment, sweep_id))
+    rows = store.as_planned(store.read(results, experiment, sweep_id), manifest, results)
+    table = point_states(manifest, rows)
     print(f"sweep {sweep_id} ({experiment}): {manifest.get('command', '')}")
     print(table.to_markdown(index=False))
     print(", ".join(f"{n} {state}" for state, n in table["state"].value_counts().items()))

@@ -421,6 +421,25 @@ def set_aside(root: Path, experiment: str, sweep: str) -> list[Path]:
     return moved
 
 
+def as_planned(rows: pd.DataFrame, manifest: dict | None, root: Path) -> pd.DataFrame:
+    """A sweep's rows less those that are not its planned points' (a job it did not plan, or a
+    config_hash other than the planned point's: a file copied from another sweep, or edited),
+    each such job named once on stderr; their points count as not run, and a resume's rerun
+    replaces them."""
+    if manifest is None or rows.empty or "job" not in rows:
+        return rows
+    planned = {point["job"]: point.get("config_hash") for point in manifest["points"]}
+    hashes = rows["config_hash"] if "config_hash" in rows else pd.Series(None, index=rows.index)
+    foreign = [
+        job not in planned or (pd.notna(got) and planned[job] not in (None, got))
+        for job, got in zip(rows["job"], hashes, strict=True)
+    ]
+    for job in sorted(set(rows.loc[foreign, "job"])):
+        path = job_file(root, manifest["experiment"], manifest["sweep"], job)
+        _name_once(path, "its rows are not this sweep's planned point (config_hash differs)")
+    return rows[[not f for f in foreign]]
+
+
 def skipped(root: Path, experiment: str, sweep: str) -> dict[Path, str]:
     """The sweep's files that reads in this process skipped as damaged (and still lie there),
     with the reason."""

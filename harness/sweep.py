@@ -192,8 +192,9 @@ def report(sweep: Sweep, seconds: float) -> int:
     from analysis.claims import claims_table, outcome, planned
     from analysis.report import markdown, sweep_table
 
-    rows = store.read(sweep.results, sweep.experiment.name, sweep.id)
     manifest = store.read_manifest(sweep.results, sweep.experiment.name, sweep.id)
+    rows = store.read(sweep.results, sweep.experiment.name, sweep.id)
+    rows = store.as_planned(rows, manifest, sweep.results)
     points = manifest["points"]
     statuses, total = store.job_statuses(rows), len(points)
     unfinished = total - int(statuses.isin(store.DONE).sum())
@@ -453,6 +454,13 @@ def _resumed(
         for p in _unfinished(sweep, manifest)
         if p.job not in scheduled
     ]
+    if changed:  # the manifest says what each point runs with, so its rerun's rows match it
+        rerun = {p.job: p.params for p in sweep.points}
+        for point in manifest["points"]:
+            if point["job"] in rerun:
+                point["params"] = rerun[point["job"]]
+                point["config_hash"] = config_hash(experiment, rerun[point["job"]])
+        store.write_manifest(results, manifest)
     return sweep, cfg
 
 
@@ -486,7 +494,7 @@ def _unfinished(sweep: Sweep, manifest: dict) -> list[Point]:
     for moved in store.set_aside(sweep.results, sweep.experiment.name, sweep.id):
         print(f"moved a damaged file aside: {moved}")
     rows = store.read(sweep.results, sweep.experiment.name, sweep.id)
-    statuses = store.job_statuses(rows)
+    statuses = store.job_statuses(store.as_planned(rows, manifest, sweep.results))
     done = set(statuses[statuses.isin(store.DONE)].index)
     points = [
         Point(p["job"], p["overrides"], p["params"])

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from harness import store
@@ -87,3 +88,18 @@ def test_status_into_a_closed_pipe_exits_quietly(harness, swept):
     )
     os.close(write)
     assert process.returncode == 141 and process.stderr == ""
+
+
+def test_rows_that_are_not_the_planned_point_count_as_not_run_until_rerun(harness, swept):
+    path = store.job_file(harness.results, "exp014_tiled", swept, 0)
+    row = pq.read_table(path).to_pylist()[0] | {"config_hash": "0123456789abcdef"}
+    store.write_rows(path, [row])  # as if copied from another sweep
+    shown = harness("status", swept)
+    assert shown.returncode == 0 and "job-000000.parquet: its rows are not this sweep's" in (
+        shown.stderr
+    )
+    assert "2 ok, 1 not run" in shown.stdout
+    resumed = harness("+experiment=exp014_tiled", f"resume={swept}")
+    assert resumed.returncode == 0 and "1 points to run" in resumed.stdout, resumed.stderr
+    again = harness("status", swept)
+    assert again.stderr == "" and "3 ok" in again.stdout
