@@ -75,6 +75,14 @@ def probe(harness):
 
 
 @pytest.fixture
+def gate(tmp_path):
+    """An empty folder for the probe's points to arrive in (folder=) and to be released from."""
+    folder = tmp_path / "gate"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
 def analysis(tmp_path):
     """Run `python -m analysis ...` in the same working directory as the `harness` fixture."""
 

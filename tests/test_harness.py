@@ -5,13 +5,12 @@ import os
 import random
 import signal
 import subprocess
-import time
 
 import duckdb
 import pandas as pd
 import pytest
 import torch
-from probes import arrivals
+from probes import arrivals, await_arrivals
 
 from harness import store
 from harness.cli import main
@@ -140,15 +139,11 @@ def test_resume_runs_only_the_points_without_an_ok_row(harness):
     assert changed.returncode == 2 and "drop seed=1" in changed.stderr
 
 
-def test_resume_completes_a_sweep_that_was_killed(probe, tmp_path):
-    gate = tmp_path / "gate"
-    gate.mkdir()
+def test_resume_completes_a_sweep_that_was_killed(probe, gate):
     # Point 0 ends; point 1 arrives and waits for the file "open": the kill finds it running.
     args = ["point=0,1,2,3,4,5", f"folder={gate}", "release=open", "hold=1"]
     sweeping = probe.start(*args)
-    deadline = time.monotonic() + 120
-    while len(arrivals(gate)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    await_arrivals(gate, 2)
     os.killpg(sweeping.pid, signal.SIGKILL)
     sweeping.wait()
     (sweep,) = store.sweeps(probe.results, "rendezvous")
@@ -286,10 +281,8 @@ def test_resume_keeps_the_sweeps_launcher_settings(harness):
     assert "harness.launchers.LocalLauncher" in hydra_config and "max_parallel: 1" in hydra_config
 
 
-def test_a_users_own_experiment_runs_and_resumes_through_config_dir(probe, tmp_path):
-    meeting = tmp_path / "meeting"
-    meeting.mkdir()
-    result = probe("point=0,1,2", f"folder={meeting}")
+def test_a_users_own_experiment_runs_and_resumes_through_config_dir(probe, gate):
+    result = probe("point=0,1,2", f"folder={gate}")
     assert result.returncode == 0, result.stderr
     (sweep,) = store.sweeps(probe.results, "rendezvous")
     manifest = store.read_manifest(probe.results, "rendezvous", sweep)
@@ -300,7 +293,7 @@ def test_a_users_own_experiment_runs_and_resumes_through_config_dir(probe, tmp_p
     assert "1 points to run" in resumed.stdout
     rows = store.read(probe.results).sort_values("job")
     assert rows["job"].tolist() == [0, 1, 2] and set(rows["status"]) == {"ok"}
-    assert len(arrivals(meeting)) == 4, "only point 1 ran again"
+    assert len(arrivals(gate)) == 4, "only point 1 ran again"
 
 
 def test_the_slurm_launcher_without_slurm_is_one_line_and_leaves_nothing(
@@ -330,13 +323,9 @@ def test_an_out_dir_that_cannot_be_written_is_one_line_before_any_point_runs(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 
-def test_a_store_that_fails_mid_sweep_stops_it_with_the_resume_command(probe, tmp_path):
-    gate = tmp_path / "gate"
-    gate.mkdir()
+def test_a_store_that_fails_mid_sweep_stops_it_with_the_resume_command(probe, gate, tmp_path):
     sweeping = probe.start("point=0,1,2", f"folder={gate}", "release=open", "hold=1")
-    deadline = time.monotonic() + 120
-    while len(arrivals(gate)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    await_arrivals(gate, 2)
     (sweep,) = store.sweeps(probe.results, "rendezvous")
     folder = store.sweep_dir(probe.results, "rendezvous", sweep)
     folder.rename(tmp_path / "kept")
@@ -355,13 +344,9 @@ def test_a_store_that_fails_mid_sweep_stops_it_with_the_resume_command(probe, tm
 
 
 @pytest.mark.parametrize("stop, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_sigterm_and_ctrl_c_stop_a_sweep_with_the_resume_command(probe, tmp_path, stop, code):
-    gate = tmp_path / "gate"
-    gate.mkdir()
+def test_sigterm_and_ctrl_c_stop_a_sweep_with_the_resume_command(probe, gate, stop, code):
     sweeping = probe.start("point=0,1,2", f"folder={gate}", "release=open", "hold=1")
-    deadline = time.monotonic() + 120
-    while len(arrivals(gate)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    await_arrivals(gate, 2)
     sweeping.send_signal(stop)
     output, _ = sweeping.communicate(timeout=120)
     assert sweeping.returncode == code, output
@@ -372,14 +357,12 @@ def test_sigterm_and_ctrl_c_stop_a_sweep_with_the_resume_command(probe, tmp_path
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["basic", "local"])
-def test_random_sigkills_then_resume_leave_every_point_exactly_once(probe, tmp_path, launcher):
+def test_random_sigkills_then_resume_leave_every_point_exactly_once(probe, gate, launcher):
     """The fault-injection campaign: SIGKILL the whole sweep (harness and points) at random
     moments, resume each time, then once more to the end: every point has exactly one row, in
     every reader."""
-    meeting = tmp_path / "meeting"
-    meeting.mkdir()
     points = 40 if launcher == "basic" else 12  # a local point is a process of its own
-    args = [f"point=range({points})", f"folder={meeting}"]
+    args = [f"point=range({points})", f"folder={gate}"]
     args += ["hydra/launcher=local", "hydra.launcher.max_parallel=2"] if launcher == "local" else []
     chance = random.Random(7)
     sweep = None

@@ -6,26 +6,24 @@ import time
 from pathlib import Path
 
 import pytest
-from probes import arrivals
+from probes import arrivals, await_arrivals
 
 from harness import store
 from harness.launchers import LocalLauncher
 
 
 @pytest.mark.slow
-def test_points_run_in_parallel_under_the_cap_with_distinct_gpus(probe, tmp_path, most_at_once):
-    meeting = tmp_path / "meeting"
-    meeting.mkdir()
+def test_points_run_in_parallel_under_the_cap_with_distinct_gpus(probe, gate, most_at_once):
     # Points 0 and 1 start first and can only end once both have arrived: they ran at once.
     result = probe(
-        "point=0,1,2,3", f"folder={meeting}", "expect=2", "timeout_s=120",
+        "point=0,1,2,3", f"folder={gate}", "expect=2", "timeout_s=120",
         "hydra/launcher=local", "hydra.launcher.max_parallel=2", "hydra.launcher.gpus=[0,1]",
         env={"CUDA_VISIBLE_DEVICES": "0,1"},  # two GPUs to hand out, whatever the machine has
     )  # fmt: skip
     assert result.returncode == 0, result.stderr + result.stdout
     rows = store.read(probe.results).set_index("job").sort_index()
     assert len(rows) == 4 and set(rows["status"]) == {"ok"}
-    assert len(arrivals(meeting)) == 4 and rows.loc[0, "gpus"] != rows.loc[1, "gpus"]
+    assert len(arrivals(gate)) == 4 and rows.loc[0, "gpus"] != rows.loc[1, "gpus"]
     assert set(rows["gpus"]) == {"0", "1"}
     # Each row's span lies within its process's life, so more than two overlapping spans would
     # mean more than two processes at once.
@@ -43,18 +41,12 @@ def test_the_cap_is_the_gpu_count_where_there_are_gpus():
 @pytest.mark.parametrize(
     "group, stop, code", [(True, signal.SIGINT, 130), (False, signal.SIGTERM, 143)]
 )
-def test_a_stopped_local_sweep_stops_its_points_without_tracebacks(
-    probe, tmp_path, group, stop, code
-):
+def test_a_stopped_local_sweep_stops_its_points_without_tracebacks(probe, gate, group, stop, code):
     """Ctrl-C (SIGINT to the terminal's process group) or SIGTERM to the harness alone: the
     points still running are stopped with it, and only the resume hint is printed."""
-    gate = tmp_path / "gate"
-    gate.mkdir()
     args = ["point=0,1,2,3", f"folder={gate}", "release=open", "hydra/launcher=local"]
     sweeping = probe.start(*args)
-    deadline = time.monotonic() + 120
-    while len(arrivals(gate)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    await_arrivals(gate, 2)
     (os.killpg if group else os.kill)(sweeping.pid, stop)
     output, _ = sweeping.communicate(timeout=120)
     assert sweeping.returncode == code, output

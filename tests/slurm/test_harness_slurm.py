@@ -73,10 +73,8 @@ def test_the_tiled_sweep_is_one_job_array_with_a_gpu_per_task(sweep):
 
 
 def test_wait_false_returns_at_submission_and_status_follows_it_to_the_end(
-    cluster, probe, analysis, tmp_path
+    cluster, probe, analysis, gate
 ):
-    gate = tmp_path / "gate"
-    gate.mkdir()
     # The points wait for the file "open": none can end before the test opens it.
     result = probe("point=0,1,2", f"folder={gate}", "release=open", "timeout_s=300", *SLURM,
                    "wait=false", env=environment(cluster))  # fmt: skip
@@ -107,9 +105,7 @@ def test_a_failing_point_is_a_failed_row_and_status_shows_its_error(sweep):
     assert "failed" in shown and error[:40] in shown and "2 ok, 1 failed" in shown
 
 
-def test_a_task_that_slurm_cancels_is_a_killed_row(cluster, probe, tmp_path):
-    gate = tmp_path / "gate"
-    gate.mkdir()
+def test_a_task_that_slurm_cancels_is_a_killed_row(cluster, probe, gate):
     # Point 1 waits for the file "open", which never comes; point 0 ends at once.
     args = ["point=0,1", f"folder={gate}", "release=open", "hold=1", "timeout_s=300", *SLURM]
     waiting = probe.start(*args, env=environment(cluster))
@@ -125,31 +121,28 @@ def test_a_task_that_slurm_cancels_is_a_killed_row(cluster, probe, tmp_path):
     assert "killed" in status(probe, sweep_)
 
 
-def test_a_cancelled_task_of_a_submitted_sweep_shows_as_killed_in_status(cluster, probe, tmp_path):
-    gate = tmp_path / "gate"
-    gate.mkdir()
+def held_point(cluster: SlurmCluster, probe, gate) -> tuple[str, str]:
+    """A one-point sweep submitted with wait=false whose point arrives, then waits for the file
+    "open" in gate: (its sweep id, its SLURM task), once it runs."""
     result = probe("point=0", f"folder={gate}", "release=open", "timeout_s=300", *SLURM,
                    "wait=false", env=environment(cluster))  # fmt: skip
     assert result.returncode == 0, result.stderr
     (sweep_,) = store.sweeps(probe.results, "rendezvous")
     task = wait_for(lambda: _running_task(cluster), 60, "the point to run")
     wait_for(lambda: len(arrivals(gate)) == 1, 60, "the point to arrive")
+    return sweep_, task
+
+
+def test_a_cancelled_task_of_a_submitted_sweep_shows_as_killed_in_status(cluster, probe, gate):
+    sweep_, task = held_point(cluster, probe, gate)
     cluster.run("scancel", task)
     shown = wait_for(lambda: (text := status(probe, sweep_)) and "killed" in text and text, 60,
                      "status to call the point killed")  # fmt: skip
     assert "CANCELLED" in shown or "cancelled" in shown
 
 
-def test_a_requeued_task_runs_again_and_leaves_one_row(cluster, probe, tmp_path):
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    # The point arrives, then waits for the file "open": it cannot end before the requeue.
-    result = probe("point=0", f"folder={gate}", "release=open", "timeout_s=300", *SLURM,
-                   "wait=false", env=environment(cluster))  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    (sweep_,) = store.sweeps(probe.results, "rendezvous")
-    task = wait_for(lambda: _running_task(cluster), 60, "the point to run")
-    wait_for(lambda: len(arrivals(gate)) == 1, 60, "the point to arrive")
+def test_a_requeued_task_runs_again_and_leaves_one_row(cluster, probe, gate):
+    sweep_, task = held_point(cluster, probe, gate)  # it cannot end before the requeue
     cluster.run("scontrol", "requeue", task)
     cluster.release_requeued(task, lambda: len(arrivals(gate)) == 2, timeout=120)
     (gate / "open").touch()

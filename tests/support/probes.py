@@ -34,3 +34,12 @@ def rendezvous(
 def arrivals(folder: Path) -> list[Path]:
     """The arrival files in `folder`, one per process that ran a point."""
     return sorted(Path(folder).glob("arrived-*"))
+
+
+def await_arrivals(folder: Path, count: int, timeout_s: float = 120.0) -> None:
+    """For the tests: wait until `count` points have arrived in `folder`, at most timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while len(arrivals(folder)) < count:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{len(arrivals(folder))} of {count} points arrived in {folder}")
+        time.sleep(0.05)
