@@ -70,17 +70,15 @@ def prepare_launcher(cfg: DictConfig):
     if not cfg.wait and not cfg.hydra.launcher._target_.endswith(SlurmLauncher.__name__):
         raise BadInput("wait=false needs a launcher that runs on without us: hydra/launcher=slurm")
     settings = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+    slurm = settings["_target_"].endswith(SlurmLauncher.__name__)
+    if slurm and shutil.which("sbatch") is None:
+        raise BadInput("hydra/launcher=slurm needs SLURM: sbatch is not on this machine's PATH")
     try:
         check_settings(settings)
+        if slurm:  # a request that no node of the partition could ever run
+            check_fits(settings | {"partition": SlurmLauncher.default(settings, "partition")})
     except ValueError as error:
         raise BadInput(f"hydra.launcher: {error}") from None
-    if settings["_target_"].endswith(SlurmLauncher.__name__):
-        if shutil.which("sbatch") is None:
-            raise BadInput("hydra/launcher=slurm needs SLURM: sbatch is not on this machine's PATH")
-        try:
-            check_fits(settings | {"partition": SlurmLauncher.default(settings, "partition")})
-        except ValueError as error:
-            raise BadInput(f"hydra.launcher: {error}") from None
     try:
         return instantiate_launcher(cfg)
     except (HydraException, ValueError, TypeError) as error:

@@ -420,7 +420,7 @@ def _resumed(
         known = ", ".join(store.sweeps(results, experiment)[-3:]) or "none yet"
         raise BadInput(f"no sweep {sweep_id} of {experiment} in {results} (latest: {known})")
     _check_writable(store.sweep_dir(results, experiment, sweep_id))
-    resources = manifest["experiment_config"].get("resources") or []
+    resources = manifest.get("experiment_config", {}).get("resources") or []
     allowed = (*RESUME_SETTINGS, *resources)
     settings = [
         o.input_line for o in overrides if o.is_hydra_override() or _key(o.input_line) in allowed
