@@ -436,7 +436,8 @@ def as_planned(rows: pd.DataFrame, manifest: dict | None, root: Path) -> pd.Data
     ]
     for job in sorted(set(rows.loc[foreign, "job"])):
         path = job_file(root, manifest["experiment"], manifest["sweep"], job)
-        _name_once(path, "its rows are not this sweep's planned point (config_hash differs)")
+        why = "config_hash differs" if job in planned else "the sweep planned no such job"
+        _name_once(path, f"its rows are not this sweep's planned point ({why})")
     return rows[[not f for f in foreign]]
 
 
