@@ -95,10 +95,10 @@ while True:
 
 
 def test_a_writer_killed_mid_write_leaves_no_partial_file(tmp_path):
-    """SIGKILL at many moments of a write loop: every visible file is whole, every time.
+    """SIGKILL a write loop mid-write and between writes: every visible file is whole, every time.
 
-    Kills land both mid-write (a hidden temporary file is left behind) and between writes;
-    the loop samples kill moments until it has seen both, and checks the store every time.
+    The kill waits for an event, not a moment: on even attempts for a temporary file to exist
+    (a write in progress), on odd ones for the whole file; the store is checked after each.
     """
     folder = store.sweep_dir(tmp_path, "e", "s")
     seen_whole, seen_mid_write = False, False
@@ -106,16 +106,22 @@ def test_a_writer_killed_mid_write_leaves_no_partial_file(tmp_path):
         writer = subprocess.Popen(
             [sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE, text=True
         )
+        temporaries = f".job-000000.parquet.{writer.pid}.*.tmp"
         try:
             assert writer.stdout.readline().strip() == "ready"
-            time.sleep(0.05 + 0.09 * (attempt % 8))
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                whole = (folder / "job-000000.parquet").exists()
+                if any(folder.glob(temporaries)) if attempt % 2 == 0 else whole:
+                    break
+                time.sleep(0.001)
         finally:
             os.kill(writer.pid, signal.SIGKILL)
             writer.wait()
         assert len(store.read(tmp_path)) in (0, 400_000)
         assert len(pd.read_parquet(tmp_path)) in (0, 400_000) if folder.exists() else True
         seen_whole |= (folder / "job-000000.parquet").exists()
-        seen_mid_write |= any(folder.glob(f".job-000000.parquet.{writer.pid}.*.tmp"))
+        seen_mid_write |= any(folder.glob(temporaries))
         if seen_whole and seen_mid_write and attempt >= 7:
             break
     assert seen_whole and seen_mid_write, (seen_whole, seen_mid_write)
