@@ -29,13 +29,13 @@ def measurements(rows: pd.DataFrame) -> pd.DataFrame:
     return data
 
 
-def speedup(rows: pd.DataFrame) -> pd.DataFrame:
+def speedup(data: pd.DataFrame) -> pd.DataFrame:
     """Per shape, length and backend other than math: math's median time over the backend's
-    (speedup_over_math), missing where either has no time; no line where math was not planned."""
-    data = measurements(rows)
+    (speedup_over_math), missing where either has no time; no line where math was not planned.
+    data: measurements(rows)."""
     keys = _shape(data) + ["length"]
     if "time_ms" not in data:  # no point has a time yet
-        data["time_ms"] = float("nan")
+        data = data.assign(time_ms=float("nan"))
     math = data.loc[data["backend"] == "math", keys + ["time_ms"]]
     others = data.loc[data["backend"] != "math", keys + ["backend", "time_ms"]]
     paired = others.merge(math, on=keys, suffixes=("", "_math"))
@@ -43,15 +43,16 @@ def speedup(rows: pd.DataFrame) -> pd.DataFrame:
     return paired[[*keys, "backend", "speedup_over_math"]]
 
 
-def growth(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per shape and backend: memory and time at each length over those at half the length."""
+def growth(data: pd.DataFrame) -> pd.DataFrame:
+    """Per shape and backend: memory and time at each length over those at half the length.
+    data: measurements(rows)."""
     ratios = {"memory_mib": "memory_growth", "time_ms": "time_growth"}
-    data = measurements(rows)
     return per_doubling(data, _shape(data) + ["backend"], ratios)
 
 
 def tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    return {"measurements": measurements(rows), "speedup": speedup(rows), "growth": growth(rows)}
+    data = measurements(rows)
+    return {"measurements": data, "speedup": speedup(data), "growth": growth(data)}
 
 
 def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:

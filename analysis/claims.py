@@ -57,7 +57,11 @@ def claims_table(
 ) -> pd.DataFrame:
     """One line per claim of `config`, over the sweep's planned `points` (None: the rows are
     the plan): result, the values' range, how many points have a value, the missing ones."""
-    tables = derived_tables(planned(rows, points), config)
+    return claims_of(derived_tables(planned(rows, points), config), config)
+
+
+def claims_of(tables: dict[str, pd.DataFrame], config: dict) -> pd.DataFrame:
+    """claims_table's lines from tables already derived (derived_tables of the planned rows)."""
     lines = [check(tables, claim) for claim in config.get("claims") or []]
     return pd.DataFrame(lines, columns=COLUMNS)
 

@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.claims import MISSING, claims_table, derived_tables, planned, report_module
+from analysis.claims import (
+    MISSING,
+    claims_of,
+    claims_table,
+    derived_tables,
+    planned,
+    report_module,
+)
 from harness import store
 
 
@@ -83,21 +90,20 @@ def section(root: Path, experiment: str, sweep: str, report_dir: Path) -> tuple[
     rows = store.as_planned(store.read(root, experiment, sweep), manifest, root)
     config = manifest["experiment_config"] if manifest else {}
     points = manifest["points"] if manifest else None
-    claims = (
-        claims_table(rows, config, points) if manifest else _unknown_plan(root, experiment, sweep)
-    )
+    every = planned(rows, points)
+    tables = derived_tables(every, config)
+    claims = claims_of(tables, config) if manifest else _unknown_plan(root, experiment, sweep)
     parts = [f"## {experiment}", sweep_header(rows, manifest, sweep)]
     if manifest is None:
         parts.append(f"**Damaged:** {claims['worst'].iloc[0]}: its plan and claims are unknown.")
     for path, reason in store.skipped(root, experiment, sweep).items():
         parts.append(f"**Skipped** `{path.name}` ({reason}): its point counts as not run.")
     params = list(points[0]["params"]) if points else []
-    every = planned(rows, points)
     table, module = sweep_table(every, config, params), report_module(config)
     if table is not None:
         parts.append(f"{table.columns.name}:\n\n{markdown(table)}")
     if module is not None and not rows.empty:
-        parts += module.sections(every, derived_tables(every, config), report_dir)
+        parts += module.sections(every, tables, report_dir)
     failed = rows[~rows["status"].isin(store.DONE)] if not rows.empty else rows
     if not failed.empty:
         parts.append(markdown(failed[["job", "status", "error"]].set_index("job")))

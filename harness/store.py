@@ -14,8 +14,9 @@ rows of its job), else the newest compacted file holding the job.
 A file that cannot be trusted is skipped by every reader, named once per process on stderr,
 and its point counts as not run: one that cannot be read, fails its Parquet page checksums,
 whose rows no longer match the digest written into its metadata (a flipped byte that Parquet
-itself would read as another value), or a job file holding another job's rows. Resume moves
-such files aside (set_aside) under a name no Parquet reader lists, and reruns their points.
+itself would read as another value), or a job file holding another job's rows. Resume reads
+the sweep, moves the files that read skipped aside (set_aside) under a name no Parquet reader
+lists, and reruns their points.
 """
 
 import contextlib
@@ -392,29 +393,16 @@ def _as_read(table: pa.Table) -> pa.Table:
     return pq.ParquetFile(pa.BufferReader(sink.getvalue())).read(use_threads=False)
 
 
-def damaged_files(root: Path, experiment: str, sweep: str) -> list[DamagedFile]:
-    """The sweep's row files that cannot be trusted."""
-    folder = sweep_dir(root, experiment, sweep)
-    found = []
-    for name in _listing(folder):
-        try:
-            _read_file(folder / name)
-        except DamagedFile as damaged:
-            found.append(damaged)
-        except FileNotFoundError:  # replaced or compacted since the listing
-            continue
-    return found
-
-
 def set_aside(root: Path, experiment: str, sweep: str) -> list[Path]:
-    """Move the sweep's damaged row files out of every reader's way (a "_damaged-" name without
-    the .parquet suffix, kept for a post-mortem); returns where they went."""
+    """Move the sweep's files that reads in this process skipped (skipped) out of every
+    reader's way: a "_damaged-" name without the .parquet suffix, kept for a post-mortem.
+    Returns where they went."""
     folder, moved = sweep_dir(root, experiment, sweep), []
     with _sweep_lock(folder):
-        for damaged in damaged_files(root, experiment, sweep):
+        for path in skipped(root, experiment, sweep):
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-            target = folder / f"{SET_ASIDE}{damaged.path.name}-{stamp}.bad"
-            os.replace(damaged.path, target)
+            target = folder / f"{SET_ASIDE}{path.name}-{stamp}.bad"
+            os.replace(path, target)
             moved.append(target)
         if moved:
             _fsync_dir(folder)

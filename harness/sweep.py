@@ -360,36 +360,30 @@ def _axis_size(override: Override) -> int:
 def _write_manifest(sweep: Sweep, argv: list[str]) -> None:
     """The sweep's own record: its command, config and every point, for resume and reports;
     the sweep's first write, so an out dir that cannot be written is bad input here."""
+    manifest = {
+        "experiment": sweep.experiment.name,
+        "sweep": sweep.id,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": shlex.join(["python", "-m", "harness", *argv]),
+        "overrides": sweep.overrides,
+        "hydra_overrides": sweep.hydra_overrides,
+        "experiment_config": sweep.experiment.config,
+        "points": [
+            {
+                "job": p.job,
+                "overrides": p.overrides,
+                "params": p.params,
+                "config_hash": config_hash(sweep.experiment.name, p.params),
+            }
+            for p in sweep.points
+        ],
+    }
     try:
-        _write_manifest_file(sweep, argv)
+        store.write_manifest(sweep.results, manifest)
     except OSError as error:
         _discard(sweep)
         folder = store.sweep_dir(sweep.results, sweep.experiment.name, sweep.id)
         raise BadInput(f"cannot write to {folder}: {error.strerror or error}") from None
-
-
-def _write_manifest_file(sweep: Sweep, argv: list[str]) -> None:
-    store.write_manifest(
-        sweep.results,
-        {
-            "experiment": sweep.experiment.name,
-            "sweep": sweep.id,
-            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "command": shlex.join(["python", "-m", "harness", *argv]),
-            "overrides": sweep.overrides,
-            "hydra_overrides": sweep.hydra_overrides,
-            "experiment_config": sweep.experiment.config,
-            "points": [
-                {
-                    "job": p.job,
-                    "overrides": p.overrides,
-                    "params": p.params,
-                    "config_hash": config_hash(sweep.experiment.name, p.params),
-                }
-                for p in sweep.points
-            ],
-        },
-    )
 
 
 def _discard(sweep: Sweep) -> None:
@@ -488,13 +482,13 @@ def _unfinished(sweep: Sweep, manifest: dict) -> list[Point]:
     """The manifest's points without an answer yet (store.DONE: ok, unsupported).
 
     Their rows in a compacted file move back into job files of their own, which their reruns
-    replace, so that the folder as it lies holds each row once after the resume too; damaged
-    files (whose points count as not run) are moved aside first.
+    replace, so that the folder as it lies holds each row once after the resume too; the files
+    the read skipped as damaged (their points count as not run) are moved aside.
     """
-    for moved in store.set_aside(sweep.results, sweep.experiment.name, sweep.id):
-        print(f"moved a damaged file aside: {moved}")
     rows = store.read(sweep.results, sweep.experiment.name, sweep.id)
     statuses = store.job_statuses(store.as_planned(rows, manifest, sweep.results))
+    for moved in store.set_aside(sweep.results, sweep.experiment.name, sweep.id):
+        print(f"moved a damaged file aside: {moved}")
     done = set(statuses[statuses.isin(store.DONE)].index)
     points = [
         Point(p["job"], p["overrides"], p["params"])
