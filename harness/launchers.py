@@ -277,14 +277,17 @@ def check_fits(settings: dict) -> None:
 
 def partition_nodes(partition: str | None) -> list[dict]:
     """The CPUs, memory (MB) and GPUs of each node of the partition (or of the default one),
-    from sinfo; [] if sinfo cannot say."""
+    from sinfo; [] if sinfo cannot run; ValueError if it runs but no cluster answers."""
     command = ["sinfo", "-h", "-N", "-o", "%P|%c|%m|%G"]
     try:
         listed = subprocess.run(command, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return []
+    if listed.returncode != 0:  # installed, but no cluster answers: sbatch would fail too
+        said = [line for line in listed.stderr.splitlines() if line.strip()] or ["no reason"]
+        raise ValueError(f"SLURM does not answer here (sinfo: {said[-1].strip()})")
     nodes = []
-    for line in listed.stdout.splitlines() if listed.returncode == 0 else []:
+    for line in listed.stdout.splitlines():
         fields = line.strip().split("|")
         if len(fields) != 4 or not all(f.rstrip("+").isdigit() for f in fields[1:3]):
             continue  # not a node line

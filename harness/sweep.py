@@ -387,10 +387,13 @@ def _write_manifest(sweep: Sweep, argv: list[str]) -> None:
 
 
 def _discard(sweep: Sweep) -> None:
-    """Remove a new sweep's folder while it holds no rows (only its manifest)."""
+    """Remove a new sweep's folders while it holds no rows (only its manifest): its store
+    folder and its run folder (hydra.sweep.dir: Hydra's and submitit's files)."""
     folder = store.sweep_dir(sweep.results, sweep.experiment.name, sweep.id)
     if not store.result_files(sweep.results, sweep.experiment.name, sweep.id):
         shutil.rmtree(folder, ignore_errors=True)
+        runs = sweep.results.parent / "runs" / sweep.experiment.name / sweep.id
+        shutil.rmtree(runs, ignore_errors=True)
 
 
 def _resumed(

@@ -55,3 +55,16 @@ def test_the_wait_gives_up_a_task_slurm_would_never_start(tmp_path, monkeypatch)
     ((job, _, lost),) = list(launchers.wait(handles))
     assert job == 0 and lost == "SLURM would never start it: pending (PartitionConfig)"
     assert (tmp_path / "scancel.calls").read_text() == "12_0\n"
+
+
+def test_an_installed_slurm_without_a_cluster_is_refused_with_sinfos_reason(tmp_path, monkeypatch):
+    script = tmp_path / "sinfo"
+    script.write_text(
+        "#!/bin/sh\necho 'sinfo: error: Could not establish a configuration' >&2\nexit 1\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(
+        ValueError, match=r"SLURM does not answer here \(sinfo: sinfo: error: Could"
+    ):
+        launchers.check_fits({"partition": None, "cpus_per_task": 1})
