@@ -7,9 +7,9 @@ import os
 import sys
 from pathlib import Path
 
-from analysis.claims import FAILING, outcome
 from analysis.compare import RULE
 from analysis.report import write_report
+from harness.claims import FAILING, outcome
 
 
 def main(argv: list[str] | None = None) -> int:

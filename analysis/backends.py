@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.report import markdown
 from analysis.scaling import keys, loglog, per_doubling, with_memory
+from harness.tables import markdown
 
 SHAPE = ["device_used", "dtype", "batch", "heads", "head_dim", "causal"]  # one table each
 OTHERS = ["device", "seed", "num_threads", "warmup", "min_repeats", "min_time_s",

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.report import markdown
 from analysis.scaling import keys, loglog, per_doubling, with_memory
+from harness.tables import markdown
 
 SHAPE = ["device", "dtype", "batch", "heads", "kv_heads", "head_dim", "causal", "window"]
 OTHERS = ["block", "seed", "warmup_length", "memory_cap_mib", "timeout_s"]

@@ -22,9 +22,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.claims import claims_table
-from analysis.report import markdown, sweep_header
+from analysis.report import sweep_header
 from harness import store
+from harness.claims import claims_table
+from harness.tables import markdown
 
 ALPHA = 0.05
 RULE = (

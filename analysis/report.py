@@ -13,15 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.claims import (
-    MISSING,
-    claims_of,
-    claims_table,
-    derived_tables,
-    planned,
-    report_module,
-)
 from harness import store
+from harness.claims import claims_of, claims_table, derived_tables, report_module
+from harness.tables import MISSING, markdown, planned, sweep_table
 
 
 def latest_sweep(root: Path, experiment: str) -> tuple[str | None, list[str]]:
@@ -30,27 +24,6 @@ def latest_sweep(root: Path, experiment: str) -> tuple[str | None, list[str]]:
     landed = [sweep for sweep in sweeps if store.result_files(root, experiment, sweep)]
     chosen = landed[-1] if landed else (sweeps[-1] if sweeps else None)
     return chosen, sweeps[sweeps.index(chosen) + 1 :] if chosen else []
-
-
-def sweep_table(rows: pd.DataFrame, config: dict, params: list[str] = ()) -> pd.DataFrame | None:
-    """The experiment's declared pivot (e.g. length x block of max_abs_diff) of ok rows; where
-    other parameters (of `params`) vary too, each cell is the largest over them, as it says."""
-    spec = config.get("table")
-    if not spec or rows.empty or spec["values"] not in rows:
-        return None
-    ok = rows[rows["status"] == "ok"]
-    table = ok.pivot_table(
-        index=spec["index"], columns=spec["columns"], values=spec["values"], aggfunc="max"
-    )
-    in_grid_order = rows.sort_values("job")
-    index = in_grid_order[spec["index"]].drop_duplicates()
-    columns = in_grid_order[spec["columns"]].drop_duplicates()
-    table = table.reindex(index=index, columns=columns)  # grid order; failed points show as gaps
-    table.columns.name = f"{spec['values']}, {spec['index']} (rows) by {spec['columns']} (columns)"
-    hidden = [p for p in params if p in rows and p not in spec.values() and rows[p].nunique() > 1]
-    if hidden:
-        table.columns.name += f", the largest over {', '.join(hidden)}"
-    return table
 
 
 def sweep_header(rows: pd.DataFrame, manifest: dict | None, sweep: str) -> str:
@@ -76,12 +49,6 @@ def _provenance(first: pd.Series, rows: pd.DataFrame) -> list[str]:
     if "device_name" in rows:
         parts.append(", ".join(sorted(rows["device_name"].dropna().unique())))
     return parts
-
-
-def markdown(table: pd.DataFrame, floatfmt: str = ".3g", index: bool = True) -> str:
-    """A table as Markdown, numbers to three digits, gaps as a dash."""
-    cells = table.astype(object).where(table.notna(), None)
-    return cells.to_markdown(floatfmt=floatfmt, missingval=MISSING, index=index)
 
 
 def section(root: Path, experiment: str, sweep: str, report_dir: Path) -> tuple[str, pd.DataFrame]:

@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import store, sweep
+from harness import config, store, sweep
 from harness.experiment import BadInput
 
 USAGE = """usage: python -m harness [--config-dir DIR] +experiment=NAME [key=value | key=a,b,c ...]
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     argv = [a for a in argv if a not in ("-m", "--multirun")]  # every run is a sweep already
     if not argv or argv[0] in ("-h", "--help", "help"):
-        usage = USAGE.format(experiments=", ".join(sweep.available_experiments()))
+        usage = USAGE.format(experiments=", ".join(config.available_experiments()))
         print(usage, file=sys.stdout if argv else sys.stderr)
         sys.exit(0 if argv else 2)
     try:

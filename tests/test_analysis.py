@@ -3,9 +3,9 @@
 import pandas as pd
 import pytest
 
-from analysis.claims import claims_table
-from analysis.report import markdown, sweep_table
 from harness import store
+from harness.claims import claims_table
+from harness.tables import markdown, sweep_table
 
 CONFIG = {
     "name": "exp014_tiled",

@@ -14,10 +14,12 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from analysis.claims import claims_table, derived_tables, planned
 from harness import store
+from harness.claims import claims_table, derived_tables
+from harness.config import CONF, HARNESS_KEYS
 from harness.experiment import Experiment, config_values
-from harness.sweep import CONF, HARNESS_KEYS, plan
+from harness.plan import plan
+from harness.tables import planned
 
 EXPERIMENTS = sorted(path.stem for path in (CONF / "experiment").glob("*.yaml"))
 

@@ -6,9 +6,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from analysis import backends, backward_memory
-from analysis.claims import claims_table
 from analysis.scaling import with_memory
-from harness.sweep import CONF
+from harness.claims import claims_table
+from harness.config import CONF
 
 
 def experiment_config(name: str) -> dict:

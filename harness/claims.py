@@ -22,23 +22,11 @@ import math
 
 import pandas as pd
 
+from harness.tables import MISSING, planned
+
 FAILING = ("FAIL", "INCOMPLETE", "ERROR")  # the results that make --check exit 1
 COLUMNS = ["claim", "result", "worst", "points", "missing"]
-MISSING = "—"
 NAMED = 5  # missing points named in full, then a count
-
-
-def planned(rows: pd.DataFrame, points: list[dict] | None) -> pd.DataFrame:
-    """The sweep's rows, and a "not run" row (its parameters, no measurement) for each planned
-    point that has none: what claims and derived tables are computed over."""
-    landed = set(rows["job"]) if "job" in rows and not rows.empty else set()
-    absent = [
-        {"job": point["job"], "status": "not run", **point.get("params", {})}
-        for point in points or []
-        if point["job"] not in landed
-    ]
-    frames = [frame for frame in (rows, pd.DataFrame(absent)) if not frame.empty]
-    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else (frames or [rows])[0]
 
 
 def report_module(config: dict):

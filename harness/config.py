@@ -1,0 +1,129 @@
+"""The command line as Hydra sees it: parse its overrides, find the experiment (conf/ and the
+users' --config-dir folders), and compose the config with Hydra's compose API, each mistake a
+one-line BadInput."""
+
+from pathlib import Path
+
+from hydra import compose
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.errors import (
+    ConfigCompositionException,
+    HydraException,
+    MissingConfigException,
+    OverrideParseException,
+)
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from harness.experiment import BadInput, one_line
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
+HARNESS_KEYS = ("out", "resume", "wait", "seed", "max_points", "sweep_id", "job")  # config.yaml
+USER_KEYS = ("out", "resume", "wait", "seed", "max_points")  # the harness keys for users
+SET_BY_HARNESS = ("out", "sweep_id", "job")  # given to every job by the harness
+
+
+def available_experiments(config_dirs: list[Path] = ()) -> list[str]:
+    """The experiments in conf/experiment/ and in each config dir's experiment/."""
+    folders = [CONF, *config_dirs]
+    return sorted({p.stem for folder in folders for p in (folder / "experiment").glob("*.yaml")})
+
+
+def split_config_dirs(argv: list[str]) -> tuple[list[str], list[Path]]:
+    """Hydra's --config-dir DIR (or --config-dir=DIR, -cd DIR): folders with experiment/NAME.yaml
+    files of the user's own, searched after conf/. Returns the other arguments and the folders."""
+    rest, folders, args = [], [], iter(argv)
+    for arg in args:
+        name, equals, value = arg.partition("=")
+        if name not in ("--config-dir", "-cd") or (name == "-cd" and equals):
+            rest.append(arg)
+            continue
+        value = value if equals else next(args, "")
+        folder = Path(value).expanduser().resolve()
+        if not value or not folder.is_dir():
+            raise BadInput(f"--config-dir takes a folder, got {value!r}")
+        folders.append(folder)
+    return rest, folders
+
+
+def parse(argv: list[str]) -> list[Override]:
+    try:
+        return OverridesParser.create().parse_overrides(argv)
+    except OverrideParseException as error:
+        raise BadInput(f"cannot parse {error.override!r}: {one_line(error)}") from None
+
+
+def key_of(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def check_harness_keys(overrides: list[Override]) -> None:
+    """No key twice (the last would silently win), none of the keys the harness sets, and the
+    harness's own keys with values of their kind."""
+    keys = [o.get_key_element().lstrip("+~") for o in overrides]
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        raise BadInput(f"{', '.join(twice)} given more than once: give each key once")
+    for override in overrides:
+        key, value = override.get_key_element().lstrip("+~"), override.value()
+        if key in ("sweep_id", "job"):
+            raise BadInput(f"{key} is set by the harness for each job, not on the command line")
+        if key == "wait" and not isinstance(value, bool):
+            raise BadInput(f"wait must be true or false, got {override.get_value_element_as_str()}")
+        if key == "resume" and not (isinstance(value, str) and value):
+            raise BadInput("resume takes a sweep id: resume=SWEEP_ID")
+
+
+def experiment_name(overrides: list[Override], config_dirs: list[Path]) -> str:
+    names = [o for o in overrides if o.get_key_element().lstrip("+") == "experiment"]
+    available = ", ".join(available_experiments(config_dirs))
+    if not names:
+        raise BadInput(f"no experiment given: add +experiment=NAME (one of {available})")
+    if names[0].is_sweep_override():
+        raise BadInput("one experiment per sweep: +experiment takes one name")
+    name = str(names[0].value())
+    if name not in available_experiments(config_dirs):
+        raise BadInput(f"unknown experiment '{name}' (available: {available})")
+    return name
+
+
+def compose_config(overrides: list[str], experiment: str, config_dirs: list[Path]) -> DictConfig:
+    """The config, with the config dirs on Hydra's search path (so every job's config has them)."""
+    if config_dirs:
+        folders = ",".join(f"file://{folder}" for folder in config_dirs)
+        overrides = [f"hydra.searchpath=[{folders}]", *overrides]
+    try:
+        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+    except MissingConfigException as error:
+        group, _, name = str(error.missing_cfg_file).rpartition("/")
+        options = ", ".join(error.options or [])
+        raise BadInput(f"unknown {group} '{name}' (available: {options})") from None
+    except ConfigCompositionException as error:
+        cause = error.__cause__
+        if isinstance(cause, OmegaConfBaseException) and "not in struct" in str(cause):
+            key = cause.full_key or str(cause).split("'")[1]
+            if key.startswith("hydra."):
+                raise BadInput(f"unknown key '{key}' (see conf/hydra/ and Hydra's own)") from None
+            keys = _keys(experiment, config_dirs)
+            raise BadInput(f"unknown key '{key}' for {experiment} ({keys})") from None
+        raise BadInput(one_line(error)) from None
+    except (HydraException, OmegaConfBaseException) as error:
+        raise BadInput(one_line(error)) from None
+    with open_dict(cfg):  # jobs elsewhere (SLURM) and run dirs get it absolute
+        cfg.out = str(Path(cfg.out).resolve())
+    return cfg
+
+
+def _keys(experiment: str, config_dirs: list[Path]) -> str:
+    files = [folder / "experiment" / f"{experiment}.yaml" for folder in (CONF, *config_dirs)]
+    node = OmegaConf.load(next(path for path in files if path.exists()))
+    names = [k for k in node if k not in ("experiment", "hydra")]
+    return "its keys: " + ", ".join(sorted(names) + list(USER_KEYS))
+
+
+def results_root(overrides: list[Override]) -> Path:
+    out = next((o.value() for o in overrides if o.get_key_element() == "out"), None)
+    if out is None:
+        out = OmegaConf.load(CONF / "config.yaml").out
+    return Path(str(out)).resolve() / "results"

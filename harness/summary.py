@@ -1,0 +1,46 @@
+"""The end of a sweep on the terminal: its table, its claims, its counts, and the commands that
+follow it (status) or finish it (resume)."""
+
+import shlex
+import sys
+
+from harness import store
+from harness.claims import claims_table, outcome
+from harness.plan import Sweep
+from harness.tables import markdown, planned, sweep_table
+
+
+def report(sweep: Sweep, seconds: float) -> int:
+    """Print the sweep's table, claims and counts; the exit code says whether any point failed."""
+    manifest = store.read_manifest(sweep.results, sweep.experiment.name, sweep.id)
+    rows = store.read(sweep.results, sweep.experiment.name, sweep.id)
+    rows = store.as_planned(rows, manifest, sweep.results)
+    points = manifest["points"]
+    statuses, total = store.job_statuses(rows), len(points)
+    unfinished = total - int(statuses.isin(store.DONE).sum())
+    params = list(points[0]["params"]) if points else []
+    table = sweep_table(planned(rows, points), sweep.experiment.config, params)
+    if table is not None:
+        print(f"{table.columns.name}:\n{markdown(table)}")
+    for line in claims_table(rows, sweep.experiment.config, points).itertuples():
+        print(f"claim {line.result}: {line.claim} ({outcome(line)})")
+    print(
+        f"sweep {sweep.id}: {store.status_counts(statuses, total)}; in {seconds:.1f} s; "
+        f"rows in {store.sweep_dir(sweep.results, sweep.experiment.name, sweep.id)}"
+    )
+    if unfinished:
+        print(
+            f"{unfinished} of {total} points have no answer; rerun them with: "
+            f"{resume_command(sweep)}",
+            file=sys.stderr,
+        )
+    return 1 if unfinished else 0
+
+
+def resume_command(sweep: Sweep) -> str:
+    folders = "".join(f"--config-dir {shlex.quote(str(folder))} " for folder in sweep.config_dirs)
+    return f"python -m harness {folders}+experiment={sweep.experiment.name} resume={sweep.id}"
+
+
+def status_command(sweep: Sweep) -> str:
+    return f"python -m harness status {sweep.id}"

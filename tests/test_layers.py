@@ -1,0 +1,79 @@
+"""The layers: the harness (runner) never imports the report layer (analysis) or the experiments;
+experiments never import the report layer; harness modules import each other without a cycle."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("harness", "experiments", "analysis")
+
+
+def imports(path: Path) -> set[str]:
+    """The modules a file imports, anywhere in it (functions too), as dotted names."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def top_levels(package: str) -> dict[str, set[str]]:
+    """module -> the top-level packages of this project it imports."""
+    return {
+        path.stem: {name.split(".")[0] for name in imports(path)} & set(PACKAGES)
+        for path in sorted((ROOT / package).glob("*.py"))
+    }
+
+
+@pytest.mark.parametrize(
+    "package, forbidden", [("harness", {"analysis", "experiments"}), ("experiments", {"analysis"})]
+)
+def test_a_layer_does_not_import_the_ones_above_it(package, forbidden):
+    offending = {m: sorted(names & forbidden) for m, names in top_levels(package).items()}
+    assert not {m: names for m, names in offending.items() if names}
+
+
+def test_the_command_line_loads_no_report_or_experiment_module():
+    """What the static check cannot see: nothing the harness's entry points import at load time
+    pulls analysis or experiments in."""
+    code = (
+        "import sys, harness.cli, harness.sweep, harness.job, harness.launch, harness.status;"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('analysis', 'experiments')))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == "[]"
+
+
+def test_harness_modules_import_each_other_without_a_cycle():
+    graph = {
+        path.stem: {
+            name.split(".")[1]
+            for name in imports(path)
+            if name.startswith("harness.")
+            and (ROOT / "harness" / f"{name.split('.')[1]}.py").exists()
+        }
+        - {path.stem}
+        for path in (ROOT / "harness").glob("*.py")
+    }
+    visiting, done = set(), set()
+
+    def visit(module: str, trail: list[str]) -> None:
+        assert module not in visiting, f"import cycle: {' -> '.join([*trail, module])}"
+        if module in done:
+            return
+        visiting.add(module)
+        for imported in graph.get(module, ()):
+            visit(imported, [*trail, module])
+        visiting.discard(module)
+        done.add(module)
+
+    for module in graph:
+        visit(module, [])
