@@ -23,12 +23,14 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from experiments import checks
+
 
 def attention_mask(
     length_q: int, length_k: int, *, causal: bool, window: int, device=None
 ) -> Tensor | None:
     """The (L_q, L_k) boolean mask of visible keys, or None when every key is visible."""
-    _check_mask_args(causal, window)
+    checks.window(window, causal)
     if not causal:
         return None
     rows = torch.arange(length_q, device=device).unsqueeze(1)
@@ -188,9 +190,8 @@ class Tiling:
     skip: bool = True
 
     def __post_init__(self):
-        if self.block <= 0:
-            raise ValueError(f"block must be positive, got {self.block}")
-        _check_mask_args(self.causal, self.window)
+        checks.positive(block=self.block)
+        checks.window(self.window, self.causal)
 
     def key_starts(self, q_start: int, q_stop: int, length_k: int) -> range:
         """Start positions of the key blocks computed for the query rows [q_start, q_stop)."""
@@ -341,13 +342,5 @@ def _grouped(query: Tensor, key: Tensor, value: Tensor, *like_query: Tensor) -> 
 
 def _kv_groups(heads: int, kv_heads: int) -> int:
     """How many query heads share each KV head."""
-    if heads % kv_heads:
-        raise ValueError(f"{kv_heads} key/value heads do not divide {heads} query heads")
+    checks.heads(heads, kv_heads)
     return heads // kv_heads
-
-
-def _check_mask_args(causal: bool, window: int) -> None:
-    if window < 0:
-        raise ValueError(f"window must be 0 (off) or positive, got {window}")
-    if window > 0 and not causal:
-        raise ValueError("a sliding window needs causal attention")

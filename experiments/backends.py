@@ -29,7 +29,6 @@ from experiments import checks
 from experiments.attention import sdpa_refusal
 from harness.measure import (
     MIB,
-    attention_flops,
     default_memory_cap_mib,
     gflops,
     measure_memory,
@@ -39,7 +38,6 @@ from harness.measure import (
 )
 
 Backend = Literal["math", "flash", "efficient", "cudnn"]
-Dtype = Literal["float32", "bfloat16", "float16"]
 
 SDP_BACKENDS = {
     "math": SDPBackend.MATH,
@@ -58,6 +56,15 @@ KERNEL_OPS = (
 WARMUP_LENGTH = 16
 
 
+def attention_flops(*, batch: int, heads: int, length: int, head_dim: int, causal: bool) -> int:
+    """Forward FLOPs of attention: two matmuls of 2*L*L*D each per head, half of it when causal.
+
+    torch.utils.flop_counter ignores causality and counts the full 4*B*H*L^2*D.
+    """
+    full = 4 * batch * heads * length * length * head_dim
+    return full // 2 if causal else full
+
+
 def check(
     *,
     length: int,
@@ -71,7 +78,6 @@ def check(
     min_time_s: float,
     memory_cap_mib: int | None,
     timeout_s: float,
-    **_,
 ) -> None:
     """Reject out-of-domain values (one line, ValueError) without doing any work."""
     checks.positive(length=length, batch=batch, heads=heads, head_dim=head_dim,
@@ -87,7 +93,7 @@ def run(
     *,
     backend: Backend,
     length: int,
-    dtype: Dtype = "float32",
+    dtype: checks.Dtype = "float32",
     device: str = "auto",
     batch: int = 1,
     heads: int = 8,
@@ -108,7 +114,7 @@ def run(
     status "unsupported" and PyTorch's reason; running out of memory (memory_cap_mib on CPU, see
     harness.measure.run_isolated) is a row with status "oom".
     """
-    check(**locals())
+    checks.point(check, locals())
     used = checks.usable_device(device)
     point = {
         "backend": backend,

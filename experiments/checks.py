@@ -1,10 +1,24 @@
-"""Checks of an experiment's parameters: one line (a ValueError) for a value out of its domain.
+"""The domain of every parameter: one rule, one function, one message (a one-line ValueError).
 
 Types (int, float, bool, a Literal's choices) are the harness's to check, from the experiment
-function's signature, for every point before anything runs; these say what a type cannot.
+function's signature, for every point before anything runs; these say what a type cannot. The
+experiments' `check` functions and the library (attention.py, model.py) call the same rules, so
+a value is refused with the same words wherever it enters.
 """
 
+import inspect
+from collections.abc import Callable
+from typing import Literal
+
 import torch
+
+Dtype = Literal["float32", "float64", "bfloat16", "float16"]  # the dtypes the experiments take
+
+
+def point(check: Callable[..., None], values: dict) -> None:
+    """check(...) with the values it names, from a run function's locals(): a check names only
+    the parameters it looks at, as the harness calls it."""
+    check(**{name: values[name] for name in inspect.signature(check).parameters})
 
 
 def positive(**values: float) -> None:
@@ -21,14 +35,24 @@ def not_negative(**values: float | None) -> None:
 
 
 def heads(heads: int, kv_heads: int) -> None:
+    """Grouped-query attention: each key/value head serves heads / kv_heads query heads."""
+    positive(heads=heads, kv_heads=kv_heads)
     if heads % kv_heads:
         raise ValueError(f"kv_heads={kv_heads} must divide heads={heads}")
 
 
 def window(window: int, causal: bool) -> None:
+    """0 (off), or how many keys a query sees, itself included: only with causal attention."""
     not_negative(window=window)
     if window > 0 and not causal:
         raise ValueError("a sliding window (window > 0) needs causal attention")
+
+
+def rotary_width(width: int, heads: int) -> None:
+    """Rotary positions turn pairs of a head's channels: the head width width / heads is even."""
+    positive(width=width, heads=heads)
+    if width % heads or (width // heads) % 2:
+        raise ValueError(f"width={width} must be an even multiple of heads={heads} (rotary)")
 
 
 def device(device: str, *, auto: bool = False) -> None:

@@ -30,14 +30,11 @@ def check(
     window: int,
     block: int,
     device: str,
-    **_,
 ) -> None:
     """Raise a one-line ValueError if the point is outside the experiment's domain; no work done."""
-    checks.positive(kv_heads=kv_heads, heads=heads, length=length, batch=batch, width=width,
-                    layers=layers, vocab_size=vocab_size, block=block)  # fmt: skip
+    checks.positive(length=length, batch=batch, layers=layers, vocab_size=vocab_size, block=block)
     checks.heads(heads, kv_heads)
-    if width % heads or (width // heads) % 2:
-        raise ValueError(f"width={width} must be an even multiple of heads={heads} (rotary)")
+    checks.rotary_width(width, heads)
     checks.window(window, causal=True)
     checks.device(device)
 
@@ -54,13 +51,13 @@ def run(
     vocab_size: int = 512,
     window: int = 0,
     block: int = 64,
-    dtype: Literal["float32", "float64"] = "float32",
+    dtype: checks.Dtype = "float32",
     seed: int = 0,
     device: str = "cpu",
 ) -> list[dict]:
     """One row: logits and gradient differences between attention=path and attention="naive", and
     each one's largest errors against the float64 naive model."""
-    check(**locals())  # locals() is exactly the keyword arguments here
+    checks.point(check, locals())
     config = ModelConfig(
         vocab_size=vocab_size,
         width=width,

@@ -18,6 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from experiments import checks
 from experiments.attention import naive_attention, sdpa_attention, tiled_attention
 
 ATTENTION_PATHS = ("naive", "sdpa", "tiled")
@@ -81,18 +82,11 @@ class ModelConfig:
     rope_base: float = 10_000.0
 
     def __post_init__(self):
-        sizes = ("vocab_size", "width", "n_layers", "n_heads", "n_kv_heads", "max_length")
-        for name in (*sizes, "tiled_block"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}")
-        if self.width % self.n_heads:
-            raise ValueError(f"width={self.width} must be divisible by n_heads={self.n_heads}")
-        if self.head_width % 2:
-            raise ValueError(f"rotary embeddings need an even head width, got {self.head_width}")
-        if self.window < 0:
-            raise ValueError(f"window must be 0 (off) or positive, got {self.window}")
+        sizes = ("vocab_size", "n_layers", "max_length", "tiled_block")
+        checks.positive(**{name: getattr(self, name) for name in sizes})
+        checks.heads(self.n_heads, self.n_kv_heads)
+        checks.rotary_width(self.width, self.n_heads)
+        checks.window(self.window, causal=True)
         if self.attention not in ATTENTION_PATHS:
             raise ValueError(f"attention must be one of {ATTENTION_PATHS}, got {self.attention!r}")
         if not 0 <= self.dropout < 1:

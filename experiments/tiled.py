@@ -4,19 +4,13 @@ Both are also measured against an independent float64 reference (naive attention
 float64 copies of the same inputs), so that an error both share, or SDPA's own, shows too.
 """
 
-from typing import Literal
-
 import torch
 
 from experiments import checks
 from experiments.attention import reference_attention, sdpa_attention, tiled_attention
 
-Dtype = Literal["float32", "float64", "bfloat16", "float16"]
 
-
-def check(
-    *, length: int, block: int, batch: int, heads: int, head_dim: int, device: str, **_
-) -> None:
+def check(*, length: int, block: int, batch: int, heads: int, head_dim: int, device: str) -> None:
     """Reject out-of-domain values before anything runs."""
     checks.positive(length=length, block=block, batch=batch, heads=heads, head_dim=head_dim)
     checks.device(device)
@@ -29,7 +23,7 @@ def run(
     batch: int = 1,
     heads: int = 8,
     head_dim: int = 32,
-    dtype: Dtype = "float32",
+    dtype: checks.Dtype = "float32",
     causal: bool = True,
     seed: int = 0,
     device: str = "cpu",

@@ -32,7 +32,6 @@ from experiments.attention import (
 )
 from harness.measure import MIB, default_memory_cap_mib, measure_memory, run_isolated
 
-Dtype = Literal["float32", "float64", "bfloat16", "float16"]
 Method = Literal["naive", "tiled", "sdpa_math", "sdpa_flash"]
 
 SDPA_BACKENDS = {"sdpa_math": SDPBackend.MATH, "sdpa_flash": SDPBackend.FLASH_ATTENTION}
@@ -49,18 +48,35 @@ def check(
     causal: bool,
     window: int,
     device: str,
-    warmup_length: int = 0,
-    memory_cap_mib: int | None = None,
-    timeout_s: float = 1.0,
-    **_,
 ) -> None:
-    """Reject out-of-domain values of run's or memory's parameters: a one-line ValueError."""
-    checks.positive(length=length, block=block, kv_heads=kv_heads, heads=heads,
-                    head_dim=head_dim, batch=batch, timeout_s=timeout_s)  # fmt: skip
+    """Reject out-of-domain values of run's parameters: a one-line ValueError."""
+    checks.positive(length=length, block=block, head_dim=head_dim, batch=batch)
     checks.heads(heads, kv_heads)
     checks.window(window, causal)
-    checks.not_negative(warmup_length=warmup_length, memory_cap_mib=memory_cap_mib)
     checks.device(device)
+
+
+def check_memory(
+    *,
+    length: int,
+    block: int,
+    kv_heads: int,
+    heads: int,
+    head_dim: int,
+    batch: int,
+    causal: bool,
+    window: int,
+    device: str,
+    warmup_length: int,
+    memory_cap_mib: int | None,
+    timeout_s: float,
+) -> None:
+    """Reject out-of-domain values of memory's parameters (exp016_backward_memory's check)."""
+    shape = dict(length=length, block=block, kv_heads=kv_heads, heads=heads, head_dim=head_dim,
+                 batch=batch, causal=causal, window=window, device=device)  # fmt: skip
+    check(**shape)
+    checks.positive(timeout_s=timeout_s)
+    checks.not_negative(warmup_length=warmup_length, memory_cap_mib=memory_cap_mib)
     if memory_cap_mib is None:
         default_memory_cap_mib()  # its environment variable, checked before any point runs
 
@@ -73,7 +89,7 @@ def run(
     heads: int = 8,
     head_dim: int = 32,
     batch: int = 1,
-    dtype: Dtype = "float32",
+    dtype: checks.Dtype = "float32",
     causal: bool = True,
     window: int = 0,
     seed: int = 0,
@@ -83,7 +99,7 @@ def run(
     (max_abs_diff, max_grad_diff_q, ...), and each path's largest errors against the float64
     reference (tiled_err64, tiled_grad_err64_q, ..., sdpa_err64, sdpa_grad_err64_q, ...; the
     largest of the three gradients' as tiled_grad_err64 and sdpa_grad_err64)."""
-    check(**locals())  # locals() is exactly the keyword arguments here
+    checks.point(check, locals())
     device = str(checks.usable_device(device))
     shape = dict(batch=batch, heads=heads, kv_heads=kv_heads, length=length, head_dim=head_dim)
     inputs = _inputs(**shape, dtype=dtype, seed=seed, device=device)
@@ -120,7 +136,7 @@ def memory(
     heads: int = 8,
     head_dim: int = 32,
     batch: int = 1,
-    dtype: Dtype = "float32",
+    dtype: checks.Dtype = "float32",
     causal: bool = True,
     window: int = 0,
     seed: int = 0,
@@ -139,7 +155,7 @@ def memory(
     CPU child (None: harness.measure's default, 8 GiB); CUDA children run uncapped, since the
     CUDA driver maps far more address space than it uses.
     """
-    check(**locals())  # locals() is exactly the keyword arguments here
+    checks.point(check_memory, locals())
     device = str(checks.usable_device(device))
     shape = dict(batch=batch, heads=heads, kv_heads=kv_heads, length=length, head_dim=head_dim)
     point = dict(method=method, block=block, causal=causal, window=window)

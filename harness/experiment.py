@@ -2,8 +2,10 @@
 
 The function's signature is the experiment's schema: its parameters are the config keys the
 harness passes (defaults filled in), and their annotations (int, float, bool, str, Literal)
-are checked for every point before anything runs. A module-level `check(**params)` beside the
-function, when there is one, rejects out-of-domain values with a ValueError.
+are checked for every point before anything runs. A check function rejects out-of-domain values
+with a ValueError: the config's `experiment.check` (a dotted name), else the module's `check`
+beside the function, when there is one. It names the parameters it looks at, each one of the
+function's (a name it does not know is refused when the experiment loads), and gets those.
 """
 
 import hashlib
@@ -44,11 +46,12 @@ class Experiment:
             run = getattr(module, function_name)
         except (ImportError, AttributeError, ValueError) as error:
             raise BadInput(f"{name}: cannot import experiment.run={target}: {error}") from None
+        parameters = dict(inspect.signature(run).parameters)
         return cls(
             name=name,
             run=run,
-            check=getattr(module, "check", None),
-            parameters=dict(inspect.signature(run).parameters),
+            check=_check_for(node, module, parameters),
+            parameters=parameters,
             hints=typing.get_type_hints(run),
             config=node,
         )
@@ -64,11 +67,38 @@ class Experiment:
             else:
                 raise BadInput(f"{self.name} needs a value for {name}")
         if self.check is not None:
+            checked = inspect.signature(self.check).parameters
             try:
-                self.check(**kwargs)
+                self.check(**{name: kwargs[name] for name in checked})
             except ValueError as error:
                 raise BadInput(str(error)) from None
         return kwargs
+
+
+def _check_for(node: dict, module, parameters: dict) -> Callable[..., None] | None:
+    """The experiment's check: experiment.check, else the module's `check`; refused (BadInput)
+    when it names a parameter the experiment function does not take, or takes **kwargs."""
+    target = node.get("check")
+    if target:
+        module_name, _, function_name = target.rpartition(".")
+        try:
+            check = getattr(importlib.import_module(module_name), function_name)
+        except (ImportError, AttributeError, ValueError) as error:
+            raise BadInput(
+                f"{node['name']}: cannot import experiment.check={target}: {error}"
+            ) from None
+    else:
+        check = getattr(module, "check", None)
+    if check is None:
+        return None
+    names = inspect.signature(check).parameters.values()
+    where = f"{node['name']}: {check.__module__}.{check.__name__}"
+    if any(p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) for p in names):
+        raise BadInput(f"{where} takes *args or **kwargs: it should name the parameters it checks")
+    unknown = [p.name for p in names if p.name not in parameters]
+    if unknown:
+        raise BadInput(f"{where} checks {', '.join(unknown)}, which {node['run']} does not take")
+    return check
 
 
 def one_line(error: BaseException) -> str:

@@ -1,4 +1,5 @@
-"""Timing, peak memory, achieved FLOP/s and an isolated-process runner.
+"""Timing, peak memory, achieved FLOP/s and an isolated-process runner: generic, for any
+experiment (what counts an attention's FLOPs lives with the experiments).
 
 The runner knows nothing about what it measures: it runs a picklable module-level function in a
 fresh child process and hands back its result, or a status saying why there is none. Children are
@@ -283,15 +284,6 @@ def _cuda_timer(fn: Callable[[], object], device: torch.device) -> Callable[[], 
 
 
 # FLOP/s
-
-
-def attention_flops(*, batch: int, heads: int, length: int, head_dim: int, causal: bool) -> int:
-    """Forward FLOPs of attention: two matmuls of 2*L*L*D each per head, half of it when causal.
-
-    torch.utils.flop_counter ignores causality and counts the full 4*B*H*L^2*D.
-    """
-    full = 4 * batch * heads * length * length * head_dim
-    return full // 2 if causal else full
 
 
 def gflops(flops: float, time_ms: float) -> float:

@@ -96,7 +96,7 @@ def test_repeat_kv_gives_each_query_head_its_group():
     key = torch.arange(2.0).view(1, 2, 1, 1).expand(1, 2, 3, 4)
     repeated, _ = repeat_kv(key, key, heads=6)
     assert repeated[0, :, 0, 0].tolist() == [0, 0, 0, 1, 1, 1]
-    with pytest.raises(ValueError, match="do not divide"):
+    with pytest.raises(ValueError, match="must divide"):
         repeat_kv(key, key, heads=5)
 
 

@@ -4,8 +4,10 @@ import inspect
 
 import pytest
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
-from experiments import backends
+from experiments import backends, checks
+from experiments.attention import naive_attention
 
 DEFAULTS = {
     name: parameter.default
@@ -74,14 +76,14 @@ def test_cuda_asked_for_without_a_gpu_fails_the_point():
 def test_check_rejects_out_of_domain_values_in_one_line(bad, message):
     params = {**DEFAULTS, "backend": "flash", "length": 128, **bad}
     with pytest.raises(ValueError, match=message) as error:
-        backends.check(**params)
+        checks.point(backends.check, params)
     assert "\n" not in str(error.value)
     with pytest.raises(ValueError, match=message):
         backends.run(**params)  # run checks first
 
 
 def test_check_accepts_the_defaults():
-    backends.check(**{**DEFAULTS, "backend": "math", "length": 1})
+    checks.point(backends.check, {**DEFAULTS, "backend": "math", "length": 1})
 
 
 @pytest.mark.gpu
@@ -98,3 +100,21 @@ def test_a_cuda_point(backend):
     assert "rss_delta_mib" not in row
     assert row["default_backend"] in ("flash", "efficient", "cudnn", "math")
     assert row["pct_of_peak"] > 0
+
+
+def test_causal_attention_flops_are_half_of_what_torch_counts():
+    batch, heads, length, head_dim = 2, 4, 128, 64
+    flops = backends.attention_flops(
+        batch=batch, heads=heads, length=length, head_dim=head_dim, causal=True
+    )
+    assert flops == 2 * batch * heads * length**2 * head_dim == 16_777_216
+    query = torch.randn(batch, heads, length, head_dim)
+    with FlopCounterMode(display=False) as counter:
+        naive_attention(query, query, query, causal=True)
+    assert counter.get_total_flops() == 2 * flops  # torch ignores the causal mask
+    assert (
+        backends.attention_flops(
+            batch=batch, heads=heads, length=length, head_dim=head_dim, causal=False
+        )
+        == counter.get_total_flops()
+    )

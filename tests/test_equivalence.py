@@ -5,7 +5,7 @@ import re
 import pytest
 import torch
 
-from experiments import equivalence
+from experiments import checks, equivalence
 
 SMALL = dict(kv_heads=2, heads=4, width=32, layers=2, vocab_size=64, length=19, batch=2, block=8)
 DEFAULTS = {
@@ -74,14 +74,14 @@ def test_run_detects_a_wrong_attention(monkeypatch):
 )
 def test_check_rejects(params, message):
     with pytest.raises(ValueError, match=message) as error:
-        equivalence.check(**{**DEFAULTS, **params})
+        checks.point(equivalence.check, {**DEFAULTS, **params})
     assert "\n" not in str(error.value)
 
 
 def test_check_accepts_the_defaults_and_small_points():
-    assert equivalence.check(**DEFAULTS) is None
+    assert checks.point(equivalence.check, DEFAULTS) is None
     point = {**DEFAULTS, **SMALL, "path": "tiled", "window": 16, "dtype": "float64"}
-    assert equivalence.check(**point) is None
+    assert checks.point(equivalence.check, point) is None
 
 
 def test_run_checks_before_any_work(monkeypatch):

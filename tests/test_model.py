@@ -229,11 +229,14 @@ def test_tiled_refuses_dropout_in_training():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dict(n_heads=8, n_kv_heads=3), "n_kv_heads=3 must divide n_heads=8"),
-        (dict(n_kv_heads=0), "n_kv_heads must be positive"),
-        (dict(n_heads=6, n_kv_heads=6), "width=64 must be divisible by n_heads=6"),
-        (dict(width=48, n_heads=16, n_kv_heads=16), "even head width"),
-        (dict(window=-1), "window must be 0 .off. or positive, got -1"),
+        (dict(n_heads=8, n_kv_heads=3), "kv_heads=3 must divide heads=8"),
+        (dict(n_kv_heads=0), "kv_heads must be positive, got 0"),
+        (dict(n_heads=6, n_kv_heads=6), "width=64 must be an even multiple of heads=6"),
+        (
+            dict(width=48, n_heads=16, n_kv_heads=16),
+            "width=48 must be an even multiple of heads=16",
+        ),
+        (dict(window=-1), "window must be 0 or more, got -1"),
         (dict(attention="flash"), "attention must be one of .*'flash'"),
         (dict(dropout=1.0), r"dropout must be in \[0, 1\)"),
         (dict(dropout=-0.1), r"dropout must be in \[0, 1\)"),

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from experiments import tiled_backward
+from experiments import checks, tiled_backward
 from experiments.attention import (
     TiledAttention,
     Tiling,
@@ -301,7 +301,7 @@ MEMORY_DEFAULTS = {
 def test_check_rejects_bad_values_in_one_line(bad, message):
     params = {**RUN_DEFAULTS, "length": 64, "block": 16, **bad}
     with pytest.raises(ValueError, match=message) as error:
-        tiled_backward.check(**params)
+        checks.point(tiled_backward.check, params)
     assert "\n" not in str(error.value)
     with pytest.raises(ValueError, match=message):
         tiled_backward.run(**params)
@@ -317,6 +317,8 @@ def test_check_rejects_bad_values_in_one_line(bad, message):
 )
 def test_check_rejects_bad_memory_values(bad, message):
     params = {**MEMORY_DEFAULTS, "method": "tiled", "length": 64, **bad}
+    with pytest.raises(ValueError, match=message):
+        checks.point(tiled_backward.check_memory, params)
     with pytest.raises(ValueError, match=message):
         tiled_backward.memory(**params)
 
