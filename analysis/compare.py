@@ -8,11 +8,12 @@ has, statuses that differ and claims whose result differs are listed.
 
 The noise rule for a timing (a metric X_ms whose repeats are in X_samples_ms): B is faster or
 slower than A only when (1) each sweep's median lies outside the other's interquartile range
-and (2) a two-sided Mann-Whitney U test on the two sets of repeats gives p < 0.05 (normal
-approximation, with the tie and continuity corrections); otherwise "same". (1) asks for a
+and (2) a two-sided Mann-Whitney U test on the two sets of repeats (scipy.stats.mannwhitneyu:
+exact p for small samples without ties) gives p < 0.05; otherwise "same". (1) asks for a
 change bigger than the spread of the repeats, (2) guards against deciding on a few repeats
-(five against five must not overlap at all). Repeats of one process do not show the variation
-between processes or machines, so gate on a factor too (--fail-on-regression 1.10).
+(three against three can never be told apart: their smallest p is 0.1). Repeats of one
+process do not show the variation between processes or machines, so gate on a factor too
+(--fail-on-regression 1.10).
 """
 
 import math
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy.stats import mannwhitneyu
 
 from analysis.report import sweep_header
 from harness import store
@@ -61,14 +63,14 @@ class Comparison:
 
 def load(results: Path, sweep_id: str) -> Sweep:
     """A sweep by its id, whichever experiment it belongs to."""
-    found = [e for e in store.experiments(results) if sweep_id in store.sweeps(results, e)]
-    if not found:
+    experiment = store.experiment_of(results, sweep_id)
+    if experiment is None:
         raise CompareError(f"no sweep {sweep_id} in {results}")
-    manifest = store.read_manifest(results, found[0], sweep_id)
+    manifest = store.read_manifest(results, experiment, sweep_id)
     if manifest is None:
         raise CompareError(f"sweep {sweep_id} has no manifest ({store.MANIFEST}) in {results}")
-    rows = store.as_planned(store.read(results, found[0], sweep_id), manifest, results)
-    return Sweep(sweep_id, found[0], manifest, rows)
+    rows = store.as_planned(store.read(results, experiment, sweep_id), manifest, results)
+    return Sweep(sweep_id, experiment, manifest, rows)
 
 
 def compare(a: Sweep, b: Sweep) -> Comparison:
@@ -248,22 +250,7 @@ def change(a, b) -> str:
         verdict = "slower"
     else:
         return "same"
-    return verdict if mann_whitney_p(a, b) < ALPHA else "same"
-
-
-def mann_whitney_p(a: np.ndarray, b: np.ndarray) -> float:
-    """Two-sided p of the Mann-Whitney U test: normal approximation, tie and continuity
-    corrections (as scipy.stats.mannwhitneyu(a, b, method="asymptotic"))."""
-    both = np.concatenate([a, b])
-    n1, n2, n = len(a), len(b), len(both)
-    _, where, ties = np.unique(both, return_inverse=True, return_counts=True)
-    ranks = (np.cumsum(ties) - (ties - 1) / 2)[where]  # tied values share their mean rank
-    u = ranks[:n1].sum() - n1 * (n1 + 1) / 2
-    variance = n1 * n2 / 12 * ((n + 1) - (ties**3 - ties).sum() / (n * (n - 1)))
-    if variance <= 0:  # every repeat the same value
-        return 1.0
-    z = max(abs(u - n1 * n2 / 2) - 0.5, 0) / math.sqrt(variance)
-    return math.erfc(z / math.sqrt(2))
+    return verdict if mannwhitneyu(a, b, alternative="two-sided").pvalue < ALPHA else "same"
 
 
 def document(c: Comparison, factor: float | None) -> tuple[str, int]:

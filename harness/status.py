@@ -32,10 +32,10 @@ def status(sweep_id: str, out: str = "outputs") -> int:
 
 
 def find_experiment(results: Path, sweep_id: str) -> str:
-    found = [e for e in store.experiments(results) if sweep_id in store.sweeps(results, e)]
-    if not found:
+    experiment = store.experiment_of(results, sweep_id)
+    if experiment is None:
         raise BadInput(f"no sweep {sweep_id} in {results}")
-    return found[0]
+    return experiment
 
 
 def still_scheduled(manifest: dict) -> list[int]:

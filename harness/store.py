@@ -158,6 +158,12 @@ def experiments(root: Path) -> list[str]:
     return sorted(p.name.removeprefix("experiment=") for p in Path(root).glob("experiment=*"))
 
 
+def experiment_of(root: Path, sweep: str) -> str | None:
+    """The experiment whose sweep this id is; None when no experiment in root has it."""
+    found = [e for e in experiments(root) if sweep_dir(root, e, sweep).is_dir()]
+    return found[0] if found else None
+
+
 def result_files(root: Path, experiment: str | None = None, sweep: str | None = None) -> list[Path]:
     return [
         folder / name
