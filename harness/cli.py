@@ -6,29 +6,18 @@ import sys
 import time
 from pathlib import Path
 
-from harness import config, store, sweep
+from harness import store, sweep
+from harness.describe import usage
 from harness.experiment import BadInput
-
-USAGE = """usage: python -m harness [--config-dir DIR] +experiment=NAME [key=value | key=a,b,c ...]
-                         [resume=SWEEP_ID]
-       python -m harness status SWEEP_ID [out=DIR]
-       python -m harness compact SWEEP_ID [out=DIR]
-
-Runs the experiment's grid (its hydra.sweeper.params; key=a,b,c on the command line replaces
-a key's values, key=value fixes it) and writes one Parquet row per measurement under
-outputs/results. hydra/launcher=local runs points in parallel here, hydra/launcher=slurm as
-SLURM job arrays (wait=false: submit and return). compact merges a finished sweep's job files
-into one Parquet file. --config-dir DIR also finds experiments of your own in
-DIR/experiment/NAME.yaml. Experiments: {experiments}"""
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    argv = [a for a in argv if a not in ("-m", "--multirun")]  # every run is a sweep already
-    if not argv or argv[0] in ("-h", "--help", "help"):
-        usage = USAGE.format(experiments=", ".join(config.available_experiments()))
-        print(usage, file=sys.stdout if argv else sys.stderr)
-        sys.exit(0 if argv else 2)
+    if not [a for a in argv if a not in ("-m", "--multirun")]:  # every run is a sweep already
+        print(usage([]), file=sys.stderr)
+        sys.exit(2)
+    if argv[0] == "help":
+        argv = ["--help", *argv[1:]]
     try:
         command = COMMANDS.get(argv[0])
         code = command(*_sweep_and_out(argv)) if command else sweep.run(argv)

@@ -2,6 +2,7 @@
 users' --config-dir folders), and compose the config with Hydra's compose API, each mistake a
 one-line BadInput."""
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hydra import compose
@@ -30,21 +31,65 @@ def available_experiments(config_dirs: list[Path] = ()) -> list[str]:
     return sorted({p.stem for folder in folders for p in (folder / "experiment").glob("*.yaml")})
 
 
-def split_config_dirs(argv: list[str]) -> tuple[list[str], list[Path]]:
-    """Hydra's --config-dir DIR (or --config-dir=DIR, -cd DIR): folders with experiment/NAME.yaml
-    files of the user's own, searched after conf/. Returns the other arguments and the folders."""
-    rest, folders, args = [], [], iter(argv)
-    for arg in args:
+@dataclass
+class Flags:
+    """Hydra's flags on the command line, as the harness honours them."""
+
+    config_dirs: list[Path] = field(default_factory=list)  # --config-dir DIR, -cd DIR
+    cfg: str | None = None  # --cfg job|hydra|all, -c: print the config, run nothing
+    resolve: bool = False  # --resolve: with --cfg, interpolations resolved
+    package: str | None = None  # --package KEY, -p: with --cfg, only that node
+    info: str | None = None  # --info [TOPIC], -i: Hydra's information, run nothing
+    help: bool = False  # --help, -h
+
+
+CFG = ("job", "hydra", "all")
+INFO = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+TAKES_VALUE = {"--config-dir": "config_dir", "-cd": "config_dir", "--cfg": "cfg", "-c": "cfg",
+               "--package": "package", "-p": "package"}  # fmt: skip
+
+
+def split_flags(argv: list[str]) -> tuple[list[str], Flags]:
+    """Hydra's flags (--config-dir folders with experiment/NAME.yaml files of the user's own,
+    searched after conf/; --cfg, --resolve, --package, --info, --help; -m/--multirun, which
+    changes nothing: every run is a sweep), and the other arguments, the overrides."""
+    rest, flags, args = [], Flags(), list(argv)
+    while args:
+        arg = args.pop(0)
         name, equals, value = arg.partition("=")
-        if name not in ("--config-dir", "-cd") or (name == "-cd" and equals):
+        if not arg.startswith("-"):
             rest.append(arg)
+        elif name in TAKES_VALUE:
+            value = value if equals else (args.pop(0) if args else "")
+            _set_flag(flags, TAKES_VALUE[name], name, value)
+        elif arg in ("--info", "-i"):
+            flags.info = args.pop(0) if args and args[0] in INFO else "all"
+        elif arg in ("-m", "--multirun"):
             continue
-        value = value if equals else next(args, "")
+        elif arg in ("--resolve", "-h", "--help"):
+            setattr(flags, "resolve" if arg == "--resolve" else "help", True)
+        else:
+            raise BadInput(
+                f"unknown option {arg}: the harness takes --config-dir, --cfg, --resolve, "
+                "--package, --info, --help and -m"
+            )
+    return rest, flags
+
+
+def _set_flag(flags: Flags, key: str, name: str, value: str) -> None:
+    if key == "config_dir":
         folder = Path(value).expanduser().resolve()
         if not value or not folder.is_dir():
-            raise BadInput(f"--config-dir takes a folder, got {value!r}")
-        folders.append(folder)
-    return rest, folders
+            raise BadInput(f"{name} takes a folder, got {value!r}")
+        flags.config_dirs.append(folder)
+    elif key == "cfg":
+        if value not in CFG:
+            raise BadInput(f"{name} takes one of {', '.join(CFG)}, got {value!r}")
+        flags.cfg = value
+    elif not value:
+        raise BadInput(f"{name} takes a config key, such as hydra.launcher")
+    else:
+        flags.package = value
 
 
 def parse(argv: list[str]) -> list[Override]:
@@ -90,11 +135,10 @@ def experiment_name(overrides: list[Override], config_dirs: list[Path]) -> str:
 
 def compose_config(overrides: list[str], experiment: str, config_dirs: list[Path]) -> DictConfig:
     """The config, with the config dirs on Hydra's search path (so every job's config has them)."""
-    if config_dirs:
-        folders = ",".join(f"file://{folder}" for folder in config_dirs)
-        overrides = [f"hydra.searchpath=[{folders}]", *overrides]
     try:
-        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+        cfg = compose(
+            "config", overrides=with_searchpath(overrides, config_dirs), return_hydra_config=True
+        )
     except MissingConfigException as error:
         group, _, name = str(error.missing_cfg_file).rpartition("/")
         options = ", ".join(error.options or [])
@@ -115,9 +159,23 @@ def compose_config(overrides: list[str], experiment: str, config_dirs: list[Path
     return cfg
 
 
-def _keys(experiment: str, config_dirs: list[Path]) -> str:
+def experiment_file(experiment: str, config_dirs: list[Path]) -> Path:
+    """The experiment's YAML: conf/'s, else the first config dir's that has it."""
     files = [folder / "experiment" / f"{experiment}.yaml" for folder in (CONF, *config_dirs)]
-    node = OmegaConf.load(next(path for path in files if path.exists()))
+    return next(path for path in files if path.exists())
+
+
+def with_searchpath(overrides: list[str], config_dirs: list[Path]) -> list[str]:
+    """The overrides, with the config dirs on Hydra's search path (so every job's config has
+    them) where there are any."""
+    if not config_dirs:
+        return overrides
+    folders = ",".join(f"file://{folder}" for folder in config_dirs)
+    return [f"hydra.searchpath=[{folders}]", *overrides]
+
+
+def _keys(experiment: str, config_dirs: list[Path]) -> str:
+    node = OmegaConf.load(experiment_file(experiment, config_dirs))
     names = [k for k in node if k not in ("experiment", "hydra")]
     return "its keys: " + ", ".join(sorted(names) + list(USER_KEYS))
 

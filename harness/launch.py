@@ -12,17 +12,15 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from hydra._internal.callbacks import Callbacks
-from hydra.core.global_hydra import GlobalHydra
 from hydra.core.plugins import Plugins
 from hydra.errors import HydraException
-from hydra.types import HydraContext
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from submitit.core.utils import FailedJobError, UncompletedJobError
 
 from harness import store
 from harness.experiment import BadInput, config_hash, one_line
+from harness.hydra_internals import hydra_context
 from harness.job import run_job
 from harness.launchers import (
     SlurmLauncher,
@@ -66,32 +64,34 @@ def launch(cfg: DictConfig, sweep, launcher) -> bool:
 
 def prepare_launcher(cfg: DictConfig):
     """The configured launcher, or one line saying why its settings cannot work: before
-    anything is planned or written."""
-    if not cfg.wait and not cfg.hydra.launcher._target_.endswith(SlurmLauncher.__name__):
-        raise BadInput("wait=false needs a launcher that runs on without us: hydra/launcher=slurm")
+    anything is planned or written. What it can do is its type's: only the harness's
+    SlurmLauncher runs on without us (wait=false) and needs SLURM here."""
     settings = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
-    slurm = settings["_target_"].endswith(SlurmLauncher.__name__)
-    if slurm and shutil.which("sbatch") is None:
-        raise BadInput("hydra/launcher=slurm needs SLURM: sbatch is not on this machine's PATH")
     try:
         check_settings(settings)
-        if slurm:  # a request that no node of the partition could ever run
-            check_fits(settings | {"partition": SlurmLauncher.default(settings, "partition")})
+        launcher = instantiate_launcher(cfg)
     except ValueError as error:
         raise BadInput(f"hydra.launcher: {error}") from None
-    try:
-        return instantiate_launcher(cfg)
-    except (HydraException, ValueError, TypeError) as error:
+    except (HydraException, TypeError) as error:
         cause = error.__cause__ or error
         raise BadInput(f"hydra.launcher: {with_type(cause)}") from None
+    slurm = isinstance(launcher, SlurmLauncher)
+    if not cfg.wait and not slurm:
+        raise BadInput("wait=false needs a launcher that runs on without us: hydra/launcher=slurm")
+    if slurm and shutil.which("sbatch") is None:
+        raise BadInput("hydra/launcher=slurm needs SLURM: sbatch is not on this machine's PATH")
+    if slurm:  # a request that no node of the partition could ever run
+        try:
+            check_fits(launcher.params)
+        except ValueError as error:
+            raise BadInput(f"hydra.launcher: {error}") from None
+    return launcher
 
 
 def instantiate_launcher(cfg: DictConfig):
     """The launcher cfg.hydra.launcher names: Hydra's plugins through Hydra's plugin registry,
     the harness's own (harness.launchers, outside Hydra's plugin namespace) directly."""
-    context = HydraContext(
-        config_loader=GlobalHydra.instance().config_loader(), callbacks=Callbacks(cfg)
-    )
+    context = hydra_context(cfg)
     if cfg.hydra.launcher._target_.startswith(("hydra.", "hydra_plugins.")):
         return Plugins.instance().instantiate_launcher(
             hydra_context=context, task_function=run_job, config=cfg

@@ -8,6 +8,7 @@ still caps the whole sweep), and here, a cap on the points running at once, each
 of its own where there are GPUs.
 """
 
+import itertools
 import os
 import re
 import shutil
@@ -31,6 +32,7 @@ SLURM_DEFAULT_MAX_ARRAY_SIZE = 1001
 NEVER = {"PartitionConfig", "BadConstraints", "PartitionNodeLimit", "PartitionTimeLimit",
          "InvalidAccount", "InvalidQOS", "DependencyNeverSatisfied"}  # fmt: skip
 NEVER_GRACE_S = 30.0  # how long such a reason may stand before the wait gives the job up
+GPU_ENV = "HARNESS_POINT_GPU"  # a local point's GPU, as CUDA_VISIBLE_DEVICES names it
 ALIVE = {
     "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING",
     "STAGE_OUT", "RESIZING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD",
@@ -44,6 +46,9 @@ class SubmititSweepLauncher(BaseSubmititLauncher):
         """In the job: as many threads as CPUs it was given (torch's and OpenMP's, for the
         processes it starts too), then Hydra's job. Points that share a machine with threads
         for every core each would make each other many times slower."""
+        gpu = os.environ.pop(GPU_ENV, None)
+        if gpu is not None:  # before anything here initializes CUDA
+            os.environ["CUDA_VISIBLE_DEVICES"] = gpu
         threads = self.job_threads()
         if threads:
             import torch
@@ -108,14 +113,19 @@ class SlurmLauncher(SubmititSweepLauncher):
 
 
 class LocalLauncher(SubmititSweepLauncher):
-    """Points in parallel processes here: at most max_parallel at once, each with its own GPU."""
+    """Points in parallel processes here: at most max_parallel at once, each with its own GPU.
+
+    gpus are positions among the GPUs this process sees (as torch numbers them: cuda:0 is the
+    first entry of CUDA_VISIBLE_DEVICES); each point's CUDA_VISIBLE_DEVICES is that entry, an
+    index or a UUID, as this process's own names it."""
 
     _EXECUTOR = "local"
 
     def __init__(self, max_parallel: int = 2, gpus: Sequence[int] | None = None, **params):
         if max_parallel < 1:
             raise ValueError(f"max_parallel must be at least 1, got {max_parallel}")
-        self.gpus = list(visible_gpus() if gpus is None else gpus)
+        visible = visible_gpus()
+        self.gpus = visible if gpus is None else [visible[position] for position in gpus]
         self.max_parallel = min(max_parallel, len(self.gpus)) if self.gpus else max_parallel
         super().__init__(**params)
 
@@ -144,9 +154,7 @@ class LocalLauncher(SubmititSweepLauncher):
                 while waiting and len(running) < self.max_parallel:
                     job, overrides = waiting.pop(0)
                     gpu = free.pop(0) if self.gpus else None
-                    if gpu is not None:
-                        executor.update_parameters(visible_gpus=[gpu], gpus_per_node=1)
-                    with _output_to(self.controller_log()):
+                    with _output_to(self.controller_log()), _environment(GPU_ENV, gpu):
                         handle = executor.submit(self, *self.job_arguments(overrides, job))
                     running[job] = handle, gpu
                 done = [job for job, (handle, _) in running.items() if handle.done()]
@@ -165,6 +173,20 @@ class LocalLauncher(SubmititSweepLauncher):
         """Where submitit's local controllers write (their own tracebacks on Ctrl-C among it),
         beside the jobs' logs rather than on the sweep's terminal."""
         return Path(self.params["submitit_folder"]).parent / "controllers.log"
+
+
+@contextmanager
+def _environment(name: str, value: str | None) -> Iterator[None]:
+    """os.environ[name] = value (None: nothing) while the block starts processes, which inherit
+    it; submitit's own visible_gpus takes integers only, and UUIDs are not."""
+    if value is None:
+        yield
+        return
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        del os.environ[name]
 
 
 @contextmanager
@@ -216,10 +238,10 @@ def check_settings(settings: dict) -> None:
         shown = visible_gpus()
         if not all(isinstance(g, int) and not isinstance(g, bool) for g in gpus):
             raise ValueError(f"gpus must be GPU indices, got {gpus!r}")
-        unknown = [g for g in gpus if g not in shown]
+        unknown = [g for g in gpus if not 0 <= g < len(shown)]
         if unknown or len(set(gpus)) != len(gpus):
-            said = ", ".join(map(str, shown)) or "none"
-            raise ValueError(f"gpus {gpus} are not distinct GPUs of this machine's ({said})")
+            said = ", ".join(f"{i} ({gpu})" for i, gpu in enumerate(shown)) or "none"
+            raise ValueError(f"gpus {gpus} are not distinct GPUs of the ones visible here: {said}")
 
 
 def wait(handles: dict[int, submitit.Job]) -> Iterator[tuple[int, submitit.Job, str | None]]:
@@ -344,15 +366,20 @@ def lost_reason(state: tuple[str, str] | None, stderr_log) -> str:
     return said + (f": {notes[-1]}" if notes else "")
 
 
-def visible_gpus() -> list[int]:
-    """The GPUs this machine shows, by index, without initializing CUDA here."""
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, in torch's order (entry i is cuda:i), each named as a
+    child's CUDA_VISIBLE_DEVICES must name it: CUDA_VISIBLE_DEVICES's own entries (indices,
+    GPU-... or MIG-... UUIDs) where it is set, else nvidia-smi's indices; without CUDA here.
+
+    As CUDA reads the variable, the list ends at an empty or negative entry ("-1": none)."""
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
-        return list(range(len([gpu for gpu in listed.split(",") if gpu.strip()])))
+        entries = [entry.strip() for entry in listed.split(",")]
+        return list(itertools.takewhile(lambda e: e and not e.startswith("-"), entries))
     if shutil.which("nvidia-smi") is None:
         return []
     result = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
-    return list(range(len(re.findall(r"^GPU \d+", result.stdout, re.MULTILINE))))
+    return [str(i) for i in range(len(re.findall(r"^GPU \d+", result.stdout, re.MULTILINE)))]
 
 
 def max_array_size() -> int:

@@ -1,6 +1,7 @@
 """Shared fixtures: the harness's command line, run for real in a scratch working directory."""
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +26,8 @@ def run_command(module: str, *args: str, cwd: Path, timeout: float = 600, env: d
 
 
 def start_command(module: str, *args: str, cwd: Path, env: dict | None = None):
-    """`python -m module args...` in `cwd`, started in its own session; the Popen."""
+    """`python -m module args...` in `cwd`, started in its own session as from a terminal
+    (Ctrl-C's SIGINT not ignored, even when the tests run in the background); the Popen."""
     return subprocess.Popen(
         [sys.executable, "-m", module, *args],
         cwd=cwd,
@@ -34,6 +36,7 @@ def start_command(module: str, *args: str, cwd: Path, env: dict | None = None):
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 

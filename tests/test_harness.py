@@ -201,7 +201,7 @@ BAD_INPUT = [
     (LOCAL + ["hydra.launcher.max_parallel=1.5"], "max_parallel must be a whole number of 1"),
     (LOCAL + ["hydra.launcher.max_parallel=abc"], "of 1 or more, got 'abc'"),
     (LOCAL + ["hydra.launcher.mem_gb=-5"], "mem_gb must be a number above 0, got -5"),
-    (LOCAL + ["hydra.launcher.gpus=[99]"], "gpus [99] are not distinct GPUs of this machine's"),
+    (LOCAL + ["hydra.launcher.gpus=[99]"], "gpus [99] are not distinct GPUs of the ones visible"),
     (LOCAL + ["hydra.launcher.gpus=[0,0]"], "are not distinct GPUs"),
     (["+experiment=rendezvous"], "unknown experiment 'rendezvous'"),
 ]

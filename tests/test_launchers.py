@@ -9,30 +9,75 @@ import pytest
 from probes import arrivals, await_arrivals
 
 from harness import store
-from harness.launchers import LocalLauncher
+from harness.launchers import LocalLauncher, check_settings, visible_gpus
+
+UUIDS = "GPU-8d3c1f7a-0b2e-4c55-9f1d-2a6b7e0c4d11,MIG-5f0e2b9c-7d41-4a8e-b3c6-91d2e8f4a705"
 
 
 @pytest.mark.slow
-def test_points_run_in_parallel_under_the_cap_with_distinct_gpus(probe, gate, most_at_once):
+@pytest.mark.parametrize("visible", ["0,1", "2,3", UUIDS])
+def test_points_run_under_the_cap_on_distinct_visible_gpus(probe, gate, most_at_once, visible):
+    """Each point's CUDA_VISIBLE_DEVICES (its rows' gpus) is one of this process's own entries:
+    with CUDA_VISIBLE_DEVICES=2,3 a point runs on 2 or 3, never on GPUs 0 and 1."""
     # Points 0 and 1 start first and can only end once both have arrived: they ran at once.
     result = probe(
         "point=0,1,2,3", f"folder={gate}", "expect=2", "timeout_s=120",
         "hydra/launcher=local", "hydra.launcher.max_parallel=2", "hydra.launcher.gpus=[0,1]",
-        env={"CUDA_VISIBLE_DEVICES": "0,1"},  # two GPUs to hand out, whatever the machine has
+        env={"CUDA_VISIBLE_DEVICES": visible},  # two GPUs to hand out, whatever the machine has
     )  # fmt: skip
     assert result.returncode == 0, result.stderr + result.stdout
     rows = store.read(probe.results).set_index("job").sort_index()
     assert len(rows) == 4 and set(rows["status"]) == {"ok"}
     assert len(arrivals(gate)) == 4 and rows.loc[0, "gpus"] != rows.loc[1, "gpus"]
-    assert set(rows["gpus"]) == {"0", "1"}
+    assert set(rows["gpus"]) == set(visible.split(","))
     # Each row's span lies within its process's life, so more than two overlapping spans would
     # mean more than two processes at once.
     assert most_at_once(rows) <= 2, rows[["started_at", "duration_s"]]
     assert set(rows["threads"]) == {max(1, len(os.sched_getaffinity(0)) // 2)}, "CPUs shared"
 
 
-def test_the_cap_is_the_gpu_count_where_there_are_gpus():
+@pytest.mark.slow
+def test_the_gpus_setting_picks_among_the_visible_ones(probe, gate):
+    result = probe(
+        "point=0,1",
+        f"folder={gate}",
+        "hydra/launcher=local",
+        "hydra.launcher.gpus=[1]",
+        env={"CUDA_VISIBLE_DEVICES": UUIDS},
+    )
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert set(store.read(probe.results)["gpus"]) == {UUIDS.split(",")[1]}
+
+
+@pytest.mark.parametrize(
+    "visible, expected",
+    [
+        ("2,3", ["2", "3"]),
+        (UUIDS, UUIDS.split(",")),
+        (" 1 , 0 ", ["1", "0"]),
+        ("0,-1,1", ["0"]),  # CUDA stops at an invalid entry
+        ("-1", []),
+        ("", []),
+    ],
+)
+def test_visible_gpus_are_this_process_s_own_entries(monkeypatch, visible, expected):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert visible_gpus() == expected
+
+
+def test_gpus_that_are_not_visible_are_refused(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    check_settings({"gpus": [0, 1]})
+    with pytest.raises(ValueError, match=r"gpus \[2\] are not distinct GPUs .*: 0 \(2\), 1 \(3\)"):
+        check_settings({"gpus": [2]})
+    with pytest.raises(ValueError, match="not distinct"):
+        check_settings({"gpus": [1, 1]})
+
+
+def test_the_cap_is_the_gpu_count_where_there_are_gpus(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
     assert LocalLauncher(max_parallel=8, gpus=[0, 1, 2], submitit_folder="x").max_parallel == 3
+    assert LocalLauncher(max_parallel=8, submitit_folder="x").max_parallel == 3
     assert LocalLauncher(max_parallel=3, gpus=[], submitit_folder="x").max_parallel == 3
     with pytest.raises(ValueError, match="max_parallel"):
         LocalLauncher(max_parallel=0, submitit_folder="x")

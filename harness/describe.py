@@ -1,0 +1,134 @@
+"""What the command line shows without running anything: --help (the experiments, or one
+experiment's parameters) and --cfg (the config of a sweep's first point, and its grid)."""
+
+import inspect
+import textwrap
+import types
+import typing
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from harness.claims import describe as describe_claim
+from harness.config import (
+    USER_KEYS,
+    Flags,
+    available_experiments,
+    compose_config,
+    experiment_file,
+)
+from harness.experiment import BadInput, Experiment, config_values
+from harness.plan import Sweep
+
+MISSING_KEY = object()
+USAGE = """usage: python -m harness [--config-dir DIR] +experiment=NAME [key=value | key=a,b,c ...]
+                         [resume=SWEEP_ID]
+       python -m harness [--config-dir DIR] +experiment=NAME --help
+       python -m harness [--config-dir DIR] +experiment=NAME ... --cfg job|hydra|all
+                         [--resolve] [--package KEY]
+       python -m harness [--config-dir DIR] +experiment=NAME ... --info [TOPIC]
+       python -m harness status SWEEP_ID [out=DIR]
+       python -m harness compact SWEEP_ID [out=DIR]
+
+Runs the experiment's grid (its hydra.sweeper.params; key=a,b,c on the command line replaces
+a key's values, key=value fixes it) and writes one Parquet row per measurement under
+outputs/results. hydra/launcher=local runs points in parallel here, hydra/launcher=slurm as
+SLURM job arrays (wait=false: submit and return). compact merges a finished sweep's job files
+into one Parquet file. --config-dir DIR also finds experiments of your own in
+DIR/experiment/NAME.yaml. --help with +experiment=NAME lists its parameters; --cfg prints the
+config of the sweep's first point and the grid, --info Hydra's information (TOPIC: all,
+config, defaults, defaults-tree, plugins, searchpath); neither runs anything. -m is accepted:
+every run is a sweep. Experiments: {experiments}"""
+
+
+def usage(config_dirs: list[Path]) -> str:
+    return USAGE.format(experiments=", ".join(available_experiments(config_dirs)))
+
+
+def experiment_help(name: str, config_dirs: list[Path]) -> str:
+    """An experiment's function, its parameters (type, the function's default, the config's
+    value, the seeded grid), its claims, and how to run it."""
+    cfg = compose_config([f"+experiment={name}", "sweep_id=SWEEP_ID"], name, config_dirs)
+    values = config_values(cfg)
+    experiment = Experiment.load(values["experiment"])
+    grid = OmegaConf.to_container(cfg.hydra.sweeper.get("params") or {})
+    summary = " ".join((inspect.getdoc(experiment.run) or "").split("\n\n")[0].split())
+    lines = [
+        f"{name}: {values['experiment']['run']}",
+        textwrap.fill(summary, 96, initial_indent="  ", subsequent_indent="  "),
+        f"  config: {experiment_file(name, config_dirs)}",
+        "",
+        "parameters (key=value fixes one, key=a,b,c sweeps it):",
+    ]
+    rows = [("name", "type", "default", "config", "seeded grid")]
+    for key, parameter in experiment.parameters.items():
+        default = parameter.default
+        rows.append(
+            (
+                key,
+                _type_name(experiment.hints.get(key)),
+                "(required)" if default is inspect.Parameter.empty else _text(default),
+                _text(values[key]) if key in values else "",
+                str(grid.get(key, "")),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+              for r in rows]  # fmt: skip
+    lines += ["", f"harness keys: {', '.join(USER_KEYS)} (conf/config.yaml)"]
+    claims = values["experiment"].get("claims") or []
+    if claims:
+        lines += ["", "claims (checked over the sweep's planned points):"]
+        lines += [f"  - {describe_claim(claim)}" for claim in claims]
+    folders = "".join(f"--config-dir {folder} " for folder in config_dirs)
+    lines += ["", f"run: python -m harness {folders}+experiment={name}"]
+    return "\n".join(line for i, line in enumerate(lines) if line or lines[i - 1])
+
+
+def config_text(cfg: DictConfig, sweep: Sweep, flags: Flags) -> str:
+    """--cfg: the config the sweep's first point runs with (job, hydra or all; one node of it
+    with --package), after a comment with the grid; nothing runs."""
+    first = sweep.points[0]
+    header = [
+        f"# {sweep.experiment.name}: {len(sweep.points):,} points; this is the first, job "
+        f"{first.job}: {' '.join(first.overrides) or '(the only point)'}"
+    ]
+    header += [f"#   {key}: {', '.join(values)}" for key, values in _grid(sweep).items()]
+    if flags.resolve:
+        OmegaConf.resolve(cfg)
+    if flags.package:  # a key of the whole config, whichever part --cfg names
+        cfg = OmegaConf.select(cfg, flags.package, default=MISSING_KEY)
+        if cfg is MISSING_KEY:
+            raise BadInput(f"--package {flags.package}: the config has no such key")
+    elif flags.cfg == "job":
+        cfg = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
+    elif flags.cfg == "hydra":
+        cfg = cfg.hydra
+    text = OmegaConf.to_yaml(cfg) if isinstance(cfg, DictConfig) else f"{cfg}\n"
+    return "\n".join(header) + "\n" + text
+
+
+def _grid(sweep: Sweep) -> dict[str, list[str]]:
+    """key -> its values in the grid, for the keys the grid sweeps."""
+    axes: dict[str, dict[str, None]] = {}
+    for point in sweep.points:
+        for override in point.overrides:
+            key, _, value = override.partition("=")
+            axes.setdefault(key, {})[value] = None
+    return {key: list(values) for key, values in axes.items() if len(values) > 1}
+
+
+def _type_name(hint) -> str:
+    if hint is None:
+        return "any"
+    if typing.get_origin(hint) is typing.Literal:
+        return " | ".join(str(choice) for choice in typing.get_args(hint))
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(arg) for arg in typing.get_args(hint))
+    return "null" if hint is type(None) else getattr(hint, "__name__", str(hint))
+
+
+def _text(value) -> str:
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return str(value)

@@ -1,0 +1,98 @@
+"""Hydra's own flags: --cfg, --resolve, --package, --info, --help and -m; none of the showing
+ones runs anything or writes anything."""
+
+import pytest
+from omegaconf import OmegaConf
+
+from harness import store
+
+
+def shown(result) -> tuple[list[str], dict]:
+    """--cfg's output: its comment lines, and the YAML after them as a plain dict."""
+    lines = result.stdout.splitlines()
+    comments = [line for line in lines if line.startswith("#")]
+    yaml = "\n".join(line for line in lines if not line.startswith("#"))
+    return comments, OmegaConf.to_container(OmegaConf.create(yaml))
+
+
+def test_cfg_job_prints_the_first_points_config_and_the_grid(harness):
+    result = harness("+experiment=exp014_tiled", "length=96,32", "dtype=float64", "--cfg", "job")
+    assert result.returncode == 0, result.stderr
+    comments, config = shown(result)
+    assert comments[0].startswith("# exp014_tiled: 6 points; this is the first, job 0: length=96")
+    assert "#   length: 96, 32" in comments and "#   block: 64, 128, 256" in comments
+    point = (config["length"], config["block"], config["dtype"], config["job"])
+    assert point == (96, 64, "float64", 0)
+    assert config["experiment"]["name"] == "exp014_tiled" and "hydra" not in config
+    assert not (harness.cwd / "outputs").exists()
+
+
+def test_cfg_hydra_with_a_package_and_resolve(harness):
+    args = ("+experiment=exp014_tiled", "hydra/launcher=local", "hydra.launcher.max_parallel=3")
+    launcher = harness(*args, "--cfg", "hydra", "--package", "hydra.launcher")
+    assert launcher.returncode == 0, launcher.stderr
+    _, config = shown(launcher)
+    assert config["_target_"] == "harness.launchers.LocalLauncher" and config["max_parallel"] == 3
+    resolved = harness(*args, "-c", "all", "--resolve", "-p", "hydra.sweep.dir")
+    assert resolved.returncode == 0, resolved.stderr
+    assert resolved.stdout.splitlines()[-1] == str(
+        harness.cwd / "outputs" / "runs" / "exp014_tiled" / "SWEEP_ID"
+    )
+    assert not (harness.cwd / "outputs").exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--cfg", "everything"], "--cfg takes one of job, hydra, all, got 'everything'"),
+        (["--cfg", "job", "-p", "no.such"], "--package no.such: the config has no such key"),
+        (["--cfg", "job", "block=0"], "block must be positive, got 0"),  # every point checked
+        (["--cfg", "job", "resume=20261130-000000-abcd"], "drop resume"),
+        (["--verbose"], "unknown option --verbose"),
+    ],
+)
+def test_bad_flags_are_one_line(harness, args, message):
+    result = harness("+experiment=exp014_tiled", *args)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and message in result.stderr
+    assert result.stderr.count("\n") == 1 and not (harness.cwd / "outputs").exists()
+
+
+def test_info_prints_hydras_search_path_with_the_users_config_dir(harness, tmp_path):
+    mine = tmp_path / "mine"
+    (mine / "experiment").mkdir(parents=True)
+    result = harness("--config-dir", str(mine), "+experiment=exp014_tiled", "--info", "searchpath")
+    assert result.returncode == 0, result.stderr
+    assert "Config search path" in result.stdout and f"file://{mine}" in result.stdout
+    defaults = harness("+experiment=exp014_tiled", "-i", "defaults")
+    assert "experiment/exp014_tiled" in defaults.stdout
+    assert not (harness.cwd / "outputs").exists()
+
+
+def test_help_lists_the_experiments_and_an_experiments_parameters(harness):
+    listed = harness("--help")
+    assert listed.returncode == 0 and "exp015_backends" in listed.stdout
+    described = harness("+experiment=exp015_backends", "--help")
+    assert described.returncode == 0, described.stderr
+    lines = described.stdout.splitlines()
+    assert lines[0] == "exp015_backends: experiments.backends.run"
+    (backend,) = [line.split() for line in lines if line.strip().startswith("backend ")]
+    assert backend == ["backend", "math", "|", "flash", "|", "efficient", "|", "cudnn",
+                       "(required)", "math", "math,flash,efficient,cudnn"]  # fmt: skip
+    (cap,) = [line.split() for line in lines if line.strip().startswith("memory_cap_mib ")]
+    assert cap == ["memory_cap_mib", "int", "or", "null", "null", "null"]
+    assert any(line.startswith("  - ") for line in lines), "its claims"
+
+
+def test_help_describes_a_users_own_experiment(probe):
+    result = probe("--help")
+    assert result.returncode == 0, result.stderr
+    assert "rendezvous: probes.rendezvous" in result.stdout
+    lines = result.stdout.splitlines()
+    assert any(line.split()[:3] == ["folder", "str", "(required)"] for line in lines)
+
+
+def test_multirun_flag_is_accepted(harness):
+    result = harness("-m", "+experiment=exp014_tiled", "length=16", "block=16", "--multirun")
+    assert result.returncode == 0, result.stderr
+    assert len(store.read(harness.results)) == 1
