@@ -19,7 +19,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from harness.experiment import BadInput, one_line
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+HERE = Path(__file__).resolve().parent
+CONF = HERE / "conf" if (HERE / "conf").is_dir() else HERE.parent / "conf"  # installed; checkout
 HARNESS_KEYS = ("out", "resume", "wait", "seed", "max_points", "sweep_id", "job")  # config.yaml
 USER_KEYS = ("out", "resume", "wait", "seed", "max_points")  # the harness keys for users
 SET_BY_HARNESS = ("out", "sweep_id", "job")  # given to every job by the harness

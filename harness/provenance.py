@@ -9,15 +9,19 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-SOURCE = Path(__file__).resolve().parent.parent  # the checkout the harness runs from
+SOURCE = Path(__file__).resolve().parent.parent  # the checkout the harness runs from, if any
 
 
 @functools.cache
 def git_state() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the harness's own checkout; (None, None) outside a git checkout.
+    """(commit, dirty) of the harness's own checkout; (None, None) where it is not one: an
+    installed harness (site-packages, perhaps in a venv inside some other repository) has no
+    commit of its own, and its version is in the rows' package list.
 
     Dirty counts files git does not track yet (a new experiment module, say), but not the ones
     it ignores (outputs/, .venv/)."""
+    if not (SOURCE / ".git").exists():  # a folder in a checkout, or a worktree's .git file
+        return None, None
     try:
         commit = _git("rev-parse", "HEAD")
         dirty = bool(_git("status", "--porcelain"))
