@@ -3,13 +3,13 @@ python -m analysis compare SWEEP_A SWEEP_B [--fail-on-regression FACTOR]: two sw
 side, written to outputs/report/compare-A-vs-B.md."""
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 from analysis.compare import RULE
 from analysis.report import write_report
 from harness.claims import FAILING, outcome
+from harness.cli import reader_gone
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,5 +80,4 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except BrokenPipeError:  # the reader went away (python -m analysis | head)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(141)
+        sys.exit(reader_gone())

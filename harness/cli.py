@@ -25,9 +25,15 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {error}", file=sys.stderr)
         code = 2
     except BrokenPipeError:  # the reader went away (status | head): nothing more to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        code = 141
+        code = reader_gone()
     sys.exit(code)
+
+
+def reader_gone() -> int:
+    """After a BrokenPipeError: stdout to /dev/null, so that exiting flushes nowhere rather than
+    into a second error; the exit code of a process killed by SIGPIPE (141)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141
 
 
 def _status(sweep_id: str, out: str) -> int:
