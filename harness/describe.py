@@ -7,6 +7,7 @@ import types
 import typing
 from pathlib import Path
 
+from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig, OmegaConf
 
 from harness.claims import describe as describe_claim
@@ -14,11 +15,16 @@ from harness.config import (
     USER_KEYS,
     Flags,
     available_experiments,
+    check_harness_keys,
     compose_config,
     experiment_file,
+    experiment_name,
+    key_of,
+    with_searchpath,
 )
 from harness.experiment import BadInput, Experiment, config_values
-from harness.plan import Sweep
+from harness.hydra_internals import show_info
+from harness.plan import Sweep, plan
 
 MISSING_KEY = object()
 USAGE = """usage: python -m harness [--config-dir DIR] +experiment=NAME [key=value | key=a,b,c ...]
@@ -39,6 +45,31 @@ DIR/experiment/NAME.yaml. --help with +experiment=NAME lists its parameters; --c
 config of the sweep's first point and the grid, --info Hydra's information (TOPIC: all,
 config, defaults, defaults-tree, plugins, searchpath); neither runs anything. -m is accepted:
 every run is a sweep. Experiments: {experiments}"""
+
+
+def show(overrides: list[Override], flags: Flags) -> int:
+    """--help, --info or --cfg: print what they show; nothing runs and nothing is written."""
+    config_dirs = flags.config_dirs
+    if flags.help and not any(key_of(o.input_line) == "experiment" for o in overrides):
+        print(usage(config_dirs))
+        return 0
+    experiment = experiment_name(overrides, config_dirs)
+    if flags.help:
+        print(experiment_help(experiment, config_dirs))
+        return 0
+    check_harness_keys(overrides)
+    if any(key_of(o.input_line) == "resume" for o in overrides):
+        raise BadInput("--cfg and --info show a new sweep's config: drop resume")
+    fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
+    if flags.info:
+        show_info(flags.info, with_searchpath([*fixed, "sweep_id=SWEEP_ID"], config_dirs))
+        return 0
+    cfg = compose_config([*fixed, "sweep_id=SWEEP_ID"], experiment, config_dirs)
+    sweep = plan(cfg, [o for o in overrides if o.is_sweep_override()])  # every point checked
+    first = sweep.points[0]
+    point = [*fixed, *first.overrides, "sweep_id=SWEEP_ID", f"job={first.job}"]
+    print(config_text(compose_config(point, experiment, config_dirs), sweep, flags), end="")
+    return 0
 
 
 def usage(config_dirs: list[Path]) -> str:

@@ -14,22 +14,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from hydra import initialize_config_dir
-from hydra.core.override_parser.types import Override
 
 from harness.config import (
     CONF,
-    Flags,
     check_harness_keys,
     compose_config,
     experiment_name,
-    key_of,
     parse,
     split_flags,
-    with_searchpath,
 )
-from harness.describe import config_text, experiment_help, usage
+from harness.describe import show
 from harness.experiment import BadInput
-from harness.hydra_internals import show_info
 from harness.launch import launch, prepare_launcher
 from harness.launchers import SlurmLauncher
 from harness.plan import discard, new_sweep_id, plan, write_manifest
@@ -43,23 +38,11 @@ def run(argv: list[str]) -> int:
     config_dirs = flags.config_dirs
     overrides = parse(arguments)
     with initialize_config_dir(config_dir=str(CONF), job_name="harness", version_base=None):
-        if flags.help and not any(key_of(o.input_line) == "experiment" for o in overrides):
-            print(usage(config_dirs))
-            return 0
+        if flags.help or flags.cfg or flags.info:
+            return show(overrides, flags)  # runs nothing
         experiment = experiment_name(overrides, config_dirs)
-        if flags.help:
-            print(experiment_help(experiment, config_dirs))
-            return 0
         check_harness_keys(overrides)
         resume = next((o.value() for o in overrides if o.get_key_element() == "resume"), None)
-        if (flags.cfg or flags.info) and resume:
-            raise BadInput("--cfg and --info show a new sweep's config: drop resume")
-        if flags.info:
-            fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
-            show_info(flags.info, with_searchpath([*fixed, "sweep_id=SWEEP_ID"], config_dirs))
-            return 0
-        if flags.cfg:
-            return _show_config(overrides, experiment, flags)
         if resume:
             sweep, cfg = resumed(overrides, experiment, str(resume), config_dirs)
             launcher = prepare_launcher(cfg)
@@ -98,17 +81,6 @@ def run(argv: list[str]) -> int:
         print(f"sweep {sweep.id}: follow it with: {status_command(sweep)}")
         return 0
     return report(sweep, time.perf_counter() - started)
-
-
-def _show_config(overrides: list[Override], experiment: str, flags: Flags) -> int:
-    """--cfg: plan the sweep (every point checked), print its first point's config; no run."""
-    fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
-    cfg = compose_config([*fixed, "sweep_id=SWEEP_ID"], experiment, flags.config_dirs)
-    sweep = plan(cfg, [o for o in overrides if o.is_sweep_override()])
-    first = sweep.points[0]
-    point = [*fixed, *first.overrides, "sweep_id=SWEEP_ID", f"job={first.job}"]
-    print(config_text(compose_config(point, experiment, flags.config_dirs), sweep, flags), end="")
-    return 0
 
 
 class Terminated(KeyboardInterrupt):
