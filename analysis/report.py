@@ -15,6 +15,7 @@ import pandas as pd
 
 from harness import store
 from harness.claims import claims_of, claims_table, derived_tables, report_module
+from harness.status import compact_if_finished
 from harness.tables import MISSING, markdown, planned, sweep_table
 
 
@@ -54,6 +55,7 @@ def _provenance(first: pd.Series, rows: pd.DataFrame) -> list[str]:
 def section(root: Path, experiment: str, sweep: str, report_dir: Path) -> tuple[str, pd.DataFrame]:
     """An experiment's REPORT.md section for one sweep, and its claims."""
     manifest = store.read_manifest(root, experiment, sweep)
+    compact_if_finished(root, experiment, sweep, manifest)  # one file to read, now and later
     rows = store.as_planned(store.read(root, experiment, sweep), manifest, root)
     config = manifest["experiment_config"] if manifest else {}
     points = manifest["points"] if manifest else None

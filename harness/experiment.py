@@ -8,6 +8,7 @@ beside the function, when there is one. It names the parameters it looks at, eac
 function's (a name it does not know is refused when the experiment loads), and gets those.
 """
 
+import functools
 import hashlib
 import importlib
 import inspect
@@ -15,7 +16,7 @@ import json
 import types
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
@@ -33,6 +34,7 @@ class Experiment:
     parameters: dict[str, inspect.Parameter]
     hints: dict[str, Any]
     config: dict  # the config's `experiment` node: name, run, table, claims
+    typed: dict = field(default_factory=dict, compare=False, repr=False)  # values checked once
 
     @classmethod
     def load(cls, node: dict) -> "Experiment":
@@ -61,18 +63,33 @@ class Experiment:
         kwargs = {}
         for name, parameter in self.parameters.items():
             if name in values:
-                kwargs[name] = _typed(name, values[name], self.hints.get(name))
+                kwargs[name] = self._typed(name, values[name])
             elif parameter.default is not inspect.Parameter.empty:
                 kwargs[name] = parameter.default
             else:
                 raise BadInput(f"{self.name} needs a value for {name}")
         if self.check is not None:
-            checked = inspect.signature(self.check).parameters
             try:
-                self.check(**{name: kwargs[name] for name in checked})
+                self.check(**{name: kwargs[name] for name in self.checked})
             except ValueError as error:
                 raise BadInput(str(error)) from None
         return kwargs
+
+    @functools.cached_property
+    def checked(self) -> tuple[str, ...]:
+        """The parameters the check names."""
+        return tuple(inspect.signature(self.check).parameters) if self.check else ()
+
+    def _typed(self, name: str, value: Any) -> Any:
+        """_typed, once per distinct value of a parameter (a grid repeats its values)."""
+        try:
+            key = (name, type(value), value)
+            return self.typed[key]
+        except TypeError:  # a value that cannot be a key (a list): typed each time
+            return _typed(name, value, self.hints.get(name))
+        except KeyError:
+            self.typed[key] = _typed(name, value, self.hints.get(name))
+            return self.typed[key]
 
 
 def _check_for(node: dict, module, parameters: dict) -> Callable[..., None] | None:

@@ -3,6 +3,8 @@ fails one test (tests/test_hydra_internals.py) with a message, not a sweep.
 
 - hydra._internal.callbacks.Callbacks: every launcher's setup() takes a HydraContext, whose
   callbacks Hydra's own run path builds from the config; the compose API builds none.
+- hydra._internal.core_plugins.basic_launcher.BasicLauncher: the launcher whose jobs the
+  harness runs itself, in this process (harness.inprocess).
 - The Hydra object behind GlobalHydra (hydra._internal.hydra.Hydra) and its show_info, which
   prints what Hydra's --info prints.
 
@@ -13,6 +15,7 @@ Both exist, unchanged in the parts used here, throughout hydra-core 1.3 (pyproje
 import logging
 
 from hydra._internal.callbacks import Callbacks
+from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra.core.global_hydra import GlobalHydra
 from hydra.types import HydraContext
 from omegaconf import DictConfig
@@ -22,6 +25,14 @@ def hydra_context(cfg: DictConfig) -> HydraContext:
     """The context a launcher is set up with, for Hydra's initialized config search path."""
     loader = GlobalHydra.instance().config_loader()
     return HydraContext(config_loader=loader, callbacks=Callbacks(cfg))
+
+
+def is_basic_launcher(launcher) -> bool:
+    """Whether `launcher` is Hydra's BasicLauncher (hydra/launcher=basic, the default). By
+    its module and name: Hydra's plugin registry loads its core plugins as modules of their
+    own, so the instance's class is not the one an import gives."""
+    kind = type(launcher)
+    return (kind.__module__, kind.__qualname__) == (BasicLauncher.__module__, "BasicLauncher")
 
 
 def show_info(topic: str, overrides: list[str]) -> None:

@@ -4,6 +4,7 @@ import logging
 import random
 import time
 import traceback
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,27 +17,44 @@ from harness.experiment import Experiment, config_hash, config_values
 log = logging.getLogger(__name__)
 
 
-def run_job(cfg: DictConfig) -> dict:
-    """Run the point `cfg` describes, write its rows, and return a short summary of them."""
-    values = config_values(cfg)
+@dataclass(frozen=True)
+class Job:
+    """Hydra's task function for a sweep's jobs: run the point a job's config describes, write
+    its rows, return a short summary of them. It carries what every job of the sweep shares
+    (the command that started the sweep), so that no job reads the sweep's manifest; it is
+    pickled into each submitit job as it is."""
+
+    command: str | None = None
+
+    def __call__(self, cfg: DictConfig) -> dict:
+        return self.run(config_values(cfg), HydraConfig.get().runtime.output_dir)
+
+    def run(self, values: dict, run_dir: str) -> dict:
+        """Run the point of a job's config `values` (resolved, without Hydra's node), write its
+        rows, and return a short summary of them."""
+        return run_point(values, run_dir, self.command)
+
+
+def run_point(values: dict, run_dir: str, command: str | None) -> dict:
+    """Run the point of a job's config values, write its rows, return a short summary."""
     experiment = Experiment.load(values["experiment"])
     params = experiment.params(values)
-    root = Path(cfg.out) / "results"
-    manifest = store.read_manifest(root, experiment.name, cfg.sweep_id) or {}
+    root = Path(values["out"]) / "results"
+    sweep, job = values["sweep_id"], values["job"]
     started, clock = datetime.now(UTC), time.perf_counter()
-    rows = measure(experiment, params, cfg.seed)
+    rows = measure(experiment, params, values["seed"])
     harness_columns = {
-        "job": cfg.job,
+        "job": job,
         "config_hash": config_hash(experiment.name, params),
         "started_at": started,
         "duration_s": time.perf_counter() - clock,
-        "command": manifest.get("command"),
-        "run_dir": HydraConfig.get().runtime.output_dir,
+        "command": command,
+        "run_dir": run_dir,
         **provenance.provenance(str(params.get("device", "cpu"))),
     }
     rows = [_row(row, params, harness_columns) for row in rows]
-    store.write_rows(store.job_file(root, experiment.name, cfg.sweep_id, cfg.job), rows)
-    _keep_package_list(store.sweep_dir(root, experiment.name, cfg.sweep_id))
+    store.write_rows(store.job_file(root, experiment.name, sweep, job), rows)
+    _keep_package_list(store.sweep_dir(root, experiment.name, sweep))
     return summary(rows, params)
 
 

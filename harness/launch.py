@@ -20,8 +20,9 @@ from submitit.core.utils import FailedJobError, UncompletedJobError
 
 from harness import store
 from harness.experiment import BadInput, config_hash, one_line
-from harness.hydra_internals import hydra_context
-from harness.job import run_job
+from harness.hydra_internals import hydra_context, is_basic_launcher
+from harness.inprocess import InProcess
+from harness.job import Job
 from harness.launchers import (
     SlurmLauncher,
     SubmititSweepLauncher,
@@ -38,6 +39,11 @@ def launch(cfg: DictConfig, sweep, launcher) -> bool:
     points = {point.job: point for point in sweep.points}
     overrides = [job_overrides(sweep, point) for point in sweep.points]
     progress = Progress(len(points))
+    if is_basic_launcher(launcher) and InProcess.suits(cfg):
+        runner = InProcess(cfg, launcher.task_function)
+        for point, job_overrides_ in zip(sweep.points, overrides, strict=True):
+            finish(sweep, point, runner.run(job_overrides_, point.job), progress)
+        return True
     if not isinstance(launcher, SubmititSweepLauncher):
         for point, job_overrides_ in zip(sweep.points, overrides, strict=True):
             (result,) = launcher.launch([job_overrides_], initial_job_idx=point.job)
@@ -62,14 +68,15 @@ def launch(cfg: DictConfig, sweep, launcher) -> bool:
     return True
 
 
-def prepare_launcher(cfg: DictConfig):
-    """The configured launcher, or one line saying why its settings cannot work: before
-    anything is planned or written. What it can do is its type's: only the harness's
-    SlurmLauncher runs on without us (wait=false) and needs SLURM here."""
+def prepare_launcher(cfg: DictConfig, command: str | None):
+    """The configured launcher, its jobs' task function carrying the sweep's `command`, or one
+    line saying why its settings cannot work: before anything is planned or written. What it
+    can do is its type's: only the harness's SlurmLauncher runs on without us (wait=false) and
+    needs SLURM here."""
     settings = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
     try:
         check_settings(settings)
-        launcher = instantiate_launcher(cfg)
+        launcher = instantiate_launcher(cfg, Job(command))
     except ValueError as error:
         raise BadInput(f"hydra.launcher: {error}") from None
     except (HydraException, TypeError) as error:
@@ -88,16 +95,16 @@ def prepare_launcher(cfg: DictConfig):
     return launcher
 
 
-def instantiate_launcher(cfg: DictConfig):
+def instantiate_launcher(cfg: DictConfig, job: Job):
     """The launcher cfg.hydra.launcher names: Hydra's plugins through Hydra's plugin registry,
     the harness's own (harness.launchers, outside Hydra's plugin namespace) directly."""
     context = hydra_context(cfg)
     if cfg.hydra.launcher._target_.startswith(("hydra.", "hydra_plugins.")):
         return Plugins.instance().instantiate_launcher(
-            hydra_context=context, task_function=run_job, config=cfg
+            hydra_context=context, task_function=job, config=cfg
         )
     launcher = instantiate(cfg.hydra.launcher)
-    launcher.setup(hydra_context=context, task_function=run_job, config=cfg)
+    launcher.setup(hydra_context=context, task_function=job, config=cfg)
     return launcher
 
 

@@ -6,7 +6,6 @@ manifest that records them."""
 import itertools
 import math
 import secrets
-import shlex
 import shutil
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -37,6 +36,7 @@ class Sweep:
     points: list[Point]
     hydra_overrides: list[str]  # the command line's Hydra settings (a launcher and its options)
     config_dirs: list[Path] = field(default_factory=list)  # --config-dir: users' experiments
+    command: str | None = None  # the command line that started the sweep
 
 
 def new_sweep_id() -> str:
@@ -127,14 +127,14 @@ def _axis_size(override: Override) -> int:
     return len(value.list) if isinstance(value, ChoiceSweep) else 1
 
 
-def write_manifest(sweep: Sweep, argv: list[str]) -> None:
+def write_manifest(sweep: Sweep) -> None:
     """The sweep's own record: its command, config and every point, for resume and reports;
     the sweep's first write, so an out dir that cannot be written is bad input here."""
     manifest = {
         "experiment": sweep.experiment.name,
         "sweep": sweep.id,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": shlex.join(["python", "-m", "harness", *argv]),
+        "command": sweep.command,
         "overrides": sweep.overrides,
         "hydra_overrides": sweep.hydra_overrides,
         "experiment_config": sweep.experiment.config,

@@ -61,6 +61,7 @@ def resumed(
     values = config_values(cfg)
     experiment_ = Experiment.load(values["experiment"])
     sweep = sweep_of(cfg, experiment_, [])
+    sweep.command = manifest.get("command")
     scheduled = set(still_scheduled(manifest))
     if scheduled:
         print(f"{len(scheduled)} points are still queued or running on SLURM: left to it")

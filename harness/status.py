@@ -6,6 +6,7 @@ running while SLURM queues or runs its task; killed when SLURM let it go without
 no launch of it is on record (an interrupted local sweep: resume it).
 """
 
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -23,12 +24,33 @@ def status(sweep_id: str, out: str = "outputs") -> int:
     manifest = store.read_manifest(results, experiment, sweep_id)
     if manifest is None:
         raise BadInput(f"sweep {sweep_id} has no readable manifest ({store.MANIFEST}) in {results}")
+    if compact_if_finished(results, experiment, sweep_id, manifest):
+        print(f"sweep {sweep_id} has ended: its files are compacted into one")
     rows = store.as_planned(store.read(results, experiment, sweep_id), manifest, results)
     table = point_states(manifest, rows)
     print(f"sweep {sweep_id} ({experiment}): {manifest.get('command', '')}")
     print(table.to_markdown(index=False))
     print(", ".join(f"{n} {state}" for state, n in table["state"].value_counts().items()))
     return 0
+
+
+def compact_if_finished(results: Path, experiment: str, sweep: str, manifest: dict | None) -> bool:
+    """Compact a sweep whose points have all ended (each has rows, and SLURM runs none of them)
+    and that is not compacted yet, so that reading it is one file; whether it compacted now.
+    A sweep with points still to come (or without a manifest) is left as it is."""
+    if manifest is None or len(store.result_files(results, experiment, sweep)) <= 1:
+        return False
+    landed = store.jobs_with_rows(results, experiment, sweep)
+    if any(point["job"] not in landed for point in manifest["points"]):
+        return False
+    if still_scheduled(manifest):
+        return False
+    try:
+        _, absorbed = store.compact(results, experiment, sweep)
+    except OSError as error:  # read-only, full: reading it file by file still works
+        print(f"warning: could not compact sweep {sweep}: {error}", file=sys.stderr)
+        return False
+    return bool(absorbed)
 
 
 def find_experiment(results: Path, sweep_id: str) -> str:
@@ -46,25 +68,30 @@ def still_scheduled(manifest: dict) -> list[int]:
 
 def point_states(manifest: dict, rows: pd.DataFrame) -> pd.DataFrame:
     """One line per point of the manifest: job, its grid values, state, detail."""
-    landed = {} if rows.empty else {job: part for job, part in rows.groupby("job")}
+    landed = _landed(rows)
     scheduled = _scheduled(manifest)
     lines = []
     for point in manifest["points"]:
         job = point["job"]
         state, detail = scheduled.get(job, ("not run", ""))
         if job in landed and not state.startswith(("pending", "running")):
-            state, detail = _landed(landed[job])
+            state, detail = landed[job]
         grid_values = " ".join(point["overrides"]) or "(the only point)"
         lines.append({"job": job, "point": grid_values, "state": state, "detail": detail})
     return pd.DataFrame(lines, columns=["job", "point", "state", "detail"])
 
 
-def _landed(rows: pd.DataFrame) -> tuple[str, str]:
-    bad = rows[rows["status"] != "ok"]
-    if bad.empty:
-        return "ok", ""
-    first = bad.iloc[0]
-    return first["status"], "" if pd.isna(first.get("error")) else str(first["error"])
+def _landed(rows: pd.DataFrame) -> dict[int, tuple[str, str]]:
+    """job -> (state, detail) of each job with rows: ok, or its first other row's status and
+    error."""
+    if rows.empty:
+        return {}
+    states = dict.fromkeys(rows["job"].tolist(), ("ok", ""))
+    bad = rows[rows["status"] != "ok"].drop_duplicates("job")
+    errors = bad["error"] if "error" in bad else pd.Series(None, index=bad.index)
+    for job, status, error in zip(bad["job"], bad["status"], errors, strict=True):
+        states[job] = (status, "" if pd.isna(error) else str(error))
+    return states
 
 
 def _scheduled(manifest: dict) -> dict[int, tuple[str, str]]:

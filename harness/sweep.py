@@ -7,6 +7,7 @@ points to the Hydra launcher the config names (harness.launch), and prints the s
 and claims (harness.summary).
 """
 
+import shlex
 import signal
 import sys
 import time
@@ -15,6 +16,7 @@ from contextlib import contextmanager
 
 from hydra import initialize_config_dir
 
+from harness import store
 from harness.config import (
     CONF,
     check_harness_keys,
@@ -29,6 +31,7 @@ from harness.launch import launch, prepare_launcher
 from harness.launchers import SlurmLauncher
 from harness.plan import discard, new_sweep_id, plan, write_manifest
 from harness.resume import resumed
+from harness.status import compact_if_finished
 from harness.summary import report, resume_command, status_command
 
 
@@ -45,13 +48,15 @@ def run(argv: list[str]) -> int:
         resume = next((o.value() for o in overrides if o.get_key_element() == "resume"), None)
         if resume:
             sweep, cfg = resumed(overrides, experiment, str(resume), config_dirs)
-            launcher = prepare_launcher(cfg)
+            launcher = prepare_launcher(cfg, sweep.command)
         else:
+            command = shlex.join(["python", "-m", "harness", *argv])
             fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
             cfg = compose_config([*fixed, f"sweep_id={new_sweep_id()}"], experiment, config_dirs)
-            launcher = prepare_launcher(cfg)
+            launcher = prepare_launcher(cfg, command)
             sweep = plan(cfg, [o for o in overrides if o.is_sweep_override()])
-            write_manifest(sweep, argv)
+            sweep.command = command
+            write_manifest(sweep)
         sweep.config_dirs = config_dirs
         print(f"sweep {sweep.id}: {experiment}, {len(sweep.points)} points to run", flush=True)
         started = time.perf_counter()
@@ -80,7 +85,10 @@ def run(argv: list[str]) -> int:
     if not ended:
         print(f"sweep {sweep.id}: follow it with: {status_command(sweep)}")
         return 0
-    return report(sweep, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    manifest = store.read_manifest(sweep.results, experiment, sweep.id)
+    compact_if_finished(sweep.results, experiment, sweep.id, manifest)  # reports read one file
+    return report(sweep, seconds)
 
 
 class Terminated(KeyboardInterrupt):

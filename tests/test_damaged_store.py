@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from sweeps import own_file
 
 from harness import store
 
@@ -27,7 +28,7 @@ def swept(harness):
 def test_every_command_names_a_damaged_job_file_and_resume_reruns_its_point(
     harness, analysis, swept
 ):
-    bad = store.job_file(harness.results, "exp014_tiled", swept, 1)
+    bad = own_file(harness.results, "exp014_tiled", swept, 1)
     bad.write_bytes(os.urandom(bad.stat().st_size))
 
     def named_once(stderr: str) -> bool:
@@ -91,7 +92,7 @@ def test_status_into_a_closed_pipe_exits_quietly(harness, swept):
 
 
 def test_rows_that_are_not_the_planned_point_count_as_not_run_until_rerun(harness, swept):
-    path = store.job_file(harness.results, "exp014_tiled", swept, 0)
+    path = own_file(harness.results, "exp014_tiled", swept, 0)
     row = pq.read_table(path).to_pylist()[0] | {"config_hash": "0123456789abcdef"}
     store.write_rows(path, [row])  # as if copied from another sweep
     shown = harness("status", swept)

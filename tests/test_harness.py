@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 from probes import arrivals, await_arrivals
+from sweeps import own_file
 
 from harness import store
 from harness.cli import main
@@ -120,7 +121,7 @@ def test_resume_runs_only_the_points_without_an_ok_row(harness):
     sweep = only_sweep(harness.results)
     folder = store.sweep_dir(harness.results, "exp014_tiled", sweep)
     first = store.read(harness.results)
-    (folder / "job-000001.parquet").unlink()
+    own_file(harness.results, "exp014_tiled", sweep, 1).unlink()
     store.write_rows(folder / "job-000002.parquet", [{"job": 2, "status": "failed", "error": "x"}])
     result = harness("+experiment=exp014_tiled", f"resume={sweep}")
     assert result.returncode == 0, result.stderr
@@ -273,7 +274,7 @@ def test_resume_keeps_the_sweeps_launcher_settings(harness):
     first = harness("+experiment=exp014_tiled", "length=64,96", "block=16", *launcher)
     assert first.returncode == 0, first.stderr
     sweep = only_sweep(harness.results)
-    (store.sweep_dir(harness.results, "exp014_tiled", sweep) / "job-000001.parquet").unlink()
+    own_file(harness.results, "exp014_tiled", sweep, 1).unlink()
     result = harness("+experiment=exp014_tiled", f"resume={sweep}")
     assert result.returncode == 0, result.stderr
     (rerun,) = store.read(harness.results).query("job == 1")["run_dir"]
@@ -287,7 +288,7 @@ def test_a_users_own_experiment_runs_and_resumes_through_config_dir(probe, gate)
     (sweep,) = store.sweeps(probe.results, "rendezvous")
     manifest = store.read_manifest(probe.results, "rendezvous", sweep)
     assert manifest["command"].startswith("python -m harness --config-dir ")
-    store.job_file(probe.results, "rendezvous", sweep, 1).unlink()
+    own_file(probe.results, "rendezvous", sweep, 1).unlink()
     resumed = probe(f"resume={sweep}")
     assert resumed.returncode == 0, resumed.stderr
     assert "1 points to run" in resumed.stdout

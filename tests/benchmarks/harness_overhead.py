@@ -1,7 +1,8 @@
 """What the harness costs: `python -m harness +experiment=exp014_tiled` against a bare script.
 
 Both start a fresh interpreter and compute the same nine points (length 128, 512, 1024 x
-block 64, 128, 256); the bare script calls experiments.tiled.run in a loop and prints. They
+block 64, 128, 256); the bare script calls experiments.tiled.run in a loop and writes the rows
+to one Parquet file. They
 run alternately, REPEATS times each, in scratch directories; the medians and their ratio are
 printed. Run: python tests/benchmarks/harness_overhead.py [REPEATS]
 """
@@ -13,10 +14,15 @@ import tempfile
 import time
 
 BARE = """
+import pyarrow as pa
+import pyarrow.parquet as pq
 from experiments.tiled import run
+rows = []
 for length in (128, 512, 1024):
     for block in (64, 128, 256):
-        print(length, block, run(length=length, block=block)[0]["max_abs_diff"])
+        point = dict(length=length, block=block)
+        rows += [{**point, **row} for row in run(**point)]
+pq.write_table(pa.Table.from_pylist(rows), "rows.parquet")
 """
 
 

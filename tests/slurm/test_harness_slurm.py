@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from probes import arrivals
 from slurm_testing import SlurmCluster, skip_module_unless_available, wait_for
+from sweeps import own_file
 
 from harness import store
 
@@ -160,7 +161,7 @@ def test_resume_resubmits_only_the_points_without_an_ok_row(sweep):
     assert sweep("length=64,80", "block=16,32").returncode == 0
     sweep_ = sweep_id(sweep.results)
     folder = store.sweep_dir(sweep.results, "exp014_tiled", sweep_)
-    (folder / "job-000001.parquet").unlink()
+    own_file(sweep.results, "exp014_tiled", sweep_, 1).unlink()
     store.write_rows(folder / "job-000003.parquet", [{"job": 3, "status": "failed"}])
     result = sweep(f"resume={sweep_}")
     assert result.returncode == 0, result.stderr

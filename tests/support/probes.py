@@ -43,3 +43,8 @@ def await_arrivals(folder: Path, count: int, timeout_s: float = 120.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"{len(arrivals(folder))} of {count} points arrived in {folder}")
         time.sleep(0.05)
+
+
+def sized(*, width: int, point: int = 0) -> list[dict]:
+    """One row from a config that chooses a config group (size: small or large)."""
+    return [{"area": width * point}]
