@@ -123,6 +123,11 @@ def one_line(error: BaseException) -> str:
     return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
+def with_type(error: BaseException) -> str:
+    """An exception as one line, its type first."""
+    return f"{type(error).__name__}: {one_line(error)}"
+
+
 def config_values(cfg: DictConfig) -> dict:
     """The config's own keys (not Hydra's), resolved, as plain Python values."""
     own = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from submitit.core.utils import FailedJobError, UncompletedJobError
 
 from harness import store
-from harness.experiment import BadInput, config_hash, one_line
+from harness.experiment import BadInput, config_hash, with_type
 from harness.hydra_internals import hydra_context, is_basic_launcher
 from harness.inprocess import InProcess
 from harness.job import Job
@@ -28,6 +28,7 @@ from harness.launchers import (
     SubmititSweepLauncher,
     check_fits,
     check_settings,
+    returned,
     wait,
 )
 
@@ -51,20 +52,21 @@ def launch(cfg: DictConfig, sweep, launcher) -> bool:
         return True
     if isinstance(launcher, SlurmLauncher):
         try:
-            handles = launcher.submit(overrides, list(points))
+            placed = launcher.submit(overrides, list(points))
         except (FailedJobError, OSError) as error:
             said = [line for line in str(error).splitlines() if line.strip()] or [repr(error)]
             raise BadInput(f"cannot submit to SLURM: {said[-1].strip()}") from None
-        record_launch(sweep, launcher, handles)
-        arrays = sorted({handle.job_id.split("_")[0] for handle in handles})
+        record_launch(sweep, launcher, placed)
+        arrays = sorted({handle.job_id.split("_")[0] for handle, _ in placed.values()})
         print(f"submitted as SLURM job {', '.join(arrays)}", flush=True)
         if not cfg.wait:
             return False
-        ended = wait(dict(zip(points, handles, strict=True)))
+        ended = wait({job: handle for job, (handle, _) in placed.items()})
     else:
+        placed = {job: (None, 0) for job in points}  # a process per point here
         ended = launcher.run(overrides, list(points))
     for job, handle, lost in ended:
-        finish(sweep, points[job], outcome(handle, lost), progress)
+        finish(sweep, points[job], outcome(handle, lost, placed[job][1]), progress)
     return True
 
 
@@ -119,20 +121,13 @@ def job_overrides(sweep, point) -> list[str]:
     ]
 
 
-def returned(result) -> dict:
-    """A Hydra JobReturn as a point summary; an exception in it is the harness's."""
-    try:
-        return result.return_value
-    except Exception as error:
-        return {"status": "failed", "error": f"harness error: {with_type(error)}"}
-
-
-def outcome(handle, lost: str | None) -> dict:
-    """A submitit job's point summary: what its JobReturn says, or why it has none."""
+def outcome(handle, lost: str | None, position: int) -> dict:
+    """The summary of the point at `position` in a submitit job's pack: what the job returned
+    for it, or why it returned nothing."""
     if lost:
         return {"status": "killed", "error": lost}
     try:
-        return returned(handle.result())
+        return handle.result()[position]
     except UncompletedJobError as error:
         return {"status": "killed", "error": with_type(error)}
     except Exception as error:  # the job's process failed outside the task function
@@ -154,10 +149,12 @@ def finish(sweep, point, summary: dict, progress: "Progress") -> None:
     progress.update(point, summary)
 
 
-def record_launch(sweep, launcher, handles) -> None:
-    """Note in the manifest which SLURM job (array task) runs which point, for status."""
+def record_launch(sweep, launcher, placed: dict) -> None:
+    """Note in the manifest which SLURM job (array task) runs which points, for status."""
     manifest = store.read_manifest(sweep.results, sweep.experiment.name, sweep.id)
-    tasks = {handle.job_id: point.job for handle, point in zip(handles, sweep.points, strict=True)}
+    tasks: dict[str, list[int]] = {}
+    for job, (handle, _) in placed.items():
+        tasks.setdefault(handle.job_id, []).append(job)
     manifest.setdefault("launches", []).append(
         {
             "at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -166,11 +163,6 @@ def record_launch(sweep, launcher, handles) -> None:
         }
     )
     store.write_manifest(sweep.results, manifest)
-
-
-def with_type(error: BaseException) -> str:
-    """An exception as one line, its type first."""
-    return f"{type(error).__name__}: {one_line(error)}"
 
 
 class Progress:

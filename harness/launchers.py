@@ -21,9 +21,13 @@ from pathlib import Path
 
 import submitit
 from hydra.core.singleton import Singleton
+from hydra.core.utils import setup_globals
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 from omegaconf import OmegaConf
+
+from harness.experiment import with_type
+from harness.inprocess import InProcess
 
 POLL_S = 0.5
 GRACE_S = 5.0  # how long a job may be gone from the queue before its result file appears
@@ -42,10 +46,12 @@ ALIVE = {
 class SubmititSweepLauncher(BaseSubmititLauncher):
     """A launcher whose jobs carry the sweep's job numbers and can be left to run."""
 
-    def __call__(self, *args, **kwargs):
-        """In the job: as many threads as CPUs it was given (torch's and OpenMP's, for the
-        processes it starts too), then Hydra's job. Points that share a machine with threads
-        for every core each would make each other many times slower."""
+    def __call__(self, pack: list[tuple[list[str], int]], singleton_state: dict) -> list[dict]:
+        """In the job: its GPU, as many threads as CPUs it was given (torch's and OpenMP's, for
+        the processes it starts too: points that share a machine with threads for every core
+        each would make each other many times slower), then the points of its pack (their
+        overrides and job numbers) one after another, as Hydra's basic launcher runs them
+        here (harness.inprocess); their summaries."""
         gpu = os.environ.pop(GPU_ENV, None)
         if gpu is not None:  # before anything here initializes CUDA
             os.environ["CUDA_VISIBLE_DEVICES"] = gpu
@@ -55,7 +61,14 @@ class SubmititSweepLauncher(BaseSubmititLauncher):
 
             os.environ["OMP_NUM_THREADS"] = str(threads)
             torch.set_num_threads(threads)
-        return super().__call__(*args, **kwargs)
+        Singleton.set_state(singleton_state)
+        setup_globals()
+        if not InProcess.suits(self.config):  # Hydra's own job, a composition per point
+            hydras = super().__call__
+            return [returned(hydras(o, "hydra.sweep.dir", n, str(n), singleton_state))
+                    for o, n in pack]  # fmt: skip
+        runner = InProcess(self.config, self.task_function)
+        return [runner.run(overrides, job) for overrides, job in pack]
 
     def job_threads(self) -> int | None:
         """The CPUs a job may use; None: leave torch's default."""
@@ -75,19 +88,23 @@ class SubmititSweepLauncher(BaseSubmititLauncher):
         )
         return executor
 
-    def job_arguments(self, overrides: Sequence[str], job: int) -> tuple:
-        """What each job's __call__ receives: its overrides, dir key, number, id, Hydra state."""
-        return list(overrides), "hydra.sweep.dir", job, f"job_id_for_{job}", Singleton.get_state()
+    @staticmethod
+    def job_arguments(pack: list[tuple[list[str], int]]) -> tuple:
+        """What each job's __call__ receives: its points (overrides, job), Hydra's state."""
+        return [(list(overrides), job) for overrides, job in pack], Singleton.get_state()
 
 
 class SlurmLauncher(SubmititSweepLauncher):
-    """One job array per sweep (several, chained, beyond MaxArraySize); one GPU per task."""
+    """One job array per sweep (several, chained, beyond MaxArraySize); one GPU per task, and
+    points_per_task points run one after another in each task (cheap points: many per task,
+    rather than an interpreter start each)."""
 
     _EXECUTOR = "slurm"
 
-    def __init__(self, **params):
+    def __init__(self, points_per_task: int = 1, **params):
         for key in ("partition", "account"):
             params[key] = self.default(params, key)
+        self.points_per_task = points_per_task
         super().__init__(**params)
 
     @staticmethod
@@ -98,18 +115,27 @@ class SlurmLauncher(SubmititSweepLauncher):
     def job_threads(self) -> int | None:
         return int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) or super().job_threads()
 
-    def submit(self, job_overrides: list[list[str]], jobs: list[int]) -> list[submitit.Job]:
+    def submit(
+        self, job_overrides: list[list[str]], jobs: list[int]
+    ) -> dict[int, tuple[submitit.Job, int]]:
+        """Submit the points, points_per_task to an array task; each job's task and its
+        position in that task's pack."""
         executor, size = self.executor(), max_array_size()
+        pairs = list(zip(job_overrides, jobs, strict=True))
+        each = self.points_per_task
+        packs = [pairs[i : i + each] for i in range(0, len(pairs), each)]
         submitted: list[submitit.Job] = []
-        for start in range(0, len(jobs), size):
+        for start in range(0, len(packs), size):
             if submitted:  # the next array starts when the previous one has ended
                 dependency = f"afterany:{submitted[-1].job_id.split('_')[0]}"
                 executor.update_parameters(slurm_dependency=dependency)
-            chunk = slice(start, start + size)
-            pairs = zip(job_overrides[chunk], jobs[chunk], strict=True)
-            arguments = [self.job_arguments(overrides, job) for overrides, job in pairs]
+            arguments = [self.job_arguments(pack) for pack in packs[start : start + size]]
             submitted += executor.map_array(self, *zip(*arguments, strict=True))
-        return submitted
+        return {
+            job: (handle, position)
+            for handle, pack in zip(submitted, packs, strict=True)
+            for position, (_, job) in enumerate(pack)
+        }
 
 
 class LocalLauncher(SubmititSweepLauncher):
@@ -155,7 +181,7 @@ class LocalLauncher(SubmititSweepLauncher):
                     job, overrides = waiting.pop(0)
                     gpu = free.pop(0) if self.gpus else None
                     with _output_to(self.controller_log()), _environment(GPU_ENV, gpu):
-                        handle = executor.submit(self, *self.job_arguments(overrides, job))
+                        handle = executor.submit(self, *self.job_arguments([(overrides, job)]))
                     running[job] = handle, gpu
                 done = [job for job, (handle, _) in running.items() if handle.done()]
                 for job in done:
@@ -212,7 +238,8 @@ def _output_to(path: Path) -> Iterator[None]:
 
 # What each launcher setting may be: a positive integer, a count (0 or more), a positive number,
 # each also null where the preset allows it.
-POSITIVE_INT = ("max_parallel", "array_parallelism", "tasks_per_node", "nodes", "timeout_min")
+POSITIVE_INT = ("max_parallel", "array_parallelism", "tasks_per_node", "nodes", "timeout_min",
+                "points_per_task")  # fmt: skip
 COUNT = ("signal_delay_s", "max_num_timeout")
 OPTIONAL_POSITIVE_INT = ("cpus_per_task",)
 OPTIONAL_COUNT = ("gpus_per_node",)
@@ -242,6 +269,14 @@ def check_settings(settings: dict) -> None:
         if unknown or len(set(gpus)) != len(gpus):
             said = ", ".join(f"{i} ({gpu})" for i, gpu in enumerate(shown)) or "none"
             raise ValueError(f"gpus {gpus} are not distinct GPUs of the ones visible here: {said}")
+
+
+def returned(result) -> dict:
+    """A Hydra JobReturn as a point summary; an exception in it is the harness's."""
+    try:
+        return result.return_value
+    except Exception as error:
+        return {"status": "failed", "error": f"harness error: {with_type(error)}"}
 
 
 def wait(handles: dict[int, submitit.Job]) -> Iterator[tuple[int, submitit.Job, str | None]]:

@@ -68,13 +68,15 @@ def still_scheduled(manifest: dict) -> list[int]:
 
 def point_states(manifest: dict, rows: pd.DataFrame) -> pd.DataFrame:
     """One line per point of the manifest: job, its grid values, state, detail."""
-    landed = _landed(rows)
-    scheduled = _scheduled(manifest)
+    landed, scheduled = _landed(rows), _scheduled(manifest)
+    packed = {job for job, task in _tasks(manifest).items() if len(task[2]) > 1}
     lines = []
     for point in manifest["points"]:
         job = point["job"]
         state, detail = scheduled.get(job, ("not run", ""))
-        if job in landed and not state.startswith(("pending", "running")):
+        # A point's rows tell its state once its task ends, or once it is done within a task
+        # that runs other points after it (points_per_task).
+        if job in landed and (job in packed or not state.startswith(("pending", "running"))):
             state, detail = landed[job]
         grid_values = " ".join(point["overrides"]) or "(the only point)"
         lines.append({"job": job, "point": grid_values, "state": state, "detail": detail})
@@ -94,13 +96,21 @@ def _landed(rows: pd.DataFrame) -> dict[int, tuple[str, str]]:
     return states
 
 
+def _tasks(manifest: dict) -> dict[int, tuple[str, str, list[int]]]:
+    """job -> (SLURM task, submitit folder, the jobs of that task) by its latest launch."""
+    placed = {}
+    for launch in manifest.get("launches", []):
+        for task, jobs in launch["slurm_tasks"].items():
+            jobs = jobs if isinstance(jobs, list) else [jobs]  # older manifests: one job
+            placed |= {job: (task, launch["submitit_folder"], jobs) for job in jobs}
+    return placed
+
+
 def _scheduled(manifest: dict) -> dict[int, tuple[str, str]]:
     """job -> (state, detail) for the points of the latest SLURM launch of each of them."""
-    tasks, folders = {}, {}
-    for launch in manifest.get("launches", []):
-        for task, job in launch["slurm_tasks"].items():
-            tasks[job] = task
-            folders[job] = launch["submitit_folder"]
+    placed = _tasks(manifest)
+    tasks = {job: task for job, (task, _, _) in placed.items()}
+    folders = {job: folder for job, (_, folder, _) in placed.items()}
     if not tasks:
         return {}
     states = slurm_states({task.split("_")[0] for task in tasks.values()})

@@ -278,7 +278,8 @@ def test_resume_keeps_the_sweeps_launcher_settings(harness):
     result = harness("+experiment=exp014_tiled", f"resume={sweep}")
     assert result.returncode == 0, result.stderr
     (rerun,) = store.read(harness.results).query("job == 1")["run_dir"]
-    hydra_config = (harness.cwd / rerun / ".hydra" / "hydra.yaml").read_text()
+    # Hydra's config of the run that ran the point, beside the sweep's job folders
+    hydra_config = (harness.cwd / rerun).parent.joinpath(".hydra", "hydra.yaml").read_text()
     assert "harness.launchers.LocalLauncher" in hydra_config and "max_parallel: 1" in hydra_config
 
 

@@ -2,8 +2,9 @@
 composes for it (load_sweep_config, then the job's id and number), for every experiment's seeded
 grid and for a config-group override; and its run folder holds what Hydra's would."""
 
+from pathlib import Path
+
 import pytest
-from conftest import SUPPORT
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf, open_dict
@@ -13,6 +14,7 @@ from harness.inprocess import InProcess
 from harness.launch import job_overrides
 from harness.plan import plan
 
+SUPPORT = Path(__file__).resolve().parent / "support"  # the probe experiments
 EXPERIMENTS = available_experiments()
 SAMPLE = 7  # points per experiment, spread over its grid
 

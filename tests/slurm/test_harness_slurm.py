@@ -73,6 +73,37 @@ def test_the_tiled_sweep_is_one_job_array_with_a_gpu_per_task(sweep):
     print(f"\n6-point job array, submit to rows read back: {seconds:.1f} s")
 
 
+def test_points_per_task_runs_several_points_in_each_array_task(sweep):
+    result = sweep("length=64,96,128", "block=16,32,48", "hydra.launcher.points_per_task=4")
+    assert result.returncode == 0, result.stderr + result.stdout
+    rows = store.read(sweep.results).sort_values("job")
+    assert rows["job"].tolist() == list(range(9)) and set(rows["status"]) == {"ok"}
+    assert rows["slurm_array_task_id"].tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 2]
+    sweep_ = sweep_id(sweep.results)
+    (launch,) = store.read_manifest(sweep.results, "exp014_tiled", sweep_)["launches"]
+    assert sorted(launch["slurm_tasks"].values()) == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
+    assert "9 ok" in status(sweep, sweep_)
+    runs = sweep.cwd / "outputs" / "runs" / "exp014_tiled" / sweep_
+    assert all((runs / f"job-{job}" / ".hydra" / "config.yaml").is_file() for job in range(9))
+
+
+def test_a_cancelled_pack_keeps_the_rows_of_the_points_it_finished(cluster, probe, gate):
+    # One task runs points 0, 1 and 2: point 0 ends, point 1 waits for "open", which never comes.
+    args = ["point=0,1,2", f"folder={gate}", "release=open", "hold=1", "timeout_s=300", *SLURM,
+            "hydra.launcher.points_per_task=3"]  # fmt: skip
+    waiting = probe.start(*args, env=environment(cluster))
+    wait_for(lambda: len(arrivals(gate)) == 2, 120, "point 1 to arrive")
+    (sweep_,) = store.sweeps(probe.results, "rendezvous")
+    shown = status(probe, sweep_)  # point 0's row is there, while its task runs point 1
+    assert "| ok" in shown and "| running" in shown, shown
+    cluster.run("scancel", wait_for(lambda: _running_task(cluster), 60, "the task to run"))
+    output, _ = waiting.communicate(timeout=120)
+    assert waiting.returncode == 1, output
+    rows = store.read(probe.results).set_index("job").sort_index()
+    assert rows["status"].tolist() == ["ok", "killed", "killed"]
+    assert "cancelled" in rows.loc[1, "error"].lower()
+
+
 def test_wait_false_returns_at_submission_and_status_follows_it_to_the_end(
     cluster, probe, analysis, gate
 ):
@@ -167,7 +198,7 @@ def test_resume_resubmits_only_the_points_without_an_ok_row(sweep):
     assert result.returncode == 0, result.stderr
     assert "2 points to run" in result.stdout
     manifest = store.read_manifest(sweep.results, "exp014_tiled", sweep_)
-    assert sorted(manifest["launches"][-1]["slurm_tasks"].values()) == [1, 3]
+    assert sorted(manifest["launches"][-1]["slurm_tasks"].values()) == [[1], [3]]
     rows = store.read(sweep.results).sort_values("job")
     assert rows["job"].tolist() == [0, 1, 2, 3] and set(rows["status"]) == {"ok"}
 
