@@ -28,7 +28,7 @@ from hydra.core.utils import configure_log
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from harness import store
-from harness.experiment import config_values
+from harness.experiment import config_values, with_type
 
 UNSET = object()
 DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -89,7 +89,7 @@ class InProcess:
             self._save(cfg, values, run_dir)
             return self.task_function.run(values, str(run_dir.absolute()))
         except Exception as error:
-            return {"status": "failed", "error": f"harness error: {type(error).__name__}: {error}"}
+            return {"status": "failed", "error": f"harness error: {with_type(error)}"}
         finally:
             _flush_logs()
 
