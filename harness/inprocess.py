@@ -17,13 +17,14 @@ deletes a key, or sets one the config lacks, is composed by Hydra for that point
 """
 
 import logging
+import re
 from pathlib import Path
 
 import yaml
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override, OverrideType
+from hydra.core.override_parser.types import Override, OverrideType, ValueType
 from hydra.core.utils import configure_log
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
@@ -31,6 +32,8 @@ from harness import store
 from harness.experiment import config_values, with_type
 
 UNSET = object()
+PLACE = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")  # an interpolation of a plain key: ${sweep_id}
+INTEGER = re.compile(r"([A-Za-z_][\w.]*)=(-?(?:0|[1-9][0-9]*))")  # as Hydra's grammar reads it
 DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
@@ -44,8 +47,8 @@ class InProcess:
         self.parsed: dict[str, Override] = {}
         self.groups = set(cfg.hydra.runtime.choices)  # the config groups its defaults choose
         self.composed: dict[tuple, DictConfig] = {}
-        self.uses_hydra_resolver: dict[int, bool] = {}
         self.log_dir: Path | None = None
+        self.files: list[logging.FileHandler] = []  # the job log's files
         self.saved_hydra = False
 
     @staticmethod
@@ -56,46 +59,59 @@ class InProcess:
 
     def config(self, overrides: list[str], job: int) -> DictConfig:
         """The config that Hydra's BasicLauncher composes for this job."""
+        return self.prepare(overrides, job).cfg
+
+    def prepare(self, overrides: list[str], job: int) -> "Shape":
+        """The job's config, as the Shape that holds it: composed by Hydra for the first job of
+        its shape; for the next ones, only the lines that differ from the last job's are set."""
         parsed = [self._parse(line) for line in overrides]
-        shape = tuple(o.key_or_group if self._settable(o) else o.input_line for o in parsed)
-        cfg = self.composed.get(shape)
-        if cfg is None:
+        key = tuple(o.key_or_group if self._settable(o) else o.input_line for o in parsed)
+        shape = self.composed.get(key)
+        if shape is None:
             cfg = self.loader.load_sweep_config(self.master, overrides)
-            if all(self._settable(o, cfg) for o in parsed if o.key_or_group in shape):
-                self.composed[shape] = cfg  # later points of this shape only set values on it
+            shape = Shape(cfg, parsed)
+            if all(self._settable(o, cfg) for o in parsed if o.key_or_group in key):
+                self.composed[key] = shape  # later jobs of this shape set values on it
         else:
-            with read_write(cfg), open_dict(cfg):
-                for override in parsed:
-                    if override.key_or_group in shape:
-                        OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
-                cfg.hydra.overrides.task = [o.input_line for o in parsed]
-                cfg.hydra.job.override_dirname = _override_dirname(cfg, parsed)
-        with read_write(cfg.hydra), open_dict(cfg.hydra):
-            cfg.hydra.job.id = cfg.hydra.job.num = job
-        return cfg
+            shape.set(parsed)
+        with read_write(shape.cfg.hydra), open_dict(shape.cfg.hydra):
+            shape.cfg.hydra.job.id = shape.cfg.hydra.job.num = job
+        return shape
 
     def run(self, overrides: list[str], job: int) -> dict:
         """Run one job as Hydra's run_job would; its summary (a failed one for an exception
         outside the experiment, which the job itself turns into a row)."""
         try:
-            cfg = self.config(overrides, job)
-            run_dir = Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
-            with read_write(cfg.hydra), open_dict(cfg.hydra):
-                cfg.hydra.runtime.output_dir = str(run_dir.absolute())
-            if self._uses_hydra_resolver(cfg):
+            shape = self.prepare(overrides, job)
+            cfg, run_dir = shape.cfg, shape.run_dir()
+            if self.log_dir is None or shape.hydra_resolver:  # what reads the output dir
+                with read_write(cfg.hydra), open_dict(cfg.hydra):
+                    cfg.hydra.runtime.output_dir = str(run_dir)
+            if shape.hydra_resolver:
                 HydraConfig.instance().set_config(cfg)
             self._log_to(cfg, run_dir)
-            values = config_values(cfg)
-            self._save(cfg, values, run_dir)
-            return self.task_function.run(values, str(run_dir.absolute()))
+            self._save(cfg, shape.values, overrides, run_dir)
+            return self.task_function.run(shape.values, str(run_dir))
         except Exception as error:
             return {"status": "failed", "error": f"harness error: {with_type(error)}"}
         finally:
-            _flush_logs()
+            for handler in self.files:
+                handler.flush()
 
     def _parse(self, line: str) -> Override:
+        """A job's override line as Hydra parses it. A key set to an integer (job=17, and a
+        grid's integers), the most common line and a new one for every job, is read here:
+        what Hydra's grammar makes of it is that integer."""
         if line not in self.parsed:
-            (self.parsed[line],) = self.parser.parse_overrides([line])
+            whole = INTEGER.fullmatch(line)
+            if whole:
+                key, value = whole[1], int(whole[2])
+                self.parsed[line] = Override(
+                    type=OverrideType.CHANGE, key_or_group=key, value_type=ValueType.ELEMENT,
+                    _value=value, input_line=line,
+                )  # fmt: skip
+            else:
+                (self.parsed[line],) = self.parser.parse_overrides([line])
         return self.parsed[line]
 
     def _settable(self, override: Override, cfg: DictConfig | None = None) -> bool:
@@ -107,55 +123,103 @@ class InProcess:
             return False
         return cfg is None or OmegaConf.select(cfg, key, default=UNSET) is not UNSET
 
-    def _uses_hydra_resolver(self, cfg: DictConfig) -> bool:
-        """Whether the job's config reads Hydra's state through ${hydra:...}, which needs
-        HydraConfig set for each job (as Hydra sets it)."""
-        if id(cfg) not in self.uses_hydra_resolver:
-            task = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
-            self.uses_hydra_resolver[id(cfg)] = "${hydra:" in OmegaConf.to_yaml(task)
-        return self.uses_hydra_resolver[id(cfg)]
-
     def _log_to(self, cfg: DictConfig, run_dir: Path) -> None:
         """The job's log in its run folder: Hydra's job logging, configured for the first job,
         its files moved to each next job's folder."""
-        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)  # _save's folder too
         if self.log_dir is None:
             configure_log(cfg.hydra.job_logging, cfg.hydra.verbose)
+            self.files = [h for h in _file_handlers() if Path(h.baseFilename).parent == run_dir]
         else:
-            for handler in _file_handlers():
-                path = Path(handler.baseFilename)
-                if path.parent == self.log_dir:
-                    handler.close()  # reopened, in the new folder, by its next record
-                    handler.baseFilename = str(run_dir.absolute() / path.name)
-                    Path(handler.baseFilename).touch()
-        self.log_dir = run_dir.absolute()
+            for handler in self.files:
+                handler.close()  # reopened, in the new folder, by its next record
+                handler.baseFilename = str(run_dir / Path(handler.baseFilename).name)
+                Path(handler.baseFilename).touch()
+        self.log_dir = run_dir
 
-    def _save(self, cfg: DictConfig, values: dict, run_dir: Path) -> None:
+    def _save(self, cfg: DictConfig, values: dict, overrides: list[str], run_dir: Path) -> None:
         """The job's config (resolved, as it ran) and overrides; Hydra's config once per sweep."""
-        folder = run_dir / str(cfg.hydra.output_subdir or ".hydra")
-        folder.mkdir(exist_ok=True)
+        folder = run_dir / ".hydra"
         (folder / "config.yaml").write_text(yaml.dump(values, Dumper=DUMPER, sort_keys=False))
-        task = list(cfg.hydra.overrides.task)
-        (folder / "overrides.yaml").write_text(yaml.dump(task, Dumper=DUMPER))
+        (folder / "overrides.yaml").write_text(yaml.dump(list(overrides), Dumper=DUMPER))
         if not self.saved_hydra:  # this run's: a resume may have changed the launcher
             shared = run_dir.parent / folder.name / "hydra.yaml"
             store.write_text(shared, OmegaConf.to_yaml(OmegaConf.masked_copy(cfg, "hydra")))
             self.saved_hydra = True
 
 
-def _override_dirname(cfg: DictConfig, overrides: list[Override]) -> str:
-    """hydra.job.override_dirname as Hydra computes it from a job's overrides."""
-    settings = cfg.hydra.job.config.override_dirname
-    lines = sorted(o.input_line for o in overrides if o.key_or_group not in settings.exclude_keys)
-    return settings.item_sep.join(lines).replace("=", settings.kv_sep)
+class Shape:
+    """A config Hydra composed for a job, and the lines and resolved values of the last job set
+    on it. When the job's own config (all but Hydra's node) has no interpolation, a job's values
+    are the last job's with its changed plain values set, without resolving the config again."""
+
+    def __init__(self, cfg: DictConfig, parsed: list[Override]):
+        self.cfg, self.parsed = cfg, list(parsed)
+        settings = cfg.hydra.job.config.override_dirname
+        self.dirname = (set(settings.exclude_keys), settings.item_sep, settings.kv_sep)
+        task = OmegaConf.to_yaml(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]))
+        self.hydra_resolver = "${hydra:" in task  # needs HydraConfig set for each job
+        self.interpolated = "${" in task
+        self.values = config_values(cfg)
+        raw = OmegaConf.to_container(cfg.hydra.sweep, resolve=False)
+        self.dirs = {name: raw[name] for name in ("dir", "subdir")}
+
+    def set(self, parsed: list[Override]) -> None:
+        """The job's lines on the config: those that differ from the last job's."""
+        changed = [
+            (i, o) for i, o in enumerate(parsed) if o.input_line != self.parsed[i].input_line
+        ]
+        cfg = self.cfg
+        with read_write(cfg), open_dict(cfg):
+            for i, override in changed:
+                OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
+                cfg.hydra.overrides.task[i] = override.input_line
+                self.parsed[i] = override
+            excluded, item_sep, kv_sep = self.dirname
+            lines = sorted(o.input_line for o in parsed if o.key_or_group not in excluded)
+            cfg.hydra.job.override_dirname = item_sep.join(lines).replace("=", kv_sep)
+        scalars = all(isinstance(o.value(), int | float | str | bool) for _, o in changed)
+        if self.interpolated or not scalars:
+            self.values = config_values(cfg)
+            return
+        self.values = dict(self.values)
+        for _, override in changed:
+            _set_path(self.values, override.key_or_group.split("."), override.value())
+
+    def run_dir(self) -> Path:
+        """hydra.sweep.dir / hydra.sweep.subdir, absolute, as Hydra's run_job makes it: the
+        interpolations of the job's own keys filled from its values (the job's config has none
+        of its own), others resolved by OmegaConf."""
+        parts = [self._resolved(name, text) for name, text in self.dirs.items()]
+        return (Path(parts[0]) / parts[1]).absolute()
+
+    def _resolved(self, name: str, text: str) -> str:
+        if not self.interpolated:
+            try:
+                filled = PLACE.sub(lambda m: str(_get_path(self.values, m[1].split("."))), text)
+            except (KeyError, TypeError):  # not a key of the job's own: OmegaConf resolves it
+                filled = "${"
+            if "${" not in filled:
+                return filled
+        return str(OmegaConf.select(self.cfg, f"hydra.sweep.{name}"))
+
+
+def _get_path(values: dict, keys: list[str]):
+    for key in keys:
+        values = values[key]
+    if isinstance(values, dict | list):
+        raise TypeError("not a plain value")
+    return values
+
+
+def _set_path(values: dict, keys: list[str], value) -> None:
+    """values[k1][k2]... = value, copying the dicts on the way (the last job's stay intact)."""
+    for key in keys[:-1]:
+        values[key] = values = dict(values[key])
+    values[keys[-1]] = value
 
 
 def _file_handlers() -> list[logging.FileHandler]:
     loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
     handlers = [h for lg in loggers if isinstance(lg, logging.Logger) for h in lg.handlers]
     return [h for h in dict.fromkeys(handlers) if isinstance(h, logging.FileHandler)]
-
-
-def _flush_logs() -> None:
-    for handler in _file_handlers():
-        handler.flush()

@@ -10,6 +10,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf, open_dict
 
 from harness.config import CONF, available_experiments, compose_config
+from harness.experiment import config_values
 from harness.inprocess import InProcess
 from harness.launch import job_overrides
 from harness.plan import plan
@@ -43,8 +44,12 @@ def test_each_jobs_config_is_hydras_own(initialized, name, tmp_path):
     step = max(1, len(sweep.points) // SAMPLE)
     for point in [*sweep.points[::step], sweep.points[0]]:  # back to the first: values reset
         overrides = job_overrides(sweep, point)
-        fast = OmegaConf.to_container(runner.config(overrides, point.job))
+        shape = runner.prepare(overrides, point.job)
+        fast = OmegaConf.to_container(shape.cfg)
         assert fast == hydras_own(initialized, master, overrides, point.job), point.overrides
+        assert shape.values == config_values(shape.cfg), "the values set without resolving"
+        dirs = shape.cfg.hydra.sweep
+        assert shape.run_dir() == (Path(str(dirs.dir)) / str(dirs.subdir)).absolute()
     assert len(runner.composed) == 1, "one composition for the whole grid"
 
 
