@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.stats import mannwhitneyu
 
 from analysis.report import sweep_header
 from harness import store
@@ -250,6 +249,8 @@ def change(a, b) -> str:
         verdict = "slower"
     else:
         return "same"
+    from scipy.stats import mannwhitneyu  # here: importing scipy.stats takes a second
+
     return verdict if mannwhitneyu(a, b, alternative="two-sided").pvalue < ALPHA else "same"
 
 

@@ -1,14 +1,13 @@
 """The command line: a sweep from Hydra overrides, a sweep's status, or its compaction; bad
 input is one line on stderr and exit code 2."""
 
-import os
 import sys
 import time
 from pathlib import Path
 
 from harness import store, sweep
 from harness.describe import usage
-from harness.experiment import BadInput
+from harness.experiment import BadInput, reader_gone
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -27,13 +26,6 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:  # the reader went away (status | head): nothing more to say
         code = reader_gone()
     sys.exit(code)
-
-
-def reader_gone() -> int:
-    """After a BrokenPipeError: stdout to /dev/null, so that exiting flushes nowhere rather than
-    into a second error; the exit code of a process killed by SIGPIPE (141)."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 141
 
 
 def _status(sweep_id: str, out: str) -> int:

@@ -13,6 +13,8 @@ import hashlib
 import importlib
 import inspect
 import json
+import os
+import sys
 import types
 import typing
 from collections.abc import Callable
@@ -166,3 +168,10 @@ def _typed(name: str, value: Any, annotation: Any) -> Any:
 
 def _article(kind: type) -> str:
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[kind]
+
+
+def reader_gone() -> int:
+    """After a BrokenPipeError: stdout to /dev/null, so that exiting flushes nowhere rather than
+    into a second error; the exit code of a process killed by SIGPIPE (141)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141
