@@ -5,27 +5,36 @@ import sys
 import time
 from pathlib import Path
 
-from harness import store, sweep
-from harness.describe import usage
 from harness.experiment import BadInput, reader_gone
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if not [a for a in argv if a not in ("-m", "--multirun")]:  # every run is a sweep already
+        from harness.describe import usage
+
         print(usage([]), file=sys.stderr)
         sys.exit(2)
     if argv[0] == "help":
         argv = ["--help", *argv[1:]]
     try:
         command = COMMANDS.get(argv[0])
-        code = command(*_sweep_and_out(argv)) if command else sweep.run(argv)
+        code = command(*_sweep_and_out(argv)) if command else _sweep(argv)
     except BadInput as error:
         print(f"error: {error}", file=sys.stderr)
         code = 2
     except BrokenPipeError:  # the reader went away (status | head): nothing more to say
         code = reader_gone()
     sys.exit(code)
+
+
+# Each command imports what it needs when it runs: status need not load Hydra's composition.
+
+
+def _sweep(argv: list[str]) -> int:
+    from harness import sweep
+
+    return sweep.run(argv)
 
 
 def _status(sweep_id: str, out: str) -> int:
@@ -36,6 +45,7 @@ def _status(sweep_id: str, out: str) -> int:
 
 def _compact(sweep_id: str, out: str) -> int:
     """Merge the sweep's job files into one (store.compact); refused while SLURM runs points."""
+    from harness import store
     from harness.status import find_experiment, still_scheduled
 
     results = Path(out).resolve() / "results"
