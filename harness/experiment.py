@@ -18,7 +18,7 @@ import sys
 import types
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
@@ -36,14 +36,21 @@ class Experiment:
     parameters: dict[str, inspect.Parameter]
     hints: dict[str, Any]
     config: dict  # the config's `experiment` node: name, run, table, claims
+    checked: tuple[str, ...] = ()  # the parameters the check names
     typed: dict = field(default_factory=dict, compare=False, repr=False)  # values checked once
 
     @classmethod
     def load(cls, node: dict) -> "Experiment":
-        """The experiment that a config's `experiment` node describes."""
+        """The experiment that a config's `experiment` node describes. Its function and check
+        are looked up once per process (a sweep's jobs load the same one)."""
         name, target = node.get("name"), node.get("run")
         if not name or not target:
             raise BadInput("the experiment config needs experiment.name and experiment.run")
+        return replace(_loaded(cls, name, target, node.get("check")), config=node)
+
+    @classmethod
+    def _load(cls, name: str, target: str, check: str | None) -> "Experiment":
+        node = {"name": name, "run": target, "check": check}
         module_name, _, function_name = target.rpartition(".")
         try:
             module = importlib.import_module(module_name)
@@ -51,13 +58,15 @@ class Experiment:
         except (ImportError, AttributeError, ValueError) as error:
             raise BadInput(f"{name}: cannot import experiment.run={target}: {error}") from None
         parameters = dict(inspect.signature(run).parameters)
+        check_function = _check_for(node, module, parameters)
         return cls(
             name=name,
             run=run,
-            check=_check_for(node, module, parameters),
+            check=check_function,
             parameters=parameters,
             hints=typing.get_type_hints(run),
             config=node,
+            checked=tuple(inspect.signature(check_function).parameters) if check_function else (),
         )
 
     def params(self, values: dict) -> dict:
@@ -77,11 +86,6 @@ class Experiment:
                 raise BadInput(str(error)) from None
         return kwargs
 
-    @functools.cached_property
-    def checked(self) -> tuple[str, ...]:
-        """The parameters the check names."""
-        return tuple(inspect.signature(self.check).parameters) if self.check else ()
-
     def _typed(self, name: str, value: Any) -> Any:
         """_typed, once per distinct value of a parameter (a grid repeats its values)."""
         try:
@@ -92,6 +96,11 @@ class Experiment:
         except KeyError:
             self.typed[key] = _typed(name, value, self.hints.get(name))
             return self.typed[key]
+
+
+@functools.lru_cache(maxsize=64)
+def _loaded(cls, name: str, target: str, check: str | None) -> Experiment:
+    return cls._load(name, target, check)
 
 
 def _check_for(node: dict, module, parameters: dict) -> Callable[..., None] | None:
