@@ -1,10 +1,12 @@
 """Hand a sweep's points to the launcher its config names, and follow them to the end.
 
-Hydra's own launchers (basic: in this process) get one job at a time, so each point shows a
-progress line as it ends. The submitit launchers (harness.launchers: local, slurm) get all
-the points at once; with wait=false the sweep returns once they are submitted. A point that
-ends without writing its rows (a killed task, a crash outside the experiment) gets a row
-from here, saying so.
+With Hydra's basic launcher (the default) the harness runs the points itself, one after
+another in this process (harness.inprocess); Hydra's other launchers get one job at a time;
+either way each point shows a progress line as it ends. The submitit launchers
+(harness.launchers: local, slurm) get all the points at once, SLURM points_per_task to an
+array task; with wait=false the sweep returns once they are submitted. A point that ends
+without writing its rows (a killed task, a crash outside the experiment) gets a row from
+here, saying so.
 """
 
 import shutil
