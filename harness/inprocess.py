@@ -16,6 +16,7 @@ hydra.callbacks, hydra.job.env_set or hydra.job.chdir in the config; an override
 deletes a key, or sets one the config lacks, is composed by Hydra for that point.
 """
 
+import copy
 import logging
 import re
 from pathlib import Path
@@ -62,13 +63,15 @@ class InProcess:
         return self.prepare(overrides, job).cfg
 
     def prepare(self, overrides: list[str], job: int) -> "Shape":
-        """The job's config, as the Shape that holds it: composed by Hydra for the first job of
-        its shape; for the next ones, only the lines that differ from the last job's are set."""
+        """The job's config, as the Shape that holds it: for the first job of its shape, the
+        sweep's own config with the job's values set when the job's other lines are the sweep's
+        own, else composed by Hydra; for the next ones, only the lines that differ from the last
+        job's are set."""
         parsed = [self._parse(line) for line in overrides]
         key = tuple(o.key_or_group if self._settable(o) else o.input_line for o in parsed)
         shape = self.composed.get(key)
         if shape is None:
-            cfg = self.loader.load_sweep_config(self.master, overrides)
+            cfg = self._from_master(parsed) or self.loader.load_sweep_config(self.master, overrides)
             shape = Shape(cfg, parsed)
             if all(self._settable(o, cfg) for o in parsed if o.key_or_group in key):
                 self.composed[key] = shape  # later jobs of this shape set values on it
@@ -77,6 +80,22 @@ class InProcess:
         with read_write(shape.cfg.hydra), open_dict(shape.cfg.hydra):
             shape.cfg.hydra.job.id = shape.cfg.hydra.job.num = job
         return shape
+
+    def _from_master(self, parsed: list[Override]) -> DictConfig | None:
+        """The sweep's config (Hydra's composition of its own lines) with the job's plain values
+        set on a copy: what Hydra composes for the job when every line of the job that is not a
+        plain value is one of the sweep's own; None otherwise."""
+        own = set(self.master.hydra.overrides.task)
+        plain = [o for o in parsed if self._settable(o, self.master)]
+        if any(o.input_line not in own for o in parsed if o not in plain):
+            return None
+        cfg = copy.deepcopy(self.master)
+        with read_write(cfg), open_dict(cfg):
+            for override in plain:
+                OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
+            cfg.hydra.overrides.task = [o.input_line for o in parsed]
+            cfg.hydra.job.override_dirname = _override_dirname(cfg, parsed)
+        return cfg
 
     def run(self, overrides: list[str], job: int) -> dict:
         """Run one job as Hydra's run_job would; its summary (a failed one for an exception
@@ -155,8 +174,7 @@ class Shape:
 
     def __init__(self, cfg: DictConfig, parsed: list[Override]):
         self.cfg, self.parsed = cfg, list(parsed)
-        settings = cfg.hydra.job.config.override_dirname
-        self.dirname = (set(settings.exclude_keys), settings.item_sep, settings.kv_sep)
+        self.dirname = _dirname_settings(cfg)
         task = OmegaConf.to_yaml(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]))
         self.hydra_resolver = "${hydra:" in task  # needs HydraConfig set for each job
         self.interpolated = "${" in task
@@ -175,9 +193,7 @@ class Shape:
                 OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
                 cfg.hydra.overrides.task[i] = override.input_line
                 self.parsed[i] = override
-            excluded, item_sep, kv_sep = self.dirname
-            lines = sorted(o.input_line for o in parsed if o.key_or_group not in excluded)
-            cfg.hydra.job.override_dirname = item_sep.join(lines).replace("=", kv_sep)
+            cfg.hydra.job.override_dirname = _override_dirname(cfg, parsed, self.dirname)
         scalars = all(isinstance(o.value(), int | float | str | bool) for _, o in changed)
         if self.interpolated or not scalars:
             self.values = config_values(cfg)
@@ -202,6 +218,18 @@ class Shape:
             if "${" not in filled:
                 return filled
         return str(OmegaConf.select(self.cfg, f"hydra.sweep.{name}"))
+
+
+def _dirname_settings(cfg: DictConfig) -> tuple[set[str], str, str]:
+    settings = cfg.hydra.job.config.override_dirname
+    return set(settings.exclude_keys), settings.item_sep, settings.kv_sep
+
+
+def _override_dirname(cfg: DictConfig, parsed: list[Override], settings=None) -> str:
+    """hydra.job.override_dirname as Hydra makes it from a job's lines: sorted, joined."""
+    excluded, item_sep, kv_sep = settings or _dirname_settings(cfg)
+    lines = sorted(o.input_line for o in parsed if o.key_or_group not in excluded)
+    return item_sep.join(lines).replace("=", kv_sep)
 
 
 def _get_path(values: dict, keys: list[str]):
