@@ -56,25 +56,9 @@ def check(
     checks.device(device)
 
 
-def check_memory(
-    *,
-    length: int,
-    block: int,
-    kv_heads: int,
-    heads: int,
-    head_dim: int,
-    batch: int,
-    causal: bool,
-    window: int,
-    device: str,
-    warmup_length: int,
-    memory_cap_mib: int | None,
-    timeout_s: float,
-) -> None:
-    """Reject out-of-domain values of memory's parameters (exp016_backward_memory's check)."""
-    shape = dict(length=length, block=block, kv_heads=kv_heads, heads=heads, head_dim=head_dim,
-                 batch=batch, causal=causal, window=window, device=device)  # fmt: skip
-    check(**shape)
+def check_memory(*, warmup_length: int, memory_cap_mib: int | None, timeout_s: float) -> None:
+    """Reject out-of-domain values of the parameters memory has beyond run's (for
+    exp016_backward_memory, beside check)."""
     checks.positive(timeout_s=timeout_s)
     checks.not_negative(warmup_length=warmup_length, memory_cap_mib=memory_cap_mib)
     if memory_cap_mib is None:
@@ -155,6 +139,7 @@ def memory(
     CPU child (None: harness.measure's default, 8 GiB); CUDA children run uncapped, since the
     CUDA driver maps far more address space than it uses.
     """
+    checks.point(check, locals())
     checks.point(check_memory, locals())
     device = str(checks.usable_device(device))
     shape = dict(batch=batch, heads=heads, kv_heads=kv_heads, length=length, head_dim=head_dim)

@@ -2,10 +2,11 @@
 
 The function's signature is the experiment's schema: its parameters are the config keys the
 harness passes (defaults filled in), and their annotations (int, float, bool, str, Literal)
-are checked for every point before anything runs. A check function rejects out-of-domain values
-with a ValueError: the config's `experiment.check` (a dotted name), else the module's `check`
-beside the function, when there is one. It names the parameters it looks at, each one of the
-function's (a name it does not know is refused when the experiment loads), and gets those.
+are checked for every point before anything runs. Check functions reject out-of-domain values
+with a ValueError: those the config's `experiment.check` names (a dotted name, or a list of
+them), else the module's `check` beside the function, when there is one. Each names the
+parameters it looks at, each one of the function's (a name it does not know is refused when
+the experiment loads), and gets those.
 """
 
 import functools
@@ -32,11 +33,10 @@ class BadInput(Exception):
 class Experiment:
     name: str
     run: Callable[..., list[dict]]
-    check: Callable[..., None] | None
+    checks: tuple[tuple[Callable[..., None], tuple[str, ...]], ...]  # each with the names it takes
     parameters: dict[str, inspect.Parameter]
     hints: dict[str, Any]
     config: dict  # the config's `experiment` node: name, run, table, claims
-    checked: tuple[str, ...] = ()  # the parameters the check names
     typed: dict = field(default_factory=dict, compare=False, repr=False)  # values checked once
 
     @classmethod
@@ -46,11 +46,12 @@ class Experiment:
         name, target = node.get("name"), node.get("run")
         if not name or not target:
             raise BadInput("the experiment config needs experiment.name and experiment.run")
-        return replace(_loaded(cls, name, target, node.get("check")), config=node)
+        named = node.get("check") or ()
+        named = (named,) if isinstance(named, str) else tuple(named)
+        return replace(_loaded(cls, name, target, named), config=node)
 
     @classmethod
-    def _load(cls, name: str, target: str, check: str | None) -> "Experiment":
-        node = {"name": name, "run": target, "check": check}
+    def _load(cls, name: str, target: str, named: tuple[str, ...]) -> "Experiment":
         module_name, _, function_name = target.rpartition(".")
         try:
             module = importlib.import_module(module_name)
@@ -58,15 +59,14 @@ class Experiment:
         except (ImportError, AttributeError, ValueError) as error:
             raise BadInput(f"{name}: cannot import experiment.run={target}: {error}") from None
         parameters = dict(inspect.signature(run).parameters)
-        check_function = _check_for(node, module, parameters)
+        functions = [_imported(name, t) for t in named] or [getattr(module, "check", None)]
         return cls(
             name=name,
             run=run,
-            check=check_function,
+            checks=tuple(_check(name, f, target, parameters) for f in functions if f),
             parameters=parameters,
             hints=typing.get_type_hints(run),
-            config=node,
-            checked=tuple(inspect.signature(check_function).parameters) if check_function else (),
+            config={"name": name, "run": target},
         )
 
     def params(self, values: dict) -> dict:
@@ -79,9 +79,9 @@ class Experiment:
                 kwargs[name] = parameter.default
             else:
                 raise BadInput(f"{self.name} needs a value for {name}")
-        if self.check is not None:
+        for check, names in self.checks:
             try:
-                self.check(**{name: kwargs[name] for name in self.checked})
+                check(**{name: kwargs[name] for name in names})
             except ValueError as error:
                 raise BadInput(str(error)) from None
         return kwargs
@@ -99,34 +99,30 @@ class Experiment:
 
 
 @functools.lru_cache(maxsize=64)
-def _loaded(cls, name: str, target: str, check: str | None) -> Experiment:
-    return cls._load(name, target, check)
+def _loaded(cls, name: str, target: str, named: tuple[str, ...]) -> Experiment:
+    return cls._load(name, target, named)
 
 
-def _check_for(node: dict, module, parameters: dict) -> Callable[..., None] | None:
-    """The experiment's check: experiment.check, else the module's `check`; refused (BadInput)
-    when it names a parameter the experiment function does not take, or takes **kwargs."""
-    target = node.get("check")
-    if target:
-        module_name, _, function_name = target.rpartition(".")
-        try:
-            check = getattr(importlib.import_module(module_name), function_name)
-        except (ImportError, AttributeError, ValueError) as error:
-            raise BadInput(
-                f"{node['name']}: cannot import experiment.check={target}: {error}"
-            ) from None
-    else:
-        check = getattr(module, "check", None)
-    if check is None:
-        return None
+def _imported(name: str, target: str) -> Callable[..., None]:
+    """The check experiment.check names: a dotted name."""
+    module_name, _, function_name = target.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise BadInput(f"{name}: cannot import experiment.check={target}: {error}") from None
+
+
+def _check(name: str, check: Callable, target: str, parameters: dict) -> tuple:
+    """A check with the parameters it names; refused (BadInput) when it names one the experiment
+    function (`target`) does not take, or takes *args or **kwargs."""
     names = inspect.signature(check).parameters.values()
-    where = f"{node['name']}: {check.__module__}.{check.__name__}"
+    where = f"{name}: {check.__module__}.{check.__name__}"
     if any(p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) for p in names):
         raise BadInput(f"{where} takes *args or **kwargs: it should name the parameters it checks")
     unknown = [p.name for p in names if p.name not in parameters]
     if unknown:
-        raise BadInput(f"{where} checks {', '.join(unknown)}, which {node['run']} does not take")
-    return check
+        raise BadInput(f"{where} checks {', '.join(unknown)}, which {target} does not take")
+    return check, tuple(p.name for p in names)
 
 
 def one_line(error: BaseException) -> str:
