@@ -58,10 +58,6 @@ class InProcess:
         job = cfg.hydra.job
         return not (cfg.hydra.callbacks or job.env_set or job.chdir)
 
-    def config(self, overrides: list[str], job: int) -> DictConfig:
-        """The config that Hydra's BasicLauncher composes for this job."""
-        return self.prepare(overrides, job).cfg
-
     def prepare(self, overrides: list[str], job: int) -> "Shape":
         """The job's config, as the Shape that holds it: for the first job of its shape, the
         sweep's own config with the job's values set when the job's other lines are the sweep's

@@ -89,10 +89,10 @@ def prepare_launcher(cfg: DictConfig, command: str | None):
     slurm = isinstance(launcher, SlurmLauncher)
     if not cfg.wait and not slurm:
         raise BadInput("wait=false needs a launcher that runs on without us: hydra/launcher=slurm")
-    if slurm and shutil.which("sbatch") is None:
-        raise BadInput("hydra/launcher=slurm needs SLURM: sbatch is not on this machine's PATH")
-    if slurm:  # a request that no node of the partition could ever run
-        try:
+    if slurm:
+        if shutil.which("sbatch") is None:
+            raise BadInput("hydra/launcher=slurm needs SLURM: sbatch is not on this machine's PATH")
+        try:  # a request that no node of the partition could ever run
             check_fits(launcher.params)
         except ValueError as error:
             raise BadInput(f"hydra.launcher: {error}") from None

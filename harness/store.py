@@ -210,16 +210,7 @@ def jobs_with_rows(root: Path, experiment: str, sweep: str) -> set[int]:
 def has_rows(root: Path, experiment: str, sweep: str, job: int) -> bool:
     """Whether the job has rows in the store: its own file, or a compacted file holding it."""
     path = job_file(root, experiment, sweep, job)
-    for _ in range(READ_ATTEMPTS):
-        if path.exists():
-            return True
-        try:
-            return any(
-                job in _jobs(path.parent / name) for name in _compacted(_listing(path.parent))
-            )
-        except FileNotFoundError:  # compacted again since the listing
-            continue
-    raise RuntimeError(f"{path.parent} changed under every one of {READ_ATTEMPTS} reads")
+    return path.exists() or job in jobs_with_rows(root, experiment, sweep)
 
 
 def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[str]]:

@@ -10,9 +10,8 @@ from harness.plan import Sweep
 from harness.tables import markdown, planned, sweep_table
 
 
-def report(sweep: Sweep, seconds: float) -> int:
+def report(sweep: Sweep, manifest: dict, seconds: float) -> int:
     """Print the sweep's table, claims and counts; the exit code says whether any point failed."""
-    manifest = store.read_manifest(sweep.results, sweep.experiment.name, sweep.id)
     rows = store.read(sweep.results, sweep.experiment.name, sweep.id)
     rows = store.as_planned(rows, manifest, sweep.results)
     points = manifest["points"]

@@ -88,7 +88,7 @@ def run(argv: list[str]) -> int:
     seconds = time.perf_counter() - started
     manifest = store.read_manifest(sweep.results, experiment, sweep.id)
     compact_if_finished(sweep.results, experiment, sweep.id, manifest)  # reports read one file
-    return report(sweep, seconds)
+    return report(sweep, manifest, seconds)
 
 
 class Terminated(KeyboardInterrupt):

@@ -62,7 +62,7 @@ def test_a_config_group_override_is_composed_by_hydra(tmp_path):
         jobs = [("size=large", "point=1"), ("size=small", "point=2"), ("size=large", "point=2")]
         for job, (size, point) in enumerate(jobs):
             overrides = [*base, size, point, f"job={job}"]
-            fast = OmegaConf.to_container(runner.config(overrides, job))
+            fast = OmegaConf.to_container(runner.prepare(overrides, job).cfg)
             assert fast == hydras_own(loader, master, overrides, job)
             assert fast["width"] == (64 if size == "size=large" else 8)
         assert len(runner.composed) == 2, "one composition per choice of the group"
@@ -73,7 +73,7 @@ def test_an_added_key_is_composed_by_hydra_for_every_point(initialized, tmp_path
     runner = InProcess(master, task_function=None)
     for job, note in enumerate(["a", "b"]):
         overrides = ["+experiment=exp014_tiled", "sweep_id=S", f"+note={note}", f"job={job}"]
-        fast = OmegaConf.to_container(runner.config(overrides, job))
+        fast = OmegaConf.to_container(runner.prepare(overrides, job).cfg)
         assert fast == hydras_own(initialized, master, overrides, job) and fast["note"] == note
 
 

@@ -33,11 +33,9 @@ def wall_time(command: list[str]) -> float:
         return time.perf_counter() - started
 
 
-def main(repeats: int) -> None:
-    commands = {
-        "bare script": [sys.executable, "-c", BARE],
-        "python -m harness": [sys.executable, "-m", "harness", "+experiment=exp014_tiled"],
-    }
+def side_by_side(commands: dict[str, list[str]], repeats: int) -> list[float]:
+    """Run the commands alternately, `repeats` times each; print each one's median and range,
+    and return the medians in the commands' order."""
     times = {name: [] for name in commands}
     for _ in range(repeats):
         for name, command in commands.items():
@@ -45,8 +43,18 @@ def main(repeats: int) -> None:
     for name, samples in times.items():
         spread = f"{min(samples):.2f} to {max(samples):.2f}"
         print(f"{name:18} median {statistics.median(samples):.2f} s ({spread} s, {repeats} runs)")
-    ratio = statistics.median(times["python -m harness"]) / statistics.median(times["bare script"])
-    print(f"harness / bare: {ratio:.2f}x")
+    return [statistics.median(samples) for samples in times.values()]
+
+
+def main(repeats: int) -> None:
+    bare, harness = side_by_side(
+        {
+            "bare script": [sys.executable, "-c", BARE],
+            "python -m harness": [sys.executable, "-m", "harness", "+experiment=exp014_tiled"],
+        },
+        repeats,
+    )
+    print(f"harness / bare: {harness / bare:.2f}x")
 
 
 if __name__ == "__main__":

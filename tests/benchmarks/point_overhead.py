@@ -9,11 +9,9 @@ times each, in scratch directories; the medians, their difference per point and 
 are printed. Run: python tests/benchmarks/point_overhead.py [POINTS] [REPEATS]
 """
 
-import statistics
-import subprocess
 import sys
-import tempfile
-import time
+
+from harness_overhead import side_by_side  # this folder is on the path of its scripts
 
 BARE = """
 import sys
@@ -28,27 +26,21 @@ pq.write_table(pa.Table.from_pylist(rows), "rows.parquet")
 """
 
 
-def wall_time(command: list[str]) -> float:
-    with tempfile.TemporaryDirectory() as scratch:
-        started = time.perf_counter()
-        subprocess.run(command, cwd=scratch, check=True, capture_output=True)
-        return time.perf_counter() - started
-
-
 def main(points: int, repeats: int) -> None:
     grid = ["length=16", "block=16", "heads=1", f"seed=range(0,{points})"]
-    commands = {
-        "bare loop": [sys.executable, "-c", BARE, str(points)],
-        "python -m harness": [sys.executable, "-m", "harness", "+experiment=exp014_tiled", *grid],
-    }
-    times = {name: [] for name in commands}
-    for _ in range(repeats):
-        for name, command in commands.items():
-            times[name].append(wall_time(command))
-    for name, samples in times.items():
-        spread = f"{min(samples):.2f} to {max(samples):.2f}"
-        print(f"{name:18} median {statistics.median(samples):.2f} s ({spread} s, {repeats} runs)")
-    bare, harness = (statistics.median(times[name]) for name in commands)
+    bare, harness = side_by_side(
+        {
+            "bare loop": [sys.executable, "-c", BARE, str(points)],
+            "python -m harness": [
+                sys.executable,
+                "-m",
+                "harness",
+                "+experiment=exp014_tiled",
+                *grid,
+            ],
+        },
+        repeats,
+    )
     print(f"{points} points: {(harness - bare) / points * 1e3:.2f} ms of harness per point, "
           f"{harness / bare:.2f}x the bare loop")  # fmt: skip
 
