@@ -2,7 +2,8 @@
 
 Writes one job file per point through store.write_rows (the harness's columns, four
 parameters, five metrics and the repeats' timings, 1% failed points) and a manifest with every
-point, in a scratch directory. Then times, each REPEATS times (medians, with the range):
+point (and one more, not run: an unfinished sweep, which the report does not compact by
+itself), in a scratch directory. Then times, each REPEATS times (medians, with the range):
 - store.read over 1,000, 3,000 and 10,000 job files (is reading linear in the files?);
 - the report: `python -m analysis` as a subprocess, and write_report (the function it calls)
   in this process, over the store as written and after compaction;
@@ -96,9 +97,11 @@ def write_sweep(results: Path, points: list[dict]) -> list[float]:
         started = time.perf_counter()
         store.write_rows(store.job_file(results, EXPERIMENT, SWEEP, job), rows)
         seconds.append(time.perf_counter() - started)
+    # One planned point more, without rows: the sweep has not ended, so the report does not
+    # compact it on its own, and the report over job files is measured as such.
     manifest_points = [
         {"job": job, "overrides": [f"{k}={v}" for k, v in p.items()], "params": p}
-        for job, p in enumerate(points)
+        for job, p in enumerate([*points, points[-1]])
     ]
     store.write_manifest(
         results,
