@@ -119,4 +119,9 @@ def _seed_everything(seed: int) -> None:
     import torch
 
     random.seed(seed)
-    torch.manual_seed(seed)
+    # torch.manual_seed also seeds each device type the build knows, queued with a stack trace
+    # until that device starts (a millisecond a point); a build without any has none to seed.
+    if torch.accelerator.current_accelerator() is None:  # asks the build, starts nothing
+        torch.random.default_generator.manual_seed(seed)
+    else:
+        torch.manual_seed(seed)

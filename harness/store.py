@@ -48,7 +48,9 @@ READ_ATTEMPTS = 50  # a read retries while compactions change the folder under i
 # A point's answer: resume skips these. Other statuses (failed, killed, oom, timeout) rerun.
 DONE = ("ok", "unsupported")
 PARTITIONS = pa.schema([("experiment", pa.string()), ("sweep", pa.string())])
-DIGEST = b"harness_rows_sha256"  # each file's metadata: a digest of its rows, checked on read
+# Each file's metadata holds a digest of its rows, checked on read: of a table of flat columns
+# with its nulls made canonical (DIGEST_FLAT), else of the table as Parquet reads it back (DIGEST).
+DIGEST, DIGEST_FLAT = b"harness_rows_sha256", b"harness_rows_sha256_flat"
 SET_ASIDE = "_damaged-"  # the prefix of a damaged file moved aside: neither "." nor ".parquet"
 _named: dict[Path, str] = {}  # the damaged files this process has named, and why
 
@@ -97,8 +99,14 @@ def job_file(root: Path, experiment: str, sweep: str, job: int) -> Path:
 
 
 def write_rows(path: Path, rows: list[dict]) -> None:
-    """Write one job's rows to `path` atomically: a reader sees all of them or none."""
-    _write_table(path, rows_to_table(rows))
+    """Write one job's rows to `path` atomically: a reader sees all of them or none.
+
+    They are not forced to disk (fsync costs milliseconds a point): the job's own death loses
+    nothing once they landed, and after a machine crash a file that did not reach the disk
+    reads as missing or damaged, so its point counts as not run and resume reruns it. What
+    holds rows that exist nowhere else (a compacted file, the job files release moves out of
+    one) is forced to disk before its sources go."""
+    _write_table(path, rows_to_table(rows), sync=False)
 
 
 def rows_to_table(rows: list[dict]) -> pa.Table:
@@ -377,9 +385,9 @@ def _read_file(path: Path) -> tuple[pa.Table, tuple[int, int, int]]:
     try:
         parquet = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True)
         table = parquet.read(use_threads=False)
-        written = (table.schema.metadata or {}).get(DIGEST)
+        metadata = table.schema.metadata or {}
         table = table.replace_schema_metadata(None)
-        intact = written is None or written == _digest(table).encode()
+        intact = _matches(table, metadata)
     except Exception as error:  # whatever a damaged file makes the reader raise
         raise DamagedFile(path, f"unreadable ({type(error).__name__}: {error})") from None
     if not intact:
@@ -389,6 +397,45 @@ def _read_file(path: Path) -> tuple[pa.Table, tuple[int, int, int]]:
     if own and jobs != {int(own[1])}:
         raise DamagedFile(path, f"a file of job {int(own[1])} holding rows of jobs {sorted(jobs)}")
     return table, (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+
+
+def _digests(table: pa.Table) -> dict[bytes, str]:
+    """The digest a file of these rows carries: of their canonical form when every column is
+    flat, which needs no read-back; else of the rows as Parquet will read them back."""
+    if all(_flat(field.type) for field in table.schema):
+        return {DIGEST_FLAT: _digest(_canonical(table))}
+    return {DIGEST: _digest(_as_read(table))}
+
+
+def _matches(table: pa.Table, metadata: dict[bytes, bytes]) -> bool:
+    """Whether rows as read match the digest written with them (a file without one passes)."""
+    if DIGEST_FLAT in metadata:
+        flat = all(_flat(field.type) for field in table.schema)
+        return flat and metadata[DIGEST_FLAT] == _digest(_canonical(table)).encode()
+    return DIGEST not in metadata or metadata[DIGEST] == _digest(table).encode()
+
+
+def _flat(kind: pa.DataType) -> bool:
+    return any(
+        test(kind)
+        for test in (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean,
+                     pa.types.is_timestamp, pa.types.is_string, pa.types.is_large_string)
+    )  # fmt: skip
+
+
+def _canonical(table: pa.Table) -> pa.Table:
+    """Flat columns in one chunk each, a column with nulls as its validity and its values with
+    zero under the nulls: a Parquet reader leaves whatever it likes under a null."""
+    names, arrays = [], []
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        column = column.combine_chunks()
+        if column.null_count:
+            names.append(f"{name} valid")
+            arrays.append(column.is_valid())
+            column = column.fill_null(pa.scalar(0).cast(column.type))
+        names.append(name)
+        arrays.append(column)
+    return pa.Table.from_arrays(arrays, names=names)
 
 
 def _digest(table: pa.Table) -> str:
@@ -550,25 +597,32 @@ def _sweep_lock(folder: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _write_table(path: Path, table: pa.Table) -> None:
+def _write_table(path: Path, table: pa.Table, sync: bool = True) -> None:
     """Write rows with Parquet page checksums and a digest of the rows in the file's metadata."""
-    table = table.replace_schema_metadata({DIGEST: _digest(_as_read(table))})
-    _replace_atomically(path, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))
+    table = table.replace_schema_metadata(_digests(table))
+
+    def write(tmp: Path) -> None:
+        pq.write_table(table, tmp, write_page_checksum=True)
+
+    _replace_atomically(path, write, sync)
 
 
-def _replace_atomically(path: Path, write) -> None:
+def _replace_atomically(path: Path, write, sync: bool = True) -> None:
+    """Write a file under a temporary name and rename it into place; `sync`: on disk first."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Unique across the nodes of a shared file system too, where pids repeat.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         write(tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
+        if sync:
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
+    if sync:
+        _fsync_dir(path.parent)
 
 
 def _fsync_dir(folder: Path) -> None:
