@@ -1,27 +1,31 @@
-"""Attention three ways: the naive reference, FlashAttention's tiling, PyTorch's fused SDPA.
+"""Attention four ways: the naive reference, FlashAttention's tiling, PyTorch's fused SDPA,
+and PyTorch's FlexAttention.
 
 Shapes, here and in the model: B batch, H query heads, H_kv key/value heads (H_kv divides H),
 L length, D head width. query is (B, H, L, D); key and value are (B, H_kv, L, D). Any leading
 dims may stand in for B. Masks follow SDPA: True where a query may attend to a key.
 
-All three share one signature, (query, key, value, *, causal, window, ...):
+All four share one signature, (query, key, value, *, causal, window, ...):
 - causal: a query sees keys at its own position and before (top-left aligned, like SDPA).
 - window > 0 (causal only): a query sees at most `window` keys, itself included
   (query - key < window).
 - A query row that sees no key at all (more queries than keys, with a window) gets output 0 and
-  zero gradients, in all three paths: the convention of SDPA and FlashAttention.
+  zero gradients, in every path: the convention of SDPA and FlashAttention.
 
 The tiled path has its own autograd (TiledAttention): its backward recomputes the probabilities
 block by block, as FlashAttention-2's does, so that training never holds an (L, L) tensor.
 """
 
+import functools
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+from torch.nn.attention import flex_attention as flex
 
 from experiments import checks
 
@@ -138,6 +142,61 @@ def sdpa_attention(
         is_causal=causal and mask is None,
         enable_gqa=key.shape[-3] != query.shape[-3],
     )
+
+
+def flex_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    causal: bool = True,
+    window: int = 0,
+    compiled: bool | None = None,
+) -> Tensor:
+    """PyTorch's FlexAttention (torch.nn.attention.flex_attention) with a block mask: the kernel
+    skips every (128, 128) block of scores that holds no visible pair, so a window costs time and
+    memory in proportion to L * window, not L^2. Grouped-query attention through its enable_gqa.
+
+    compiled: the fused kernel torch.compile makes (CUDA: Triton; CPU: C++, float32 and half
+    precision, forward only in torch 2.13), compiled once per shape and then reused; False: the
+    eager implementation, which materializes the scores (any dtype: what float64 checks use).
+    None: compiled, except float64 on the CPU. The block mask is made once per (L_q, L_k,
+    causal, window, device) and kept.
+    """
+    checks.window(window, causal)
+    groups = _kv_groups(query.shape[-3], key.shape[-3])
+    if compiled is None:
+        compiled = not (query.device.type == "cpu" and query.dtype == torch.float64)
+    q, k, v = (t.reshape(-1, *t.shape[-3:]) for t in (query, key, value))  # (B, H, L, D)
+    mask = flex_block_mask(q.shape[-2], k.shape[-2], causal, window, str(query.device))
+    if compiled:
+        # Each new shape compiles anew; past torch's default of 8 per function it would quietly
+        # run the eager implementation instead.
+        with torch._dynamo.config.patch(recompile_limit=256):
+            output = _compiled_flex()(q, k, v, block_mask=mask, enable_gqa=groups > 1)
+    else:
+        with warnings.catch_warnings():  # that it is not compiled: here, on purpose
+            warnings.filterwarnings("ignore", "flex_attention called without torch.compile")
+            output = flex.flex_attention(q, k, v, block_mask=mask, enable_gqa=groups > 1)
+    return output.view(query.shape)
+
+
+@functools.cache
+def _compiled_flex():
+    return torch.compile(flex.flex_attention, dynamic=False)
+
+
+@functools.lru_cache(maxsize=64)
+def flex_block_mask(length_q: int, length_k: int, causal: bool, window: int, device: str):
+    """Which blocks of the (L_q, L_k) scores hold a visible pair; None when all are visible."""
+    if not causal:
+        return None
+
+    def visible(batch, head, row, column):  # attention_mask's rule, on index tensors
+        seen = column <= row
+        return seen & (row - column < window) if window > 0 else seen
+
+    return flex.create_block_mask(visible, None, None, length_q, length_k, device=device)
 
 
 # Tiled attention. Inside it, query heads are grouped by the KV head they share, so grouped-query

@@ -1,4 +1,5 @@
-"""Tiled and SDPA attention against the naive reference, and tiled against SDPA as exp014 does."""
+"""Tiled, SDPA and FlexAttention against the naive reference, and tiled against SDPA as exp014
+does."""
 
 import pytest
 import torch
@@ -8,6 +9,8 @@ from experiments.attention import (
     TiledAttention,
     Tiling,
     attention_mask,
+    flex_attention,
+    flex_block_mask,
     naive_attention,
     reference_attention,
     repeat_kv,
@@ -165,3 +168,47 @@ def test_half_precision_tiling_saves_a_float32_log_sum_exp(dtype):
     output = TiledAttention.apply(query, key, value, Tiling(16, True, 0))
     lse = output.grad_fn.saved_tensors[-1]
     assert output.dtype == dtype and lse.dtype == torch.float32
+
+
+@pytest.mark.parametrize("causal, window", [(True, 0), (False, 0), (True, 1), (True, 5)])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_flex_matches_naive_in_float64(shape, causal, window):
+    """Its block mask and grouped heads, through FlexAttention's eager implementation (the CPU
+    kernel has no float64); the compiled kernel is checked in float32 below."""
+    query, key, value = qkv(*shape[:-1])
+    expected = naive_attention(query, key, value, causal=causal, window=window)
+    flex = flex_attention(query, key, value, causal=causal, window=window)
+    assert_close(flex, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_flex_takes_leading_dims_and_unequal_lengths_and_zeroes_blind_rows():
+    query = torch.randn(2, 3, 4, 64, 8, dtype=torch.float64)  # (.., H, L_q, D)
+    key, value = (torch.randn(2, 3, 2, 16, 8, dtype=torch.float64) for _ in range(2))
+    flex = flex_attention(query, key, value, window=8)
+    assert_close(flex, naive_attention(query, key, value, window=8), rtol=1e-12, atol=1e-12)
+    assert not flex[..., 23:, :].any(), "query rows 23 on see no key"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("heads, kv_heads, length, window", [(8, 2, 300, 64), (4, 4, 130, 0)])
+def test_compiled_flex_is_as_accurate_as_sdpa_in_float32(heads, kv_heads, length, window):
+    query, key, value = qkv(1, heads, kv_heads, length, 32, dtype=torch.float32, seed=length)
+    (exact,) = reference_attention(query, key, value, window=window)
+    flex = flex_attention(query, key, value, window=window, compiled=True)
+    sdpa = sdpa_attention(query, key, value, window=window)
+    flex_error, sdpa_error = ((t.double() - exact).abs().max().item() for t in (flex, sdpa))
+    assert 1e-10 < flex_error <= 2 * sdpa_error + 1e-6
+
+
+def test_the_block_mask_skips_the_blocks_outside_the_window():
+    # 1,024 positions in blocks of 128, 8 x 8 blocks: causal keeps the 36 on and below the
+    # diagonal; a window of 128 keeps the 8 on it and the 7 just below.
+    assert flex_block_mask(1024, 1024, True, 0, "cpu").sparsity() == pytest.approx(100 * 28 / 64)
+    assert flex_block_mask(1024, 1024, True, 128, "cpu").sparsity() == pytest.approx(100 * 49 / 64)
+    assert flex_block_mask(1024, 1024, False, 0, "cpu") is None
+
+
+def test_flex_has_no_backward_on_the_cpu():
+    query, key, value = (t.requires_grad_() for t in qkv(1, 2, 2, 16, 8, dtype=torch.float32))
+    with pytest.raises(NotImplementedError, match="backward on CPU"):
+        flex_attention(query, key, value, window=4)

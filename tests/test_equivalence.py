@@ -29,6 +29,16 @@ def test_run_is_within_the_claim(path, kv_heads, window, dtype):
     assert row["max_abs_logit"] > 0.1 and row["max_abs_grad"] > 1e-3
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_flex_logits_are_checked_and_its_missing_cpu_backward_said(dtype):
+    """flex on the CPU: compiled in float32, eager in float64; its backward does not exist."""
+    [row] = equivalence.run(path="flex", dtype=dtype, **{**SMALL, "window": 5})
+    assert 0 <= row["max_abs_diff"] <= LIMITS[dtype]
+    assert row["path_err64"] <= LIMITS[dtype] and row["naive_grad_err64"] <= LIMITS[dtype]
+    assert "max_grad_diff" not in row and "path_grad_err64" not in row
+    assert "backward on CPU" in row["grad_unsupported"]
+
+
 def test_row_is_flat_snake_case_scalars():
     [row] = equivalence.run(**SMALL)
     assert {"max_abs_diff", "mean_abs_diff", "max_grad_diff"} <= row.keys()

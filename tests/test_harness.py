@@ -235,7 +235,7 @@ def test_bad_input_from_the_real_command_line(harness):
 def test_the_model_equivalence_sweep_end_to_end(harness):
     result = harness(
         "+experiment=exp014_equivalence", "kv_heads=8,1", "window=0,5", "length=37",
-        "width=64", "layers=2", "vocab_size=64",
+        "width=64", "layers=2", "vocab_size=64", "path=sdpa,tiled",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     rows = store.read(harness.results, "exp014_equivalence")

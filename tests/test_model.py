@@ -69,20 +69,34 @@ def test_logits_shape(attention, batch, length):
     assert torch.isfinite(logits).all()
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+# flex in float64 runs FlexAttention's eager implementation; its compiled kernel compiles once
+# per shape (seconds each), so it is checked at one shape in float32, below.
+PATH_DTYPES = [("sdpa", torch.float32), ("sdpa", torch.float64), ("tiled", torch.float32),
+               ("tiled", torch.float64), ("flex", torch.float64)]  # fmt: skip
+
+
 @pytest.mark.parametrize("window", [0, 1, 5])
 @pytest.mark.parametrize("length", [1, 7, 37])
 @pytest.mark.parametrize("layout", LAYOUTS, ids=str)
-@pytest.mark.parametrize("attention", ["sdpa", "tiled"])
+@pytest.mark.parametrize("attention, dtype", PATH_DTYPES, ids=str)
 def test_paths_match_naive(attention, layout, length, window, dtype):
     heads, kv_heads = LAYOUTS[layout]
     config = tiny_config(attention="naive", n_heads=heads, n_kv_heads=kv_heads, window=window)
     reference = build(config, dtype)
     model = with_attention(reference, attention)
     ids = tokens(2, length)
-    expected = reference(ids)
-    assert expected.dtype == dtype
-    torch.testing.assert_close(model(ids), expected, **TOLERANCES[dtype])
+    with torch.no_grad():  # flex has no backward on the CPU: its inputs must not need one
+        expected = reference(ids)
+        assert expected.dtype == dtype
+        torch.testing.assert_close(model(ids), expected, **TOLERANCES[dtype])
+
+
+@pytest.mark.slow
+def test_compiled_flex_model_matches_naive_in_float32():
+    reference = build(tiny_config(attention="naive", n_kv_heads=2, window=5))
+    ids = tokens(2, 37)
+    with torch.no_grad():
+        torch.testing.assert_close(with_attention(reference, "flex")(ids), reference(ids))
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "tiled"])
@@ -111,15 +125,16 @@ def test_rotary_scores_depend_on_relative_position_only():
     assert (scores[0, 0] - scores[1, 0]).abs() > 1e-3
 
 
-@pytest.mark.parametrize("attention", ["naive", "sdpa", "tiled"])
+@pytest.mark.parametrize("attention", ["naive", "sdpa", "tiled", "flex"])
 def test_windowed_model_is_translation_invariant(attention):
     """Scores see relative positions only, and with a window a logit sees the last
     n_layers * (window - 1) + 1 tokens; so where those tokens stand must not matter."""
     model = build(tiny_config(attention=attention, window=4), torch.float64)
     ids = tokens(2, 30)
     shift, reach = 5, 2 * (4 - 1)
-    shifted = model(ids[:, shift:])[:, reach:]
-    torch.testing.assert_close(shifted, model(ids)[:, shift + reach :], atol=1e-12, rtol=0)
+    with torch.no_grad():
+        shifted = model(ids[:, shift:])[:, reach:]
+        torch.testing.assert_close(shifted, model(ids)[:, shift + reach :], atol=1e-12, rtol=0)
 
 
 @pytest.mark.parametrize("attention", ["naive", "sdpa", "tiled"])
@@ -147,10 +162,10 @@ def test_window_hides_keys_beyond_it(attention):
 def test_state_dict_is_the_same_for_every_path(layout):
     heads, kv_heads = LAYOUTS[layout]
     shapes = {}
-    for attention in ("naive", "sdpa", "tiled"):
+    for attention in ("naive", "sdpa", "tiled", "flex"):
         model = OctLM(tiny_config(attention=attention, n_heads=heads, n_kv_heads=kv_heads))
         shapes[attention] = {name: t.shape for name, t in model.state_dict().items()}
-    assert shapes["naive"] == shapes["sdpa"] == shapes["tiled"]
+    assert shapes["naive"] == shapes["sdpa"] == shapes["tiled"] == shapes["flex"]
     kv_width = kv_heads * 64 // heads
     assert shapes["naive"]["blocks.0.attention.key.weight"] == (kv_width, 64)
     assert shapes["naive"]["blocks.0.attention.query.weight"] == (64, 64)
@@ -188,6 +203,31 @@ def test_sdpa_dropout_only_in_training(sdpa_calls):
     torch.testing.assert_close(naive(ids), evaluated)
 
 
+@pytest.mark.parametrize(
+    "window, length, device, dropout, path",
+    [(4, 1024, "cpu", 0.0, "tiled"), (4, 1023, "cpu", 0.0, "sdpa"), (0, 4096, "cpu", 0.0, "sdpa"),
+     (4, 4096, "cpu", 0.1, "sdpa"), (4, 4096, "cuda", 0.0, "sdpa")],
+)  # fmt: skip
+def test_auto_takes_tiled_for_long_windows_on_the_cpu(window, length, device, dropout, path):
+    assert experiments.model.auto_path(window, length, torch.device(device), dropout) == path
+
+
+def test_the_default_path_runs_tiled_from_1024_positions_with_a_window(monkeypatch, sdpa_calls):
+    lengths = []
+
+    def recording(query, key, value, block, **kwargs):
+        lengths.append(query.shape[-2])
+        return tiled_attention(query, key, value, block, **kwargs)
+
+    monkeypatch.setattr(experiments.model, "tiled_attention", recording)
+    config = tiny_config(max_length=1024, window=16, n_layers=1, tiled_block=256)
+    model, naive = build(config), build(replace(config, attention="naive"))
+    ids = tokens(1, 1024)
+    torch.testing.assert_close(model(ids), naive(ids))
+    model(ids[:, :1023])
+    assert lengths == [1024] and len(sdpa_calls) == 1
+
+
 def test_tiled_uses_the_configured_block(monkeypatch):
     blocks = []
 
@@ -200,9 +240,10 @@ def test_tiled_uses_the_configured_block(monkeypatch):
     assert blocks == [5, 5]
 
 
-@pytest.mark.parametrize("attention", ["naive", "tiled"])
+@pytest.mark.parametrize("attention", ["naive", "tiled", "flex"])
 def test_other_paths_never_call_sdpa(sdpa_calls, attention):
-    build(tiny_config(attention=attention, n_kv_heads=2, window=3))(tokens(2, 9))
+    with torch.no_grad():
+        build(tiny_config(attention=attention, n_kv_heads=2, window=3), torch.float64)(tokens(2, 9))
     assert sdpa_calls == []
 
 
@@ -255,7 +296,7 @@ def test_invalid_config(overrides, message):
 
 def test_default_config_is_valid():
     config = ModelConfig()
-    assert config.attention in ("naive", "sdpa", "tiled")
+    assert config.attention == "auto"
     assert OctLM(config)(tokens(1, 3, config.vocab_size)).shape == (1, 3, config.vocab_size)
 
 
