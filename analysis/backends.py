@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.scaling import keys, loglog, per_doubling, with_memory
+from analysis.scaling import keys, loglog, per_doubling, speedup_over, with_memory
 from harness.tables import markdown
 
 SHAPE = ["device_used", "dtype", "batch", "heads", "head_dim", "causal"]  # one table each
@@ -30,17 +30,9 @@ def measurements(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def speedup(data: pd.DataFrame) -> pd.DataFrame:
-    """Per shape, length and backend other than math: math's median time over the backend's
-    (speedup_over_math), missing where either has no time; no line where math was not planned.
+    """Per shape, length and backend other than math: speedup_over_math (scaling.speedup_over).
     data: measurements(rows)."""
-    keys = _shape(data) + ["length"]
-    if "time_ms" not in data:  # no point has a time yet
-        data = data.assign(time_ms=float("nan"))
-    math = data.loc[data["backend"] == "math", keys + ["time_ms"]]
-    others = data.loc[data["backend"] != "math", keys + ["backend", "time_ms"]]
-    paired = others.merge(math, on=keys, suffixes=("", "_math"))
-    paired["speedup_over_math"] = paired["time_ms_math"] / paired["time_ms"]
-    return paired[[*keys, "backend", "speedup_over_math"]]
+    return speedup_over(data, _shape(data), "backend", "math")
 
 
 def growth(data: pd.DataFrame) -> pd.DataFrame:
@@ -78,8 +70,8 @@ def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
     return parts
 
 
-def time_and_memory(rows: pd.DataFrame) -> pd.DataFrame:
-    """length x backend: "median ms (IQR) / memory MiB", or the status of a point without one."""
+def time_and_memory(rows: pd.DataFrame, by: str = "backend") -> pd.DataFrame:
+    """length x `by`: "median ms ±IQR · memory MiB", or the status of a point without one."""
     cells = rows.assign(cell=rows["status"])
     ok = with_memory(rows)
     ok = ok[ok["status"] == "ok"]
@@ -89,8 +81,8 @@ def time_and_memory(rows: pd.DataFrame) -> pd.DataFrame:
         f"{_number(t)} ms ±{_number(iqr)} · {_number(m)} MiB"
         for t, iqr, m in zip(ok["time_ms"], ok["time_iqr_ms"], ok["memory_mib"], strict=True)
     ]
-    table = cells.pivot_table(index="length", columns="backend", values="cell", aggfunc="first")
-    order = rows.sort_values("job")["backend"].drop_duplicates()
+    table = cells.pivot_table(index="length", columns=by, values="cell", aggfunc="first")
+    order = rows.sort_values("job")[by].drop_duplicates()
     return table.reindex(columns=order)
 
 

@@ -61,8 +61,23 @@ def per_doubling(data: pd.DataFrame, keys: list[str], ratios: dict[str, str]) ->
     return growth.reset_index()
 
 
+def speedup_over(data: pd.DataFrame, keys: list[str], by: str, baseline: str) -> pd.DataFrame:
+    """Per `keys` and length, for each value of `by` other than `baseline`: the baseline's
+    median time over its own (speedup_over_BASELINE), missing where either has no time; no
+    line where the baseline was not planned."""
+    keys, name = keys + ["length"], f"speedup_over_{baseline}"
+    if "time_ms" not in data:  # no point has a time yet
+        data = data.assign(time_ms=float("nan"))
+    base = data.loc[data[by] == baseline, keys + ["time_ms"]]
+    others = data.loc[data[by] != baseline, keys + [by, "time_ms"]]
+    paired = others.merge(base, on=keys, suffixes=("", "_base"))
+    paired[name] = paired["time_ms_base"] / paired["time_ms"]
+    return paired[[*keys, by, name]]
+
+
 def loglog(data: pd.DataFrame, column: str, lines: list[str], panels: str, path: Path) -> Path:
-    """`column` against length, log-log: a panel per value of `panels`, a line per `lines`."""
+    """`column` against length, log-log: a panel per value of `panels` (titled "panels value"
+    when it is a number), a line per `lines`."""
     values = sorted(data[panels].unique())
     figure, axes = plt.subplots(1, len(values), figsize=(6 * len(values), 4), squeeze=False)
     for axis, value in zip(axes[0], values, strict=True):
@@ -71,7 +86,8 @@ def loglog(data: pd.DataFrame, column: str, lines: list[str], panels: str, path:
             line = line.groupby("length")[column].median()
             name = " ".join(str(part) for part in (label if isinstance(label, tuple) else (label,)))
             axis.loglog(line.index, line.values, marker="o", label=name)
-        axis.set(title=f"{value}: {_label(panel, column)}", xlabel="length")
+        name = value if isinstance(value, str) else f"{panels} {value}"
+        axis.set(title=f"{name}: {_label(panel, column)}", xlabel="length")
         axis.set_xticks(sorted(panel["length"].unique()))
         axis.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
         axis.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())

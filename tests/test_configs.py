@@ -32,6 +32,8 @@ TINY = {
                         "min_repeats=2", "min_time_s=0", "num_threads=1"],
     "exp016_backward_memory": ["method=naive,tiled", "length=64,128"],
     "exp016_tiled_backward": ["length=32", "block=16", "kv_heads=2"],
+    "exp018_window": ["method=sdpa,tiled,flex", "length=256,512", "window=64", "device=cpu",
+                      "min_repeats=2", "min_time_s=0", "num_threads=1"],
 }  # fmt: skip
 IDENTIFIER = r"(?<![\d.])[A-Za-z_]\w*"  # a column in a bound's expression, not 1.0e-6's e
 CLAIM_KEYS = {"metric", "min", "max", "where", "table", "text"}  # analysis.claims

@@ -1,0 +1,97 @@
+"""exp018_window in the report: per window, time and memory by length and method, speedups over
+sdpa with a mask, growth per doubling, accuracy and throughput, flex's compile time, and log-log
+plots of time and memory (a panel per window, a line per method)."""
+
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.backends import time_and_memory
+from analysis.scaling import keys, loglog, per_doubling, speedup_over, with_memory
+from harness.tables import markdown
+
+SHAPE = ["device_used", "dtype", "batch", "heads", "head_dim", "window"]
+OTHERS = ["device", "block", "seed", "num_threads", "warmup", "min_repeats", "min_time_s",
+          "memory_cap_mib", "timeout_s"]  # fmt: skip
+FIGURES = ["err64", "gflops", "pct_of_peak", "compile_s"]  # per point, beside time and memory
+
+
+def tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    data = with_memory(rows)
+    if "device_used" not in data:  # nothing has run yet
+        data["device_used"] = data["device"]
+    shape = keys(data, SHAPE, OTHERS)
+    ratios = {"time_ms": "time_growth", "memory_mib": "memory_growth"}
+    return {
+        "measurements": data,
+        "speedup": speedup_over(data, shape, "method", "sdpa"),
+        "growth": per_doubling(data, shape + ["method"], ratios),
+    }
+
+
+def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
+    data = derived["measurements"]
+    shape = keys(data, SHAPE, OTHERS)
+    shown = [c for c in shape if c == "window" or data[c].nunique(dropna=False) > 1]
+    methods = data.sort_values("job")["method"].drop_duplicates().tolist()
+    parts = []
+    for values, group in data.groupby(shape, dropna=False):
+        setting = ", ".join(f"{k} {v}" for k, v in zip(shape, values, strict=True))
+        kind = "/".join(group["memory_kind"].dropna().unique()) or "memory"
+        table = time_and_memory(group, "method")
+        parts += [f"{setting}: median time ±IQR · {kind}:", markdown(table)]
+    speedup = derived["speedup"].pivot_table(
+        index=[*shown, "length"], columns="method", values="speedup_over_sdpa", dropna=False
+    )
+    if not speedup.dropna(how="all").empty:
+        columns = [m for m in methods if m in speedup]
+        caption = "Speedup over sdpa with a mask (its median time / the method's)"
+        parts += [f"{caption}:", markdown(speedup.reindex(columns=columns), ".1f")]
+    growth = derived["growth"].dropna(subset=["time_growth", "memory_growth"], how="all")
+    if not growth.empty:
+        caption = "Growth per doubling of length (value at L / value at L/2; linear 2, square 4)"
+        hidden = [c for c in shape if c not in shown]
+        parts += [f"{caption}:", markdown(growth.drop(columns=hidden), ".2f", index=False)]
+    ok = data[data["status"] == "ok"]
+    if not ok.empty:
+        caption = ("Error against float64 (the last 128 rows), GFLOP/s over the visible pairs, "
+                   "percent of the matmul peak, flex's compile time (s)")  # fmt: skip
+        figures = ok.set_index([*shown, "length", "method"])[[c for c in FIGURES if c in ok]]
+        parts += [f"{caption}:", markdown(figures.sort_index(), ".3g")]
+    parts += _plots(data, folder) + _without_measurement(data)
+    return parts
+
+
+def _plots(data: pd.DataFrame, folder: Path) -> list[str]:
+    measured = data.dropna(subset=["memory_mib"])
+    if measured.empty:
+        return []
+    return [
+        f"![{what} vs length]({path.name})"
+        for what, column in (("time", "time_ms"), ("memory", "memory_mib"))
+        for path in [
+            loglog(
+                measured,
+                column,
+                ["method", "dtype"],
+                "window",
+                folder / f"exp018_window-{what}.png",
+            )
+        ]  # fmt: skip
+    ]
+
+
+def _without_measurement(data: pd.DataFrame) -> list[str]:
+    """A line per method and status that ran without a measurement (oom, unsupported, ...)."""
+    lines = []
+    for (method, status), group in data[~data["status"].isin(["ok", "not run"])].groupby(
+        ["method", "status"]
+    ):
+        where = ", ".join(
+            f"{length} (window {window})"
+            for length, window in zip(group["length"], group["window"], strict=True)
+        )
+        errors = group["error"].dropna() if "error" in group else pd.Series()
+        lines.append(f"{method}, {status} at length {where}" + (
+            f": {errors.iloc[0]}" if len(errors) else ""))  # fmt: skip
+    return lines

@@ -1,0 +1,170 @@
+"""exp018_window: sliding-window attention through each path: time, memory, FLOP/s, accuracy.
+
+One causal forward with a window (a query sees at most `window` keys, itself included) through
+one method:
+- naive: the reference, which materializes the masked (L, L) scores;
+- sdpa: SDPA with the (L, L) boolean mask of the window (its only way to take one), as the model
+  calls it;
+- tiled: FlashAttention's tiling, which skips the key blocks outside the window;
+- flex: FlexAttention compiled, with a block mask that skips them too.
+The mask's construction is part of each call where the path builds it per call (naive, sdpa);
+flex's block mask is built once per shape (mask_s), like its compilation.
+
+Each point runs in one fresh child process (harness.measure.run_isolated), as exp015's do: the
+inputs, a warm-up (flex compiles there: compile_s is that call's time less a warm call's), the
+memory of one call over what existed before it, the error of that call's last REFERENCE_ROWS rows
+against the float64 reference, warm repeats (the memory call warmed them up: `warmup` more calls
+first, default none), then the matmul peak in the same process.
+
+FLOPs count the visible query-key pairs only, 4 * B * H * D per pair (QK^T and PV, a multiply and
+an add each): a query at position p sees min(p + 1, window) keys.
+"""
+
+import functools
+import time
+from typing import Literal
+
+import torch
+
+from experiments import backends, checks
+from experiments.attention import (
+    flex_attention,
+    flex_block_mask,
+    naive_attention,
+    reference_attention,
+    sdpa_attention,
+    tiled_attention,
+)
+from harness.measure import MIB, gflops, measure_memory, peak_gflops, run_isolated, time_call
+
+Method = Literal["naive", "sdpa", "tiled", "flex"]
+REFERENCE_ROWS = 128  # the output rows checked against float64: the last ones, which see most
+WARMUP_LENGTH = 16
+
+
+def window_pairs(length: int, window: int) -> int:
+    """The visible (query, key) pairs of causal attention with a window: sum of min(p + 1, W)."""
+    full = min(length, window)
+    return full * (full + 1) // 2 + (length - full) * window
+
+
+def check(*, window: int, block: int) -> None:
+    """What exp015's check does not cover (the config runs both): a window, and its blocks."""
+    checks.positive(window=window, block=block)
+
+
+def run(
+    *,
+    method: Method,
+    length: int,
+    window: int,
+    dtype: checks.Dtype = "float32",
+    device: str = "auto",
+    batch: int = 1,
+    heads: int = 8,
+    head_dim: int = 32,
+    block: int = 128,
+    seed: int = 0,
+    num_threads: int = 0,
+    warmup: int = 0,
+    min_repeats: int = 3,
+    min_time_s: float = 0.5,
+    memory_cap_mib: int | None = None,
+    timeout_s: float = 1800.0,
+) -> list[dict]:
+    """One (B, H, L, D) windowed causal forward through `method`: one row of time, memory,
+    FLOP/s and error. block is the tiled path's block size. Out of memory (memory_cap_mib on the
+    CPU, as in exp015) is an "oom" row; a dtype a method cannot run is an "unsupported" row."""
+    checks.point(backends.check, locals())
+    checks.point(check, locals())
+    used = checks.usable_device(device)
+    point = {
+        "method": method,
+        "window": window,
+        "dtype": dtype,
+        "device": str(used),
+        "shape": (batch, heads, length, head_dim),
+        "block": block,
+        "seed": seed,
+        "num_threads": num_threads,
+        "timing": {"warmup": warmup, "min_repeats": min_repeats, "min_time_s": min_time_s},
+    }
+    cap = 0 if used.type == "cuda" else memory_cap_mib  # CUDA reserves huge address ranges
+    outcome = run_isolated(_measure, kwargs=point, memory_cap_mib=cap, timeout_s=timeout_s)
+    if outcome.status != "ok":
+        return [{"status": outcome.status, "error": outcome.error, "device_used": str(used)}]
+    return [outcome.value]
+
+
+# In the child process
+
+
+def _measure(*, method, window, dtype, device, shape, block, seed, num_threads, timing) -> dict:
+    """Inputs; a warm-up; one call's memory; the error of a call's last rows; warm timings; the
+    matmul peak. flex's warm-up is its compilation, on the whole inputs, and its output is kept
+    through the memory call so that the measured call's own output counts; the others warm up
+    on the first WARMUP_LENGTH positions (threads, first-use buffers: as exp015)."""
+    device = torch.device(device)
+    if num_threads:
+        torch.set_num_threads(num_threads)
+    generator = torch.Generator(device).manual_seed(seed)
+    query, key, value = (  # (B, H, L, D) each
+        torch.randn(shape, generator=generator, device=device, dtype=getattr(torch, dtype))
+        for _ in range(3)
+    )
+    row = {"status": "ok", "error": None, "device_used": str(device)}
+    row["inputs_mib"] = 3 * query.nbytes / MIB
+    batch, heads, length, head_dim = shape
+    attend = {
+        "naive": naive_attention,
+        "sdpa": sdpa_attention,
+        "tiled": functools.partial(tiled_attention, block=block),
+        "flex": flex_attention,
+    }[method]
+    forward = functools.partial(attend, query, key, value, window=window)
+    with torch.no_grad():
+        if method == "flex":
+            _, row["mask_s"] = _timed(
+                lambda: flex_block_mask(length, length, True, window, str(device)), device
+            )
+            warm, first_s = _timed(forward, device)
+        else:
+            head = (t[..., :WARMUP_LENGTH, :] for t in (query, key, value))
+            warm = attend(*head, window=window)
+        kept = []  # the measured call's output, for its error: no call of its own
+        row |= measure_memory(lambda: kept.append(forward()), device=device, warmup=0)
+        del warm
+        row["err64"] = _error_of_last_rows(query, key, value, kept.pop(), window)
+        row |= time_call(forward, device=device, **timing)
+    row["threads_used"] = row.pop("threads")
+    if method == "flex":
+        row["compile_s"] = first_s - row["time_ms"] / 1000
+    row["flops"] = 4 * batch * heads * head_dim * window_pairs(length, window)
+    achieved, peak = gflops(row["flops"], row["time_ms"]), peak_gflops(device, query.dtype)
+    row |= {"gflops": achieved, "peak_gflops": peak, "pct_of_peak": 100 * achieved / peak}
+    return row
+
+
+def _timed(fn, device: torch.device) -> tuple[object, float]:
+    """fn's value and its wall time in seconds (on CUDA, until the device is done)."""
+    started = time.perf_counter()
+    value = fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return value, time.perf_counter() - started
+
+
+def _error_of_last_rows(query, key, value, output, window: int) -> float:
+    """The largest error of the output's last REFERENCE_ROWS rows against reference_attention.
+
+    Those rows see keys from `start` on, so the reference runs on the inputs from there
+    (queries and keys alike): in that slice each of them sees exactly the keys it sees in the
+    whole sequence, and the float64 reference holds a slice-sized square, not an (L, L) one.
+    """
+    length = query.shape[-2]
+    rows = min(REFERENCE_ROWS, length)
+    start = max(0, length - rows - window + 1)
+    (reference,) = reference_attention(
+        *(t[..., start:, :] for t in (query, key, value)), window=window
+    )
+    return (output[..., -rows:, :].double() - reference[..., -rows:, :]).abs().max().item()

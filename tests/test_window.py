@@ -1,0 +1,109 @@
+"""exp018_window: its rows, from a real child process each, and its report and claims, from rows
+with known answers."""
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from analysis import window as report
+from experiments import window
+from experiments.attention import attention_mask
+from harness.claims import claims_table
+from harness.config import CONF
+
+CONFIG = OmegaConf.to_container(OmegaConf.load(CONF / "experiment" / "exp018_window.yaml"))
+CLAIMS = CONFIG["experiment"]
+QUICK = dict(length=256, window=64, min_repeats=2, min_time_s=0.0, num_threads=1)
+
+
+@pytest.mark.parametrize("length, width", [(1, 1), (5, 8), (100, 7), (256, 256), (300, 64)])
+def test_window_pairs_counts_the_visible_pairs(length, width):
+    visible = attention_mask(length, length, causal=True, window=width)
+    assert window.window_pairs(length, width) == int(visible.sum())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["naive", "sdpa", "tiled", "flex"])
+def test_a_point_is_one_complete_row(method):
+    [row] = window.run(method=method, **QUICK)
+    assert row["status"] == "ok", row.get("error")
+    assert row["device_used"] == "cpu" and row["threads_used"] == 1
+    assert 1e-10 < row["err64"] < 1e-5
+    assert row["rss_delta_mib"] > 0 and row["inputs_mib"] == 3 * 256 * 8 * 32 * 4 / 2**20
+    assert row["time_ms"] > 0 and len(row["time_samples_ms"]) == row["repeats"] >= 2
+    assert row["flops"] == 4 * 8 * 32 * window.window_pairs(256, 64)
+    assert 0 < row["pct_of_peak"] == pytest.approx(100 * row["gflops"] / row["peak_gflops"])
+    assert ("compile_s" in row) == ("mask_s" in row) == (method == "flex")
+
+
+def test_running_out_of_memory_is_a_row():
+    [row] = window.run(method="naive", **{**QUICK, "length": 4096}, memory_cap_mib=64)
+    assert row["status"] == "oom" and row["device_used"] == "cpu"
+
+
+@pytest.mark.parametrize(
+    "bad, message", [(dict(window=0), "window must be positive"), (dict(block=0), "block must")]
+)
+def test_a_window_and_blocks_are_required(bad, message):
+    with pytest.raises(ValueError, match=message):
+        window.run(method="tiled", **{**QUICK, **bad})
+
+
+# Rows of a CPU sweep with known answers: per doubling, sdpa's time and memory x4, tiled's and
+# flex's x2 (plus a constant), naive oom at 16,384.
+LENGTHS = (1024, 2048, 4096, 8192, 16384)
+
+
+def rows(tiled_mib=None, sdpa_ms_at_16384=None, err64=5e-7) -> pd.DataFrame:
+    lines = []
+    for method in ("naive", "sdpa", "tiled", "flex"):
+        for width in (64, 256):
+            for length in LENGTHS:
+                scale = length / 1024
+                square = method in ("naive", "sdpa")
+                line = {"job": len(lines), "status": "ok", "method": method, "length": length,
+                        "window": width, "dtype": "float32", "device_used": "cpu", "batch": 1,
+                        "heads": 8, "head_dim": 32, "inputs_mib": 3 * scale, "err64": err64,
+                        "time_ms": 10 * scale**2 if square else 0.5 + scale,
+                        "time_iqr_ms": 0.1,
+                        "rss_delta_mib": 40 * scale**2 if square else 1 + scale}  # fmt: skip
+                if method == "tiled" and tiled_mib:
+                    line["rss_delta_mib"] = tiled_mib(length)
+                if method == "sdpa" and length == 16384 and sdpa_ms_at_16384:
+                    line["time_ms"] = sdpa_ms_at_16384
+                if method == "naive" and length >= 16384:
+                    line = {k: v for k, v in line.items() if k not in ("time_ms", "rss_delta_mib")}
+                    line |= {"status": "oom", "error": "out of memory (cap 8192 MiB)"}
+                lines.append(line)
+    return pd.DataFrame(lines)
+
+
+def test_speedup_and_growth():
+    derived = report.tables(rows())
+    speedup = derived["speedup"].set_index(["method", "window", "length"])["speedup_over_sdpa"]
+    assert speedup[("tiled", 256, 16384)] == pytest.approx(10 * 256 / 16.5)
+    assert speedup[("naive", 64, 16384)] != speedup[("naive", 64, 16384)], "oom: NaN"
+    growth = derived["growth"].set_index(["method", "window", "length"])
+    assert growth.loc[("sdpa", 64, 4096), "memory_growth"] == 4.0
+    assert growth.loc[("flex", 64, 16384), "time_growth"] == pytest.approx(16.5 / 8.5)
+
+
+def test_the_claims_pass_on_seed_like_rows_and_fail_when_they_should():
+    assert claims_table(rows(), CLAIMS)["result"].tolist() == ["PASS"] * 5
+    constant = claims_table(rows(tiled_mib=lambda length: 8.0), CLAIMS)["result"].tolist()
+    assert constant == ["PASS", "FAIL", "PASS", "PASS", "PASS"]
+    square = claims_table(rows(tiled_mib=lambda length: (length / 1024) ** 2), CLAIMS)
+    assert square["result"].tolist()[1] == "FAIL"
+    close = claims_table(rows(sdpa_ms_at_16384=100.0), CLAIMS)["result"].tolist()
+    assert close[3] == "FAIL"
+    assert claims_table(rows(err64=0.0), CLAIMS)["result"].tolist()[4] == "FAIL"
+
+
+def test_the_section_has_its_tables_plots_and_what_did_not_run(tmp_path):
+    data = rows()
+    parts = report.sections(data, report.tables(data), tmp_path)
+    text = "\n\n".join(parts)
+    assert "Speedup over sdpa with a mask" in text and "Growth per doubling" in text
+    assert "naive, oom at length 16384 (window 64)" in text
+    assert (tmp_path / "exp018_window-time.png").stat().st_size > 0
+    assert (tmp_path / "exp018_window-memory.png").stat().st_size > 0
