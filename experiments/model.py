@@ -24,11 +24,11 @@ from experiments.attention import flex_attention, naive_attention, sdpa_attentio
 
 ATTENTION_PATHS = ("auto", "naive", "sdpa", "tiled", "flex")
 # From this length on, a sliding window on the CPU runs tiled rather than through SDPA's (L, L)
-# mask. exp018_window, one forward, 8 heads of width 32, float32, 2 CPU cores: at 1,024 the two
-# take about the same time (window 64: 9.6 vs 8.8 ms) and tiled half the memory; at 2,048 tiled
-# is 2.2x to 3x faster, at 16,384 20x to 24x, in 20 MiB where the mask path takes 2.5 GiB; below
-# 1,024 the mask path is 2x to 3x faster.
-TILED_WINDOW_FROM = 1024
+# mask. exp018_window, one forward, 8 heads of width 32, float32, 2 CPU cores, windows 64 to
+# 1,024: at 2,048 tiled is 1.3x to 3x faster, at 16,384 10x to 24x, in 20 MiB where the mask
+# path takes 2.5 GiB; at 1,024 the two take about the same time; below, the mask path is 1.4x to
+# 3x faster.
+TILED_WINDOW_FROM = 2048
 
 
 def auto_path(window: int, length: int, device: torch.device, dropout: float) -> str:

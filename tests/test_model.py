@@ -205,14 +205,14 @@ def test_sdpa_dropout_only_in_training(sdpa_calls):
 
 @pytest.mark.parametrize(
     "window, length, device, dropout, path",
-    [(4, 1024, "cpu", 0.0, "tiled"), (4, 1023, "cpu", 0.0, "sdpa"), (0, 4096, "cpu", 0.0, "sdpa"),
+    [(4, 2048, "cpu", 0.0, "tiled"), (4, 2047, "cpu", 0.0, "sdpa"), (0, 4096, "cpu", 0.0, "sdpa"),
      (4, 4096, "cpu", 0.1, "sdpa"), (4, 4096, "cuda", 0.0, "sdpa")],
 )  # fmt: skip
 def test_auto_takes_tiled_for_long_windows_on_the_cpu(window, length, device, dropout, path):
     assert experiments.model.auto_path(window, length, torch.device(device), dropout) == path
 
 
-def test_the_default_path_runs_tiled_from_1024_positions_with_a_window(monkeypatch, sdpa_calls):
+def test_the_default_path_runs_tiled_from_2048_positions_with_a_window(monkeypatch, sdpa_calls):
     lengths = []
 
     def recording(query, key, value, block, **kwargs):
@@ -220,12 +220,12 @@ def test_the_default_path_runs_tiled_from_1024_positions_with_a_window(monkeypat
         return tiled_attention(query, key, value, block, **kwargs)
 
     monkeypatch.setattr(experiments.model, "tiled_attention", recording)
-    config = tiny_config(max_length=1024, window=16, n_layers=1, tiled_block=256)
+    config = tiny_config(max_length=2048, window=16, n_layers=1, tiled_block=512)
     model, naive = build(config), build(replace(config, attention="naive"))
-    ids = tokens(1, 1024)
+    ids = tokens(1, 2048)
     torch.testing.assert_close(model(ids), naive(ids))
-    model(ids[:, :1023])
-    assert lengths == [1024] and len(sdpa_calls) == 1
+    model(ids[:, :2047])
+    assert lengths == [2048] and len(sdpa_calls) == 1
 
 
 def test_tiled_uses_the_configured_block(monkeypatch):
