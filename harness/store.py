@@ -439,7 +439,7 @@ def _canonical(table: pa.Table) -> pa.Table:
 
 
 def _digest(table: pa.Table) -> str:
-    """A digest of a table as a Parquet reader returns it (types and values, as Arrow IPC)."""
+    """A digest of a table: its schema and buffers, as Arrow IPC writes them."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
