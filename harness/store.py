@@ -424,16 +424,24 @@ def _flat(kind: pa.DataType) -> bool:
 
 
 def _canonical(table: pa.Table) -> pa.Table:
-    """Flat columns in one chunk each, a column with nulls as its validity and its values with
-    zero under the nulls: a Parquet reader leaves whatever it likes under a null."""
+    """Flat columns in one chunk each, and a column with nulls as its validity and its values
+    with zero under the nulls (a Parquet reader leaves whatever it likes under a null); a column
+    of nulls only as its name and type alone."""
+    table = table.combine_chunks()
+    if not any(column.null_count for column in table.columns):
+        return table
     names, arrays = [], []
-    for name, column in zip(table.column_names, table.columns, strict=True):
-        column = column.combine_chunks()
+    for field, column in zip(table.schema, table.columns, strict=True):
+        column = column.chunks[0] if column.num_chunks else pa.array([], field.type)
+        if column.null_count == len(column) > 0:
+            names.append(f"{field.name} {field.type} nulls")
+            arrays.append(pa.nulls(len(column)))
+            continue
         if column.null_count:
-            names.append(f"{name} valid")
+            names.append(f"{field.name} valid")
             arrays.append(column.is_valid())
-            column = column.fill_null(pa.scalar(0).cast(column.type))
-        names.append(name)
+            column = column.fill_null(pa.scalar(0).cast(field.type))
+        names.append(field.name)
         arrays.append(column)
     return pa.Table.from_arrays(arrays, names=names)
 
