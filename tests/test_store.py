@@ -180,7 +180,8 @@ def test_no_flipped_byte_changes_a_value_silently(tmp_path, nested):
     for both kinds of digest (flat columns, and a list column's read back)."""
     path = store.job_file(tmp_path, "exp", "s1", 3)
     row = {"job": 3, "status": "ok", "length": 1024, "max_abs_diff": 3.5e-7, "error": None,
-           "slurm_restarts": None, "slurm_job_id": None, "started_at": datetime.now(UTC)}  # fmt: skip
+           "slurm_restarts": None, "slurm_job_id": None,
+           "started_at": datetime.now(UTC)}  # fmt: skip
     if nested:
         row["time_samples_ms"] = [1.0, 2.5]
     store.write_rows(path, [row, {**row, "length": None, "error": "x", "slurm_restarts": 2}])
