@@ -36,7 +36,9 @@ SLURM_DEFAULT_MAX_ARRAY_SIZE = 1001
 NEVER = {"PartitionConfig", "BadConstraints", "PartitionNodeLimit", "PartitionTimeLimit",
          "InvalidAccount", "InvalidQOS", "DependencyNeverSatisfied"}  # fmt: skip
 NEVER_GRACE_S = 30.0  # how long such a reason may stand before the wait gives the job up
-GPU_ENV = "HARNESS_POINT_GPU"  # a local point's GPU, as CUDA_VISIBLE_DEVICES names it
+# A local point's CUDA_VISIBLE_DEVICES: its GPU, or this process's own value (UNSET: none) when
+# it gets no GPU of its own; submitit's local executor would make that "", which hides them all.
+GPU_ENV, UNSET = "HARNESS_POINT_GPU", "<unset>"
 ALIVE = {
     "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING",
     "STAGE_OUT", "RESIZING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD",
@@ -53,7 +55,9 @@ class SubmititSweepLauncher(BaseSubmititLauncher):
         overrides and job numbers) one after another, as Hydra's basic launcher runs them
         here (harness.inprocess); their summaries."""
         gpu = os.environ.pop(GPU_ENV, None)
-        if gpu is not None:  # before anything here initializes CUDA
+        if gpu == UNSET:  # before anything here initializes CUDA
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        elif gpu is not None:
             os.environ["CUDA_VISIBLE_DEVICES"] = gpu
         threads = self.job_threads()
         if threads:
@@ -180,7 +184,8 @@ class LocalLauncher(SubmititSweepLauncher):
                 while waiting and len(running) < self.max_parallel:
                     job, overrides = waiting.pop(0)
                     gpu = free.pop(0) if self.gpus else None
-                    with _output_to(self.controller_log()), _environment(GPU_ENV, gpu):
+                    own = os.environ.get("CUDA_VISIBLE_DEVICES", UNSET)
+                    with _output_to(self.controller_log()), _environment(GPU_ENV, gpu or own):
                         handle = executor.submit(self, *self.job_arguments([(overrides, job)]))
                     running[job] = handle, gpu
                 done = [job for job, (handle, _) in running.items() if handle.done()]
@@ -202,12 +207,9 @@ class LocalLauncher(SubmititSweepLauncher):
 
 
 @contextmanager
-def _environment(name: str, value: str | None) -> Iterator[None]:
-    """os.environ[name] = value (None: nothing) while the block starts processes, which inherit
-    it; submitit's own visible_gpus takes integers only, and UUIDs are not."""
-    if value is None:
-        yield
-        return
+def _environment(name: str, value: str) -> Iterator[None]:
+    """os.environ[name] = value while the block starts processes, which inherit it; submitit's
+    own visible_gpus takes integers only, and UUIDs are not."""
     os.environ[name] = value
     try:
         yield

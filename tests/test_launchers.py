@@ -49,6 +49,25 @@ def test_the_gpus_setting_picks_among_the_visible_ones(probe, gate):
     assert set(store.read(probe.results)["gpus"]) == {UUIDS.split(",")[1]}
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("visible", [None, ""])
+def test_a_point_without_a_gpu_of_its_own_sees_what_this_process_sees(
+    probe, gate, monkeypatch, visible
+):
+    """submitit's local executor gives a job it has no GPU for CUDA_VISIBLE_DEVICES="", which
+    would hide a GPU that this process sees (here none to hand out: no nvidia-smi, or none
+    listed): device=auto would quietly run on the CPU. A point inherits this process's value."""
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no nvidia-smi: no GPU to hand out
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    result = probe("point=0,1", f"folder={gate}", "hydra/launcher=local")
+    assert result.returncode == 0, result.stderr + result.stdout
+    gpus = store.read(probe.results)["gpus"]
+    assert gpus.isna().all() if visible is None else set(gpus) == {""}
+
+
 @pytest.mark.parametrize(
     "visible, expected",
     [
