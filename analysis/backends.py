@@ -42,9 +42,28 @@ def growth(data: pd.DataFrame) -> pd.DataFrame:
     return per_doubling(data, _shape(data) + ["backend"], ratios)
 
 
+def fused(data: pd.DataFrame) -> pd.DataFrame:
+    """Per shape and length: fused_speedup_over_math, the better of flash's and efficient's
+    speedups over math (missing where neither ran), beside the GPU's capability where the rows
+    have it. data: measurements(rows)."""
+    keys = _shape(data) + ["length"]
+    candidates = speedup(data)
+    candidates = candidates[candidates["backend"].isin(["flash", "efficient"])]
+    best = candidates.groupby(keys, dropna=False)["speedup_over_math"].max()
+    capability = data.assign(capability=data.get("capability", float("nan")))
+    capability = capability.groupby(keys, dropna=False)["capability"].max()
+    table = pd.DataFrame({"fused_speedup_over_math": best}).join(capability, how="left")
+    return table.reset_index()
+
+
 def tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
     data = measurements(rows)
-    return {"measurements": data, "speedup": speedup(data), "growth": growth(data)}
+    return {
+        "measurements": data,
+        "speedup": speedup(data),
+        "growth": growth(data),
+        "fused": fused(data),
+    }
 
 
 def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
@@ -63,6 +82,9 @@ def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
     if not growth.empty:  # the tables above show the points without a value
         caption = "Growth per doubling of length (value at L / value at L/2)"
         parts += [f"{caption}:", markdown(growth.drop(columns=hidden), ".2f", index=False)]
+    if "gflops" in rows and rows["gflops"].notna().any():
+        caption = "Achieved TFLOP/s (percent of the matmul peak measured beside it)"
+        parts += [f"{caption}:", markdown(throughput(rows))]
     parts += [f"![{what} vs length]({path.name})" for what, path in plots(rows, folder).items()]
     refused = rows[rows["status"] == "unsupported"]
     for (device, backend), group in refused.groupby(["device_used", "backend"]):
@@ -86,19 +108,25 @@ def time_and_memory(rows: pd.DataFrame, by: str = "backend") -> pd.DataFrame:
     return table.reindex(columns=order)
 
 
+def throughput(rows: pd.DataFrame) -> pd.DataFrame:
+    """The shape columns that vary and length x backend: "TFLOP/s (percent of peak)"."""
+    ok = rows[(rows["status"] == "ok") & rows["gflops"].notna()]
+    pairs = zip(ok["gflops"], ok["pct_of_peak"], strict=True)
+    cells = ok.assign(cell=[f"{gflops / 1000:.3g} ({pct:.2g}%)" for gflops, pct in pairs])
+    index = [c for c in _varying(rows) if c in cells] + ["length"]
+    return cells.pivot_table(index=index, columns="backend", values="cell", aggfunc="first")
+
+
 def plots(rows: pd.DataFrame, folder: Path) -> dict[str, Path]:
-    """Memory and time against length, log-log, one line per backend and dtype per device."""
+    """Memory and time against length, log-log, a panel per device, a line per backend, dtype
+    and whatever else of the shape varies (head width, batch, ...)."""
     data = with_memory(rows)
     if data["memory_mib"].isna().all():
         return {}
+    varying = [c for c in _varying(data) if c not in ("device_used", "dtype")]
+    lines = ["backend", "dtype", *varying]
     return {
-        what: loglog(
-            data,
-            column,
-            ["backend", "dtype"],
-            "device_used",
-            folder / f"exp015_backends-{what}.png",
-        )  # fmt: skip
+        what: loglog(data, column, lines, "device_used", folder / f"exp015_backends-{what}.png")
         for what, column in (("memory", "memory_mib"), ("time", "time_ms"))
     }
 

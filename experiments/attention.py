@@ -205,10 +205,16 @@ def flex_block_mask(length_q: int, length_k: int, causal: bool, window: int, dev
 # block product broadcasts over G. Blocks are bq query rows by bk keys (both `block` or fewer).
 
 
+# What an SDPA call that no kernel can run raises: no kernel chosen, or cuDNN's, chosen, finding
+# no execution plan for the graph (its check can pass where its planner then gives up).
+REFUSALS = ("No available kernel", "No viable backend", "No execution plans support the graph",
+            "CUDNN_STATUS_NOT_SUPPORTED")  # fmt: skip
+
+
 def sdpa_refusal(error: RuntimeError, warned: list) -> str | None:
     """PyTorch's reasons, when `error` says no SDPA kernel can run the inputs (else None): the
     warnings it gave while refusing, then the error itself."""
-    if not any(text in str(error) for text in ("No available kernel", "No viable backend")):
+    if not any(text in str(error) for text in REFUSALS):
         return None
     return " | ".join([str(warning.message) for warning in warned] + [str(error)])
 

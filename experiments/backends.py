@@ -5,8 +5,9 @@ inputs, runs one forward over their first WARMUP_LENGTH positions (so that one-o
 as thread pools and first-use buffers, stay out of the figure; on CUDA a full warm-up call),
 measures the memory of one forward over that baseline, then times warmed-up repeats in the same
 process, then measures the matmul peak that pct_of_peak divides by (same process, threads and
-moment: on a shared machine a peak taken elsewhere would not describe the same conditions) and,
-last, asks the profiler which backend SDPA picks when left to choose.
+moment: on a shared machine a peak taken elsewhere would not describe the same conditions; in
+the dtype the backend computes in, compute_dtype) and, last, asks the profiler which backend
+SDPA picks when left to choose.
 
 Rows carry metrics only; the harness adds the parameters. So the device actually used is
 `device_used` and the child's thread count `threads_used` (`device` is a parameter, `threads`
@@ -63,6 +64,16 @@ def attention_flops(*, batch: int, heads: int, length: int, head_dim: int, causa
     """
     full = 4 * batch * heads * length * length * head_dim
     return full // 2 if causal else full
+
+
+def compute_dtype(backend: str, dtype: torch.dtype) -> torch.dtype:
+    """The dtype the backend computes in: math turns float16 and bfloat16 inputs into float32
+    (so its memory is float32's, and its peak float32's) unless reduced-precision reductions
+    are allowed (torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp, off by default)."""
+    reduced = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
+    if backend == "math" and dtype in (torch.float16, torch.bfloat16) and not reduced:
+        return torch.float32
+    return dtype
 
 
 def check(
@@ -148,6 +159,9 @@ def _measure(*, backend, length, dtype, device, shape, causal, seed, num_threads
         for _ in range(3)
     )
     row = {"status": "ok", "error": None, "device_used": str(device)}
+    if device.type == "cuda":  # 8.0 for sm80: what the fused kernels need is told by it
+        major, minor = torch.cuda.get_device_capability(device)
+        row["capability"] = major + minor / 10
     row["inputs_mib"] = 3 * query.nbytes / MIB
     forward = functools.partial(F.scaled_dot_product_attention, query, key, value, is_causal=causal)
     with sdpa_kernel(SDP_BACKENDS[backend]):
@@ -161,8 +175,10 @@ def _measure(*, backend, length, dtype, device, shape, causal, seed, num_threads
     flops = attention_flops(
         batch=batch, heads=heads, length=length, head_dim=head_dim, causal=causal
     )
-    achieved, peak = gflops(flops, row["time_ms"]), peak_gflops(device, query.dtype)
+    compute = compute_dtype(backend, query.dtype)
+    achieved, peak = gflops(flops, row["time_ms"]), peak_gflops(device, compute)
     row |= {"flops": flops, "gflops": achieved, "peak_gflops": peak}
+    row["compute_dtype"] = str(compute).removeprefix("torch.")
     row["pct_of_peak"] = 100 * achieved / peak
     row["default_backend"] = _default_backend(query, key, value, causal)
     return row
@@ -196,19 +212,23 @@ def _cuda_refusal(backend: str, query, key, value, causal: bool) -> str | None:
         params = torch.backends.cuda.SDPAParams(query, key, value, None, 0.0, causal, False)
     except TypeError:  # torch < 2.5 has no enable_gqa argument
         params = torch.backends.cuda.SDPAParams(query, key, value, None, 0.0, causal)
-    with warnings.catch_warnings(record=True) as caught:
+    # The probe's debug reasons come as Python warnings or, from torch's C++ logger, on fd 2.
+    with warnings.catch_warnings(record=True) as caught, _stderr_captured() as printed:
         warnings.simplefilter("always")
-        if can_use(params, debug=True):
-            return None
-    reasons = " | ".join(str(w.message) for w in caught)
-    return reasons or f"torch.backends.cuda.can_use_{backend}_attention returned False"
+        usable = can_use(params, debug=True)
+    if usable:
+        return None
+    reasons = [str(w.message) for w in caught] + [line.strip() for line in printed if line.strip()]
+    return " | ".join(reasons) or f"torch.backends.cuda.can_use_{backend}_attention returned False"
 
 
 def _default_backend(query, key, value, causal: bool) -> str:
     """The backend SDPA dispatches to when free to choose, read from the profiler's op names."""
     activities = [torch.profiler.ProfilerActivity.CPU]
-    with _without_profiler_chatter(), torch.profiler.profile(activities=activities) as profile:
+    with _stderr_captured() as printed, torch.profiler.profile(activities=activities) as profile:
         F.scaled_dot_product_attention(query, key, value, is_causal=causal)
+    # Some torch builds' profilers print "USDT: ... profiler_start/stop": drop those.
+    sys.stderr.write("".join(line for line in printed if not line.startswith("USDT:")))
     names = {event.name for event in profile.events()}
     for fragment, backend in KERNEL_OPS:
         if any(fragment in name for name in names):
@@ -217,16 +237,17 @@ def _default_backend(query, key, value, causal: bool) -> str:
 
 
 @contextlib.contextmanager
-def _without_profiler_chatter():
-    """Some torch builds' profilers print "USDT: ... profiler_start/stop" to stderr: drop those."""
+def _stderr_captured():
+    """What is written to file descriptor 2 in the block, C++ included: a list of its lines,
+    filled when the block ends."""
     sys.stderr.flush()
-    saved = os.dup(2)
+    saved, printed = os.dup(2), []
     with tempfile.TemporaryFile(mode="w+") as caught:
         os.dup2(caught.fileno(), 2)
         try:
-            yield
+            yield printed
         finally:
             os.dup2(saved, 2)
             os.close(saved)
             caught.seek(0)
-            sys.stderr.write("".join(line for line in caught if not line.startswith("USDT:")))
+            printed.extend(caught)

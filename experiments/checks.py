@@ -67,7 +67,9 @@ def device(device: str, *, auto: bool = False) -> None:
 def usable_device(device: str) -> torch.device:
     """The torch device a point runs on ("auto": cuda when there is one, a bare "cuda" is
     cuda:0); RuntimeError when it asks for CUDA on a machine without it, so the point fails
-    rather than answers. Asks torch whether CUDA is there without initializing it here."""
+    rather than answers. Asking torch whether CUDA is there initializes the CUDA driver (not a
+    context) in this process: call it where a later fork does not matter, as the measuring
+    children do."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     resolved = torch.device(device)

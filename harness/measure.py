@@ -12,6 +12,7 @@ minus what was allocated before it). Neither is ever reported for the other devi
 """
 
 import functools
+import math
 import multiprocessing
 import os
 import resource
@@ -222,6 +223,12 @@ def _cuda_peak(fn: Callable[[], object], device: torch.device) -> dict[str, floa
 # Time
 
 
+ESTIMATE_CALLS = 5  # back-to-back calls whose mean estimates one call before CUDA sampling
+SAMPLE_MS = 1.0  # a CUDA sample's calls last at least this long together
+MOST_CALLS = 1000  # per CUDA sample
+FLUSH_FALLBACK_BYTES = 256 * MIB  # when the device does not say its L2's size
+
+
 def time_call(
     fn: Callable[[], object],
     *,
@@ -231,21 +238,63 @@ def time_call(
     min_time_s: float = 0.5,
     max_repeats: int = 1000,
 ) -> dict[str, Any]:
-    """Warm up, then time repeats of fn until min_repeats and min_time_s are both reached.
+    """Warm up, then time samples of fn until min_repeats and min_time_s are both reached.
 
-    Returns time_ms (median), time_iqr_ms, repeats, time_samples_ms and threads. CUDA calls are
-    timed with CUDA events, synchronized after each repeat.
+    Returns time_ms (the median per-call time), time_iqr_ms, repeats (samples),
+    time_samples_ms (each sample's per-call time), calls_per_sample, timing_method (in
+    words) and threads. On the CPU a sample is one call, timed with perf_counter. On CUDA, to
+    triton.testing.do_bench's standard: one call's time is estimated from ESTIMATE_CALLS calls
+    back to back; then each sample writes a buffer twice the size of the GPU's L2 (evicting the
+    inputs) and times calls_per_sample calls back to back between one pair of CUDA events,
+    enough to last SAMPLE_MS, so that launch overhead and the events' resolution are amortized.
     """
     device = torch.device(device)
     for _ in range(warmup):
         fn()
-    once = _cuda_timer(fn, device) if device.type == "cuda" else _cpu_timer(fn)
+    if device.type == "cuda":
+        batch, method = _cuda_batch(fn, device), "CUDA events around back-to-back calls, L2 flushed"
+    else:
+        batch, method = _cpu_batch(fn), "perf_counter around each call"
+    samples, calls = sample(batch, min_repeats, min_time_s, max_repeats, cpu=device.type != "cuda")
+    return {
+        **summarize_ms(samples),
+        "calls_per_sample": calls,
+        "timing_method": method,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def sample(
+    batch: Callable[[int], float],
+    min_repeats: int,
+    min_time_s: float,
+    max_repeats: int = 1000,
+    *,
+    cpu: bool = False,
+) -> tuple[list[float], int]:
+    """Per-call times (ms) of samples of batch(n), which runs n calls back to back and returns
+    their total ms; and n. n is 1 for the CPU, else calls_per_sample of an estimate."""
+    calls = 1 if cpu else calls_per_sample(batch(ESTIMATE_CALLS) / ESTIMATE_CALLS)
     samples: list[float] = []
     while len(samples) < max_repeats and (
-        len(samples) < min_repeats or sum(samples) < min_time_s * 1000
+        len(samples) < min_repeats or sum(samples) * calls < min_time_s * 1000
     ):
-        samples.append(once())
-    return {**summarize_ms(samples), "threads": torch.get_num_threads()}
+        samples.append(batch(calls) / calls)
+    return samples, calls
+
+
+def calls_per_sample(
+    estimate_ms: float, target_ms: float = SAMPLE_MS, most: int = MOST_CALLS
+) -> int:
+    """How many calls of about estimate_ms one sample takes to last target_ms: 1 for a call
+    that long, at most `most`."""
+    return max(1, min(most, math.ceil(target_ms / max(estimate_ms, 1e-9))))
+
+
+def flush_bytes(l2_bytes: int) -> int:
+    """The buffer written before each CUDA sample: twice the L2 cache (a write allocates in L2,
+    so this leaves none of the inputs there), FLUSH_FALLBACK_BYTES when the size is unknown."""
+    return 2 * l2_bytes if l2_bytes > 0 else FLUSH_FALLBACK_BYTES
 
 
 def summarize_ms(samples: list[float]) -> dict[str, Any]:
@@ -259,28 +308,32 @@ def summarize_ms(samples: list[float]) -> dict[str, Any]:
     }
 
 
-def _cpu_timer(fn: Callable[[], object]) -> Callable[[], float]:
-    def once() -> float:
+def _cpu_batch(fn: Callable[[], object]) -> Callable[[int], float]:
+    def batch(calls: int) -> float:
         start = time.perf_counter()
-        fn()
+        for _ in range(calls):
+            fn()
         return (time.perf_counter() - start) * 1000
 
-    return once
+    return batch
 
 
-def _cuda_timer(fn: Callable[[], object], device: torch.device) -> Callable[[], float]:
+def _cuda_batch(fn: Callable[[], object], device: torch.device) -> Callable[[int], float]:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     stream = torch.cuda.current_stream(device)
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
+    flush = torch.empty(flush_bytes(l2), dtype=torch.int8, device=device)
 
-    def once() -> float:
-        torch.cuda.synchronize(device)
+    def batch(calls: int) -> float:
+        flush.zero_()
         start.record(stream)
-        fn()
+        for _ in range(calls):
+            fn()
         end.record(stream)
         end.synchronize()
         return start.elapsed_time(end)
 
-    return once
+    return batch
 
 
 # FLOP/s
@@ -300,8 +353,9 @@ def peak_gflops(
     """Measured GFLOP/s of a square matmul in dtype on device, cached per process.
 
     Measured, not looked up: `size` (default 2,048 on CPU, 8,192 on CUDA) squared matrices
-    into a preallocated result, timed with time_call at this process's thread count. The
-    fastest repeat counts, being a peak: on a shared machine the median is often preempted.
+    into a preallocated result, timed with time_call at this process's thread count; its median
+    per-call time, the statistic attention's time_ms is too, so pct_of_peak compares like with
+    like.
     """
     device = torch.device(device)
     size = size or (8192 if device.type == "cuda" else 2048)
@@ -309,7 +363,7 @@ def peak_gflops(
     if key not in _PEAKS:
         a, b, c = (torch.randn(size, size, device=device).to(dtype) for _ in range(3))
         timing = time_call(lambda: torch.mm(a, b, out=c), device=device, warmup=2)
-        _PEAKS[key] = gflops(2 * size**3, min(timing["time_samples_ms"]))
+        _PEAKS[key] = gflops(2 * size**3, timing["time_ms"])
         del a, b, c
         if device.type == "cuda":
             torch.cuda.empty_cache()

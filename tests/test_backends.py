@@ -1,13 +1,16 @@
 """exp015_backends as a plain function: rows, statuses and check, at small lengths."""
 
+import ctypes
 import inspect
+import os
+import warnings
 
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from experiments import backends, checks
-from experiments.attention import naive_attention
+from experiments.attention import naive_attention, sdpa_refusal
 
 DEFAULTS = {
     name: parameter.default
@@ -31,6 +34,19 @@ def test_a_cpu_point_is_one_complete_row(backend, length, dtype):
     assert row["gflops"] == pytest.approx(row["flops"] / row["time_ms"] / 1e6)
     assert row["pct_of_peak"] == pytest.approx(100 * row["gflops"] / row["peak_gflops"])
     assert row["default_backend"] == "flash"  # what the profiler saw CPU SDPA pick
+    # math computes half precision in float32 (torch's default), and is held to float32's peak
+    assert row["compute_dtype"] == ("float32" if backend == "math" else dtype)
+    assert row["calls_per_sample"] == 1 and row["timing_method"] == "perf_counter around each call"
+
+
+def test_math_in_half_precision_holds_float32_scores():
+    """torch 2.13's math backend turns bfloat16 inputs into float32: its scores take float32's
+    memory, not half of it (so a GPU runs out of memory where half precision would fit)."""
+    single, half = (
+        backends.run(backend="math", length=1024, dtype=dtype, **QUICK)[0]
+        for dtype in ("float32", "bfloat16")
+    )
+    assert half["rss_delta_mib"] > 0.8 * single["rss_delta_mib"]
 
 
 def test_math_materializes_the_scores_and_flash_does_not():
@@ -86,20 +102,47 @@ def test_check_accepts_the_defaults():
     checks.point(backends.check, {**DEFAULTS, "backend": "math", "length": 1})
 
 
+GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@GPU
 @pytest.mark.parametrize("backend", ["math", "flash", "efficient", "cudnn"])
-def test_a_cuda_point(backend):
+def test_a_cuda_point_is_one_complete_row(backend):
     [row] = backends.run(backend=backend, length=1024, dtype="bfloat16", min_time_s=0.1)
-    assert row["device_used"].startswith("cuda")
-    assert row["status"] in ("ok", "unsupported"), row["error"]
-    if row["status"] == "unsupported":
-        assert row["error"]
+    assert row["device_used"].startswith("cuda") and row["capability"] >= 3.5
+    if row["status"] == "unsupported":  # cudnn may be; flash and efficient are held below
+        assert row["error"] and "returned False" not in row["error"], "PyTorch's own reasons"
         return
-    assert row["cuda_peak_mib"] > 0 and row["cuda_reserved_mib"] > 0
-    assert "rss_delta_mib" not in row
+    assert row["status"] == "ok", row["error"]
+    assert row["cuda_peak_mib"] > 0 and "rss_delta_mib" not in row
+    assert row["calls_per_sample"] >= 1 and "CUDA events" in row["timing_method"]
+    assert 0 < row["pct_of_peak"] < 100
     assert row["default_backend"] in ("flash", "efficient", "cudnn", "math")
-    assert row["pct_of_peak"] > 0
+
+
+@pytest.mark.gpu
+@GPU
+@pytest.mark.skipif(
+    torch.cuda.is_available() and torch.cuda.get_device_capability() < (8, 0),
+    reason="bfloat16 kernels need sm80 or newer",
+)
+@pytest.mark.parametrize("backend", ["flash", "efficient"])
+def test_flash_and_efficient_run_bfloat16_from_sm80(backend):
+    [row] = backends.run(backend=backend, length=2048, dtype="bfloat16", min_time_s=0.1)
+    assert row["status"] == "ok", row["error"]
+
+
+@pytest.mark.gpu
+@GPU
+def test_maths_cuda_peak_at_4096_is_its_square_tensors():
+    """torch's math path (the same composite code on every device) holds at once, per head,
+    the float32 scores, their softmax and a boolean (L, L) of the positions masked, plus the
+    causal mask as a float32 (L, L) shared by the heads: (4 + 4 + 1) * B * H * L^2 + 4 * L^2
+    bytes. The CPU measures the same 9.6 bytes a score at 2,048 and 4,096 (resident memory)."""
+    [row] = backends.run(backend="math", length=4096, dtype="float32", min_time_s=0.1)
+    expected = ((4 + 4 + 1) * 1 * 8 + 4) * 4096**2 / 2**20  # 1,216 MiB
+    assert row["cuda_peak_mib"] == pytest.approx(expected, rel=0.10)
 
 
 def test_causal_attention_flops_are_half_of_what_torch_counts():
@@ -117,4 +160,48 @@ def test_causal_attention_flops_are_half_of_what_torch_counts():
             batch=batch, heads=heads, length=length, head_dim=head_dim, causal=False
         )
         == counter.get_total_flops()
+    )
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "No available kernel. Aborting execution.",
+        "cuDNN Frontend error: [cudnn_frontend] Error: No execution plans support the graph.",
+        "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED",
+    ],
+)
+def test_what_sdpa_raises_when_no_kernel_runs_is_a_refusal(message):
+    assert sdpa_refusal(RuntimeError(message), []) == message
+    assert sdpa_refusal(RuntimeError("CUDA out of memory"), []) is None
+
+
+def test_stderr_captured_takes_what_cpp_code_writes_to_fd_2(capfd):
+    libc = ctypes.CDLL(None)
+    with backends._stderr_captured() as printed:
+        os.write(2, b"from the file descriptor\n")
+        libc.dprintf(2, b"from C\n")
+    assert printed == ["from the file descriptor\n", "from C\n"]
+    os.write(2, b"after\n")
+    assert capfd.readouterr().err == "after\n", "fd 2 is restored"
+
+
+def test_a_cuda_probes_reasons_reach_the_row(monkeypatch):
+    """torch's C++ logger writes can_use_*_attention's debug reasons to fd 2, not to Python's
+    warnings: they are taken from there (a probe that writes them as the C++ one does)."""
+
+    def refusing(params, debug=False):
+        os.write(2, b"Flash attention requires q, k and v on a CUDA device\n")
+        warnings.warn("head_dim should be a multiple of 8", stacklevel=1)
+        return False
+
+    monkeypatch.setattr(torch.backends.cuda, "can_use_flash_attention", refusing)
+    query = torch.randn(1, 2, 16, 8)
+    reason = backends._cuda_refusal("flash", query, query, query, causal=True)
+    assert reason == (
+        "head_dim should be a multiple of 8 | Flash attention requires q, k and v on a CUDA device"
+    )
+    monkeypatch.setattr(torch.backends.cuda, "can_use_flash_attention", lambda p, debug: False)
+    assert "can_use_flash_attention returned False" in backends._cuda_refusal(
+        "flash", query, query, query, causal=True
     )

@@ -120,14 +120,20 @@ def test_no_claim_passes_a_broken_measurement_of_the_seeded_grid(name, kind, tin
         if column not in params | set(store.HARNESS_COLUMNS) | {"inputs_mib"}
     ]
     sweep = plan(composed(name), [])
-    rows = [
-        {"job": point.job, "status": "ok", **point.params, "device_used": "cpu"}
-        | {column: BROKEN[kind] for column in measured}
-        | _inputs(real, point.params)
-        for point in sweep.points
-    ]
-    claims = claims_table(pd.DataFrame(rows), sweep.experiment.config)
-    assert len(claims) and not set(claims["result"]) & {"PASS", "N/A", "ERROR"}, claims
+    results = []
+    for device in ("cpu", "cuda:0"):  # a claim may be about one device's rows only
+        rows = [
+            {"job": point.job, "status": "ok", **point.params, "device_used": device}
+            | ({"capability": 9.0} if device != "cpu" else {})
+            | {column: BROKEN[kind] for column in measured}
+            | _inputs(real, point.params)
+            for point in sweep.points
+        ]
+        results.append(claims_table(pd.DataFrame(rows), sweep.experiment.config))
+    cpu, cuda = results
+    assert len(cpu) and not (set(cpu["result"]) | set(cuda["result"])) & {"PASS", "ERROR"}
+    both = list(zip(cpu["result"], cuda["result"], strict=True))
+    assert ("N/A", "N/A") not in both, "a claim applies to neither device's rows"
 
 
 def _names(bound) -> set[str]:

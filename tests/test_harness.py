@@ -252,7 +252,7 @@ def test_the_model_equivalence_sweep_end_to_end(harness):
 def test_the_backends_sweep_end_to_end_at_small_lengths(harness, analysis):
     result = harness(
         "+experiment=exp015_backends", "length=128,256", "dtype=float32",
-        "backend=math,flash,efficient", "min_time_s=0.05", "num_threads=1",
+        "backend=math,flash,efficient", "min_time_s=0.05", "num_threads=1", "device=cpu",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     rows = store.read(harness.results).set_index(["backend", "length"])

@@ -57,17 +57,42 @@ def test_growth_speedup_and_memory_over_inputs():
     assert set(measured["memory_kind"].dropna()) == {"rss_delta_mib"}
 
 
+CUDA_CLAIMS = ["N/A"] * 4  # the CUDA claims, on a CPU sweep
+
+
 def test_the_seeds_claims_pass_on_seed_like_rows_and_fail_when_they_should():
-    assert claims_table(rows(), CONFIG)["result"].tolist() == ["PASS"] * 3
+    assert claims_table(rows(), CONFIG)["result"].tolist() == ["PASS"] * 3 + CUDA_CLAIMS
     slower_flash = claims_table(rows(flash_ms_at_8192=10_000.0), CONFIG)
-    assert slower_flash["result"].tolist() == ["PASS", "PASS", "FAIL"]
+    assert slower_flash["result"].tolist() == ["PASS", "PASS", "FAIL"] + CUDA_CLAIMS
     linear_math = claims_table(rows(math_mib={1024: 100, 2048: 200, 4096: 400, 8192: 800}), CONFIG)
     assert linear_math["result"].tolist()[0] == "FAIL"
 
 
-def test_cpu_claims_do_not_apply_to_a_gpu_sweep_and_gpu_memory_keeps_its_name():
+def half_precision(capability: float, flash: str, efficient: str) -> pd.DataFrame:
+    """math, flash and efficient in bfloat16 at 4,096 on a GPU of this capability: math 40 ms,
+    flash and efficient, with these statuses, 4 ms when ok."""
+    statuses = (("math", "ok"), ("flash", flash), ("efficient", efficient))
+    return pd.DataFrame(
+        [{"job": 100 + i, "status": status, "backend": backend, "length": 4096,
+          "dtype": "bfloat16", "device_used": "cuda:0", "batch": 1, "heads": 8, "head_dim": 32,
+          "causal": True, "capability": capability}
+         | ({"time_ms": 40.0 if backend == "math" else 4.0} if status == "ok" else {})
+         for i, (backend, status) in enumerate(statuses)]
+    )  # fmt: skip
+
+
+def test_the_cuda_claims_on_a_gpu_sweep_and_gpu_memory_keeps_its_name():
     gpu = rows(device="cuda:0")
-    assert claims_table(gpu, CONFIG)["result"].tolist() == ["N/A"] * 3
+    hopper = pd.concat([gpu, half_precision(9.0, "ok", "ok")], ignore_index=True)
+    assert claims_table(hopper, CONFIG)["result"].tolist() == ["N/A"] * 3 + ["PASS"] * 4
+    refused = pd.concat([gpu, half_precision(9.0, "unsupported", "unsupported")])
+    assert claims_table(refused, CONFIG)["result"].tolist()[3] == "INCOMPLETE"
+    efficient_only = pd.concat([gpu, half_precision(8.0, "unsupported", "ok")])
+    assert claims_table(efficient_only, CONFIG)["result"].tolist()[3] == "PASS"
+    turing = pd.concat([gpu, half_precision(7.5, "unsupported", "unsupported")])
+    assert claims_table(turing, CONFIG)["result"].tolist()[3] == "N/A", "no bfloat16 before sm80"
+    flat_math = rows(device="cuda:0", math_mib={1024: 100, 2048: 200, 4096: 400, 8192: 800})
+    assert claims_table(flat_math, CONFIG)["result"].tolist()[6] == "FAIL"
     assert set(with_memory(gpu)["memory_kind"].dropna()) == {"cuda_peak_mib"}
 
 
@@ -114,7 +139,7 @@ def test_a_backends_sweep_without_one_measurement_still_reports(tmp_path):
     assert derived["speedup"]["speedup_over_math"].isna().all()
     assert derived["growth"]["memory_growth"].isna().all()
     assert "unsupported" in "\n".join(backends.sections(refused, derived, tmp_path))
-    assert claims_table(refused, CONFIG)["result"].tolist() == ["INCOMPLETE"] * 3
+    assert claims_table(refused, CONFIG)["result"].tolist() == ["INCOMPLETE"] * 3 + CUDA_CLAIMS
 
 
 def test_a_point_lost_at_8192_makes_the_growth_claims_incomplete_not_pass():
