@@ -54,6 +54,10 @@ KERNEL_OPS = (
     ("attention_math", "math"),
     ("fused_attention_overrideable", "overrideable"),
 )
+# Fragments of the GPU kernels a fused backend launches, as a CUDA trace names them: flash's
+# flash_fwd_kernel, the memory-efficient path's CUTLASS fmha kernels, cuDNN's generated ones.
+KERNEL_NAMES = {"flash": ("flash_fwd",), "efficient": ("fmha", "efficient_attention"),
+                "cudnn": ("cudnn",)}  # fmt: skip
 WARMUP_LENGTH = 16
 
 
@@ -223,17 +227,38 @@ def _cuda_refusal(backend: str, query, key, value, causal: bool) -> str | None:
 
 
 def _default_backend(query, key, value, causal: bool) -> str:
-    """The backend SDPA dispatches to when free to choose, read from the profiler's op names."""
+    """The backend SDPA dispatches to when free to choose: from the profiler's op names, and
+    on CUDA checked against the kernels the trace shows (default_backend)."""
     activities = [torch.profiler.ProfilerActivity.CPU]
+    if query.device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
     with _stderr_captured() as printed, torch.profiler.profile(activities=activities) as profile:
         F.scaled_dot_product_attention(query, key, value, is_causal=causal)
+        if query.device.type == "cuda":
+            torch.cuda.synchronize(query.device)
     # Some torch builds' profilers print "USDT: ... profiler_start/stop": drop those.
     sys.stderr.write("".join(line for line in printed if not line.startswith("USDT:")))
-    names = {event.name for event in profile.events()}
-    for fragment, backend in KERNEL_OPS:
-        if any(fragment in name for name in names):
-            return backend
-    return "unknown"
+    events = profile.events()
+    kernels = {e.name for e in events if e.device_type == torch.autograd.DeviceType.CUDA}
+    return default_backend({e.name for e in events}, kernels if len(activities) > 1 else None)
+
+
+def default_backend(ops: set[str], kernels: set[str] | None) -> str:
+    """The backend the aten ops name; where a trace has kernels (CUDA), checked against them:
+    the fused backend's own kernels ran, and no other's (math: none fused). When they disagree,
+    both are said: "flash (kernels: efficient)"."""
+    backend = next((b for fragment, b in KERNEL_OPS if any(fragment in op for op in ops)), None)
+    backend = backend or "unknown"
+    if kernels is None:
+        return backend
+    launched = {
+        fused
+        for fused, fragments in KERNEL_NAMES.items()
+        if any(fragment in kernel.lower() for kernel in kernels for fragment in fragments)
+    }
+    if launched == {backend} & set(KERNEL_NAMES):
+        return backend
+    return f"{backend} (kernels: {', '.join(sorted(launched)) or 'none fused'})"
 
 
 @contextlib.contextmanager

@@ -205,3 +205,25 @@ def test_a_cuda_probes_reasons_reach_the_row(monkeypatch):
     assert "can_use_flash_attention returned False" in backends._cuda_refusal(
         "flash", query, query, query, causal=True
     )
+
+
+@pytest.mark.parametrize(
+    "ops, kernels, said",
+    [
+        ({"aten::_scaled_dot_product_flash_attention_for_cpu"}, None, "flash"),
+        ({"aten::_scaled_dot_product_flash_attention"},
+         {"void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64>>"}, "flash"),
+        ({"aten::_scaled_dot_product_efficient_attention"},
+         {"fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel)"},
+         "efficient"),
+        ({"aten::_scaled_dot_product_attention_math"}, {"ampere_sgemm_128x64_tn", "softmax"},
+         "math"),
+        ({"aten::_scaled_dot_product_flash_attention"}, {"fmha_cutlassF_f16_aligned"},
+         "flash (kernels: efficient)"),
+        ({"aten::_scaled_dot_product_cudnn_attention"}, {"ampere_sgemm"},
+         "cudnn (kernels: none fused)"),
+        ({"aten::mm"}, None, "unknown"),
+    ],
+)  # fmt: skip
+def test_the_default_backend_is_checked_against_the_kernels_that_ran(ops, kernels, said):
+    assert backends.default_backend(ops, kernels) == said
