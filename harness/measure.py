@@ -124,7 +124,13 @@ def _child_main(sender, fn, args, kwargs, cap_mib: int) -> None:
             _cap_address_space(cap_mib)
         message = ("ok", fn(*args, **kwargs), "")
     except BaseException as error:  # everything becomes a status for the parent
-        message = (_classify(error), None, f"{type(error).__name__}: {error}".strip())
+        status, said = _classify(error), f"{type(error).__name__}: {error}".strip()
+        cuda_not_started = "cuda" in said.lower() and not torch.cuda.is_initialized()
+        if status == "oom" and cap_mib and cuda_not_started:
+            # CUDA reserves far more address space than it uses: it could not start at all
+            hint = f"CUDA cannot start under a cap of {cap_mib} MiB: give CUDA work 0"
+            status, said = "failed", f"{said} ({hint})"
+        message = (status, None, said)
     try:
         sender.send(message)
     except Exception as error:  # e.g. an unpicklable result

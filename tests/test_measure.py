@@ -90,6 +90,18 @@ def test_a_child_past_its_timeout_is_stopped():
     assert outcome == measure.Outcome("timeout", error="timed out after 0.5 s")
 
 
+def _cuda_cannot_start():
+    raise RuntimeError("CUDA error: out of memory")  # what CUDA says when its context cannot map
+
+
+def test_cuda_that_cannot_start_under_the_cap_is_no_oom():
+    """A CUDA context needs far more address space than it uses: under the CPU's cap it fails
+    to start, which is not the point running out of memory (resume would rerun an oom)."""
+    outcome = measure.run_isolated(_cuda_cannot_start, memory_cap_mib=1024)
+    assert outcome.status == "failed" and "under a cap of 1024 MiB: give CUDA work 0" in outcome.error
+    assert measure.run_isolated(_cuda_cannot_start, memory_cap_mib=0).status == "oom"
+
+
 def test_memory_cap_from_the_environment(monkeypatch):
     monkeypatch.delenv(measure.MEMORY_CAP_ENV, raising=False)
     assert measure.default_memory_cap_mib() == measure.DEFAULT_MEMORY_CAP_MIB
