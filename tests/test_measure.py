@@ -98,7 +98,8 @@ def test_cuda_that_cannot_start_under_the_cap_is_no_oom():
     """A CUDA context needs far more address space than it uses: under the CPU's cap it fails
     to start, which is not the point running out of memory (resume would rerun an oom)."""
     outcome = measure.run_isolated(_cuda_cannot_start, memory_cap_mib=1024)
-    assert outcome.status == "failed" and "under a cap of 1024 MiB: give CUDA work 0" in outcome.error
+    assert outcome.status == "failed"
+    assert "under a cap of 1024 MiB: give CUDA work 0" in outcome.error
     assert measure.run_isolated(_cuda_cannot_start, memory_cap_mib=0).status == "oom"
 
 
