@@ -48,9 +48,7 @@ READ_ATTEMPTS = 50  # a read retries while compactions change the folder under i
 # A point's answer: resume skips these. Other statuses (failed, killed, oom, timeout) rerun.
 DONE = ("ok", "unsupported")
 PARTITIONS = pa.schema([("experiment", pa.string()), ("sweep", pa.string())])
-# Each file's metadata holds a digest of its rows, checked on read: of a table of flat columns
-# with its nulls made canonical (DIGEST_FLAT), else of the table as Parquet reads it back (DIGEST).
-DIGEST, DIGEST_FLAT = b"harness_rows_sha256", b"harness_rows_sha256_flat"
+DIGEST = b"harness_rows_sha256"  # each file's metadata: a digest of its rows, checked on read
 SET_ASIDE = "_damaged-"  # the prefix of a damaged file moved aside: neither "." nor ".parquet"
 _named: dict[Path, str] = {}  # the damaged files this process has named, and why
 
@@ -385,9 +383,9 @@ def _read_file(path: Path) -> tuple[pa.Table, tuple[int, int, int]]:
     try:
         parquet = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True)
         table = parquet.read(use_threads=False)
-        metadata = table.schema.metadata or {}
+        written = (table.schema.metadata or {}).get(DIGEST)
         table = table.replace_schema_metadata(None)
-        intact = _matches(table, metadata)
+        intact = written is None or written == _digest(table).encode()
     except Exception as error:  # whatever a damaged file makes the reader raise
         raise DamagedFile(path, f"unreadable ({type(error).__name__}: {error})") from None
     if not intact:
@@ -399,55 +397,12 @@ def _read_file(path: Path) -> tuple[pa.Table, tuple[int, int, int]]:
     return table, (stat.st_ino, stat.st_mtime_ns, stat.st_size)
 
 
-def _digests(table: pa.Table) -> dict[bytes, str]:
-    """The digest a file of these rows carries: of their canonical form when every column is
-    flat, which needs no read-back; else of the rows as Parquet will read them back."""
-    if all(_flat(field.type) for field in table.schema):
-        return {DIGEST_FLAT: _digest(_canonical(table))}
-    return {DIGEST: _digest(_as_read(table))}
-
-
-def _matches(table: pa.Table, metadata: dict[bytes, bytes]) -> bool:
-    """Whether rows as read match the digest written with them (a file without one passes)."""
-    if DIGEST_FLAT in metadata:
-        flat = all(_flat(field.type) for field in table.schema)
-        return flat and metadata[DIGEST_FLAT] == _digest(_canonical(table)).encode()
-    return DIGEST not in metadata or metadata[DIGEST] == _digest(table).encode()
-
-
-def _flat(kind: pa.DataType) -> bool:
-    return any(
-        test(kind)
-        for test in (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean,
-                     pa.types.is_timestamp, pa.types.is_string, pa.types.is_large_string)
-    )  # fmt: skip
-
-
-def _canonical(table: pa.Table) -> pa.Table:
-    """Flat columns in one chunk each, and a column with nulls as its validity and its values
-    with zero under the nulls (a Parquet reader leaves whatever it likes under a null); a column
-    of nulls only as its name and type alone."""
-    table = table.combine_chunks()
-    if not any(column.null_count for column in table.columns):
-        return table
-    names, arrays = [], []
-    for field, column in zip(table.schema, table.columns, strict=True):
-        column = column.chunks[0] if column.num_chunks else pa.array([], field.type)
-        if column.null_count == len(column) > 0:
-            names.append(f"{field.name} {field.type} nulls")
-            arrays.append(pa.nulls(len(column)))
-            continue
-        if column.null_count:
-            names.append(f"{field.name} valid")
-            arrays.append(column.is_valid())
-            column = column.fill_null(pa.scalar(0).cast(field.type))
-        names.append(field.name)
-        arrays.append(column)
-    return pa.Table.from_arrays(arrays, names=names)
-
-
 def _digest(table: pa.Table) -> str:
-    """A digest of a table: its schema and buffers, as Arrow IPC writes them."""
+    """A digest of a table as a Parquet reader returns it (types and values, as Arrow IPC).
+
+    Taken of the table read back (_as_read), never of the table as built: a reader lays out
+    buffers its own way (a validity buffer where no value is null, its own values under a
+    null, a slice's parent's bits), and the IPC bytes carry all of that."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
@@ -607,7 +562,7 @@ def _sweep_lock(folder: Path) -> Iterator[None]:
 
 def _write_table(path: Path, table: pa.Table, sync: bool = True) -> None:
     """Write rows with Parquet page checksums and a digest of the rows in the file's metadata."""
-    table = table.replace_schema_metadata(_digests(table))
+    table = table.replace_schema_metadata({DIGEST: _digest(_as_read(table))})
 
     def write(tmp: Path) -> None:
         pq.write_table(table, tmp, write_page_checksum=True)
