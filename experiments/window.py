@@ -74,7 +74,8 @@ def run(
 ) -> list[dict]:
     """One (B, H, L, D) windowed causal forward through `method`: one row of time, memory,
     FLOP/s and error. block is the tiled path's block size. Out of memory (memory_cap_mib on the
-    CPU, as in exp015) is an "oom" row; a dtype a method cannot run is an "unsupported" row."""
+    CPU, as in exp015) is an "oom" row; a method that raises (a dtype it has no kernel for) is a
+    "failed" row with its error."""
     checks.point(backends.check, locals())
     checks.point(check, locals())
     used = checks.usable_device(device)
