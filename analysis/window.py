@@ -46,7 +46,8 @@ def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
     if not speedup.dropna(how="all").empty:
         columns = [m for m in methods if m in speedup]
         caption = "Speedup over sdpa with a mask (its median time / the method's)"
-        parts += [f"{caption}:", markdown(speedup.reindex(columns=columns), ".1f")]
+        table = speedup.reindex(columns=columns).reset_index()
+        parts += [f"{caption}:", markdown(table, ".1f", index=False)]
     growth = derived["growth"].dropna(subset=["time_growth", "memory_growth"], how="all")
     if not growth.empty:
         caption = "Growth per doubling of length (value at L / value at L/2; linear 2, square 4)"
@@ -57,7 +58,7 @@ def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
         caption = ("Error against float64 (the last 128 rows), GFLOP/s over the visible pairs, "
                    "percent of the matmul peak, flex's compile time (s)")  # fmt: skip
         figures = ok.set_index([*shown, "length", "method"])[[c for c in FIGURES if c in ok]]
-        parts += [f"{caption}:", markdown(figures.sort_index(), ".3g")]
+        parts += [f"{caption}:", markdown(figures.sort_index().reset_index(), ".3g", index=False)]
     parts += _plots(data, folder) + _without_measurement(data)
     return parts
 
