@@ -143,7 +143,8 @@ def _measure(*, method, window, dtype, device, shape, block, seed, num_threads, 
     row["flops"] = 4 * batch * heads * head_dim * window_pairs(length, window)
     achieved, peak = gflops(row["flops"], row["time_ms"]), peak_gflops(device, query.dtype)
     row |= {"gflops": achieved, "peak_gflops": peak, "pct_of_peak": 100 * achieved / peak}
-    return row
+    first = ["status", "error", "device_used", "time_ms", "rss_delta_mib", "cuda_peak_mib", "err64"]
+    return {key: row[key] for key in first if key in row} | row  # what a progress line shows
 
 
 def _timed(fn, device: torch.device) -> tuple[object, float]:
