@@ -142,8 +142,15 @@ def run(
         "num_threads": num_threads,
         "timing": {"warmup": warmup, "min_repeats": min_repeats, "min_time_s": min_time_s},
     }
-    cap = 0 if used.type == "cuda" else memory_cap_mib  # CUDA reserves huge address ranges
-    outcome = run_isolated(_measure, kwargs=point, memory_cap_mib=cap, timeout_s=timeout_s)
+    return isolated_row(_measure, point, used, memory_cap_mib, timeout_s)
+
+
+def isolated_row(measure, point: dict, used: torch.device, memory_cap_mib, timeout_s) -> list[dict]:
+    """measure(**point) in a fresh child (run_isolated): its row, or a row of the child's
+    status (oom, timeout, ...) on the device used. The memory cap is the CPU's only: CUDA
+    reserves huge address ranges."""
+    cap = 0 if used.type == "cuda" else memory_cap_mib
+    outcome = run_isolated(measure, kwargs=point, memory_cap_mib=cap, timeout_s=timeout_s)
     if outcome.status != "ok":
         return [{"status": outcome.status, "error": outcome.error, "device_used": str(used)}]
     return [outcome.value]
@@ -152,13 +159,15 @@ def run(
 # In the child process
 
 
-def _measure(*, backend, length, dtype, device, shape, causal, seed, num_threads, timing) -> dict:
-    """Inputs, then one forward's memory, its timing, the matmul peak, the default backend."""
+def inputs(device: str, shape: tuple, dtype: str, seed: int, num_threads: int) -> tuple:
+    """In a measuring child: its thread count (0: torch's default), random query, key and value
+    (B, H, L, D) from the seed, and the row's first columns (status, device_used, the GPU's
+    capability on CUDA, inputs_mib). Returns (device, (query, key, value), row)."""
     device = torch.device(device)
     if num_threads:
         torch.set_num_threads(num_threads)
     generator = torch.Generator(device).manual_seed(seed)
-    query, key, value = (  # (B, H, L, D) each
+    tensors = tuple(
         torch.randn(shape, generator=generator, device=device, dtype=getattr(torch, dtype))
         for _ in range(3)
     )
@@ -166,7 +175,13 @@ def _measure(*, backend, length, dtype, device, shape, causal, seed, num_threads
     if device.type == "cuda":  # 8.0 for sm80: what the fused kernels need is told by it
         major, minor = torch.cuda.get_device_capability(device)
         row["capability"] = major + minor / 10
-    row["inputs_mib"] = 3 * query.nbytes / MIB
+    row["inputs_mib"] = 3 * tensors[0].nbytes / MIB
+    return device, tensors, row
+
+
+def _measure(*, backend, length, dtype, device, shape, causal, seed, num_threads, timing) -> dict:
+    """Inputs, then one forward's memory, its timing, the matmul peak, the default backend."""
+    device, (query, key, value), row = inputs(device, shape, dtype, seed, num_threads)
     forward = functools.partial(F.scaled_dot_product_attention, query, key, value, is_causal=causal)
     with sdpa_kernel(SDP_BACKENDS[backend]):
         memory_or_refusal = _memory(forward, device, backend, causal)

@@ -35,7 +35,7 @@ from experiments.attention import (
     sdpa_attention,
     tiled_attention,
 )
-from harness.measure import MIB, gflops, measure_memory, peak_gflops, run_isolated, time_call
+from harness.measure import gflops, measure_memory, peak_gflops, time_call
 
 Method = Literal["naive", "sdpa", "tiled", "flex"]
 REFERENCE_ROWS = 128  # the output rows checked against float64: the last ones, which see most
@@ -90,11 +90,7 @@ def run(
         "num_threads": num_threads,
         "timing": {"warmup": warmup, "min_repeats": min_repeats, "min_time_s": min_time_s},
     }
-    cap = 0 if used.type == "cuda" else memory_cap_mib  # CUDA reserves huge address ranges
-    outcome = run_isolated(_measure, kwargs=point, memory_cap_mib=cap, timeout_s=timeout_s)
-    if outcome.status != "ok":
-        return [{"status": outcome.status, "error": outcome.error, "device_used": str(used)}]
-    return [outcome.value]
+    return backends.isolated_row(_measure, point, used, memory_cap_mib, timeout_s)
 
 
 # In the child process
@@ -105,16 +101,7 @@ def _measure(*, method, window, dtype, device, shape, block, seed, num_threads, 
     matmul peak. flex's warm-up is its compilation, on the whole inputs, and its output is kept
     through the memory call so that the measured call's own output counts; the others warm up
     on the first WARMUP_LENGTH positions (threads, first-use buffers: as exp015)."""
-    device = torch.device(device)
-    if num_threads:
-        torch.set_num_threads(num_threads)
-    generator = torch.Generator(device).manual_seed(seed)
-    query, key, value = (  # (B, H, L, D) each
-        torch.randn(shape, generator=generator, device=device, dtype=getattr(torch, dtype))
-        for _ in range(3)
-    )
-    row = {"status": "ok", "error": None, "device_used": str(device)}
-    row["inputs_mib"] = 3 * query.nbytes / MIB
+    device, (query, key, value), row = backends.inputs(device, shape, dtype, seed, num_threads)
     batch, heads, length, head_dim = shape
     attend = {
         "naive": naive_attention,
