@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.backends import time_and_memory
-from analysis.scaling import keys, loglog, per_doubling, speedup_over, with_memory
+from analysis.backends import measurements, time_and_memory
+from analysis.scaling import keys, loglog, per_doubling, speedup_over
 from harness.tables import markdown
 
 SHAPE = ["device_used", "dtype", "batch", "heads", "head_dim", "window"]
@@ -17,9 +17,7 @@ FIGURES = ["err64", "gflops", "pct_of_peak", "compile_s"]  # per point, beside t
 
 
 def tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    data = with_memory(rows)
-    if "device_used" not in data:  # nothing has run yet
-        data["device_used"] = data["device"]
+    data = measurements(rows)  # a point not run yet gets its sweep's device
     shape = keys(data, SHAPE, OTHERS)
     ratios = {"time_ms": "time_growth", "memory_mib": "memory_growth"}
     return {

@@ -107,3 +107,18 @@ def test_the_section_has_its_tables_plots_and_what_did_not_run(tmp_path):
     assert "naive, oom at length 16384 (window 64)" in text
     assert (tmp_path / "exp018_window-time.png").stat().st_size > 0
     assert (tmp_path / "exp018_window-memory.png").stat().st_size > 0
+
+
+def test_a_point_not_run_leaves_its_claim_incomplete_not_na():
+    """A planned point without rows has no device_used: it takes its sweep's, so the CPU
+    speedup claim still selects it and says it is missing."""
+    data = rows()
+    lost = (data["method"] == "tiled") & (data["length"] == 16384) & (data["window"] == 256)
+    data.loc[lost, ["status", "device_used", "time_ms", "rss_delta_mib", "err64"]] = [
+        "not run",
+        None,
+        None,
+        None,
+        None,
+    ]
+    assert claims_table(data, CLAIMS)["result"].tolist()[3] == "INCOMPLETE"
