@@ -247,10 +247,13 @@ def _default_backend(query, key, value, causal: bool) -> str:
     activities = [torch.profiler.ProfilerActivity.CPU]
     if query.device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with _stderr_captured() as printed, torch.profiler.profile(activities=activities) as profile:
-        F.scaled_dot_product_attention(query, key, value, is_causal=causal)
-        if query.device.type == "cuda":
-            torch.cuda.synchronize(query.device)
+    profiler = torch.profiler.profile(activities=activities)
+    with warnings.catch_warnings():  # CUDA builds warn that the profiler clears its events
+        warnings.filterwarnings("ignore", "Profiler clears events", UserWarning)
+        with _stderr_captured() as printed, profiler as profile:
+            F.scaled_dot_product_attention(query, key, value, is_causal=causal)
+            if query.device.type == "cuda":
+                torch.cuda.synchronize(query.device)
     # Some torch builds' profilers print "USDT: ... profiler_start/stop": drop those.
     sys.stderr.write("".join(line for line in printed if not line.startswith("USDT:")))
     events = profile.events()

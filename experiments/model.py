@@ -29,15 +29,24 @@ ATTENTION_PATHS = ("auto", "naive", "sdpa", "tiled", "flex")
 # path takes 2.5 GiB; at 1,024 the two take about the same time; below, the mask path is 1.4x to
 # 3x faster.
 TILED_WINDOW_FROM = 2048
+# From this length on, a sliding window on CUDA runs flex rather than SDPA with the mask.
+# exp018_window on an H200 (torch 2.11, one forward, 8 heads of width 32, float32): at 4,096
+# flex is 4.8x to 13x faster (windows 1,024 to 64), at 16,384 17x to 65x, in 17 MiB where the
+# mask path takes 2,560 MiB; flex's backward there passes exp014_equivalence's gradient claims.
+# It compiles for about 6 s per new shape. Shorter lengths were not measured there.
+FLEX_WINDOW_FROM_CUDA = 4096
 
 
 def auto_path(window: int, length: int, device: torch.device, dropout: float) -> str:
-    """The path attention="auto" takes: tiled for a sliding window of a sequence of at least
-    TILED_WINDOW_FROM positions on the CPU, without attention dropout (tiled has none); SDPA
-    otherwise. Not flex on the CPU: it has no backward there (torch 2.13), and compiles for
-    seconds per new shape. On CUDA, where no path has been measured yet, SDPA."""
-    windowed = window > 0 and length >= TILED_WINDOW_FROM
-    return "tiled" if windowed and device.type == "cpu" and dropout == 0 else "sdpa"
+    """The path attention="auto" takes: for a sliding window of a sequence of at least
+    TILED_WINDOW_FROM positions on the CPU, tiled; of at least FLEX_WINDOW_FROM_CUDA on CUDA,
+    flex; both without attention dropout (neither has any). SDPA otherwise. Not flex on the
+    CPU: it has no backward there (torch 2.13), and compiles for seconds per new shape."""
+    if window == 0 or dropout > 0:
+        return "sdpa"
+    if device.type == "cpu":
+        return "tiled" if length >= TILED_WINDOW_FROM else "sdpa"
+    return "flex" if device.type == "cuda" and length >= FLEX_WINDOW_FROM_CUDA else "sdpa"
 
 
 class RMSNorm(nn.Module):

@@ -21,8 +21,8 @@ from harness.experiment import BadInput, one_line
 
 HERE = Path(__file__).resolve().parent
 CONF = HERE / "conf" if (HERE / "conf").is_dir() else HERE.parent / "conf"  # installed; checkout
-HARNESS_KEYS = ("out", "resume", "wait", "seed", "max_points", "sweep_id", "job")  # config.yaml
-USER_KEYS = ("out", "resume", "wait", "seed", "max_points")  # the harness keys for users
+USER_KEYS = ("out", "resume", "wait", "seed", "max_points", "stream_rows", "stream_s")  # for users
+HARNESS_KEYS = (*USER_KEYS, "sweep_id", "job")  # config.yaml
 SET_BY_HARNESS = ("out", "sweep_id", "job")  # given to every job by the harness
 
 

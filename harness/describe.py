@@ -82,7 +82,8 @@ def experiment_help(name: str, config_dirs: list[Path]) -> str:
     cfg = compose_config([f"+experiment={name}", "sweep_id=SWEEP_ID"], name, config_dirs)
     values = config_values(cfg)
     experiment = Experiment.load(values["experiment"])
-    grid = OmegaConf.to_container(cfg.hydra.sweeper.get("params") or {})
+    params = cfg.hydra.sweeper.get("params")  # None where the config sets no grid
+    grid = OmegaConf.to_container(params) if params else {}
     summary = " ".join((inspect.getdoc(experiment.run) or "").split("\n\n")[0].split())
     lines = [
         f"{name}: {values['experiment']['run']}",

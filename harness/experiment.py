@@ -7,6 +7,9 @@ with a ValueError: those the config's `experiment.check` names (a dotted name, o
 them), else the module's `check` beside the function, when there is one. Each names the
 parameters it looks at, each one of the function's (a name it does not know is refused when
 the experiment loads), and gets those.
+
+A parameter named `tracker` is no config key: a training experiment takes it to hand over rows
+while it runs and to checkpoint its state (harness.tracking); the harness passes one.
 """
 
 import functools
@@ -24,6 +27,8 @@ from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
 
+TRACKER = "tracker"  # the parameter through which a training experiment gets its Tracker
+
 
 class BadInput(Exception):
     """Something the user typed or configured is wrong: one line, exit code 2."""
@@ -37,6 +42,7 @@ class Experiment:
     parameters: dict[str, inspect.Parameter]
     hints: dict[str, Any]
     config: dict  # the config's `experiment` node: name, run, table, claims
+    tracked: bool = False  # whether the function takes a `tracker` (harness.tracking)
     typed: dict = field(default_factory=dict, compare=False, repr=False)  # values checked once
 
     @classmethod
@@ -59,6 +65,7 @@ class Experiment:
         except (ImportError, AttributeError, ValueError) as error:
             raise BadInput(f"{name}: cannot import experiment.run={target}: {error}") from None
         parameters = dict(inspect.signature(run).parameters)
+        tracked = parameters.pop(TRACKER, None) is not None
         functions = [_imported(name, t) for t in named] or [getattr(module, "check", None)]
         return cls(
             name=name,
@@ -67,6 +74,7 @@ class Experiment:
             parameters=parameters,
             hints=typing.get_type_hints(run),
             config={"name": name, "run": target},
+            tracked=tracked,
         )
 
     def params(self, values: dict) -> dict:

@@ -11,8 +11,9 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from harness import provenance, store
+from harness import provenance, store, tracking
 from harness.experiment import Experiment, config_hash, config_values
+from harness.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -41,51 +42,101 @@ def run_point(values: dict, run_dir: str, command: str | None) -> dict:
     params = experiment.params(values)
     root = Path(values["out"]) / "results"
     sweep, job = values["sweep_id"], values["job"]
+    path = store.job_file(root, experiment.name, sweep, job)
     started, clock = datetime.now(UTC), time.perf_counter()
-    rows = measure(experiment, params, values["seed"])
-    harness_columns = {
-        "job": job,
-        "config_hash": config_hash(experiment.name, params),
-        "started_at": started,
-        "duration_s": time.perf_counter() - clock,
-        "command": command,
-        "run_dir": run_dir,
-        **provenance.provenance(str(params.get("device", "cpu"))),
-    }
-    rows = [_row(row, params, harness_columns) for row in rows]
-    store.write_rows(store.job_file(root, experiment.name, sweep, job), rows)
+    digest = config_hash(experiment.name, params)
+    shared: dict = {}  # the harness's columns, taken once the experiment has started
+
+    def prepare(row: dict, logged: bool = True) -> dict:
+        if logged:  # a row a training experiment hands over as it runs
+            _check_rows([row], _reserved(params))
+        if not shared:
+            shared.update(
+                job=job,
+                config_hash=digest,
+                started_at=started,
+                command=command,
+                run_dir=run_dir,
+                **provenance.provenance(str(params.get("device", "cpu"))),
+            )
+        return _row(row, params, {**shared, "duration_s": time.perf_counter() - clock})
+
+    tracker = None
+    if experiment.tracked:
+        tracker = Tracker(
+            path,
+            tracking.checkpoint_dir(values["out"], experiment.name, sweep, job),
+            prepare,
+            config_hash=digest,
+            every_rows=values.get("stream_rows", 1000),
+            every_s=values.get("stream_s", 10.0),
+            say=lambda text: print(f"  job {job}: {text}", flush=True),
+            shown=lambda row: describe(row, params),
+        )
+    returned = measure(experiment, params, values["seed"], tracker)
+    rows = [prepare(row, logged=False) for row in returned]
+    if tracker is not None:
+        rows = tracker.close() + rows
+    store.write_rows(path, rows)
     _keep_package_list(store.sweep_dir(root, experiment.name, sweep))
-    return summary(rows, params)
+    return summary(rows, params, last=tracker is not None)
 
 
-def measure(experiment: Experiment, params: dict, seed: int) -> list[dict]:
-    """The experiment's rows for one point; a point that raises is one failed row."""
+def measure(
+    experiment: Experiment, params: dict, seed: int, tracker: Tracker | None = None
+) -> list[dict]:
+    """The experiment's rows for one point; a point that raises is one failed row. A training
+    experiment gets the tracker, and may return no rows beyond those it logged."""
     _seed_everything(seed)
     try:
-        rows = [dict(row) for row in experiment.run(**params)]
-        _check_rows(rows, reserved=set(params) | set(store.HARNESS_COLUMNS) - {"status", "error"})
+        if tracker is None:
+            rows = [dict(row) for row in experiment.run(**params)]
+        else:
+            with tracker.slurm_signals():
+                rows = [dict(row) for row in experiment.run(**params, tracker=tracker) or []]
+        _check_rows(rows, _reserved(params), logged=tracker.rows if tracker else [])
         return rows
     except Exception as error:
         log.error("%s failed:\n%s", experiment.name, traceback.format_exc())
         return [{"status": "failed", "error": f"{type(error).__name__}: {error}"}]
 
 
-def summary(rows: list[dict], params: dict) -> dict:
-    """The status of the point's rows (the worst one) and their first row's numbers."""
+def summary(rows: list[dict], params: dict, last: bool = False) -> dict:
+    """The status of the point's rows (the worst one) and their first row's numbers (`last`:
+    the last row's, a training run's final ones)."""
     statuses = [row["status"] for row in rows]
     status = next((s for s in statuses if s != "ok"), "ok")
-    first = rows[0]
-    metrics = {
+    shown = rows[-1] if last else rows[0]
+    error = next((row.get("error") for row in rows if row.get("error")), None)
+    return {
+        "status": status,
+        "error": error,
+        "metrics": metrics(shown, params),
+        "seconds": max(row["duration_s"] for row in rows),
+    }
+
+
+def metrics(row: dict, params: dict) -> dict:
+    """A row's numbers: its columns that are neither parameters nor the harness's."""
+    return {
         k: v
-        for k, v in first.items()
+        for k, v in row.items()
         if k not in params and k not in store.HARNESS_COLUMNS and isinstance(v, int | float)
     }
-    error = next((row.get("error") for row in rows if row.get("error")), None)
-    return {"status": status, "error": error, "metrics": metrics, "seconds": first["duration_s"]}
 
 
-def _check_rows(rows: list[dict], reserved: set[str]) -> None:
-    if not rows:
+def describe(row: dict, params: dict, shown: int = 4) -> str:
+    """A row's first few numbers, for a progress line: "step=1.2e+03 loss=0.41 ..."."""
+    return " ".join(f"{k}={v:.4g}" for k, v in list(metrics(row, params).items())[:shown])
+
+
+def _reserved(params: dict) -> set[str]:
+    """The columns an experiment's rows may not set: its parameters, the harness's own."""
+    return set(params) | set(store.HARNESS_COLUMNS) - {"status", "error"}
+
+
+def _check_rows(rows: list[dict], reserved: set[str], logged: list[dict] = ()) -> None:
+    if not rows and not logged:
         raise ValueError("the experiment returned no rows")
     clashes = sorted(
         {key for row in rows for key in row} & (reserved | set(store.PARTITIONS.names))

@@ -137,17 +137,22 @@ def outcome(handle, lost: str | None, position: int) -> dict:
 
 
 def finish(sweep, point, summary: dict, progress: "Progress") -> None:
-    """Make sure the point has a row (a killed job wrote none), then print its progress line."""
+    """Make sure the point has a row that says how it ended (a killed job wrote none, or only
+    the "running" rows a training job landed as it went), then print its progress line."""
+    path = store.job_file(sweep.results, sweep.experiment.name, sweep.id, point.job)
+    ended = {
+        "job": point.job,
+        "status": summary["status"],
+        **point.params,
+        "error": summary.get("error"),
+        "config_hash": config_hash(sweep.experiment.name, point.params),
+    }
     if not store.has_rows(sweep.results, sweep.experiment.name, sweep.id, point.job):
-        path = store.job_file(sweep.results, sweep.experiment.name, sweep.id, point.job)
-        row = {
-            "job": point.job,
-            "status": summary["status"],
-            **point.params,
-            "error": summary.get("error"),
-            "config_hash": config_hash(sweep.experiment.name, point.params),
-        }
-        store.write_rows(path, [row])
+        store.write_rows(path, [ended])
+    elif summary["status"] not in store.DONE:
+        landed = store.job_rows(path)
+        if any(row["status"] == store.RUNNING for row in landed):
+            store.write_rows(path, [*store.settled(landed), ended])
     progress.update(point, summary)
 
 

@@ -47,9 +47,11 @@ def new_sweep_id() -> str:
 def plan(cfg: DictConfig, sweeps: list[Override]) -> Sweep:
     """The sweep's points, in grid order, each checked against the experiment's signature."""
     values = config_values(cfg)
-    grid = OmegaConf.to_container(cfg.hydra.sweeper.get("params") or {})
+    params = cfg.hydra.sweeper.get("params")  # None where the config sets no grid
+    grid = OmegaConf.to_container(params) if params else {}
     chosen = _chosen(grid, sweeps, cfg)
     _check_size(chosen, values["max_points"])  # before the experiment (and torch) is imported
+    _check_streaming(values)
     experiment = Experiment.load(values["experiment"])
     _check_keys(experiment, values, sweeps)
     axes = _axes(chosen)
@@ -91,6 +93,15 @@ def _chosen(yaml_params: dict, sweeps: list[Override], cfg: DictConfig) -> dict[
     parser = OverridesParser.create()
     grid = parser.parse_overrides([f"{k}={v}" for k, v in yaml_params.items() if k not in fixed])
     return {override.get_key_element().lstrip("+"): override for override in [*grid, *sweeps]}
+
+
+def _check_streaming(values: dict) -> None:
+    """stream_rows is a whole number of rows, stream_s a number of seconds, both above 0."""
+    rows, seconds = values["stream_rows"], values["stream_s"]
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+        raise BadInput(f"stream_rows must be a positive integer, got {rows!r}")
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+        raise BadInput(f"stream_s must be a number of seconds above 0, got {seconds!r}")
 
 
 def _check_size(chosen: dict[str, Override], max_points) -> None:

@@ -14,6 +14,7 @@ from submitit.core.utils import JobPaths
 
 from harness import store
 from harness.experiment import BadInput
+from harness.job import describe
 from harness.launchers import ALIVE, lost_reason, slurm_states
 
 
@@ -79,24 +80,29 @@ def still_scheduled(manifest: dict) -> list[int]:
 
 def point_states(manifest: dict, rows: pd.DataFrame) -> pd.DataFrame:
     """One line per point of the manifest: job, its grid values, state, detail."""
-    landed, scheduled = _landed(rows), _scheduled(manifest)
+    landed, scheduled = _landed(rows, manifest), _scheduled(manifest)
     packed = {job for job, task in _tasks(manifest).items() if len(task[2]) > 1}
     lines = []
     for point in manifest["points"]:
         job = point["job"]
         state, detail = scheduled.get(job, ("not run", ""))
         # A point's rows tell its state once its task ends, or once it is done within a task
-        # that runs other points after it (points_per_task).
-        if job in landed and (job in packed or not state.startswith(("pending", "running"))):
-            state, detail = landed[job]
+        # that runs other points after it (points_per_task). A training point's rows while it
+        # runs add its latest step to what SLURM says.
+        if job in landed:
+            row_state, row_detail = landed[job]
+            if row_state == store.RUNNING and job in scheduled:
+                detail = f"{detail}; {row_detail}"
+            elif job in packed or not state.startswith(("pending", "running")):
+                state, detail = landed[job]
         grid_values = " ".join(point["overrides"]) or "(the only point)"
         lines.append({"job": job, "point": grid_values, "state": state, "detail": detail})
     return pd.DataFrame(lines, columns=["job", "point", "state", "detail"])
 
 
-def _landed(rows: pd.DataFrame) -> dict[int, tuple[str, str]]:
+def _landed(rows: pd.DataFrame, manifest: dict) -> dict[int, tuple[str, str]]:
     """job -> (state, detail) of each job with rows: ok, or its first other row's status and
-    error."""
+    error; for a training job still running, its latest row's numbers and their age."""
     if rows.empty:
         return {}
     states = dict.fromkeys(rows["job"].tolist(), ("ok", ""))
@@ -104,6 +110,13 @@ def _landed(rows: pd.DataFrame) -> dict[int, tuple[str, str]]:
     errors = bad["error"] if "error" in bad else pd.Series(None, index=bad.index)
     for job, status, error in zip(bad["job"], bad["status"], errors, strict=True):
         states[job] = (status, "" if pd.isna(error) else str(error))
+    params = {point["job"]: point.get("params", {}) for point in manifest["points"]}
+    latest = rows[rows["status"] == store.RUNNING].drop_duplicates("job", keep="last")
+    for row in latest.to_dict("records"):
+        row = {k: v for k, v in row.items() if not (isinstance(v, float) and pd.isna(v))}
+        said = describe(row, params.get(row["job"], {}))
+        age = pd.Timestamp.now(tz="UTC") - row["started_at"] - pd.Timedelta(row["duration_s"], "s")
+        states[row["job"]] = (store.RUNNING, f"{said} ({age.total_seconds():.0f} s ago)")
     return states
 
 

@@ -47,6 +47,7 @@ STALE_S = 3600  # a hidden temporary file this old is a killed writer's: no writ
 READ_ATTEMPTS = 50  # a read retries while compactions change the folder under it
 # A point's answer: resume skips these. Other statuses (failed, killed, oom, timeout) rerun.
 DONE = ("ok", "unsupported")
+RUNNING = "running"  # the rows a training job lands before it ends (harness.tracking)
 PARTITIONS = pa.schema([("experiment", pa.string()), ("sweep", pa.string())])
 DIGEST = b"harness_rows_sha256"  # each file's metadata: a digest of its rows, checked on read
 SET_ASIDE = "_damaged-"  # the prefix of a damaged file moved aside: neither "." nor ".parquet"
@@ -105,6 +106,21 @@ def write_rows(path: Path, rows: list[dict]) -> None:
     holds rows that exist nowhere else (a compacted file, the job files release moves out of
     one) is forced to disk before its sources go."""
     _write_table(path, rows_to_table(rows), sync=False)
+
+
+def job_rows(path: Path) -> list[dict]:
+    """The rows of a job's own file, as dicts; none when it is missing or damaged."""
+    try:
+        table, _ = _read_file(Path(path))
+    except (FileNotFoundError, DamagedFile):
+        return []
+    return table.to_pylist()
+
+
+def settled(rows: list[dict]) -> list[dict]:
+    """Rows a training job landed while it ran ("running"), as the measurements they are (ok):
+    for when the job has ended, and a row of its own says how."""
+    return [{**row, "status": "ok"} if row["status"] == RUNNING else row for row in rows]
 
 
 def rows_to_table(rows: list[dict]) -> pa.Table:
@@ -226,7 +242,8 @@ def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[
     absorbed file is removed, so no row is ever out of sight: `read` sees each row once
     throughout, and pandas, pyarrow and DuckDB see each row once again when it returns. A job
     file that a job rewrote after it was merged is kept: it is newer, and `read` prefers it.
-    Temporary files that writers killed mid-write left behind (older than STALE_S) go too.
+    Temporary files that writers killed mid-write left behind (older than STALE_S) go too. The
+    file of a training job that has not ended (rows "running") stays as it is.
     """
     folder = sweep_dir(root, experiment, sweep)
     if not folder.is_dir():
@@ -237,7 +254,9 @@ def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[
         if len(names) <= 1 and _compacted(names) == names:  # nothing, or one compacted file
             return (folder / names[0] if names else None), []
         parts, identities = _read_parts(folder, names)
-        if not identities:  # every file damaged: nothing to merge
+        for name in [name for name, table in parts.items() if _running(table)]:
+            del parts[name], identities[name]  # a training job still going rewrites its file
+        if not identities:  # every file damaged or still being written: nothing to merge
             return None, []
         path = folder / f"compacted-{_next_generation(names):06d}.parquet"
         _write_table(path, _by_job(_concat(list(parts.values()))))
@@ -493,6 +512,13 @@ def _concat(tables: list[pa.Table]) -> pa.Table:
     if len(merged) > 1:
         return pa.concat_tables(merged, promote_options="permissive").combine_chunks()
     return merged[0].combine_chunks() if merged else pa.table({})
+
+
+def _running(table: pa.Table) -> bool:
+    """Whether a file holds rows of a training job that has not ended (status "running")."""
+    if "status" not in table.column_names:
+        return False
+    return bool(pc.any(pc.equal(table["status"], RUNNING)).as_py())
 
 
 def _is_in(jobs: pa.ChunkedArray, values: set[int]) -> pa.ChunkedArray:

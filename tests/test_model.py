@@ -206,9 +206,10 @@ def test_sdpa_dropout_only_in_training(sdpa_calls):
 @pytest.mark.parametrize(
     "window, length, device, dropout, path",
     [(4, 2048, "cpu", 0.0, "tiled"), (4, 2047, "cpu", 0.0, "sdpa"), (0, 4096, "cpu", 0.0, "sdpa"),
-     (4, 4096, "cpu", 0.1, "sdpa"), (4, 4096, "cuda", 0.0, "sdpa")],
+     (4, 4096, "cpu", 0.1, "sdpa"), (4, 4096, "cuda", 0.0, "flex"), (4, 4095, "cuda", 0.0, "sdpa"),
+     (0, 8192, "cuda", 0.0, "sdpa"), (4, 8192, "cuda", 0.1, "sdpa")],
 )  # fmt: skip
-def test_auto_takes_tiled_for_long_windows_on_the_cpu(window, length, device, dropout, path):
+def test_auto_takes_tiled_or_flex_for_long_windows(window, length, device, dropout, path):
     assert experiments.model.auto_path(window, length, torch.device(device), dropout) == path
 
 

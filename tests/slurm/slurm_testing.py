@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from probes import wait_for  # noqa: F401  (the slurm tests import it from here too)
 
 CLUSTER_SH = Path(__file__).with_name("cluster.sh")
 REQUIRED_PROGRAMS = ("slurmctld", "slurmd", "munged", "sbatch")
@@ -171,26 +172,6 @@ class SlurmCluster:
 
 def _user() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
-
-
-def wait_for(
-    predicate: Callable[[], object],
-    timeout: float,
-    what: str,
-    interval: float = 0.1,
-    describe: Callable[[], str] | None = None,
-):
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds
-    (with ``describe()`` in the message, e.g. the job's state)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            extra = f"\n{describe()}" if describe else ""
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{extra}")
-        time.sleep(interval)
 
 
 def run_script(action: str, directory: Path, timeout: float) -> subprocess.CompletedProcess:

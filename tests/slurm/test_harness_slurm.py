@@ -6,10 +6,11 @@ rows back from Parquet.
 """
 
 import time
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from probes import arrivals
+from probes import PROBE_PATH, SUPPORT, arrivals, held
 from slurm_testing import SlurmCluster, skip_module_unless_available, wait_for
 from sweeps import own_file
 
@@ -240,3 +241,41 @@ def test_a_request_no_node_can_satisfy_is_refused_before_submitting(sweep, setti
     assert result.stderr.count("\n") == 1 and "lower hydra.launcher." in result.stderr
     assert not (sweep.cwd / "outputs").exists()
     assert sweep.cluster.queue() == []
+
+
+def test_a_training_task_at_its_time_limit_checkpoints_requeues_and_finishes(cluster, harness):
+    """The trainer probe holds at step 10 until SLURM warns that its minute is nearly up
+    (USR2, signal_delay_s before the limit); it saves there, submitit requeues the task, and
+    the rerun continues from that checkpoint to the end: each step once."""
+    gate = harness.cwd / "gate"
+    gate.mkdir()
+    limited = [arg for arg in SLURM if not arg.startswith("hydra.launcher.timeout_min=")]
+    result = harness(
+        "--config-dir", str(SUPPORT / "conf"), "+experiment=trainer", f"folder={gate}",
+        "steps=20", "hold_at=10", "until=stopping", "checkpoint_every=100", "timeout_s=600",
+        "stream_s=0.2",
+        *limited, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=45",
+        "hydra.launcher.max_num_timeout=2", "wait=false",
+        env={**environment(cluster), "PYTHONPATH": PROBE_PATH},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (sweep_,) = store.sweeps(harness.results, "trainer")
+    task = wait_for(lambda: _running_task(cluster), 60, "the task to run")
+    wait_for(lambda: held(gate), 60, "the run to hold at step 10")
+    wait_for(lambda: len(store.read(harness.results, "trainer")) == 10, 60, "its 10 rows")
+    landed = store.read(harness.results, "trainer")
+    assert landed["step"].tolist() == list(range(1, 11)) and set(landed["status"]) == {"running"}
+    runner = SimpleNamespace(harness=harness)  # what status() runs `python -m harness` with
+    assert "step=10" in status(runner, sweep_)
+
+    def finished() -> bool:
+        return "1 ok" in status(runner, sweep_)
+
+    cluster.release_requeued(task, finished, timeout=240)
+    rows = store.read(harness.results, "trainer")
+    train = rows[rows["step"] > 0]
+    assert train["step"].tolist() == list(range(1, 21)), "each step once"
+    assert set(rows["status"]) == {"ok"}
+    assert len(held(gate)) == 1, "the rerun resumed past the hold"
+    restarts = train.set_index("step")["slurm_restarts"]
+    assert (restarts.loc[:10] == 0).all() and (restarts.loc[11:] == 1).all()

@@ -1,0 +1,124 @@
+"""exp017_recall in the report: each point's final values (held-out loss and accuracy, its
+training throughput), the agreement of the attention paths' losses from the same seed, and the
+curves of loss and accuracy per step (a plot per sweep, a line per point)."""
+
+import inspect
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from experiments import recall  # noqa: E402
+from harness import store  # noqa: E402
+from harness.tables import markdown  # noqa: E402
+
+PARAMS = [p for p in inspect.signature(recall.run).parameters if p != "tracker"]
+AGREEMENT_STEPS = 100  # the first steps over which two paths' losses are compared
+SMOOTHING = 25  # steps in the running mean the curves draw
+
+
+def tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    final = final_values(rows)
+    return {"final": final, "agreement": agreement(rows, final)}
+
+
+def final_values(rows: pd.DataFrame) -> pd.DataFrame:
+    """One line per point: its parameters, status, held-out loss and accuracy (the eval row),
+    chance, the last step trained and the median tokens per second of its steps."""
+    params = [p for p in PARAMS if p in rows]
+    points = rows.drop_duplicates("job").set_index("job")[params]
+    points.insert(0, "status", store.job_statuses(rows))
+    phase = rows["phase"] if "phase" in rows else pd.Series(None, index=rows.index)
+    evals = rows[phase == "eval"].drop_duplicates("job", keep="last").set_index("job")
+    train = rows[phase == "train"].groupby("job")
+    for column, values in (
+        ("loss", evals.get("loss")),
+        ("accuracy", evals.get("accuracy")),
+        ("chance", evals.get("chance")),
+        ("last_step", train["step"].max() if len(train) else None),
+        ("tokens_per_s", train["tokens_per_s"].median() if len(train) else None),
+    ):
+        points[column] = values if values is not None else float("nan")
+    return points.reset_index()
+
+
+def agreement(rows: pd.DataFrame, final: pd.DataFrame) -> pd.DataFrame:
+    """For each point of another attention path, the largest difference between its training
+    loss and the sdpa point's of the same other parameters (seed included) over the first
+    AGREEMENT_STEPS steps; status ok when both points ended ok."""
+    if "phase" not in rows or "attention" not in final:
+        return pd.DataFrame()
+    shared = [p for p in PARAMS if p in final and p != "attention"]
+    early = rows[(rows["phase"] == "train") & (rows["step"] <= AGREEMENT_STEPS)]
+    losses = early.pivot_table(index="step", columns="job", values="loss")
+    lines = []
+    reference = final[final["attention"] == "sdpa"]
+    keys = final[shared].map(repr)  # a missing value equal to itself
+    for _, other in final[final["attention"] != "sdpa"].iterrows():
+        same = reference[(keys.loc[reference.index] == keys.loc[other.name]).all(axis=1)]
+        if same.empty:
+            continue
+        base = same.iloc[0]
+        both = [base["job"], other["job"]]
+        steps = losses[both].dropna() if all(j in losses for j in both) else pd.DataFrame()
+        ok = base["status"] == other["status"] == "ok" and len(steps) >= AGREEMENT_STEPS
+        difference = (steps[both[0]] - steps[both[1]]).abs().max() if ok else float("nan")
+        lines.append({**other[shared].to_dict(), "attention": other["attention"],
+                      "against": "sdpa", "status": "ok" if ok else "incomplete",
+                      "compared_steps": len(steps), "max_loss_diff": difference})  # fmt: skip
+    return pd.DataFrame(lines)
+
+
+def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
+    final = derived["final"]
+    varied = [p for p in PARAMS if p in final and final[p].nunique(dropna=False) > 1]
+    shown = final[["job", *varied, "status", "loss", "accuracy", "chance", "last_step",
+                   "tokens_per_s"]]  # fmt: skip
+    parts = ["Final values: held-out loss and accuracy, chance, steps trained, median training "
+             "tokens per second:", markdown(shown, ".3g", index=False)]  # fmt: skip
+    if "attention" in final and final["tokens_per_s"].notna().any():
+        speed = final.groupby("attention")["tokens_per_s"].median()
+        parts += ["Training tokens per second by attention path (median over its points):",
+                  markdown(speed.to_frame(), ".4g")]  # fmt: skip
+    agree = derived["agreement"]
+    if not agree.empty:
+        columns = [c for c in varied if c in agree and c != "attention"]
+        caption = (f"Agreement with sdpa from the same seed: the largest difference of the "
+                   f"training loss over the first {AGREEMENT_STEPS} steps")  # fmt: skip
+        table = agree[[*columns, "attention", "compared_steps", "max_loss_diff"]]
+        parts += [f"{caption}:", markdown(table, ".3g", index=False)]
+    plot = curves(rows, final, varied, folder / "exp017_recall-curves.png")
+    if plot is not None:
+        parts.append(f"![loss and accuracy per step]({plot.name})")
+    return parts
+
+
+def curves(rows: pd.DataFrame, final: pd.DataFrame, varied: list[str], path: Path):
+    """Training loss and accuracy against step, a line per point (a running mean of SMOOTHING
+    steps), in one PNG; None without training rows."""
+    if "phase" not in rows:
+        return None
+    train = rows[rows["phase"] == "train"].sort_values(["job", "step"])
+    if train.empty:
+        return None
+    labels = final.set_index("job")[varied] if varied else None
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for job, points in train.groupby("job"):
+        label = (" ".join(f"{k}={v}" for k, v in labels.loc[job].items())
+                 if labels is not None else f"job {job}")  # fmt: skip
+        for axis, column in zip(axes, ("loss", "accuracy"), strict=True):
+            smooth = points[column].rolling(SMOOTHING, min_periods=1).mean()
+            axis.plot(points["step"], smooth, label=label, linewidth=1)
+    for axis, column in zip(axes, ("loss", "accuracy"), strict=True):
+        axis.set_xlabel("step")
+        axis.set_ylabel(f"training {column} (mean of {SMOOTHING} steps)")
+    axes[0].set_yscale("log")
+    axes[1].legend(fontsize="x-small")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path

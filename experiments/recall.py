@@ -1,0 +1,242 @@
+"""exp017_recall: octlm trained on multi-query associative recall, or on the characters of a text.
+
+Recall (task="recall"): each sequence holds `pairs` key-value pairs (distinct keys out of
+`keys`, values out of `values`), then `gap` filler tokens, then `queries` of those keys (distinct),
+each followed by its value. The loss and the accuracy count the answers only: at a query, the
+next token is its value. Chance is 1 / values. With pair_tokens (the default) a pair is one
+token that names both its key and its value, so one attention layer can answer (a query looks
+up the pair with its key); without, a pair is a key token followed by a value token, which needs
+an induction circuit (a previous-token head, then a matching one): it learns far more slowly.
+Sequences are drawn on the fly from a generator seeded by `seed`; the held-out evaluation set is
+drawn once from another. Through the layers a window of w keys reaches layers * (w - 1)
+positions back: at most the gap, and every pair is out of the queries' sight.
+
+Text (task="text"): next-character prediction on a UTF-8 file (`text_file`): windows of `length`
+characters from its first 90% for training, the last 10% held out; accuracy over every position.
+
+One row per training step (phase "train": step, loss, accuracy, tokens_per_s, lr), then one row
+for the held-out evaluation (phase "eval"). Under the harness they land as the run goes, and the
+state (weights, optimizer, data generator, step) is checkpointed every `checkpoint_every` steps.
+"""
+
+import math
+import time
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from experiments import checks
+from experiments.model import ModelConfig, OctLM
+
+IGNORE = -100  # a position without a target
+EVAL_SEED = 1_000_003  # the held-out set's generator: seed + this
+EVAL_BATCHES = 8
+WARMUP = 200  # steps of linear warm-up, then a cosine decay to a tenth of lr
+
+
+def check(
+    task: str, steps: int, batch: int, lr: float, pairs: int, queries: int, gap: int, keys: int,
+    values: int, length: int, text_file: str | None, checkpoint_every: int, device: str,
+) -> None:  # fmt: skip
+    checks.positive(steps=steps, batch=batch, lr=lr, pairs=pairs, queries=queries, keys=keys,
+                    values=values, length=length, checkpoint_every=checkpoint_every)  # fmt: skip
+    checks.not_negative(gap=gap)
+    checks.device(device, auto=True)
+    if pairs > keys:
+        raise ValueError(f"pairs={pairs} needs at least as many distinct keys, got keys={keys}")
+    if queries > pairs:
+        raise ValueError(f"queries={queries} must not exceed pairs={pairs} (distinct keys)")
+    if task == "text":
+        if not text_file:
+            raise ValueError("task=text needs text_file: the path of a UTF-8 file")
+        if not Path(text_file).is_file():
+            raise ValueError(f"text_file {text_file} is not a file")
+
+
+def run(
+    *,
+    task: Literal["recall", "text"] = "recall",
+    attention: Literal["sdpa", "tiled", "naive", "flex", "auto"] = "sdpa",
+    window: int = 0,
+    kv_heads: int = 4,
+    heads: int = 4,
+    width: int = 64,
+    layers: int = 2,
+    block: int = 16,
+    dtype: Literal["float32", "bfloat16"] = "float32",
+    steps: int = 800,
+    batch: int = 128,
+    lr: float = 5e-3,
+    pairs: int = 8,
+    queries: int = 4,
+    gap: int = 8,
+    keys: int = 16,
+    values: int = 16,
+    pair_tokens: bool = True,
+    text_file: str | None = None,
+    length: int = 64,
+    checkpoint_every: int = 100,
+    device: str = "auto",
+    seed: int = 0,
+    tracker=None,
+) -> list[dict]:
+    """Train, logging a row per step (through `tracker` when the harness gives one), then
+    evaluate on held-out sequences; the rows not logged through a tracker."""
+    check(task, steps, batch, lr, pairs, queries, gap, keys, values, length, text_file,
+          checkpoint_every, device)  # fmt: skip
+    used = checks.usable_device(device)
+    if task == "recall":
+        data = Recall(pairs, queries, gap, keys, values, pair_tokens)
+    else:
+        data = Text(Path(text_file).read_text(encoding="utf-8"), length)
+    torch.manual_seed(seed)  # the initial weights: the same for every path from one seed
+    model = OctLM(
+        ModelConfig(
+            vocab_size=data.vocab_size,
+            width=width,
+            n_layers=layers,
+            n_heads=heads,
+            n_kv_heads=kv_heads,
+            max_length=data.length,
+            attention=attention,
+            window=window,
+            tiled_block=block,
+        )  # fmt: skip
+    ).to(used)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.0)
+    generator = torch.Generator().manual_seed(seed)
+    start, rows = 0, []
+    state = tracker.restore() if tracker is not None else None
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        generator.set_state(state["data"])
+        start = state["step"]
+    record = tracker.log if tracker is not None else rows.append
+    autocast = torch.autocast(used.type, dtype=torch.bfloat16, enabled=dtype == "bfloat16")
+    model.train()
+    for step in range(start + 1, steps + 1):
+        rate = schedule(step, steps, lr)
+        for group in optimizer.param_groups:
+            group["lr"] = rate
+        tokens, targets = (t.to(used) for t in data.batch(generator, batch))
+        clock = time.perf_counter()
+        try:
+            with autocast:
+                logits = model(tokens)
+            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(),
+                                   ignore_index=IGNORE)  # fmt: skip
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+        except NotImplementedError as error:  # flex on the CPU (torch 2.13): no backward there
+            if step > start + 1:
+                raise
+            return [{"status": "unsupported", "error": f"{type(error).__name__}: {error}"}]
+        optimizer.step()
+        loss_value = loss.item()  # waits for the step on CUDA too
+        seconds = time.perf_counter() - clock
+        record({
+            "phase": "train", "step": step, "loss": loss_value,
+            "accuracy": accuracy(logits, targets), "tokens_per_s": tokens.numel() / seconds,
+            "learning_rate": rate,
+        })  # fmt: skip
+        if tracker is not None and (step % checkpoint_every == 0 or tracker.stopping):
+            tracker.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                          "data": generator.get_state(), "step": step})  # fmt: skip
+    loss_value, correct = evaluate(model, data, batch, seed, used, autocast)
+    return [*rows, {"phase": "eval", "step": steps, "loss": loss_value, "accuracy": correct,
+                    "chance": data.chance}]  # fmt: skip
+
+
+def schedule(step: int, steps: int, lr: float) -> float:
+    """Linear warm-up over WARMUP steps, then a cosine decay from lr to lr / 10 at `steps`."""
+    warm = min(1.0, step / WARMUP)
+    return lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+
+
+def accuracy(logits: torch.Tensor, targets: torch.Tensor) -> float:
+    """The share of positions with a target whose most likely token is that target."""
+    scored = targets != IGNORE
+    return (logits.argmax(-1)[scored] == targets[scored]).float().mean().item()
+
+
+@torch.no_grad()
+def evaluate(model, data, batch: int, seed: int, device, autocast) -> tuple[float, float]:
+    """Loss and accuracy on EVAL_BATCHES held-out batches (a generator of their own)."""
+    model.eval()
+    generator = torch.Generator().manual_seed(seed + EVAL_SEED)
+    losses, correct = [], []
+    for _ in range(EVAL_BATCHES):
+        tokens, targets = (t.to(device) for t in data.batch(generator, batch, held_out=True))
+        with autocast:
+            logits = model(tokens)
+        losses.append(F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(),
+                                      ignore_index=IGNORE).item())  # fmt: skip
+        correct.append(accuracy(logits, targets))
+    model.train()
+    return sum(losses) / len(losses), sum(correct) / len(correct)
+
+
+class Recall:
+    """Multi-query associative recall sequences (see the module's docstring).
+
+    Tokens with pair_tokens: pair (k, v) is k * V + v; a query of key k is K * V + k; an answer
+    v is K * V + K + v; the filler is the last token. Without: key k is k, value v is K + v
+    (a query repeats its key token, an answer its value token), the filler is K + V."""
+
+    def __init__(self, pairs: int, queries: int, gap: int, keys: int, values: int, pair_tokens):
+        self.pairs, self.queries, self.gap = pairs, queries, gap
+        self.keys, self.values, self.pair_tokens = keys, values, pair_tokens
+        self.chance = 1 / values
+        pair_length = pairs if pair_tokens else 2 * pairs
+        self.start = pair_length + gap  # where the queries begin
+        self.length = self.start + 2 * queries
+        if pair_tokens:
+            self.query0, self.answer0 = keys * values, keys * values + keys
+        else:
+            self.query0, self.answer0 = 0, keys
+        self.filler = self.answer0 + values
+        self.vocab_size = self.filler + 1
+
+    def batch(self, generator: torch.Generator, size: int, held_out: bool = False):
+        """(tokens, targets), each (size, length); targets IGNORE except at the queries."""
+        keys = torch.rand(size, self.keys, generator=generator).argsort(-1)[:, : self.pairs]
+        values = torch.randint(self.values, (size, self.pairs), generator=generator)
+        asked = torch.rand(size, self.pairs, generator=generator).argsort(-1)[:, : self.queries]
+        asked_keys, answers = keys.gather(1, asked), values.gather(1, asked)
+        if self.pair_tokens:
+            context = keys * self.values + values
+        else:
+            context = torch.stack([keys, self.keys + values], -1).flatten(1)
+        filler = torch.full((size, self.gap), self.filler)
+        questions = torch.stack([self.query0 + asked_keys, self.answer0 + answers], -1).flatten(1)
+        tokens = torch.cat([context, filler, questions], 1)
+        targets = torch.full_like(tokens, IGNORE)
+        targets[:, self.start :: 2] = self.answer0 + answers  # at each query, its answer
+        return tokens, targets
+
+
+class Text:
+    """Next-character prediction on a text: random windows of `length` characters, from its
+    first 90% for training and from the rest for held-out evaluation."""
+
+    def __init__(self, text: str, length: int):
+        if len(text) < 10 * (length + 1):
+            raise ValueError(
+                f"the text has {len(text):,} characters: at least {10 * (length + 1):,} are needed "
+                f"for length={length} (90% to train on, 10% held out)"
+            )
+        alphabet = sorted(set(text))
+        self.vocab_size, self.length, self.chance = len(alphabet), length, 1 / len(alphabet)
+        index = {char: i for i, char in enumerate(alphabet)}
+        encoded = torch.tensor([index[char] for char in text])
+        split = len(encoded) * 9 // 10
+        self.train, self.held_out = encoded[:split], encoded[split:]
+
+    def batch(self, generator: torch.Generator, size: int, held_out: bool = False):
+        source = self.held_out if held_out else self.train
+        starts = torch.randint(len(source) - self.length, (size, 1), generator=generator)
+        windows = source[starts + torch.arange(self.length + 1)]
+        return windows[:, :-1], windows[:, 1:]

@@ -1,0 +1,160 @@
+"""Training points: rows that land while the point runs, survive a SIGKILL, and continue from
+the last checkpoint on resume with each step once (harness.tracking), through the trainer probe
+(tests/support/probes.py), run by the harness as a user would run it."""
+
+import os
+import signal
+
+import duckdb
+import pandas as pd
+import pyarrow.dataset as ds
+import pytest
+from probes import PROBE_PATH, SUPPORT, held, wait_for
+
+from harness import store, tracking
+
+STEPS = 20
+
+
+@pytest.fixture
+def trainer(harness, tmp_path):
+    """`python -m harness --config-dir tests/support/conf +experiment=trainer folder=GATE ARGS`."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    given = ["--config-dir", str(SUPPORT / "conf"), "+experiment=trainer", f"folder={gate}"]
+    path = {"PYTHONPATH": PROBE_PATH}
+
+    def run(*args: str, **kwargs):
+        return harness(*given, *args, env=path, **kwargs)
+
+    def start(*args: str, **kwargs):
+        return harness.start(*given, *args, env=path, **kwargs)
+
+    def resume(sweep: str):  # the sweep's own folder=...: a resume may not set it again
+        return harness(*given[:-1], f"resume={sweep}", env=path)
+
+    run.start, run.resume, run.gate, run.results = start, resume, gate, harness.results
+    run.harness = harness
+    return run
+
+
+def landed(results) -> pd.DataFrame:
+    return store.read(results, "trainer")
+
+
+def sweep_of(results) -> str:
+    (found,) = store.sweeps(results, "trainer")
+    return found
+
+
+def test_rows_land_while_the_point_runs_and_every_reader_sees_them(trainer):
+    running = trainer.start(f"steps={STEPS}", "hold_at=10", "stream_s=0.2")
+    wait_for(lambda: held(trainer.gate), 60, "the run to hold at step 10")
+    wait_for(lambda: len(landed(trainer.results)) == 10, 60, "10 rows")
+    rows = landed(trainer.results)
+    assert rows["step"].tolist() == list(range(1, 11))
+    assert set(rows["status"]) == {"running"}
+    folder = store.sweep_dir(trainer.results, "trainer", sweep_of(trainer.results))
+    assert len(pd.read_parquet(folder)) == 10
+    assert ds.dataset(folder, format="parquet").count_rows() == 10
+    query = f"select count(distinct step) from read_parquet('{folder}/*.parquet')"
+    assert duckdb.connect().execute(query).fetchone() == (10,)
+    (trainer.gate / "release").touch()
+    output, _ = running.communicate(timeout=120)
+    assert running.returncode == 0, output
+    assert "job 0: step=10 value=100" in output, "the progress line shows the latest step"
+    rows = landed(trainer.results)
+    assert rows["step"].tolist() == [*range(1, STEPS + 1), 0]
+    assert set(rows["status"]) == {"ok"}
+
+
+def test_rows_land_every_stream_rows_rows(trainer):
+    # No time-based landing for an hour and no checkpoint before step 10: only batches of 3.
+    running = trainer.start(
+        f"steps={STEPS}", "hold_at=10", "stream_rows=3", "stream_s=3600", "checkpoint_every=100"
+    )
+    wait_for(lambda: held(trainer.gate), 60, "the run to hold at step 10")
+    assert len(landed(trainer.results)) == 9
+    (trainer.gate / "release").touch()
+    running.communicate(timeout=120)
+    assert len(landed(trainer.results)) == STEPS + 1
+
+
+def test_a_sigkilled_run_keeps_its_rows_and_resume_continues_from_its_checkpoint(trainer):
+    running = trainer.start(f"steps={STEPS}", "hold_at=10", "checkpoint_every=4", "stream_s=0.2")
+    wait_for(lambda: held(trainer.gate), 60, "the run to hold at step 10")
+    wait_for(lambda: len(landed(trainer.results)) == 10, 60, "its 10 rows to land")
+    os.killpg(running.pid, signal.SIGKILL)
+    running.wait(timeout=60)
+    sweep = sweep_of(trainer.results)
+    rows = landed(trainer.results)
+    assert rows["step"].tolist() == list(range(1, 11)), "every row landed before the kill"
+    first_pid = rows["pid"].iloc[0]
+    shown = trainer.harness("status", sweep).stdout
+    assert "running" in shown and "step=10" in shown
+
+    resumed = trainer.resume(sweep)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from the checkpoint at 8 rows" in resumed.stdout
+    rows = landed(trainer.results)
+    train = rows[rows["step"] > 0]
+    assert train["step"].tolist() == list(range(1, STEPS + 1)), "each step once"
+    assert set(rows["status"]) == {"ok"}
+    # Steps 9 and 10 of the killed run, past its last checkpoint, gave way to the rerun's.
+    assert (train.loc[train["step"] <= 8, "pid"] == first_pid).all()
+    assert (train.loc[train["step"] > 8, "pid"] != first_pid).all()
+    assert train["value"].tolist() == [step * 10 for step in range(1, STEPS + 1)]
+
+
+def test_a_point_that_fails_mid_run_keeps_its_rows_and_says_why(trainer):
+    # steps=20 hold_at=10 with timeout_s=0: the probe gives up at step 10 (a TimeoutError).
+    result = trainer(f"steps={STEPS}", "hold_at=10", "timeout_s=0")
+    assert result.returncode == 1, result.stderr
+    rows = landed(trainer.results)
+    assert rows["step"].dropna().tolist()[:10] == list(range(1, 11))
+    assert rows["status"].tolist() == ["ok"] * 10 + ["failed"]
+    assert "TimeoutError" in rows["error"].iloc[-1]
+
+
+def tracker_for(tmp_path, config_hash="a", **kwargs) -> tracking.Tracker:
+    def prepare(row):
+        return {"job": 0, "status": "ok", **row}
+
+    return tracking.Tracker(tmp_path / "job-000000.parquet", tmp_path / "checkpoint",
+                            prepare, config_hash=config_hash, **kwargs)  # fmt: skip
+
+
+def test_a_checkpoint_cuts_the_rows_back_to_its_own(tmp_path):
+    first = tracker_for(tmp_path)
+    for step in range(1, 6):
+        first.log({"step": step})
+        if step == 3:
+            first.save({"step": step})
+    first.land()
+    first.close()
+    assert len(store.job_rows(tmp_path / "job-000000.parquet")) == 5
+    again = tracker_for(tmp_path)
+    assert again.restore() == {"step": 3}
+    assert [row["step"] for row in store.job_rows(tmp_path / "job-000000.parquet")] == [1, 2, 3]
+    again.close()
+
+
+def test_a_checkpoint_of_another_point_or_of_lost_rows_is_not_restored(tmp_path):
+    first = tracker_for(tmp_path)
+    first.log({"step": 1})
+    first.save({"step": 1})
+    first.close()
+    other = tracker_for(tmp_path, config_hash="b")
+    assert other.restore() is None, "another config's checkpoint"
+    other.close()
+    (tmp_path / "job-000000.parquet").unlink()
+    lost = tracker_for(tmp_path)
+    assert lost.restore() is None, "the rows it counts are gone: start over"
+    lost.close()
+
+
+def test_the_streaming_settings_are_checked_before_anything_runs(trainer):
+    for setting, said in (("stream_rows=0", "stream_rows must be"), ("stream_s=-1", "stream_s")):
+        result = trainer(setting)
+        assert result.returncode == 2 and said in result.stderr
+        assert not trainer.results.exists()
