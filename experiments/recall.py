@@ -33,7 +33,7 @@ from experiments.model import ModelConfig, OctLM
 IGNORE = -100  # a position without a target
 EVAL_SEED = 1_000_003  # the held-out set's generator: seed + this
 EVAL_BATCHES = 8
-WARMUP = 200  # steps of linear warm-up, then a cosine decay to a tenth of lr
+WARMUP = 300  # steps of linear warm-up, then a cosine decay to a tenth of lr
 
 
 def check(
