@@ -19,6 +19,7 @@ for the held-out evaluation (phase "eval"). Under the harness they land as the r
 state (weights, optimizer, data generator, step) is checkpointed every `checkpoint_every` steps.
 """
 
+import functools
 import math
 import time
 from pathlib import Path
@@ -37,11 +38,16 @@ WARMUP = 300  # steps of linear warm-up, then a cosine decay to a tenth of lr
 
 
 def check(
-    task: str, steps: int, batch: int, lr: float, pairs: int, queries: int, gap: int, keys: int,
+    task: str, window: int, kv_heads: int, heads: int, width: int, layers: int, block: int,
+    steps: int, batch: int, lr: float, pairs: int, queries: int, gap: int, keys: int,
     values: int, length: int, text_file: str | None, checkpoint_every: int, device: str,
 ) -> None:  # fmt: skip
-    checks.positive(steps=steps, batch=batch, lr=lr, pairs=pairs, queries=queries, keys=keys,
-                    values=values, length=length, checkpoint_every=checkpoint_every)  # fmt: skip
+    checks.window(window, causal=True)
+    checks.heads(heads, kv_heads)
+    checks.rotary_width(width, heads)
+    checks.positive(layers=layers, block=block, steps=steps, batch=batch, lr=lr, pairs=pairs,
+                    queries=queries, keys=keys, values=values, length=length,
+                    checkpoint_every=checkpoint_every)  # fmt: skip
     checks.not_negative(gap=gap)
     checks.device(device, auto=True)
     if pairs > keys:
@@ -53,6 +59,23 @@ def check(
             raise ValueError("task=text needs text_file: the path of a UTF-8 file")
         if not Path(text_file).is_file():
             raise ValueError(f"text_file {text_file} is not a file")
+        characters = _characters(text_file, Path(text_file).stat().st_mtime_ns)
+        if characters < 10 * (length + 1):
+            raise ValueError(
+                f"text_file {text_file} has {characters:,} characters: at least "
+                f"{10 * (length + 1):,} are needed for length={length} (90% to train on, 10% "
+                "held out)"
+            )
+
+
+@functools.lru_cache(maxsize=8)
+def _characters(path: str, modified: int) -> int:
+    """How many characters a UTF-8 file holds (ValueError if it is not UTF-8); once per version."""
+    try:
+        return len(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        said = f"{error.reason} at byte {error.start}"
+        raise ValueError(f"text_file {path} is not UTF-8 ({said})") from None
 
 
 def run(
@@ -84,8 +107,7 @@ def run(
 ) -> list[dict]:
     """Train, logging a row per step (through `tracker` when the harness gives one), then
     evaluate on held-out sequences; the rows not logged through a tracker."""
-    check(task, steps, batch, lr, pairs, queries, gap, keys, values, length, text_file,
-          checkpoint_every, device)  # fmt: skip
+    checks.point(check, locals())
     used = checks.usable_device(device)
     if task == "recall":
         data = Recall(pairs, queries, gap, keys, values, pair_tokens)
@@ -222,12 +244,7 @@ class Text:
     """Next-character prediction on a text: random windows of `length` characters, from its
     first 90% for training and from the rest for held-out evaluation."""
 
-    def __init__(self, text: str, length: int):
-        if len(text) < 10 * (length + 1):
-            raise ValueError(
-                f"the text has {len(text):,} characters: at least {10 * (length + 1):,} are needed "
-                f"for length={length} (90% to train on, 10% held out)"
-            )
+    def __init__(self, text: str, length: int):  # at least 10 * (length + 1) characters: check
         alphabet = sorted(set(text))
         self.vocab_size, self.length, self.chance = len(alphabet), length, 1 / len(alphabet)
         index = {char: i for i, char in enumerate(alphabet)}

@@ -150,7 +150,10 @@ def test_bad_values_are_refused_with_one_line(given, said):
 def test_a_text_too_short_for_its_length_is_refused(tmp_path):
     text = tmp_path / "short.txt"
     text.write_text("tiny", "utf-8")
-    with pytest.raises(ValueError, match="at least 330 are needed"):
+    with pytest.raises(ValueError, match="has 4 characters: at least 330 are needed"):
+        recall.run(**SHORT, task="text", text_file=str(text), length=32)
+    text.write_bytes(b"\xff\xfe not utf-8" * 100)
+    with pytest.raises(ValueError, match="is not UTF-8"):
         recall.run(**SHORT, task="text", text_file=str(text), length=32)
 
 

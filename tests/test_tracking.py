@@ -158,3 +158,20 @@ def test_the_streaming_settings_are_checked_before_anything_runs(trainer):
         result = trainer(setting)
         assert result.returncode == 2 and said in result.stderr
         assert not trainer.results.exists()
+
+
+def test_a_point_killed_under_the_local_launcher_ends_with_its_rows_and_why(trainer):
+    """The point's own process dies (SIGKILL) mid-run under hydra/launcher=local: its landed rows
+    stay, as measurements (ok), and a row of its own says it did not end (not "running")."""
+    running = trainer.start(f"steps={STEPS}", "hold_at=10", "stream_s=0.2",
+                            "hydra/launcher=local")  # fmt: skip
+    (marker,) = wait_for(lambda: held(trainer.gate), 60, "the run to hold at step 10")
+    wait_for(lambda: len(landed(trainer.results)) == 10, 60, "its 10 rows to land")
+    os.kill(int(marker.name.removeprefix("held-")), signal.SIGKILL)
+    output, _ = running.communicate(timeout=120)
+    assert running.returncode == 1, output
+    rows = landed(trainer.results)
+    assert rows["step"].tolist()[:10] == list(range(1, 11))
+    assert rows["status"].tolist()[:10] == ["ok"] * 10
+    assert rows["status"].iloc[-1] in ("killed", "failed") and len(rows) == 11
+    assert "1 of 1 points have no answer" in output
