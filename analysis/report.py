@@ -74,6 +74,7 @@ def section(root: Path, experiment: str, sweep: str, report_dir: Path) -> tuple[
     if module is not None and not rows.empty:
         parts += module.sections(every, tables, report_dir)
     failed = rows[~rows["status"].isin(store.DONE)] if not rows.empty else rows
+    failed = failed.drop_duplicates("job")  # a training point's rows: one line for the point
     if not failed.empty:
         parts.append(markdown(failed[["job", "status", "error"]].set_index("job")))
     if not claims.empty:

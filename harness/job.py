@@ -112,7 +112,7 @@ def summary(rows: list[dict], params: dict, last: bool = False) -> dict:
         "status": status,
         "error": error,
         "metrics": metrics(shown, params),
-        "seconds": max(row["duration_s"] for row in rows),
+        "seconds": rows[-1]["duration_s"],  # this run's, not a restored row's first run
     }
 
 

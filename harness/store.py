@@ -242,8 +242,8 @@ def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[
     absorbed file is removed, so no row is ever out of sight: `read` sees each row once
     throughout, and pandas, pyarrow and DuckDB see each row once again when it returns. A job
     file that a job rewrote after it was merged is kept: it is newer, and `read` prefers it.
-    Temporary files that writers killed mid-write left behind (older than STALE_S) go too. The
-    file of a training job that has not ended (rows "running") stays as it is.
+    Temporary files that writers killed mid-write left behind (older than STALE_S) go too. A
+    sweep with a training job that has not ended (rows "running") is left as it is: (None, []).
     """
     folder = sweep_dir(root, experiment, sweep)
     if not folder.is_dir():
@@ -254,10 +254,8 @@ def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[
         if len(names) <= 1 and _compacted(names) == names:  # nothing, or one compacted file
             return (folder / names[0] if names else None), []
         parts, identities = _read_parts(folder, names)
-        for name in [name for name, table in parts.items() if _running(table)]:
-            del parts[name], identities[name]  # a training job still going rewrites its file
-        if not identities:  # every file damaged or still being written: nothing to merge
-            return None, []
+        if not identities or any(_running(table) for table in parts.values()):
+            return None, []  # every file damaged, or a training job still going: not ended
         path = folder / f"compacted-{_next_generation(names):06d}.parquet"
         _write_table(path, _by_job(_concat(list(parts.values()))))
         _remove_unchanged(folder, identities)

@@ -17,7 +17,8 @@ any experiment does). Through it the experiment:
   rows are cut back to those the checkpoint counts, and the rows it logs from there replace
   the rest, so each step appears once.
 - asks `stopping`: SLURM has warned that the task's time is up (or that it is preempted); the
-  next `save` is its last, and requeues the task (submitit's checkpointing).
+  next `save` is its last, and requeues the task (submitit's checkpointing). One that never
+  reads it runs until SLURM kills the task; resume then continues it from its last checkpoint.
 """
 
 import contextlib
@@ -71,14 +72,17 @@ class Tracker:
         self._writing = threading.Lock()  # one write of the job's file at a time
         self._wake = threading.Event()
         self._closed = False
+        self._failed: Exception | None = None  # what stopped the landing thread
         self._thread = threading.Thread(target=self._land_waiting, daemon=True)
         self._thread.start()
 
     # What the experiment calls.
 
     def log(self, row: dict) -> None:
-        """Hand over one row (a flat dict of the experiment's own columns)."""
+        """Hand over one row (a flat dict of the experiment's own columns, plain values)."""
+        self._raise_failed_landing()
         prepared = self.prepare(dict(row))
+        store.rows_to_table([prepared])  # a value Parquet cannot hold fails here, not later
         with self._lock:
             self.rows.append(prepared)
             if self.oldest is None:
@@ -94,6 +98,7 @@ class Tracker:
         asked the task to stop, requeue it now (this does not return)."""
         import torch
 
+        self._raise_failed_landing()
         count = self.land()
         self.folder.mkdir(parents=True, exist_ok=True)
         target = self.folder / CHECKPOINT
@@ -104,7 +109,7 @@ class Tracker:
         finally:
             tmp.unlink(missing_ok=True)
         if self.stopping and self._requeue is not None:
-            self.say(f"checkpoint at {count} rows saved: requeueing")
+            self.say(f"SLURM asked this task to stop: checkpoint at {count} rows saved, requeueing")
             self._requeue_now()
 
     def restore(self) -> dict | None:
@@ -126,9 +131,9 @@ class Tracker:
         if len(rows) < saved["rows"]:  # the job's rows are gone or damaged: start afresh
             self.say(f"checkpoint at {saved['rows']} rows, but {len(rows)} landed: starting over")
             return None
-        with self._lock:
+        with self._writing, self._lock:
             self.rows = store.settled(rows[: saved["rows"]])
-            self.landed = 0
+            self.landed = -1  # rewrite the file: it holds rows past the checkpoint
         self.land()
         self.say(f"resumed from the checkpoint at {saved['rows']} rows")
         return saved["state"]
@@ -165,18 +170,21 @@ class Tracker:
             yield
             return
 
-        def warned(signum, frame):
+        def warned(signum, frame):  # sets a flag only: printing here could re-enter print
             self.stopping = True
-            self.say("SLURM asks this task to stop: saving at the next checkpoint")
 
         self._requeue = lambda: handler(signal.SIGUSR2, None)
         signal.signal(signal.SIGUSR2, warned)
         try:
             yield
-        finally:
+        finally:  # a point that ended after the warning has its rows: nothing to requeue
             signal.signal(signal.SIGUSR2, handler)
-            if self.stopping:  # ended (or failed) before its next save: requeue all the same
-                self._requeue_now()
+            self._requeue = None
+
+    def _raise_failed_landing(self) -> None:
+        """The error that stopped the landing thread (a full disk, say), in the experiment."""
+        if self._failed is not None:
+            raise RuntimeError(f"rows could not land: {self._failed}") from self._failed
 
     def _requeue_now(self) -> None:
         """submitit's handler, once: it requeues the task and ends this process."""
@@ -199,6 +207,6 @@ class Tracker:
                 continue
             try:
                 self.land()
-            except OSError as error:  # a full disk: the final write will say so
-                self.say(f"could not land rows: {error}")
-                time.sleep(self.every_s)
+            except Exception as error:  # raised in the experiment at its next log or save
+                self._failed = error
+                return

@@ -92,6 +92,8 @@ def test_a_sigkilled_run_keeps_its_rows_and_resume_continues_from_its_checkpoint
     first_pid = rows["pid"].iloc[0]
     shown = trainer.harness("status", sweep).stdout
     assert "running" in shown and "step=10" in shown
+    folder = store.sweep_dir(trainer.results, "trainer", sweep)
+    assert not list(folder.glob("compacted-*")), "a sweep with a point still running stays"
 
     resumed = trainer.resume(sweep)
     assert resumed.returncode == 0, resumed.stderr
@@ -175,3 +177,11 @@ def test_a_point_killed_under_the_local_launcher_ends_with_its_rows_and_why(trai
     assert rows["status"].tolist()[:10] == ["ok"] * 10
     assert rows["status"].iloc[-1] in ("killed", "failed") and len(rows) == 11
     assert "1 of 1 points have no answer" in output
+
+
+def test_a_row_parquet_cannot_hold_is_refused_where_it_is_logged(tmp_path):
+    tracker = tracker_for(tmp_path)
+    tracker.log({"step": 1})
+    with pytest.raises(Exception, match="object"):
+        tracker.log({"step": 2, "loss": object()})
+    assert [row["step"] for row in tracker.close()] == [1]
