@@ -142,7 +142,7 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def write_text(path: Path, text: str) -> None:
-    _replace_atomically(path, lambda tmp: Path(tmp).write_text(text))
+    replace_atomically(path, lambda tmp: Path(tmp).write_text(text))
 
 
 def read_json(path: Path) -> dict:
@@ -591,10 +591,10 @@ def _write_table(path: Path, table: pa.Table, sync: bool = True) -> None:
     def write(tmp: Path) -> None:
         pq.write_table(table, tmp, write_page_checksum=True)
 
-    _replace_atomically(path, write, sync)
+    replace_atomically(path, write, sync)
 
 
-def _replace_atomically(path: Path, write, sync: bool = True) -> None:
+def replace_atomically(path: Path, write, sync: bool = True) -> None:
     """Write a file under a temporary name and rename it into place; `sync`: on disk first."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -22,8 +22,6 @@ any experiment does). Through it the experiment:
 """
 
 import contextlib
-import os
-import secrets
 import signal
 import threading
 import time
@@ -100,14 +98,10 @@ class Tracker:
 
         self._raise_failed_landing()
         count = self.land()
-        self.folder.mkdir(parents=True, exist_ok=True)
-        target = self.folder / CHECKPOINT
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        try:
-            torch.save({"state": state, "rows": count, "config_hash": self.config_hash}, tmp)
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
+        saved = {"state": state, "rows": count, "config_hash": self.config_hash}
+        store.replace_atomically(
+            self.folder / CHECKPOINT, lambda tmp: torch.save(saved, tmp), sync=False
+        )
         if self.stopping and self._requeue is not None:
             self.say(f"SLURM asked this task to stop: checkpoint at {count} rows saved, requeueing")
             self._requeue_now()
