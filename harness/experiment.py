@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
 TRACKER = "tracker"  # the parameter through which a training experiment gets its Tracker
 
@@ -146,7 +147,10 @@ def with_type(error: BaseException) -> str:
 def config_values(cfg: DictConfig) -> dict:
     """The config's own keys (not Hydra's), resolved, as plain Python values."""
     own = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
-    return OmegaConf.to_container(own, resolve=True)
+    try:
+        return OmegaConf.to_container(own, resolve=True)
+    except (InterpolationResolutionError, MissingMandatoryValue) as error:
+        raise BadInput(f"{error.full_key}: {str(error).splitlines()[0]}") from None
 
 
 def config_hash(experiment: str, params: dict) -> str:

@@ -73,8 +73,7 @@ class InProcess:
                 self.composed[key] = shape  # later jobs of this shape set values on it
         else:
             shape.set(parsed)
-        with read_write(shape.cfg.hydra), open_dict(shape.cfg.hydra):
-            shape.cfg.hydra.job.id = shape.cfg.hydra.job.num = job
+        shape.job = job
         return shape
 
     def _from_master(self, parsed: list[Override]) -> DictConfig | None:
@@ -98,14 +97,15 @@ class InProcess:
         outside the experiment, which the job itself turns into a row)."""
         try:
             shape = self.prepare(overrides, job)
-            cfg, run_dir = shape.cfg, shape.run_dir()
-            if self.log_dir is None or shape.hydra_resolver:  # what reads the output dir
+            run_dir = shape.run_dir()
+            if self.log_dir is None or shape.hydra_resolver:  # what reads the whole config
+                cfg = shape.cfg
                 with read_write(cfg.hydra), open_dict(cfg.hydra):
                     cfg.hydra.runtime.output_dir = str(run_dir)
-            if shape.hydra_resolver:
-                HydraConfig.instance().set_config(cfg)
-            self._log_to(cfg, run_dir)
-            self._save(cfg, shape.values, overrides, run_dir)
+                if shape.hydra_resolver:
+                    HydraConfig.instance().set_config(cfg)
+            self._log_to(shape, run_dir)
+            self._save(shape, overrides, run_dir)
             return self.task_function.run(shape.values, str(run_dir))
         except Exception as error:
             return {"status": "failed", "error": f"harness error: {with_type(error)}"}
@@ -138,38 +138,44 @@ class InProcess:
             return False
         return cfg is None or OmegaConf.select(cfg, key, default=UNSET) is not UNSET
 
-    def _log_to(self, cfg: DictConfig, run_dir: Path) -> None:
+    def _log_to(self, shape: "Shape", run_dir: Path) -> None:
         """The job's log in its run folder: Hydra's job logging, configured for the first job,
         its files moved to each next job's folder."""
-        (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)  # _save's folder too
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / ".hydra").mkdir(exist_ok=True)  # _save's folder
         if self.log_dir is None:
-            configure_log(cfg.hydra.job_logging, cfg.hydra.verbose)
+            configure_log(shape.cfg.hydra.job_logging, shape.cfg.hydra.verbose)
             self.files = [h for h in _file_handlers() if Path(h.baseFilename).parent == run_dir]
         else:
             for handler in self.files:
                 handler.close()  # reopened, in the new folder, by its next record
                 handler.baseFilename = str(run_dir / Path(handler.baseFilename).name)
-                Path(handler.baseFilename).touch()
+                open(handler.baseFilename, "a").close()  # the log is there from the start
         self.log_dir = run_dir
 
-    def _save(self, cfg: DictConfig, values: dict, overrides: list[str], run_dir: Path) -> None:
+    def _save(self, shape: "Shape", overrides: list[str], run_dir: Path) -> None:
         """The job's config (resolved, as it ran) and overrides; Hydra's config once per sweep."""
         folder = run_dir / ".hydra"
-        (folder / "config.yaml").write_text(yaml.dump(values, Dumper=DUMPER, sort_keys=False))
+        (folder / "config.yaml").write_text(yaml.dump(shape.values, Dumper=DUMPER, sort_keys=False))
         (folder / "overrides.yaml").write_text(yaml.dump(list(overrides), Dumper=DUMPER))
         if not self.saved_hydra:  # this run's: a resume may have changed the launcher
             shared = run_dir.parent / folder.name / "hydra.yaml"
-            store.write_text(shared, OmegaConf.to_yaml(OmegaConf.masked_copy(cfg, "hydra")))
+            store.write_text(shared, OmegaConf.to_yaml(OmegaConf.masked_copy(shape.cfg, "hydra")))
             self.saved_hydra = True
 
 
 class Shape:
     """A config Hydra composed for a job, and the lines and resolved values of the last job set
     on it. When the job's own config (all but Hydra's node) has no interpolation, a job's values
-    are the last job's with its changed plain values set, without resolving the config again."""
+    are the last job's with its changed plain values set, without resolving the config again;
+    and the config itself, which then only the first job reads, is brought up to date only when
+    it is asked for (`cfg`)."""
 
     def __init__(self, cfg: DictConfig, parsed: list[Override]):
-        self.cfg, self.parsed = cfg, list(parsed)
+        self._cfg, self.parsed = cfg, list(parsed)
+        self.pending: dict[int, Override] = {}  # lines not yet set on the config, by position
+        self.job: int | None = None
+        self.numbered: int | None = None  # the job number the config holds
         self.dirname = _dirname_settings(cfg)
         task = OmegaConf.to_yaml(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]))
         self.hydra_resolver = "${hydra:" in task  # needs HydraConfig set for each job
@@ -178,21 +184,34 @@ class Shape:
         raw = OmegaConf.to_container(cfg.hydra.sweep, resolve=False)
         self.dirs = {name: raw[name] for name in ("dir", "subdir")}
 
+    @property
+    def cfg(self) -> DictConfig:
+        """The job's config: the lines set since it was last asked for, and the job's number."""
+        cfg = self._cfg
+        if self.pending or self.numbered != self.job:
+            with read_write(cfg), open_dict(cfg):
+                for i, override in self.pending.items():
+                    OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
+                    cfg.hydra.overrides.task[i] = override.input_line
+                if self.pending:
+                    dirname = _override_dirname(cfg, self.parsed, self.dirname)
+                    cfg.hydra.job.override_dirname = dirname
+                if self.job is not None:
+                    cfg.hydra.job.id = cfg.hydra.job.num = self.job
+            self.pending.clear()
+            self.numbered = self.job
+        return cfg
+
     def set(self, parsed: list[Override]) -> None:
-        """The job's lines on the config: those that differ from the last job's."""
+        """The job's lines: those that differ from the last job's."""
         changed = [
             (i, o) for i, o in enumerate(parsed) if o.input_line != self.parsed[i].input_line
         ]
-        cfg = self.cfg
-        with read_write(cfg), open_dict(cfg):
-            for i, override in changed:
-                OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
-                cfg.hydra.overrides.task[i] = override.input_line
-                self.parsed[i] = override
-            cfg.hydra.job.override_dirname = _override_dirname(cfg, parsed, self.dirname)
+        for i, override in changed:
+            self.pending[i] = self.parsed[i] = override
         scalars = all(isinstance(o.value(), int | float | str | bool) for _, o in changed)
         if self.interpolated or not scalars:
-            self.values = config_values(cfg)
+            self.values = config_values(self.cfg)
             return
         self.values = dict(self.values)
         for _, override in changed:

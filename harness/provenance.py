@@ -47,8 +47,22 @@ def _git(*args: str) -> str:
 @functools.cache
 def packages() -> tuple[str, ...]:
     """Every installed distribution as name==version, sorted."""
-    found = {(d.metadata["Name"] or "").lower(): d.version for d in metadata.distributions()}
+    found = dict(_name_and_version(d) for d in metadata.distributions())
     return tuple(f"{name}=={version}" for name, version in sorted(found.items()) if name)
+
+
+def _name_and_version(distribution: metadata.Distribution) -> tuple[str, str | None]:
+    """A distribution's Name and Version, read from its metadata's header lines: what
+    distribution.metadata holds for them, without parsing the whole file as an email (20 ms
+    for 40 packages, the better part of a short sweep's start)."""
+    text = distribution.read_text("METADATA") or distribution.read_text("PKG-INFO") or ""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line:  # the headers end here
+            break
+        key, _, value = line.partition(":")
+        fields.setdefault(key, value.strip())
+    return fields.get("Name", "").lower(), fields.get("Version")
 
 
 def packages_digest(listing: tuple[str, ...]) -> str:

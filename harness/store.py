@@ -21,6 +21,7 @@ lists, and reruns their points.
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -49,7 +50,12 @@ READ_ATTEMPTS = 50  # a read retries while compactions change the folder under i
 DONE = ("ok", "unsupported")
 RUNNING = "running"  # the rows a training job lands before it ends (harness.tracking)
 PARTITIONS = pa.schema([("experiment", pa.string()), ("sweep", pa.string())])
-DIGEST = b"harness_rows_sha256"  # each file's metadata: a digest of its rows, checked on read
+# Each file's metadata holds a digest of its rows, checked on read: of their values (a table of
+# up to SMALL cells, a point's rows: no Parquet round trip to take it), or of the table as a
+# Parquet reader returns it (a bigger one, which its values would take longer to list).
+DIGEST = b"harness_rows_sha256"
+VALUES_DIGEST = b"harness_values_sha256"
+SMALL = 10_000
 SET_ASIDE = "_damaged-"  # the prefix of a damaged file moved aside: neither "." nor ".parquet"
 _named: dict[Path, str] = {}  # the damaged files this process has named, and why
 
@@ -400,9 +406,11 @@ def _read_file(path: Path) -> tuple[pa.Table, tuple[int, int, int]]:
     try:
         parquet = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True)
         table = parquet.read(use_threads=False)
-        written = (table.schema.metadata or {}).get(DIGEST)
+        metadata = table.schema.metadata or {}
         table = table.replace_schema_metadata(None)
-        intact = written is None or written == _digest(table).encode()
+        digests = {VALUES_DIGEST: _values_digest, DIGEST: _digest}
+        kind = next((key for key in digests if key in metadata), None)
+        intact = kind is None or metadata[kind] == digests[kind](table).encode()
     except Exception as error:  # whatever a damaged file makes the reader raise
         raise DamagedFile(path, f"unreadable ({type(error).__name__}: {error})") from None
     if not intact:
@@ -424,6 +432,29 @@ def _digest(table: pa.Table) -> str:
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     return hashlib.sha256(sink.getvalue()).hexdigest()
+
+
+def _values_digest(table: pa.Table) -> str:
+    """A digest of a table's column names, types and values, whatever the buffers' layout:
+    the same for the table as built and as any Parquet reader returns it."""
+    listed = [
+        (field.name, _type_name(field.type), field.nullable, column.to_pylist())
+        for field, column in zip(table.schema, table.columns, strict=True)
+    ]
+    return hashlib.sha256(repr(listed).encode()).hexdigest()
+
+
+@functools.cache
+def _type_name(type_: pa.DataType) -> str:
+    """A type as text, without the names of list items (Parquet names them its own way)."""
+    if pa.types.is_list(type_) or pa.types.is_large_list(type_):
+        item = type_.value_field
+        return f"{type_.__class__.__name__}<{_type_name(item.type)}, {item.nullable}>"
+    if pa.types.is_struct(type_):
+        fields = [type_.field(i) for i in range(type_.num_fields)]
+        inner = ", ".join(f"{f.name}: {_type_name(f.type)}, {f.nullable}" for f in fields)
+        return f"struct<{inner}>"
+    return str(type_)
 
 
 def _as_read(table: pa.Table) -> pa.Table:
@@ -586,10 +617,15 @@ def _sweep_lock(folder: Path) -> Iterator[None]:
 
 def _write_table(path: Path, table: pa.Table, sync: bool = True) -> None:
     """Write rows with Parquet page checksums and a digest of the rows in the file's metadata."""
-    table = table.replace_schema_metadata({DIGEST: _digest(_as_read(table))})
+    small = table.num_rows * table.num_columns <= SMALL  # a point's rows: no dictionaries
+    if small:
+        table = table.replace_schema_metadata({VALUES_DIGEST: _values_digest(table)})
+    else:
+        table = table.replace_schema_metadata({DIGEST: _digest(_as_read(table))})
 
     def write(tmp: Path) -> None:
-        pq.write_table(table, tmp, write_page_checksum=True)
+        with open(tmp, "wb") as f:
+            pq.write_table(table, f, write_page_checksum=True, use_dictionary=not small)
 
     replace_atomically(path, write, sync)
 
@@ -606,8 +642,9 @@ def replace_atomically(path: Path, write, sync: bool = True) -> None:
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-    finally:
+    except BaseException:
         tmp.unlink(missing_ok=True)
+        raise
     if sync:
         _fsync_dir(path.parent)
 

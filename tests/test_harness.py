@@ -5,6 +5,7 @@ import os
 import random
 import signal
 import subprocess
+from importlib import metadata
 
 import duckdb
 import pandas as pd
@@ -79,6 +80,8 @@ def test_the_seeded_sweep_end_to_end(harness):
         ).read_text()
     )["packages"]
     assert any(p.startswith("torch==") for p in packages)
+    parsed = {(d.metadata["Name"] or "").lower(): d.version for d in metadata.distributions()}
+    assert dict(p.split("==", 1) for p in packages) == parsed, "what importlib.metadata reads"
 
 
 def test_a_grid_from_the_command_line_read_back_by_duckdb(harness):
@@ -205,6 +208,9 @@ BAD_INPUT = [
     (LOCAL + ["hydra.launcher.gpus=[99]"], "gpus [99] are not distinct GPUs of the ones visible"),
     (LOCAL + ["hydra.launcher.gpus=[0,0]"], "are not distinct GPUs"),
     (["+experiment=rendezvous"], "unknown experiment 'rendezvous'"),
+    (["+experiment=exp014_tiled", "seed=${nope}"], "seed: Interpolation key 'nope' not found"),
+    (["+experiment=exp014_tiled", "seed=${hydra:job.num}"], "seed: ValueError raised while"),
+    (["+experiment=exp014_tiled", "seed=${oc.env:NO_SUCH_VAR}"], "'NO_SUCH_VAR' not found"),
 ]
 
 

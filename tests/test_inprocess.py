@@ -42,9 +42,12 @@ def test_each_jobs_config_is_hydras_own(initialized, name, tmp_path):
     sweep = plan(master, [])
     runner = InProcess(master, task_function=None)
     step = max(1, len(sweep.points) // SAMPLE)
-    for point in [*sweep.points[::step], sweep.points[0]]:  # back to the first: values reset
+    points = [*sweep.points, sweep.points[0]]  # back to the first: values reset
+    for i, point in enumerate(points):
         overrides = job_overrides(sweep, point)
         shape = runner.prepare(overrides, point.job)
+        if i % step and i < len(points) - 1:
+            continue  # its config is not asked for: the lines of several jobs wait to be set
         fast = OmegaConf.to_container(shape.cfg)
         assert fast == hydras_own(initialized, master, overrides, point.job), point.overrides
         assert shape.values == config_values(shape.cfg), "the values set without resolving"

@@ -173,11 +173,20 @@ def test_a_job_file_holding_another_jobs_rows_is_damaged(tmp_path, capsys):
     assert "a file of job 1 holding rows of jobs [0]" in capsys.readouterr().err
 
 
+# A file's rows are digested by value up to store.SMALL cells, else as a Parquet reader returns
+# them: with SMALL at 0, every table takes the second kind.
+DIGESTS = pytest.mark.parametrize(
+    "small", [store.SMALL, 0], ids=["values digest", "digest of the table as read"]
+)
+
+
+@DIGESTS
 @pytest.mark.parametrize("nested", [False, True], ids=["flat columns", "a list column"])
-def test_no_flipped_byte_changes_a_value_silently(tmp_path, nested):
+def test_no_flipped_byte_changes_a_value_silently(tmp_path, nested, small, monkeypatch):
     """Parquet page checksums catch a flip in the data pages, the rows' digest in the file's
     metadata one that Parquet would read as another value (about 1 in 100 offsets without it),
     with flat columns (some all null, some partly) and with a list column."""
+    monkeypatch.setattr(store, "SMALL", small)
     path = store.job_file(tmp_path, "exp", "s1", 3)
     row = {"job": 3, "status": "ok", "length": 1024, "max_abs_diff": 3.5e-7, "error": None,
            "slurm_restarts": None, "slurm_job_id": None,
@@ -185,7 +194,8 @@ def test_no_flipped_byte_changes_a_value_silently(tmp_path, nested):
     if nested:
         row["time_samples_ms"] = [1.0, 2.5]
     store.write_rows(path, [row, {**row, "length": None, "error": "x", "slurm_restarts": 2}])
-    assert store.DIGEST in pq.read_schema(path).metadata
+    kind = store.VALUES_DIGEST if small else store.DIGEST
+    assert list(pq.read_schema(path).metadata) == [kind]
     written, _ = store._read_file(path)
     data, silent = path.read_bytes(), []
     for offset in range(len(data)):
@@ -201,9 +211,11 @@ def test_no_flipped_byte_changes_a_value_silently(tmp_path, nested):
     assert silent == []
 
 
-def test_every_table_reads_back_matching_its_digest(tmp_path):
+@DIGESTS
+def test_every_table_reads_back_matching_its_digest(tmp_path, small, monkeypatch):
     """Whatever a Parquet reader puts under a null, or however it lays out the buffers, the rows
     it returns match the digest; slices of a bigger table too (what release writes)."""
+    monkeypatch.setattr(store, "SMALL", small)
     rng = random.Random(0)
     values = {
         "int": lambda: rng.randint(-(2**62), 2**62),
@@ -211,6 +223,8 @@ def test_every_table_reads_back_matching_its_digest(tmp_path):
         "text": lambda: "é" * rng.randint(0, 9),
         "flag": lambda: rng.random() < 0.5,
         "time": lambda: datetime.now(UTC),
+        "list": lambda: [rng.choice([rng.random(), None]) for _ in range(rng.randint(0, 3))],
+        "record": lambda: {"n": rng.randint(0, 9), "names": ["a"] * rng.randint(0, 2)},
     }
     path = store.job_file(tmp_path, "exp", "s1", 1)
     for _ in range(300):
