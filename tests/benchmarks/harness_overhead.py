@@ -2,9 +2,11 @@
 
 Both start a fresh interpreter and compute the same nine points (length 128, 512, 1024 x
 block 64, 128, 256); the bare script calls experiments.tiled.run in a loop and writes the rows
-to one Parquet file. They
-run alternately, REPEATS times each, in scratch directories; the medians and their ratio are
-printed. Run: python tests/benchmarks/harness_overhead.py [REPEATS]
+to one Parquet file. A third command is the bare script that also imports what the harness is
+built on (pandas, Hydra, submitit) and has Hydra compose the experiment's config once: the
+least any harness on these libraries could cost. They run alternately, REPEATS times each, in
+scratch directories; the medians and their ratios to the bare script's are printed.
+Run: python tests/benchmarks/harness_overhead.py [REPEATS]
 """
 
 import statistics
@@ -23,6 +25,14 @@ for length in (128, 512, 1024):
         point = dict(length=length, block=block)
         rows += [{**point, **row} for row in run(**point)]
 pq.write_table(pa.Table.from_pylist(rows), "rows.parquet")
+"""
+
+LIBRARIES = """
+import pandas, submitit
+from hydra import compose, initialize_config_dir
+from harness.config import CONF
+with initialize_config_dir(config_dir=str(CONF), version_base=None):
+    compose("config", overrides=["+experiment=exp014_tiled"])
 """
 
 
@@ -47,14 +57,16 @@ def side_by_side(commands: dict[str, list[str]], repeats: int) -> list[float]:
 
 
 def main(repeats: int) -> None:
-    bare, harness = side_by_side(
+    bare, libraries, harness = side_by_side(
         {
             "bare script": [sys.executable, "-c", BARE],
+            "bare + libraries": [sys.executable, "-c", BARE + LIBRARIES],
             "python -m harness": [sys.executable, "-m", "harness", "+experiment=exp014_tiled"],
         },
         repeats,
     )
     print(f"harness / bare: {harness / bare:.2f}x")
+    print(f"bare + libraries / bare: {libraries / bare:.2f}x")
 
 
 if __name__ == "__main__":
