@@ -436,9 +436,15 @@ def _digest(table: pa.Table) -> str:
 
 def _values_digest(table: pa.Table) -> str:
     """A digest of a table's column names, types and values, whatever the buffers' layout:
-    the same for the table as built and as any Parquet reader returns it."""
+    the same for the table as built and as any Parquet reader returns it. Times are listed as
+    the integers they are stored as, not as the datetime objects a pyarrow release makes."""
     listed = [
-        (field.name, _type_name(field.type), field.nullable, column.to_pylist())
+        (
+            field.name,
+            _type_name(field.type),
+            field.nullable,
+            (column.cast(pa.int64()) if pa.types.is_timestamp(field.type) else column).to_pylist(),
+        )
         for field, column in zip(table.schema, table.columns, strict=True)
     ]
     return hashlib.sha256(repr(listed).encode()).hexdigest()

@@ -6,7 +6,10 @@ calls experiments.tiled.run and writes all rows to one Parquet file at the end; 
 plans, checks, runs each point in this process (harness.inprocess), writes each point's rows to
 its own file as it ends, and prints a progress line per point. They run alternately, REPEATS
 times each, in scratch directories; the medians, their difference per point and their ratio
-are printed. Run: python tests/benchmarks/point_overhead.py [POINTS] [REPEATS]
+are printed. The scratch directories are made where TMPDIR says: TMPDIR=/dev/shm (a tmpfs)
+separates what the harness computes from what the disk's file-system calls cost (the harness
+makes a folder, three small files and a Parquet file per point; the bare loop one file).
+Run: python tests/benchmarks/point_overhead.py [POINTS] [REPEATS]
 """
 
 import sys
