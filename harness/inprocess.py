@@ -35,7 +35,7 @@ from harness.experiment import config_values, with_type
 UNSET = object()
 PLACE = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")  # an interpolation of a plain key: ${sweep_id}
 INTEGER = re.compile(r"([A-Za-z_][\w.]*)=(-?(?:0|[1-9][0-9]*))")  # as Hydra's grammar reads it
-DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+YAML = {"Dumper": getattr(yaml, "CSafeDumper", yaml.SafeDumper), "sort_keys": False}
 
 
 class InProcess:
@@ -51,6 +51,7 @@ class InProcess:
         self.log_dir: Path | None = None
         self.files: list[logging.FileHandler] = []  # the job log's files
         self.saved_hydra = False
+        self.yaml: dict[str, tuple[object, str]] = {}  # each top-level key's value and its YAML
 
     @staticmethod
     def suits(cfg: DictConfig) -> bool:
@@ -156,12 +157,24 @@ class InProcess:
     def _save(self, shape: "Shape", overrides: list[str], run_dir: Path) -> None:
         """The job's config (resolved, as it ran) and overrides; Hydra's config once per sweep."""
         folder = run_dir / ".hydra"
-        (folder / "config.yaml").write_text(yaml.dump(shape.values, Dumper=DUMPER, sort_keys=False))
-        (folder / "overrides.yaml").write_text(yaml.dump(list(overrides), Dumper=DUMPER))
+        (folder / "config.yaml").write_text(self.config_yaml(shape.values))
+        (folder / "overrides.yaml").write_text(yaml.dump(list(overrides), **YAML))
         if not self.saved_hydra:  # this run's: a resume may have changed the launcher
             shared = run_dir.parent / folder.name / "hydra.yaml"
             store.write_text(shared, OmegaConf.to_yaml(OmegaConf.masked_copy(shape.cfg, "hydra")))
             self.saved_hydra = True
+
+    def config_yaml(self, values: dict) -> str:
+        """A job's values as YAML (yaml.dump's text), a top-level key at a time: the text of a
+        key whose value is the very object the last job had (a job's values share what did not
+        change with the last job's: Shape.set) is not made again."""
+        parts = []
+        for key, value in values.items():
+            known = self.yaml.get(key)
+            if known is None or known[0] is not value:
+                known = self.yaml[key] = (value, yaml.dump({key: value}, **YAML))
+            parts.append(known[1])
+        return "".join(parts)
 
 
 class Shape:

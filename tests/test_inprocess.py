@@ -5,6 +5,7 @@ grid and for a config-group override; and its run folder holds what Hydra's woul
 from pathlib import Path
 
 import pytest
+import yaml
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf, open_dict
@@ -46,6 +47,7 @@ def test_each_jobs_config_is_hydras_own(initialized, name, tmp_path):
     for i, point in enumerate(points):
         overrides = job_overrides(sweep, point)
         shape = runner.prepare(overrides, point.job)
+        assert runner.config_yaml(shape.values) == yaml.dump(shape.values, sort_keys=False)
         if i % step and i < len(points) - 1:
             continue  # its config is not asked for: the lines of several jobs wait to be set
         fast = OmegaConf.to_container(shape.cfg)
