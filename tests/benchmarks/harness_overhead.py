@@ -5,10 +5,12 @@ block 64, 128, 256); the bare script calls experiments.tiled.run in a loop and w
 to one Parquet file. A third command is the bare script that also imports what the harness is
 built on (pandas, Hydra, submitit) and has Hydra compose the experiment's config once: the
 least any harness on these libraries could cost. They run alternately, REPEATS times each, in
-scratch directories; the medians and their ratios to the bare script's are printed.
+scratch directories; the medians and their ratios to the bare script's are printed. With
+AGAINST=DIR, the harness of another checkout (DIR, an earlier commit say) runs among them too.
 Run: python tests/benchmarks/harness_overhead.py [REPEATS]
 """
 
+import os
 import statistics
 import subprocess
 import sys
@@ -43,6 +45,14 @@ def wall_time(command: list[str]) -> float:
         return time.perf_counter() - started
 
 
+def harnesses(arguments: list[str]) -> dict[str, list[str]]:
+    """`python -m harness ARGUMENTS`; and the same from the checkout AGAINST names, if any."""
+    command = [sys.executable, "-m", "harness", *arguments]
+    against = os.environ.get("AGAINST")
+    others = {f"from {against}": ["env", f"PYTHONPATH={against}", *command]} if against else {}
+    return {"python -m harness": command, **others}
+
+
 def side_by_side(commands: dict[str, list[str]], repeats: int) -> list[float]:
     """Run the commands alternately, `repeats` times each; print each one's median and range,
     and return the medians in the commands' order."""
@@ -52,21 +62,19 @@ def side_by_side(commands: dict[str, list[str]], repeats: int) -> list[float]:
             times[name].append(wall_time(command))
     for name, samples in times.items():
         spread = f"{min(samples):.2f} to {max(samples):.2f}"
-        print(f"{name:18} median {statistics.median(samples):.2f} s ({spread} s, {repeats} runs)")
+        print(f"{name:20} median {statistics.median(samples):.2f} s ({spread} s, {repeats} runs)")
     return [statistics.median(samples) for samples in times.values()]
 
 
 def main(repeats: int) -> None:
-    bare, libraries, harness = side_by_side(
-        {
-            "bare script": [sys.executable, "-c", BARE],
-            "bare + libraries": [sys.executable, "-c", BARE + LIBRARIES],
-            "python -m harness": [sys.executable, "-m", "harness", "+experiment=exp014_tiled"],
-        },
-        repeats,
-    )
-    print(f"harness / bare: {harness / bare:.2f}x")
-    print(f"bare + libraries / bare: {libraries / bare:.2f}x")
+    commands = {
+        "bare script": [sys.executable, "-c", BARE],
+        "bare + libraries": [sys.executable, "-c", BARE + LIBRARIES],
+        **harnesses(["+experiment=exp014_tiled"]),
+    }
+    bare, *others = side_by_side(commands, repeats)
+    for name, median in zip(list(commands)[1:], others, strict=True):
+        print(f"{name} / bare script: {median / bare:.2f}x")
 
 
 if __name__ == "__main__":

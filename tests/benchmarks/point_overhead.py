@@ -9,12 +9,13 @@ times each, in scratch directories; the medians, their difference per point and 
 are printed. The scratch directories are made where TMPDIR says: TMPDIR=/dev/shm (a tmpfs)
 separates what the harness computes from what the disk's file-system calls cost (the harness
 makes a folder, three small files and a Parquet file per point; the bare loop one file).
+With AGAINST=DIR, the harness of another checkout runs among them too (harness_overhead.py).
 Run: python tests/benchmarks/point_overhead.py [POINTS] [REPEATS]
 """
 
 import sys
 
-from harness_overhead import side_by_side  # this folder is on the path of its scripts
+from harness_overhead import harnesses, side_by_side  # this folder is on its scripts' path
 
 BARE = """
 import sys
@@ -31,21 +32,14 @@ pq.write_table(pa.Table.from_pylist(rows), "rows.parquet")
 
 def main(points: int, repeats: int) -> None:
     grid = ["length=16", "block=16", "heads=1", f"seed=range(0,{points})"]
-    bare, harness = side_by_side(
-        {
-            "bare loop": [sys.executable, "-c", BARE, str(points)],
-            "python -m harness": [
-                sys.executable,
-                "-m",
-                "harness",
-                "+experiment=exp014_tiled",
-                *grid,
-            ],
-        },
-        repeats,
-    )
-    print(f"{points} points: {(harness - bare) / points * 1e3:.2f} ms of harness per point, "
-          f"{harness / bare:.2f}x the bare loop")  # fmt: skip
+    commands = {
+        "bare loop": [sys.executable, "-c", BARE, str(points)],
+        **harnesses(["+experiment=exp014_tiled", *grid]),
+    }
+    bare, *others = side_by_side(commands, repeats)
+    for name, median in zip(list(commands)[1:], others, strict=True):
+        print(f"{name}: {(median - bare) / points * 1e3:.2f} ms a point over the bare loop, "
+              f"{median / bare:.2f}x")  # fmt: skip
 
 
 if __name__ == "__main__":
