@@ -246,6 +246,10 @@ COUNT = ("signal_delay_s", "max_num_timeout")
 OPTIONAL_POSITIVE_INT = ("cpus_per_task",)
 OPTIONAL_COUNT = ("gpus_per_node",)
 OPTIONAL_POSITIVE = ("mem_gb",)
+# SLURM may send the warning before the time limit (--signal, signal_delay_s) up to a minute
+# before it is due (sbatch(1)); a task needs some seconds before submitit's handler can take it,
+# and a warning before that kills the task.
+EARLY_WARNING_S, TASK_START_S = 60, 10
 
 
 def check_settings(settings: dict) -> None:
@@ -262,6 +266,15 @@ def check_settings(settings: dict) -> None:
             raise ValueError(f"{key} must be a whole number of 0 or more, got {value!r}")
         if key in OPTIONAL_POSITIVE and not (number and value > 0):
             raise ValueError(f"{key} must be a number above 0, got {value!r}")
+    limit, delay = settings.get("timeout_min"), settings.get("signal_delay_s")
+    if limit is not None and delay is not None:  # SLURM's warning before its time limit
+        room = limit * 60 - EARLY_WARNING_S - TASK_START_S
+        if delay > room:
+            fix = f"signal_delay_s at most {room}" if room >= 0 else "a timeout_min of 2 or more"
+            raise ValueError(
+                f"signal_delay_s={delay} with timeout_min={limit}: SLURM may send its warning up "
+                f"to {EARLY_WARNING_S} s before it is due, before a task can take it; use {fix}"
+            )
     gpus = settings.get("gpus")
     if gpus is not None:
         shown = visible_gpus()

@@ -165,6 +165,7 @@ def test_resume_completes_a_sweep_that_was_killed(probe, gate):
 
 
 LOCAL = ["+experiment=exp014_tiled", "hydra/launcher=local"]
+SLURM = ["+experiment=exp014_tiled", "hydra/launcher=slurm"]
 BAD_INPUT = [
     ([], "usage"),
     (["-m"], "usage"),
@@ -212,6 +213,9 @@ BAD_INPUT = [
     (LOCAL + ["hydra.launcher.gpus=[99]"], "gpus [99] are not distinct GPUs of the ones visible"),
     (LOCAL + ["hydra.launcher.gpus=[0,0]"], "are not distinct GPUs"),
     (["+experiment=rendezvous"], "unknown experiment 'rendezvous'"),
+    (SLURM + ["hydra.launcher.timeout_min=2"], "signal_delay_s=120 with timeout_min=2: SLURM may"),
+    (SLURM + ["hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=51"], "at most 50"),
+    (SLURM + ["hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=0"], "of 2 or more"),
     (["+experiment=exp014_tiled", "seed=${nope}"], "seed: Interpolation key 'nope' not found"),
     (["+experiment=exp014_tiled", "seed=${hydra:job.num}"], "seed: ValueError raised while"),
     (["+experiment=exp014_tiled", "seed=${oc.env:NO_SUCH_VAR}"], "'NO_SUCH_VAR' not found"),

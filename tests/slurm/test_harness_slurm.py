@@ -244,9 +244,12 @@ def test_a_request_no_node_can_satisfy_is_refused_before_submitting(sweep, setti
 
 
 def test_a_training_task_at_its_time_limit_checkpoints_requeues_and_finishes(cluster, harness):
-    """The trainer probe holds at step 10 until SLURM warns that its minute is nearly up
+    """The trainer probe holds at step 10 until SLURM warns that its two minutes are nearly up
     (USR2, signal_delay_s before the limit); it saves there, submitit requeues the task, and
-    the rerun continues from that checkpoint to the end: each step once."""
+    the rerun continues from that checkpoint to the end: each step once. SLURM may send the
+    warning up to 60 s before it is due (sbatch(1), --signal): 40 s before a 2-minute limit
+    comes 20 s after the start at the earliest, once submitit's handler is there (a warning
+    before it would kill the task)."""
     gate = harness.cwd / "gate"
     gate.mkdir()
     limited = [arg for arg in SLURM if not arg.startswith("hydra.launcher.timeout_min=")]
@@ -254,7 +257,7 @@ def test_a_training_task_at_its_time_limit_checkpoints_requeues_and_finishes(clu
         "--config-dir", str(SUPPORT / "conf"), "+experiment=trainer", f"folder={gate}",
         "steps=20", "hold_at=10", "until=stopping", "checkpoint_every=100", "timeout_s=600",
         "stream_s=0.2",
-        *limited, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=45",
+        *limited, "hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=40",
         "hydra.launcher.max_num_timeout=2", "wait=false",
         env={**environment(cluster), "PYTHONPATH": PROBE_PATH},
     )  # fmt: skip
