@@ -58,7 +58,10 @@ def _compact(sweep_id: str, out: str) -> int:
         )
     started = time.perf_counter()
     path, absorbed = store.compact(results, experiment, sweep_id)
-    if path is None and (store.read(results, experiment, sweep_id)["status"] == "running").any():
+    if (
+        path is None
+        and (store.read(results, experiment, sweep_id)["status"] == store.RUNNING).any()
+    ):
         print(f"sweep {sweep_id} ({experiment}) has a training point still running: compact it "
               "once it ends (or resume it)")  # fmt: skip
     elif path is None:

@@ -24,7 +24,7 @@ from harness.config import (
 )
 from harness.experiment import BadInput, Experiment, config_values
 from harness.hydra_internals import show_info
-from harness.plan import Sweep, plan
+from harness.plan import Sweep, plan, seeded_grid
 
 MISSING_KEY = object()
 USAGE = """usage: python -m harness [--config-dir DIR] +experiment=NAME [key=value | key=a,b,c ...]
@@ -82,8 +82,7 @@ def experiment_help(name: str, config_dirs: list[Path]) -> str:
     cfg = compose_config([f"+experiment={name}", "sweep_id=SWEEP_ID"], name, config_dirs)
     values = config_values(cfg)
     experiment = Experiment.load(values["experiment"])
-    params = cfg.hydra.sweeper.get("params")  # None where the config sets no grid
-    grid = OmegaConf.to_container(params) if params else {}
+    grid = seeded_grid(cfg)
     summary = " ".join((inspect.getdoc(experiment.run) or "").split("\n\n")[0].split())
     lines = [
         f"{name}: {values['experiment']['run']}",

@@ -47,9 +47,7 @@ def new_sweep_id() -> str:
 def plan(cfg: DictConfig, sweeps: list[Override]) -> Sweep:
     """The sweep's points, in grid order, each checked against the experiment's signature."""
     values = config_values(cfg)
-    params = cfg.hydra.sweeper.get("params")  # None where the config sets no grid
-    grid = OmegaConf.to_container(params) if params else {}
-    chosen = _chosen(grid, sweeps, cfg)
+    chosen = _chosen(seeded_grid(cfg), sweeps, cfg)
     _check_size(chosen, values["max_points"])  # before the experiment (and torch) is imported
     _check_streaming(values)
     experiment = Experiment.load(values["experiment"])
@@ -65,6 +63,12 @@ def plan(cfg: DictConfig, sweeps: list[Override]) -> Sweep:
         empty = " ".join(f"{key}=[]" for key, values in axes.items() if not values)
         raise BadInput(f"the grid has no points ({empty})")
     return sweep_of(cfg, experiment, points)
+
+
+def seeded_grid(cfg: DictConfig) -> dict:
+    """The experiment's own grid (hydra.sweeper.params), {} where its config sets none."""
+    params = cfg.hydra.sweeper.get("params")
+    return OmegaConf.to_container(params) if params else {}
 
 
 def sweep_of(cfg: DictConfig, experiment: Experiment, points: list[Point]) -> Sweep:
@@ -97,17 +101,20 @@ def _chosen(yaml_params: dict, sweeps: list[Override], cfg: DictConfig) -> dict[
 
 def _check_streaming(values: dict) -> None:
     """stream_rows is a whole number of rows, stream_s a number of seconds, both above 0."""
-    rows, seconds = values["stream_rows"], values["stream_s"]
-    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
-        raise BadInput(f"stream_rows must be a positive integer, got {rows!r}")
+    _check_positive_int("stream_rows", values["stream_rows"])
+    seconds = values["stream_s"]
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
         raise BadInput(f"stream_s must be a number of seconds above 0, got {seconds!r}")
 
 
+def _check_positive_int(key: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadInput(f"{key} must be a positive integer, got {value!r}")
+
+
 def _check_size(chosen: dict[str, Override], max_points) -> None:
     """Refuse a grid of more than max_points points, counted without expanding any axis."""
-    if isinstance(max_points, bool) or not isinstance(max_points, int) or max_points < 1:
-        raise BadInput(f"max_points must be a positive integer, got {max_points!r}")
+    _check_positive_int("max_points", max_points)
     sizes = {key: _axis_size(override) for key, override in chosen.items()}
     total = math.prod(sizes.values())
     if total > max_points:
