@@ -1,32 +1,39 @@
 """Claims: bounds on a sweep's measurements, checked over every point the sweep planned.
 
 A claim (an experiment config's `claims`) is {metric, min and/or max, where, table, text}.
-`where` (a pandas query) selects among the sweep's PLANNED points (its manifest), not only the
-ones with rows, in the rows or in a table the experiment's report module derives (`table`; the
-default is the rows). A bound is a number, or an expression over the table's columns evaluated
-row by row (FlashAttention's rule: `max: 2 * sdpa_err64 + 1.0e-6`), or a list of these that
-must all hold (`max: [2 * sdpa_err64 + 1.0e-6, 1.0e-5]`).
+`where` (a condition such as `dtype == 'float32' and length > 1`) selects among the sweep's
+PLANNED points (its manifest), not only the ones with rows, in the rows or in a table the
+experiment's report module derives (`table`; the default is the rows). A bound is a number, or an
+expression over the table's columns evaluated row by row (FlashAttention's rule:
+`max: 2 * sdpa_err64 + 1.0e-6`), or a list of these that must all hold
+(`max: [2 * sdpa_err64 + 1.0e-6, 1.0e-5]`). Wheres and bounds are read by harness.expressions,
+a grammar of numbers, strings, column names, arithmetic, comparisons and and/or/not that can
+call nothing: a manifest is anyone's to edit, and pandas' query and eval would run its code.
 
 - PASS: every selected point has a value, and every value meets the bounds.
 - FAIL: some value breaks a bound.
 - INCOMPLETE: no value breaks a bound, but some selected points have none (not run, failed,
   killed, oom, timeout, or unsupported where the claim needs a number); they are named.
 - N/A: `where` selects none of the planned points.
-- ERROR: the claim cannot be evaluated (a where or a bound that names no column of the table).
+- ERROR: the claim cannot be evaluated (a where or a bound outside the grammar, or one that
+  names no column of the table).
 
 Only ok rows carry values: a metric on a row of any other status counts as missing.
 """
 
 import importlib
 import math
+from collections.abc import Mapping
 
 import pandas as pd
 
+from harness import expressions
 from harness.tables import MISSING, planned
 
 FAILING = ("FAIL", "INCOMPLETE", "ERROR")  # the results that make --check exit 1
 COLUMNS = ["claim", "result", "worst", "points", "missing"]
 NAMED = 5  # missing points named in full, then a count
+KEYS = ("metric", "min", "max", "where", "table", "text")  # a claim's keys
 
 
 def report_module(config: dict):
@@ -59,20 +66,86 @@ def check(tables: dict[str, pd.DataFrame], claim: dict) -> dict:
     text = describe(claim)
     table = tables.get(claim.get("table", "rows"), pd.DataFrame())
     try:
-        selected = table.query(claim["where"]) if claim.get("where") and len(table) else table
+        where = claim.get("where")
+        selected = expressions.select(table, where) if where and len(table) else table
         if selected.empty:
             return _line(text, "N/A", MISSING, "0 of 0")
         values = _values(selected, claim["metric"])
         low = _bound(selected, claim.get("min"), -math.inf, "max")
         high = _bound(selected, claim.get("max"), math.inf, "min")
-    except Exception as error:  # a where or bound that names no column of the table
-        return _line(text, "ERROR", f"{type(error).__name__}: {error}", MISSING)
+    except Exception as error:  # a where or bound outside the grammar, or naming no column
+        reason = (str(error).splitlines() or [""])[0]
+        return _line(text, "ERROR", f"{type(error).__name__}: {reason}", MISSING)
     known = values.notna() & low.notna() & high.notna()
     broken = known & ~values.between(low, high)
     result = "FAIL" if broken.any() else ("INCOMPLETE" if not known.all() else "PASS")
     worst = _worst(values[broken] if broken.any() else values[known], claim)
     points = f"{int(known.sum())} of {len(selected)}"
     return _line(text, result, worst, points, _name(table, selected[~known]))
+
+
+def validate(config: dict) -> None:
+    """Refuse a claims spec that cannot work, with a ValueError of one line: `claims` not a list
+    of mappings, each with a metric and no unknown keys, its bounds numbers or expressions (or
+    lists of them), its where and bounds within harness.expressions' grammar."""
+    claims = config.get("claims")
+    if claims is None:
+        return
+    if not isinstance(claims, list):
+        raise ValueError(f"claims must be a list of claims, not {_what(claims)}")
+    for number, claim in enumerate(claims, 1):
+        try:
+            _validate_claim(claim)
+        except ValueError as error:
+            metric = claim.get("metric") if isinstance(claim, Mapping) else None
+            named = f" ({metric})" if isinstance(metric, str) else ""
+            raise ValueError(f"claim {number}{named}: {error}") from None
+
+
+def _validate_claim(claim) -> None:
+    """validate's checks of one claim; ValueError for the first thing wrong."""
+    if not isinstance(claim, Mapping):
+        raise ValueError(f"a claim is a mapping of {', '.join(KEYS)}, not {_what(claim)}")
+    unknown = [str(key) for key in claim if key not in KEYS]
+    if unknown:
+        raise ValueError(f"unknown keys {', '.join(unknown)} (a claim has {', '.join(KEYS)})")
+    if "metric" not in claim:
+        raise ValueError("it has no metric (the column its bounds are about)")
+    for key in ("metric", "where", "table"):
+        if key in claim and not isinstance(claim[key], str):
+            raise ValueError(f"its {key} must be text, not {_what(claim[key])}")
+    if "where" in claim:
+        _parsed("where", claim["where"])
+    for key in ("min", "max"):
+        if claim.get(key) == []:
+            raise ValueError(f"its {key} is an empty list")
+        for bound in _listed(claim.get(key)):
+            if isinstance(bound, str):
+                _parsed(key, bound)
+            elif not _a_number(bound):
+                raise ValueError(
+                    f"its {key} must be a number, an expression or a list of them, not "
+                    f"{_what(bound)}"
+                )
+
+
+def _parsed(key: str, text: str) -> None:
+    """A where or bound checked against the grammar: ValueError, naming the key, if outside."""
+    try:
+        expressions.parse(text)
+    except expressions.ExpressionError as error:
+        raise ValueError(f"its {key}: {error}") from None
+
+
+def _a_number(bound) -> bool:
+    """Whether a bound is a number a value can be compared with (not a bool, not NaN)."""
+    return isinstance(bound, int | float) and not isinstance(bound, bool) and not math.isnan(bound)
+
+
+def _what(value) -> str:
+    """A value in a message: itself if short, else its type."""
+    text = repr(value)
+    return text if len(text) <= 40 else type(value).__name__
 
 
 def describe(claim: dict) -> str:
@@ -108,7 +181,7 @@ def _bound(table: pd.DataFrame, bound, default: float, tightest: str) -> pd.Seri
     """A bound per row: a number or an expression over the table's columns; of a list, the
     tightest ("max" of lower bounds, "min" of upper ones), missing where any is."""
     values = [
-        pd.to_numeric(table.eval(b), errors="coerce").astype(float)
+        pd.to_numeric(expressions.evaluate(b, table), errors="coerce").astype(float)
         if isinstance(b, str)
         else pd.Series(float(b), index=table.index)
         for b in _listed(bound)

@@ -2,9 +2,12 @@
 experiment's declared pivot, and Markdown. Plain pandas, for the end-of-sweep summary and the
 report alike."""
 
+from collections.abc import Mapping
+
 import pandas as pd
 
 MISSING = "—"
+TABLE_KEYS = ("index", "columns", "values")  # an experiment's `table`: column names
 
 
 def planned(rows: pd.DataFrame, points: list[dict] | None) -> pd.DataFrame:
@@ -20,11 +23,30 @@ def planned(rows: pd.DataFrame, points: list[dict] | None) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if len(frames) > 1 else (frames or [rows])[0]
 
 
+def validate_table(spec) -> None:
+    """Refuse, with a ValueError of one line, an experiment's `table` that is not a mapping of
+    `index`, `columns` and `values` to column names (None: no table)."""
+    if spec is None:
+        return
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"table must be a mapping of {', '.join(TABLE_KEYS)}, not {spec!r:.60}")
+    for key in TABLE_KEYS:
+        if key not in spec:
+            raise ValueError(f"table has no {key} (it needs {', '.join(TABLE_KEYS)}: column names)")
+        if not isinstance(spec[key], str):
+            raise ValueError(f"table's {key} must be a column name, not {spec[key]!r:.60}")
+
+
 def sweep_table(rows: pd.DataFrame, config: dict, params: list[str] = ()) -> pd.DataFrame | None:
     """The experiment's declared pivot (e.g. length x block of max_abs_diff) of ok rows; where
-    other parameters (of `params`) vary too, each cell is the largest over them, as it says."""
+    other parameters (of `params`) vary too, each cell is the largest over them, as it says.
+    None without one, or for a spec that cannot work (validate_table) or names absent columns."""
     spec = config.get("table")
-    if not spec or rows.empty or spec["values"] not in rows:
+    try:
+        validate_table(spec)
+    except ValueError:
+        return None
+    if not spec or rows.empty or not all(spec[key] in rows for key in TABLE_KEYS):
         return None
     ok = rows[rows["status"] == "ok"]
     table = ok.pivot_table(

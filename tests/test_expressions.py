@@ -1,0 +1,256 @@
+"""Claims' expressions (harness.expressions): what the grammar allows evaluates as pandas' query
+and eval would; anything else, the planted exploits first, is refused and runs nothing, in a
+manifest too; and the claims and table specs that cannot work are one line each."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from harness import store
+from harness.claims import claims_table, validate
+from harness.config import CONF
+from harness.expressions import ExpressionError, evaluate, parse, select
+from harness.tables import sweep_table, validate_table
+
+FRAME = pd.DataFrame(
+    {
+        "length": [64, 80, 96, 128],
+        "block": [16, 16, 32, 32],
+        "dtype": ["float32", "float16", "bfloat16", "float32"],
+        "err": [1e-7, np.nan, 3e-7, 2e-6],
+        "flag": [True, False, True, False],
+    }
+)
+
+VALUES = [
+    "length",
+    "1.0e-6",
+    "2 * err + 1.0e-6",
+    "1.05 - err",
+    "length - block",
+    "length / block",
+    "2.0 / length",
+    "length ** 2",
+    "2 ** -1",
+    "length % 48",
+    "-length",
+    "+err",
+    "(length + 1) * 2",
+    "length - block * 2 ** 2 / 4",
+    "True",
+    "'float32'",
+]
+CONDITIONS = [
+    "dtype == 'float32'",
+    'dtype == "float32"',
+    "dtype != 'float32'",
+    "length < 80",
+    "length <= 80",
+    "length > 64",
+    "length >= 80",
+    "64 < length <= 96",
+    "16 <= block < length < 128",
+    "err > 1e-7",
+    "err != 1e-7",
+    "dtype in ['float16', 'bfloat16']",
+    "dtype not in ('float16',)",
+    "length in [64, 80]",
+    "block not in [16]",
+    "length == 64 and dtype == 'float32'",
+    "length == 64 or block == 32",
+    "length == 64 or block == 32 and dtype == 'float32'",
+    "not (length == 64)",
+    "flag",
+    "not flag",
+    "flag == True",
+    "flag != False and length > 64",
+    "err < 1e-6 or not flag",
+    "length > 1 and not (dtype == 'float16' or err < 1e-7)",
+    "length * 2 >= block * 8",
+    "length % 32 == 0",
+    "-length < -80",
+    "length - 16 * block / 4 > 0",
+]
+EXPLOITS = [
+    ('100 + @pd.io.common.os.system("touch FILE")', "invalid syntax"),
+    ("__import__('os').system('touch FILE')", r"calls are not allowed: __import__\('os'\)"),
+    ("length.__class__", "attributes are not allowed: length.__class__"),
+    ("[c for c in ()]", "comprehensions are not allowed"),
+    ("lambda: 1", "lambdas are not allowed"),
+    ("x[0]", r"subscripts are not allowed: x\[0\]"),
+    ("f(x)", r"calls are not allowed: f\(\.\.\.\)"),
+    ("length + (lambda: __import__('os').system('touch FILE'))()", "calls are not allowed"),
+    ("dtype in [open('FILE', 'w')]", "list of constants"),
+]
+REFUSED = [
+    ("None", "the constant None"),
+    ("1j", "the constant 1j"),
+    ("b'x'", "the constant b'x'"),
+    ("length // 2", "`//`"),
+    ("length & 1", "`&`"),
+    ("~flag", "`~`"),
+    ("length @ block", "`@`"),
+    ("length is 64", "`is`"),
+    ("length if flag else block", "conditional expressions"),
+    ("{1: 2}", "dicts"),
+    ("{1}", "sets"),
+    ("[1, 2]", "lists"),
+    ("(length, block)", "tuples"),
+    ("f'{length}'", "f-strings"),
+    ("(n := 1)", "assignments"),
+    ("dtype in [block]", "list of constants"),
+    ("dtype in dtype", "list of constants"),
+    ("length in [None]", "numbers, strings"),
+    ("length +", "not an expression"),
+    ("", "not an expression"),
+    ("length\n+ 1", "not an expression"),
+    ("+".join(["1"] * 100_000), "too deeply nested"),
+    ("foo + 1", "unknown column 'foo'"),
+    ("dtype * 3", "arithmetic takes numbers, and dtype"),
+    ("'x' * 1000000000000", "arithmetic takes numbers"),
+    ("9 ** 9 ** 9", r"cannot compute 9 \*\* 9 \*\* 9"),
+    ("1 % 0", "cannot compute"),
+    ("not length", "`not` takes true or false"),
+    ("flag and length", "`and` takes true or false"),
+]
+
+
+def reference(text: str, answer) -> pd.Series:
+    """pandas' answer as a Series over FRAME (eval gives a constant as it is)."""
+    return answer if isinstance(answer, pd.Series) else pd.Series(answer, index=FRAME.index)
+
+
+@pytest.mark.parametrize("text", VALUES + CONDITIONS)
+def test_each_allowed_construct_evaluates_as_pandas_eval_does(text):
+    expected = reference(text, FRAME.eval(text))
+    pd.testing.assert_series_equal(
+        evaluate(text, FRAME), expected, check_names=False, check_dtype=False
+    )
+
+
+@pytest.mark.parametrize("text", CONDITIONS)
+def test_each_condition_selects_the_rows_pandas_query_does(text):
+    pd.testing.assert_frame_equal(select(FRAME, text), FRAME.query(text))
+
+
+@pytest.mark.parametrize("text, said", EXPLOITS)
+def test_an_exploit_is_refused_and_runs_nothing(text, said, tmp_path):
+    planted = text.replace("FILE", str(tmp_path / "FILE"))
+    for attempt in (parse, lambda t: evaluate(t, FRAME), lambda t: select(FRAME, t)):
+        with pytest.raises(ExpressionError, match=said) as refused:
+            attempt(planted)
+        assert "\n" not in str(refused.value)
+    assert not (tmp_path / "FILE").exists()
+
+
+@pytest.mark.parametrize("text, said", REFUSED)
+def test_what_the_grammar_lacks_is_one_line_that_names_it(text, said):
+    with pytest.raises(ExpressionError, match=said) as refused:
+        evaluate(text, FRAME)
+    assert "\n" not in str(refused.value) and len(str(refused.value)) < 200
+
+
+def test_a_where_must_give_true_or_false_and_a_missing_truth_value_is_false():
+    with pytest.raises(ExpressionError, match="a where must be true or false: 'length'"):
+        select(FRAME, "length")
+    ran = FRAME.assign(ran=pd.Series([True, None, False, True], dtype=object))
+    assert select(ran, "ran").index.tolist() == [0, 3]
+    assert select(ran, "not ran").index.tolist() == [1, 2]
+
+
+def test_parsing_is_cached_and_says_which_columns_an_expression_uses():
+    assert parse("2 * sdpa_err64 + 1.0e-6") is parse("2 * sdpa_err64 + 1.0e-6")
+    assert parse("dtype == 'float32' and length > 1").names == {"dtype", "length"}
+    assert parse("1 < 2").names == set()
+    with pytest.raises(ExpressionError, match="an expression is text, not list"):
+        parse(["length"])
+
+
+def test_a_planted_manifest_runs_nothing_and_its_claims_are_errors(harness, analysis, tmp_path):
+    ran = harness("+experiment=exp014_tiled", "length=64,80", "block=16", "heads=2")
+    assert ran.returncode == 0, ran.stderr
+    (sweep,) = store.sweeps(harness.results, "exp014_tiled")
+    path = store.sweep_dir(harness.results, "exp014_tiled", sweep) / "_sweep.json"
+    manifest = json.loads(path.read_text())
+    first, second = manifest["experiment_config"]["claims"]
+    first["max"] = f'100 + @pd.io.common.os.system("touch {tmp_path / "FILE"}")'
+    second["where"] = f"__import__('os').system('touch {tmp_path / 'FILE2'}') == 0"
+    path.write_text(json.dumps(manifest))
+    plain, checked = analysis(), analysis("--check")
+    assert not (tmp_path / "FILE").exists() and not (tmp_path / "FILE2").exists()
+    assert (plain.returncode, checked.returncode) == (0, 1), plain.stderr + checked.stderr
+    errors = [line for line in plain.stdout.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 2, plain.stdout
+    assert "not an expression" in errors[0] and "calls are not allowed" in errors[1]
+    rows = store.read(harness.results, "exp014_tiled", sweep)
+    lines = claims_table(rows, manifest["experiment_config"], manifest["points"])
+    assert lines["result"].tolist() == ["ERROR", "ERROR"]
+    assert all("\n" not in reason for reason in lines["worst"])
+    assert not (tmp_path / "FILE").exists() and not (tmp_path / "FILE2").exists()
+
+
+BAD_CLAIMS = [
+    ({"claims": "tiled matches"}, "claims must be a list of claims, not 'tiled matches'"),
+    ({"claims": {"metric": "err"}}, "claims must be a list of claims, not {'metric': 'err'}"),
+    ({"claims": ["err <= 1e-6"]}, "claim 1: a claim is a mapping of metric, min, max"),
+    ({"claims": [{"metric": "err"}, {"max": 1e-6}]}, "claim 2: it has no metric"),
+    ({"claims": [{"metric": "err", "maximum": 1}]}, r"claim 1 \(err\): unknown keys maximum"),
+    ({"claims": [{"metric": 3}]}, "its metric must be text, not 3"),
+    ({"claims": [{"metric": "err", "where": 1}]}, "its where must be text, not 1"),
+    ({"claims": [{"metric": "err", "table": ["a"]}]}, "its table must be text"),
+    ({"claims": [{"metric": "err", "max": True}]}, "its max must be a number, an expression"),
+    ({"claims": [{"metric": "err", "max": float("nan")}]}, "its max must be a number"),
+    ({"claims": [{"metric": "err", "min": {"x": 1}}]}, "its min must be a number"),
+    ({"claims": [{"metric": "err", "max": [1e-5, [1e-6]]}]}, r"not \[1e-06\]"),
+    ({"claims": [{"metric": "err", "max": []}]}, "its max is an empty list"),
+    ({"claims": [{"metric": "err", "max": "100 + @pd.io.common.os.system('x')"}]},
+     "its max: not an expression"),
+    ({"claims": [{"metric": "err", "max": [1e-5, "os.system('x')"]}]},
+     r"its max: calls are not allowed: os.system\(\.\.\.\)"),
+    ({"claims": [{"metric": "err", "where": "length =="}]}, "its where: not an expression"),
+    ({"claims": [{"metric": "err", "where": "length.real > 0"}]},
+     "its where: attributes are not allowed: length.real"),
+]  # fmt: skip
+BAD_TABLES = [
+    ("length", "table must be a mapping of index, columns, values, not 'length'"),
+    (["length", "block"], "table must be a mapping"),
+    ({"index": "length", "values": "max_abs_diff"}, "table has no columns"),
+    ({}, "table has no index"),
+    ({"index": "length", "columns": ["block"], "values": "x"}, "table's columns must be a column"),
+    ({"index": 1, "columns": "block", "values": "x"}, "table's index must be a column name, not 1"),
+]
+
+
+@pytest.mark.parametrize("config, said", BAD_CLAIMS)
+def test_a_claims_spec_that_cannot_work_is_refused_in_one_line(config, said):
+    with pytest.raises(ValueError, match=said) as refused:
+        validate(config)
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("path", sorted((CONF / "experiment").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_experiments_claims_and_table_are_valid(path):
+    config = yaml.safe_load(path.read_text())["experiment"]
+    validate(config)
+    validate_table(config.get("table"))
+
+
+def test_no_claims_and_no_table_are_valid():
+    for config in ({}, {"claims": None}, {"claims": []}, {"claims": [{"metric": "err"}]}):
+        validate(config)
+    validate_table(None)
+
+
+@pytest.mark.parametrize("spec, said", BAD_TABLES)
+def test_a_table_spec_that_cannot_work_is_refused_and_the_report_skips_it(spec, said):
+    with pytest.raises(ValueError, match=said) as refused:
+        validate_table(spec)
+    assert "\n" not in str(refused.value)
+    rows = FRAME.assign(job=range(len(FRAME)), status="ok", max_abs_diff=FRAME["err"], x=1.0)
+    assert sweep_table(rows, {"table": spec}) is None
+    good = {"index": "length", "columns": "block", "values": "max_abs_diff"}
+    assert sweep_table(rows, {"table": good}).shape == (4, 2)
+    assert sweep_table(rows, {"table": {**good, "columns": "absent"}}) is None
