@@ -20,6 +20,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=Path("outputs"), help="the harness's out dir")
     parser.add_argument(
+        "--config-dir",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder of experiments of your own (DIR/experiment/NAME.yaml), as the harness "
+        "takes it: their report modules load only as their own configs name them",
+    )
+    parser.add_argument(
         "--check", action="store_true", help="exit 1 if a claim fails, is incomplete or errs"
     )
     commands = parser.add_subparsers(dest="command", title="commands", metavar="compare")
@@ -47,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "compare":
         return _compare(results, args)
-    path, claims = write_report(results, args.out / "report")
+    config_dirs = [folder.resolve() for folder in args.config_dir]
+    path, claims = write_report(results, args.out / "report", config_dirs)
     for claim in claims.itertuples():
         print(f"{claim.result:10} {claim.experiment}: {claim.claim} ({outcome(claim)})")
     print(f"report: {path}")
@@ -64,7 +74,8 @@ def _compare(results: Path, args: argparse.Namespace) -> int:
         print(f"error: --fail-on-regression takes a factor above 0, got {factor}", file=sys.stderr)
         return 2
     try:
-        comparison = compare(load(results, args.sweep_a), load(results, args.sweep_b))
+        folders = [folder.resolve() for folder in args.config_dir]
+        comparison = compare(*(load(results, s, folders) for s in (args.sweep_a, args.sweep_b)))
     except CompareError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -81,3 +92,6 @@ if __name__ == "__main__":
         sys.exit(main())
     except BrokenPipeError:  # the reader went away (python -m analysis | head)
         sys.exit(reader_gone())
+    except KeyboardInterrupt:  # a compaction it started finished first (store.compact)
+        print("\ninterrupted", file=sys.stderr)
+        sys.exit(130)

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.report import sweep_header
+from analysis.report import sweep_header, trusted_config
 from harness import store
 from harness.claims import claims_table
 from harness.tables import markdown
@@ -47,6 +47,7 @@ class Sweep:
     experiment: str
     manifest: dict
     rows: pd.DataFrame
+    config: dict  # the experiment config its claims are checked by
 
 
 @dataclass
@@ -60,8 +61,9 @@ class Comparison:
     others: list[str]
 
 
-def load(results: Path, sweep_id: str) -> Sweep:
-    """A sweep by its id, whichever experiment it belongs to."""
+def load(results: Path, sweep_id: str, config_dirs: list[Path] = ()) -> Sweep:
+    """A sweep by its id, whichever experiment it belongs to (its report module as the
+    experiment's own config, in conf/ or a config dir, names it: report.trusted_config)."""
     experiment = store.experiment_of(results, sweep_id)
     if experiment is None:
         raise CompareError(f"no sweep {sweep_id} in {results}")
@@ -69,7 +71,8 @@ def load(results: Path, sweep_id: str) -> Sweep:
     if manifest is None:
         raise CompareError(f"sweep {sweep_id} has no manifest ({store.MANIFEST}) in {results}")
     rows = store.as_planned(store.read(results, experiment, sweep_id), manifest, results)
-    return Sweep(sweep_id, experiment, manifest, rows)
+    config = trusted_config(manifest, experiment, config_dirs)
+    return Sweep(sweep_id, experiment, manifest, rows, config)
 
 
 def compare(a: Sweep, b: Sweep) -> Comparison:
@@ -210,10 +213,7 @@ def unmatched(matched: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def claim_changes(a: Sweep, b: Sweep) -> pd.DataFrame:
     """Each claim's result in A and B (each sweep by its own manifest's claims); flipped."""
     results = [
-        claims_table(
-            s.rows, s.manifest.get("experiment_config", {}), s.manifest["points"]
-        ).set_index("claim")
-        for s in (a, b)
+        claims_table(s.rows, s.config, s.manifest["points"]).set_index("claim") for s in (a, b)
     ]
     table = results[0][["result", "worst"]].merge(
         results[1][["result", "worst"]],

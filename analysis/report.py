@@ -12,16 +12,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
+from omegaconf import OmegaConf
 
 from harness import store
 from harness.claims import claims_of, claims_table, derived_tables, report_module
+from harness.config import available_experiments, experiment_file
 from harness.status import compact_if_finished
 from harness.tables import MISSING, markdown, planned, sweep_table
 
 
 def latest_sweep(root: Path, experiment: str) -> tuple[str | None, list[str]]:
-    """The newest sweep with rows (else the newest), and the newer ones with none landed yet."""
-    sweeps = store.sweeps(root, experiment)
+    """The newest sweep with rows (else the newest), and the newer ones with none landed yet.
+    A sweep folder that a kill left with nothing but an hour-old temporary file (a manifest
+    cut short) is no sweep: it goes."""
+    sweeps = [s for s in store.sweeps(root, experiment) if not store.prune(root, experiment, s)]
     landed = [sweep for sweep in sweeps if store.result_files(root, experiment, sweep)]
     chosen = landed[-1] if landed else (sweeps[-1] if sweeps else None)
     return chosen, sweeps[sweeps.index(chosen) + 1 :] if chosen else []
@@ -52,12 +56,38 @@ def _provenance(first: pd.Series, rows: pd.DataFrame) -> list[str]:
     return parts
 
 
-def section(root: Path, experiment: str, sweep: str, report_dir: Path) -> tuple[str, pd.DataFrame]:
+def trusted_config(manifest: dict | None, experiment: str, config_dirs: list[Path]) -> dict:
+    """The sweep's experiment config (its claims and table, as the manifest recorded them),
+    with the report module that the experiment's own config names (conf/experiment/, or a
+    --config-dir's): a module is never imported because a file in the store names it."""
+    config = dict(manifest.get("experiment_config") or {}) if manifest else {}
+    config.pop("report", None)
+    if experiment in available_experiments(config_dirs):
+        own = OmegaConf.load(experiment_file(experiment, config_dirs)).get("experiment") or {}
+        if own.get("report"):
+            config["report"] = str(own["report"])
+    return config
+
+
+def _untrusted_report(manifest: dict | None, config: dict) -> str | None:
+    """A note when the manifest names a report module that the experiment's config does not."""
+    named = ((manifest or {}).get("experiment_config") or {}).get("report")
+    if named and named != config.get("report"):
+        return (
+            f"**Not loaded:** the report module `{named}` that the sweep's manifest names: the "
+            "experiment's own config does not (give its --config-dir to load its own)."
+        )
+    return None
+
+
+def section(
+    root: Path, experiment: str, sweep: str, report_dir: Path, config_dirs: list[Path] = ()
+) -> tuple[str, pd.DataFrame]:
     """An experiment's REPORT.md section for one sweep, and its claims."""
     manifest = store.read_manifest(root, experiment, sweep)
     compact_if_finished(root, experiment, sweep, manifest)  # one file to read, now and later
     rows = store.as_planned(store.read(root, experiment, sweep), manifest, root)
-    config = manifest["experiment_config"] if manifest else {}
+    config = trusted_config(manifest, experiment, config_dirs)
     points = manifest["points"] if manifest else None
     every = planned(rows, points)
     tables = derived_tables(every, config)
@@ -65,6 +95,7 @@ def section(root: Path, experiment: str, sweep: str, report_dir: Path) -> tuple[
     parts = [f"## {experiment}", sweep_header(rows, manifest, sweep)]
     if manifest is None:
         parts.append(f"**Damaged:** {claims['worst'].iloc[0]}: its plan and claims are unknown.")
+    parts += [note for note in [_untrusted_report(manifest, config)] if note]
     for path, reason in store.skipped(root, experiment, sweep).items():
         parts.append(f"**Skipped** `{path.name}` ({reason}): its point counts as not run.")
     params = list(points[0]["params"]) if points else []
@@ -90,7 +121,9 @@ def _unknown_plan(root: Path, experiment: str, sweep: str) -> pd.DataFrame:
     return pd.DataFrame([line | {"points": MISSING, "missing": ""}])
 
 
-def write_report(root: Path, report_dir: Path) -> tuple[Path, pd.DataFrame]:
+def write_report(
+    root: Path, report_dir: Path, config_dirs: list[Path] = ()
+) -> tuple[Path, pd.DataFrame]:
     """REPORT.md with every experiment's latest sweep; returns its path and all claims."""
     report_dir.mkdir(parents=True, exist_ok=True)
     generated = f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
@@ -101,7 +134,7 @@ def write_report(root: Path, report_dir: Path) -> tuple[Path, pd.DataFrame]:
         if sweep is None:
             continue
         try:
-            text, checked = section(root, experiment, sweep, report_dir)
+            text, checked = section(root, experiment, sweep, report_dir, config_dirs)
         except Exception as error:  # one sweep that cannot be reported must not sink the rest
             text = f"## {experiment}\n\nsweep `{sweep}` could not be reported: {error!r}\n"
             checked = pd.DataFrame(

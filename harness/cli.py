@@ -5,6 +5,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.config import check_name, reads_as
 from harness.experiment import BadInput, reader_gone
 
 
@@ -25,6 +26,9 @@ def main(argv: list[str] | None = None) -> None:
         code = 2
     except BrokenPipeError:  # the reader went away (status | head): nothing more to say
         code = reader_gone()
+    except KeyboardInterrupt:  # status or compact: a compaction it started finished first
+        print("\ninterrupted", file=sys.stderr)
+        code = 130
     sys.exit(code)
 
 
@@ -86,4 +90,6 @@ def _sweep_and_out(argv: list[str]) -> tuple[str, str]:
     ids = [a for a in argv[1:] if "=" not in a]
     if len(ids) != 1 or set(options) - {"out"}:
         raise BadInput(f"usage: python -m harness {argv[0]} SWEEP_ID [out=DIR]")
-    return ids[0], options.get("out", "outputs")
+    out = options.get("out", "outputs")  # quoted as Hydra quotes it, or plain
+    said = reads_as(f"out={out}")
+    return check_name("sweep id", ids[0]), said if isinstance(said, str) else out

@@ -2,6 +2,9 @@
 users' --config-dir folders), and compose the config with Hydra's compose API, each mistake a
 one-line BadInput."""
 
+import functools
+import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +27,9 @@ CONF = HERE / "conf" if (HERE / "conf").is_dir() else HERE.parent / "conf"  # in
 USER_KEYS = ("out", "resume", "wait", "seed", "max_points", "stream_rows", "stream_s")  # for users
 HARNESS_KEYS = (*USER_KEYS, "sweep_id", "job")  # config.yaml
 SET_BY_HARNESS = ("out", "sweep_id", "job")  # given to every job by the harness
+# What an experiment's name or a sweep id may be: it becomes a folder name and part of a glob.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+PLAIN = re.compile(r"[\w./+-]+")  # a string Hydra may read unquoted (if it reads it as a string)
 
 
 def available_experiments(config_dirs: list[Path] = ()) -> list[str]:
@@ -91,6 +97,43 @@ def _set_flag(flags: Flags, key: str, name: str, value: str) -> None:
         raise BadInput(f"{name} takes a config key, such as hydra.launcher")
     else:
         flags.package = value
+
+
+def check_name(what: str, name: str) -> str:
+    """`name` if it can be a folder name and a glob's literal part; one line otherwise."""
+    if not NAME.fullmatch(name):
+        raise BadInput(
+            f"{what} {name!r} is not a plain name: letters, digits, '_', '-', '+' and '.', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def override(key: str, text: str) -> str:
+    """The override line that sets `key` to the string `text`, whatever it holds (spaces, "=",
+    quotes, backslashes, "${"): quoted and escaped for Hydra's parser and OmegaConf's
+    interpolation where Hydra would read it otherwise."""
+    line = f"{key}={text}"
+    return line if PLAIN.fullmatch(text) and reads_as(line) == text else f"{key}={quote(text)}"
+
+
+def quote(text: str) -> str:
+    """`text` as a quoted Hydra value that reads back as exactly `text`: an interpolation's
+    "${" escaped for OmegaConf, then quotes and the backslashes before them for Hydra."""
+    text = re.sub(r"(\\*)\$\{", lambda m: m[1] * 2 + "\\${", text)
+    text = re.sub(r"(\\*)'", lambda m: m[1] * 2 + "\\'", text)
+    text = re.sub(r"(\\+)$", lambda m: m[1] * 2, text)
+    return f"'{text}'"
+
+
+@functools.lru_cache(maxsize=256)
+def reads_as(line: str):
+    """The value Hydra reads from an override line; None where it cannot parse it."""
+    try:
+        (parsed,) = OverridesParser.create().parse_overrides([line])
+    except OverrideParseException:
+        return None
+    return parsed.value()
 
 
 def parse(argv: list[str]) -> list[Override]:
@@ -179,6 +222,14 @@ def _keys(experiment: str, config_dirs: list[Path]) -> str:
     node = OmegaConf.load(experiment_file(experiment, config_dirs))
     names = [k for k in node if k not in ("experiment", "hydra")]
     return "its keys: " + ", ".join(sorted(names) + list(USER_KEYS))
+
+
+def command(arguments: list[str], config_dirs: list[Path], out: Path) -> str:
+    """`python -m harness ARGUMENTS` as a shell line, with the --config-dir folders first and
+    out= last where out is not this directory's outputs/ (quoted for Hydra, then the shell)."""
+    folders = [part for folder in config_dirs for part in ("--config-dir", str(folder))]
+    given = [] if Path(out).resolve() == results_root([]).parent else [override("out", str(out))]
+    return shlex.join(["python", "-m", "harness", *folders, *arguments, *given])
 
 
 def results_root(overrides: list[Override]) -> Path:

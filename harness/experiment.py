@@ -139,6 +139,13 @@ def one_line(error: BaseException) -> str:
     return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
+def shorten(text: str, limit: int = 160) -> str:
+    """A text (an error, say) of at most `limit` characters, on one line, for a table or a
+    progress line."""
+    text = one_line(text) if "\n" in text else text
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def with_type(error: BaseException) -> str:
     """An exception as one line, its type first."""
     return f"{type(error).__name__}: {one_line(error)}"

@@ -93,9 +93,11 @@ class InProcess:
             cfg.hydra.job.override_dirname = _override_dirname(cfg, parsed)
         return cfg
 
-    def run(self, overrides: list[str], job: int) -> dict:
-        """Run one job as Hydra's run_job would; its summary (a failed one for an exception
-        outside the experiment, which the job itself turns into a row)."""
+    def run(self, overrides: list[str], job: int, planned: dict | None = None) -> dict:
+        """Run one job as Hydra's run_job would (`planned`: its manifest entry, for the job);
+        its summary (a failed one for an exception outside the experiment, which the job
+        itself turns into a row). An OSError, a store or folder that cannot be written, is
+        raised: the sweep stops rather than compute points whose rows cannot land."""
         try:
             shape = self.prepare(overrides, job)
             run_dir = shape.run_dir()
@@ -107,7 +109,9 @@ class InProcess:
                     HydraConfig.instance().set_config(cfg)
             self._log_to(shape, run_dir)
             self._save(shape, overrides, run_dir)
-            return self.task_function.run(shape.values, str(run_dir))
+            return self.task_function.run(shape.values, str(run_dir), planned)
+        except OSError:
+            raise
         except Exception as error:
             return {"status": "failed", "error": f"harness error: {with_type(error)}"}
         finally:

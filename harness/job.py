@@ -1,6 +1,9 @@
 """One job of a sweep: run one point of the grid and write its rows. Hydra's task function."""
 
+import contextlib
+import functools
 import logging
+import os
 import random
 import time
 import traceback
@@ -22,29 +25,35 @@ log = logging.getLogger(__name__)
 class Job:
     """Hydra's task function for a sweep's jobs: run the point a job's config describes, write
     its rows, return a short summary of them. It carries what every job of the sweep shares
-    (the command that started the sweep), so that no job reads the sweep's manifest; it is
-    pickled into each submitit job as it is."""
+    (the command that started the sweep); it is pickled into each submitit job as it is."""
 
     command: str | None = None
 
     def __call__(self, cfg: DictConfig) -> dict:
+        """A job Hydra runs itself: its planned point is read from the sweep's manifest."""
         return self.run(config_values(cfg), HydraConfig.get().runtime.output_dir)
 
-    def run(self, values: dict, run_dir: str) -> dict:
+    def run(self, values: dict, run_dir: str, planned: dict | None = None) -> dict:
         """Run the point of a job's config `values` (resolved, without Hydra's node), write its
-        rows, and return a short summary of them."""
-        return run_point(values, run_dir, self.command)
+        rows, and return a short summary of them. `planned` is the manifest's point (its
+        params and config_hash), where the launcher has it at hand."""
+        return run_point(values, run_dir, self.command, planned)
 
 
-def run_point(values: dict, run_dir: str, command: str | None) -> dict:
-    """Run the point of a job's config values, write its rows, return a short summary."""
+def run_point(values: dict, run_dir: str, command: str | None, planned: dict | None) -> dict:
+    """Run the point of a job's config values, write its rows, return a short summary. The
+    point runs the parameters its sweep planned (the manifest's): a YAML edited since, or a
+    value that differs each time it is read (${now:...}), changes nothing it computes."""
+    logging.raiseExceptions = False  # a log that cannot be written (a full disk) is no traceback
     experiment = Experiment.load(values["experiment"])
-    params = experiment.params(values)
     root = Path(values["out"]) / "results"
     sweep, job = values["sweep_id"], values["job"]
+    planned = planned or planned_point(root, experiment.name, sweep, job)
+    params = planned["params"] if planned else experiment.params(values)
+    _note_changes(params, values)
     path = store.job_file(root, experiment.name, sweep, job)
     started, clock = datetime.now(UTC), time.perf_counter()
-    digest = config_hash(experiment.name, params)
+    digest = planned["config_hash"] if planned else config_hash(experiment.name, params)
     shared: dict = {}  # the harness's columns, taken once the experiment has started
 
     def prepare(row: dict, logged: bool = True) -> dict:
@@ -73,7 +82,7 @@ def run_point(values: dict, run_dir: str, command: str | None) -> dict:
             say=lambda text: print(f"  job {job}: {text}", flush=True),
             shown=lambda row: describe(row, params),
         )
-    returned = measure(experiment, params, values["seed"], tracker)
+    returned = measure(experiment, params, params.get("seed", values["seed"]), tracker)
     rows = [prepare(row, logged=False) for row in returned]
     if tracker is not None:
         rows = tracker.close() + rows
@@ -82,23 +91,81 @@ def run_point(values: dict, run_dir: str, command: str | None) -> dict:
     return summary(rows, params, last=tracker is not None)
 
 
+def planned_point(root: Path, experiment: str, sweep: str, job: int) -> dict | None:
+    """The manifest's point of this job (params, config_hash); None where the manifest cannot
+    tell (a job run outside a sweep: its config's values run)."""
+    path = store.sweep_dir(root, experiment, sweep) / store.MANIFEST
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return _planned(root, experiment, sweep, (stat.st_ino, stat.st_mtime_ns)).get(job)
+
+
+@functools.lru_cache(maxsize=4)
+def _planned(root: Path, experiment: str, sweep: str, version: tuple) -> dict[int, dict]:
+    """job -> its planned point, read once per version of the manifest in this process (a
+    SLURM task's pack of points reads it once)."""
+    manifest = store.read_manifest(root, experiment, sweep) or {"points": []}
+    return {point["job"]: point for point in manifest["points"]}
+
+
+def _note_changes(params: dict, values: dict) -> None:
+    """Log the parameters whose value in the job's config is not the one planned (a YAML
+    edited before a resume): the planned values run."""
+    changed = {k: v for k, v in params.items() if k in values and values[k] != v}
+    for key, value in changed.items():
+        log.warning("%s is %r in the config now; the sweep planned %r, which runs", key,
+                    values[key], value)  # fmt: skip
+
+
 def measure(
     experiment: Experiment, params: dict, seed: int, tracker: Tracker | None = None
 ) -> list[dict]:
-    """The experiment's rows for one point; a point that raises is one failed row. A training
-    experiment gets the tracker, and may return no rows beyond those it logged."""
+    """The experiment's rows for one point; a point that raises, or tries to end the process
+    (sys.exit, os._exit), is one failed row. A training experiment gets the tracker, and may
+    return no rows beyond those it logged. A store that cannot take the tracker's rows or
+    checkpoints (a full disk) is no failed row: its OSError stops the sweep."""
     _seed_everything(seed)
     try:
-        if tracker is None:
-            rows = [dict(row) for row in experiment.run(**params)]
-        else:
-            with tracker.slurm_signals():
-                rows = [dict(row) for row in experiment.run(**params, tracker=tracker) or []]
+        with _exits_refused():
+            if tracker is None:
+                rows = [dict(row) for row in experiment.run(**params)]
+            else:
+                with tracker.slurm_signals():
+                    rows = [dict(row) for row in experiment.run(**params, tracker=tracker) or []]
         _check_rows(rows, _reserved(params), logged=tracker.rows if tracker else [])
         return rows
-    except Exception as error:
+    except (Exception, SystemExit) as error:
+        if tracker is not None and tracker.store_error is not None:
+            raise tracker.store_error from None
         log.error("%s failed:\n%s", experiment.name, traceback.format_exc())
+        if isinstance(error, SystemExit):  # which would end the sweep without a word
+            called = error if isinstance(error, ProcessExit) else f"sys.exit({error.code!r})"
+            return [{"status": "failed", "error": f"the experiment called {called}"}]
         return [{"status": "failed", "error": f"{type(error).__name__}: {error}"}]
+
+
+class ProcessExit(SystemExit):
+    """os._exit called by an experiment, refused: it would end the sweep without a word."""
+
+
+@contextlib.contextmanager
+def _exits_refused():
+    """While an experiment runs, os._exit in this process raises ProcessExit (a SystemExit, as
+    sys.exit raises), so that the point is a failed row; forked children exit as they would."""
+    real, pid = os._exit, os.getpid()
+
+    def refused(code: int) -> None:
+        if os.getpid() != pid:
+            real(code)
+        raise ProcessExit(f"os._exit({code})")
+
+    os._exit = refused
+    try:
+        yield
+    finally:
+        os._exit = real
 
 
 def summary(rows: list[dict], params: dict, last: bool = False) -> dict:

@@ -21,7 +21,8 @@ from omegaconf import DictConfig, OmegaConf
 from submitit.core.utils import FailedJobError, UncompletedJobError
 
 from harness import store
-from harness.experiment import BadInput, config_hash, with_type
+from harness.config import override
+from harness.experiment import BadInput, shorten, with_type
 from harness.hydra_internals import hydra_context, is_basic_launcher
 from harness.inprocess import InProcess
 from harness.job import Job
@@ -45,16 +46,17 @@ def launch(cfg: DictConfig, sweep, launcher) -> bool:
     if is_basic_launcher(launcher) and InProcess.suits(cfg):
         runner = InProcess(cfg, launcher.task_function)
         for point, job_overrides_ in zip(sweep.points, overrides, strict=True):
-            finish(sweep, point, runner.run(job_overrides_, point.job), progress)
+            finish(sweep, point, runner.run(job_overrides_, point.job, point.planned()), progress)
         return True
     if not isinstance(launcher, SubmititSweepLauncher):
         for point, job_overrides_ in zip(sweep.points, overrides, strict=True):
             (result,) = launcher.launch([job_overrides_], initial_job_idx=point.job)
             finish(sweep, point, returned(result), progress)
         return True
+    triples = [(o, p.job, p.planned()) for o, p in zip(overrides, sweep.points, strict=True)]
     if isinstance(launcher, SlurmLauncher):
         try:
-            placed = launcher.submit(overrides, list(points))
+            placed = launcher.submit(triples)
         except (FailedJobError, OSError) as error:
             said = [line for line in str(error).splitlines() if line.strip()] or [repr(error)]
             raise BadInput(f"cannot submit to SLURM: {said[-1].strip()}") from None
@@ -66,7 +68,7 @@ def launch(cfg: DictConfig, sweep, launcher) -> bool:
         ended = wait({job: handle for job, (handle, _) in placed.items()})
     else:
         placed = {job: (None, 0) for job in points}  # a process per point here
-        ended = launcher.run(overrides, list(points))
+        ended = launcher.run(triples)
     for job, handle, lost in ended:
         finish(sweep, points[job], outcome(handle, lost, placed[job][1]), progress)
     return True
@@ -113,14 +115,38 @@ def instantiate_launcher(cfg: DictConfig, job: Job):
 
 
 def job_overrides(sweep, point) -> list[str]:
-    """A job's overrides: the sweep's own, the point's grid values, then the harness's."""
+    """A job's overrides: the sweep's own, the point's grid values, then the harness's (out
+    quoted for Hydra: a folder's name may hold spaces, "=" or brackets)."""
     return [
         *sweep.overrides,
         *point.overrides,
-        f"out={sweep.results.parent}",
+        override("out", str(sweep.results.parent)),
         f"sweep_id={sweep.id}",
         f"job={point.job}",
     ]
+
+
+def check_devices(points: list, launcher) -> None:
+    """A point asking for CUDA (device=cuda, cuda:N) where its launcher runs it here, on a
+    machine without CUDA or without that GPU, is bad input: one line before anything runs
+    (a SLURM node has GPUs of its own)."""
+    if isinstance(launcher, SlurmLauncher):
+        return
+    asked = {str(p.params.get("device")) for p in points}
+    asked = sorted(device for device in asked if device.partition(":")[0] == "cuda")
+    if not asked:
+        return
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    indices = {device: device.partition(":")[2] for device in asked}
+    beyond = [d for d, i in indices.items() if (int(i) if i.isdigit() else 0) >= count]
+    if beyond:
+        has = f"{count} CUDA GPU{'s' if count != 1 else ''}" if count else "no CUDA GPU"
+        raise BadInput(
+            f"device={beyond[0]}, but this machine has {has} (torch.cuda): use device=cpu "
+            "(or auto), or a launcher that runs it where there is one (hydra/launcher=slurm)"
+        )
 
 
 def outcome(handle, lost: str | None, position: int) -> dict:
@@ -140,12 +166,14 @@ def finish(sweep, point, summary: dict, progress: "Progress") -> None:
     """Make sure the point has a row that says how it ended (a killed job wrote none, or only
     the "running" rows a training job landed as it went), then print its progress line."""
     path = store.job_file(sweep.results, sweep.experiment.name, sweep.id, point.job)
+    if summary.get("store_error"):  # the job could not write its rows: neither can we
+        raise OSError(summary["error"])
     ended = {
         "job": point.job,
         "status": summary["status"],
         **point.params,
         "error": summary.get("error"),
-        "config_hash": config_hash(sweep.experiment.name, point.params),
+        "config_hash": point.config_hash,
     }
     if not store.has_rows(sweep.results, sweep.experiment.name, sweep.id, point.job):
         store.write_rows(path, [ended])
@@ -190,7 +218,3 @@ class Progress:
         line = f"[{self.done:>{width}}/{self.total}] job {point.job} {' '.join(point.overrides)}:"
         line = f"{line} {summary['status']} {detail}".rstrip()
         print(f"{line}  ({elapsed:.1f} s, ~{left:.0f} s left)", flush=True)
-
-
-def shorten(text: str, limit: int = 160) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."

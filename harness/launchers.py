@@ -12,8 +12,10 @@ import itertools
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -39,6 +41,8 @@ NEVER_GRACE_S = 30.0  # how long such a reason may stand before the wait gives t
 # A local point's CUDA_VISIBLE_DEVICES: its GPU, or this process's own value (UNSET: none) when
 # it gets no GPU of its own; submitit's local executor would make that "", which hides them all.
 GPU_ENV, UNSET = "HARNESS_POINT_GPU", "<unset>"
+SWEEP_ENV = "HARNESS_SWEEP_PROCESS"  # a local point's sweep process (process_identity)
+FOLLOW_S = 1.0  # how often a local point looks whether its sweep's process is still there
 ALIVE = {
     "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING",
     "STAGE_OUT", "RESIZING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD",
@@ -48,12 +52,14 @@ ALIVE = {
 class SubmititSweepLauncher(BaseSubmititLauncher):
     """A launcher whose jobs carry the sweep's job numbers and can be left to run."""
 
-    def __call__(self, pack: list[tuple[list[str], int]], singleton_state: dict) -> list[dict]:
+    def __call__(self, pack: list[tuple[list[str], int, dict]], singleton_state: dict) -> list:
         """In the job: its GPU, as many threads as CPUs it was given (torch's and OpenMP's, for
         the processes it starts too: points that share a machine with threads for every core
         each would make each other many times slower), then the points of its pack (their
-        overrides and job numbers) one after another, as Hydra's basic launcher runs them
-        here (harness.inprocess); their summaries."""
+        overrides, job numbers and planned params) one after another, as Hydra's basic
+        launcher runs them here (harness.inprocess); their summaries. A store that cannot be
+        written ends the pack: each point left says so (store_error), and the sweep stops."""
+        _end_with_the_sweep(os.environ.pop(SWEEP_ENV, None))
         gpu = os.environ.pop(GPU_ENV, None)
         if gpu == UNSET:  # before anything here initializes CUDA
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
@@ -70,9 +76,16 @@ class SubmititSweepLauncher(BaseSubmititLauncher):
         if not InProcess.suits(self.config):  # Hydra's own job, a composition per point
             hydras = super().__call__
             return [returned(hydras(o, "hydra.sweep.dir", n, str(n), singleton_state))
-                    for o, n in pack]  # fmt: skip
-        runner = InProcess(self.config, self.task_function)
-        return [runner.run(overrides, job) for overrides, job in pack]
+                    for o, n, _ in pack]  # fmt: skip
+        runner, summaries = InProcess(self.config, self.task_function), []
+        for overrides, job, planned in pack:
+            try:
+                summaries.append(runner.run(overrides, job, planned))
+            except OSError as error:
+                said = f"harness error: the store cannot be written ({with_type(error)})"
+                failed = {"status": "failed", "error": said, "store_error": True}
+                return summaries + [failed] * (len(pack) - len(summaries))
+        return summaries
 
     def job_threads(self) -> int | None:
         """The CPUs a job may use; None: leave torch's default."""
@@ -93,9 +106,10 @@ class SubmititSweepLauncher(BaseSubmititLauncher):
         return executor
 
     @staticmethod
-    def job_arguments(pack: list[tuple[list[str], int]]) -> tuple:
-        """What each job's __call__ receives: its points (overrides, job), Hydra's state."""
-        return [(list(overrides), job) for overrides, job in pack], Singleton.get_state()
+    def job_arguments(pack: list[tuple[list[str], int, dict]]) -> tuple:
+        """What each job's __call__ receives: its points (overrides, job, planned point), and
+        Hydra's state."""
+        return [(list(o), job, planned) for o, job, planned in pack], Singleton.get_state()
 
 
 class SlurmLauncher(SubmititSweepLauncher):
@@ -119,13 +133,10 @@ class SlurmLauncher(SubmititSweepLauncher):
     def job_threads(self) -> int | None:
         return int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) or super().job_threads()
 
-    def submit(
-        self, job_overrides: list[list[str]], jobs: list[int]
-    ) -> dict[int, tuple[submitit.Job, int]]:
-        """Submit the points, points_per_task to an array task; each job's task and its
-        position in that task's pack."""
+    def submit(self, pairs: list[tuple[list[str], int, dict]]) -> dict[int, tuple]:
+        """Submit the points (their overrides, job numbers, planned points), points_per_task to
+        an array task; each job's task (a submitit job) and its position in that task's pack."""
         executor, size = self.executor(), max_array_size()
-        pairs = list(zip(job_overrides, jobs, strict=True))
         each = self.points_per_task
         packs = [pairs[i : i + each] for i in range(0, len(pairs), each)]
         submitted: list[submitit.Job] = []
@@ -138,7 +149,7 @@ class SlurmLauncher(SubmititSweepLauncher):
         return {
             job: (handle, position)
             for handle, pack in zip(submitted, packs, strict=True)
-            for position, (_, job) in enumerate(pack)
+            for position, (_, job, _) in enumerate(pack)
         }
 
 
@@ -173,21 +184,25 @@ class LocalLauncher(SubmititSweepLauncher):
         executor.update_parameters(**{k: v for k, v in params.items() if k in local and v})
         return executor
 
-    def run(self, job_overrides: list[list[str]], jobs: list[int]) -> Iterator[tuple]:
-        """Run the jobs; yield (job number, submitit job, None) as each one ends. If the sweep
-        stops (Ctrl-C, SIGTERM), the points still running are cancelled with it."""
-        executor, free = self.executor(), list(self.gpus)
-        waiting = list(zip(jobs, job_overrides, strict=True))
+    def run(self, points: list[tuple[list[str], int, dict]]) -> Iterator[tuple]:
+        """Run the points (their overrides, job numbers, planned points); yield (job number,
+        submitit job, None) as each one ends. If the sweep stops (Ctrl-C, SIGTERM), the points
+        still running are cancelled with it; if its process dies (SIGKILL), they end too."""
+        executor, free, waiting = self.executor(), list(self.gpus), list(points)
         running: dict[int, tuple[submitit.Job, int | None]] = {}
         try:
             while waiting or running:
                 while waiting and len(running) < self.max_parallel:
-                    job, overrides = waiting.pop(0)
+                    point = waiting.pop(0)
                     gpu = free.pop(0) if self.gpus else None
                     own = os.environ.get("CUDA_VISIBLE_DEVICES", UNSET)
-                    with _output_to(self.controller_log()), _environment(GPU_ENV, gpu or own):
-                        handle = executor.submit(self, *self.job_arguments([(overrides, job)]))
-                    running[job] = handle, gpu
+                    with (
+                        _output_to(self.controller_log()),
+                        _environment(GPU_ENV, gpu or own),
+                        _environment(SWEEP_ENV, process_identity(os.getpid())),
+                    ):
+                        handle = executor.submit(self, *self.job_arguments([point]))
+                    running[point[1]] = handle, gpu
                 done = [job for job, (handle, _) in running.items() if handle.done()]
                 for job in done:
                     handle, gpu = running.pop(job)
@@ -204,6 +219,33 @@ class LocalLauncher(SubmititSweepLauncher):
         """Where submitit's local controllers write (their own tracebacks on Ctrl-C among it),
         beside the jobs' logs rather than on the sweep's terminal."""
         return Path(self.params["submitit_folder"]).parent / "controllers.log"
+
+
+def process_identity(pid: int) -> str | None:
+    """ "PID:START": a process and its start time (in clock ticks since boot, /proc's), which
+    a reused pid does not share; None when the process is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return f"{pid}:{stat.rpartition(')')[2].split()[19]}"
+
+
+def _end_with_the_sweep(identity: str | None) -> None:
+    """In a point's process under the local launcher: end it, as its sweep's own process does
+    on Ctrl-C, when that process is gone (SIGKILL: nothing could stop the point), so that no
+    point runs on beside the resume's rerun of it."""
+    if not identity:
+        return
+    pid = int(identity.split(":")[0])
+
+    def follow() -> None:
+        while process_identity(pid) == identity:
+            time.sleep(FOLLOW_S)
+        print(f"the sweep's process {pid} is gone: this point ends", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=follow, name="end-with-the-sweep", daemon=True).start()
 
 
 @contextmanager

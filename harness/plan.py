@@ -3,6 +3,7 @@ command line replaces the experiment's hydra.sweeper.params key by key), every p
 against the experiment's signature before any runs, each with a stable job number, and the
 manifest that records them."""
 
+import functools
 import itertools
 import math
 import secrets
@@ -12,19 +13,29 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import ChoiceSweep, Override, RangeSweep
-from omegaconf import DictConfig, OmegaConf
+from hydra.core.override_parser.types import ChoiceSweep, Override, QuotedString, RangeSweep
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from harness import store
-from harness.config import HARNESS_KEYS, SET_BY_HARNESS, key_of
-from harness.experiment import BadInput, Experiment, config_hash, config_values
+from harness.claims import validate as validate_claims
+from harness.config import HARNESS_KEYS, SET_BY_HARNESS, check_name, key_of
+from harness.experiment import BadInput, Experiment, config_hash, config_values, one_line
+from harness.tables import validate_table
+
+ABSENT = object()
 
 
 @dataclass
 class Point:
     job: int
     overrides: list[str]  # this point's grid values, as Hydra overrides
-    params: dict  # the experiment function's keyword arguments
+    params: dict  # the experiment function's keyword arguments: what the point computes
+    config_hash: str  # their digest (experiment.config_hash), which the point's rows carry
+
+    def planned(self) -> dict:
+        """What the point's job runs (its manifest entry's params and config_hash)."""
+        return {"params": self.params, "config_hash": self.config_hash}
 
 
 @dataclass
@@ -39,30 +50,78 @@ class Sweep:
     command: str | None = None  # the command line that started the sweep
 
 
-def new_sweep_id() -> str:
-    """A sweep id that sorts by start time (UTC): 20261129-141503-3fa2."""
-    return f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+class SweepExists(Exception):
+    """The new sweep's id is taken: another sweep started in the same millisecond."""
 
 
-def plan(cfg: DictConfig, sweeps: list[Override]) -> Sweep:
-    """The sweep's points, in grid order, each checked against the experiment's signature."""
+def new_sweep_id(now: datetime | None = None) -> str:
+    """A sweep id that sorts by start time (UTC) to the millisecond: 20261129-141503-3fa2, its
+    last part the millisecond times 64 plus 6 random bits (two sweeps of one millisecond differ
+    by chance, and write_manifest refuses an id that is taken)."""
+    now = now or datetime.now(UTC)
+    return f"{now:%Y%m%d-%H%M%S}-{now.microsecond // 1000 * 64 + secrets.randbelow(64):04x}"
+
+
+def plan(cfg: DictConfig, sweeps: list[Override], added: list[str] = ()) -> Sweep:
+    """The sweep's points, in grid order, each checked against the experiment's signature
+    (`added`: the lines absent_keys gave, which fix no key)."""
     values = config_values(cfg)
-    chosen = _chosen(seeded_grid(cfg), sweeps, cfg)
+    _check_name(cfg, values["experiment"])
+    chosen = _chosen(seeded_grid(cfg), sweeps, cfg, added)
     _check_size(chosen, values["max_points"])  # before the experiment (and torch) is imported
     _check_streaming(values)
     experiment = Experiment.load(values["experiment"])
+    _check_report_spec(experiment)
     _check_keys(experiment, values, sweeps)
     axes = _axes(chosen)
     points = []
+    interpolated = any(_interpolates(value) for axis in axes.values() for _, value in axis)
     for job, assignment in enumerate(itertools.product(*axes.values())):
         point_values = {key: value for key, (_, value) in zip(axes, assignment, strict=True)}
+        if interpolated:
+            point_values = _resolved(cfg, point_values)
         params = experiment.params({**values, **point_values})
         point_overrides = [f"{key}={text}" for key, (text, _) in zip(axes, assignment, strict=True)]
-        points.append(Point(job, point_overrides, params))
+        points.append(Point(job, point_overrides, params, config_hash(experiment.name, params)))
     if not points:
         empty = " ".join(f"{key}=[]" for key, values in axes.items() if not values)
         raise BadInput(f"the grid has no points ({empty})")
     return sweep_of(cfg, experiment, points)
+
+
+def _check_name(cfg: DictConfig, node: dict) -> None:
+    """experiment.name is its file's name: the store's folders, resume and status find the
+    sweep by it."""
+    name, chosen = node.get("name"), cfg.hydra.runtime.choices.get("experiment")
+    if chosen is not None and name != chosen:
+        raise BadInput(
+            f"experiment.name is {name!r} in experiment/{chosen}.yaml: an experiment's name is "
+            f"its file's name, set experiment.name: {chosen}"
+        )
+    check_name("experiment", str(name))
+
+
+def absent_keys(cfg: DictConfig, sweeps: list[Override]) -> list[str]:
+    """For each grid key the config lacks (a parameter with only its function's default), the
+    line that adds it with its first value, +KEY=VALUE: every job carries it, so that each
+    point's own value is a plain change of a key the config has (as Hydra needs it to be)."""
+    lines = []
+    for key, override in _chosen(seeded_grid(cfg), sweeps, cfg).items():
+        if OmegaConf.select(cfg, key, default=ABSENT) is ABSENT:
+            texts = override.sweep_string_iterator() if override.is_sweep_override() else None
+            first = next(texts, None) if texts else override.get_value_element_as_str()
+            lines += [f"+{key}={first}"] if first is not None else []
+    return lines
+
+
+def _check_report_spec(experiment: Experiment) -> None:
+    """The experiment's table and claims can be read (harness.tables, harness.claims): one
+    line before anything runs, not a traceback after every sweep."""
+    try:
+        validate_table(experiment.config.get("table"))
+        validate_claims(experiment.config)
+    except ValueError as error:
+        raise BadInput(f"{experiment.name}: {error}") from None
 
 
 def seeded_grid(cfg: DictConfig) -> dict:
@@ -90,10 +149,13 @@ def _check_keys(experiment: Experiment, values: dict, sweeps: list[Override]) ->
             raise BadInput(f"{override.input_line}: only lists, range() and choice() can be swept")
 
 
-def _chosen(yaml_params: dict, sweeps: list[Override], cfg: DictConfig) -> dict[str, Override]:
+def _chosen(
+    yaml_params: dict, sweeps: list[Override], cfg: DictConfig, added: list[str] = ()
+) -> dict[str, Override]:
     """key -> its override: the experiment's grid, then the command line's. A key fixed on the
     command line (length=256) leaves the grid; one swept there replaces it."""
-    fixed = {key_of(o) for o in cfg.hydra.overrides.task}
+    task = OmegaConf.to_container(cfg.hydra.overrides.task, resolve=False)  # lines as typed
+    fixed = {key_of(o) for o in task if o not in added}
     parser = OverridesParser.create()
     grid = parser.parse_overrides([f"{k}={v}" for k, v in yaml_params.items() if k not in fixed])
     return {override.get_key_element().lstrip("+"): override for override in [*grid, *sweeps]}
@@ -131,10 +193,46 @@ def _axes(chosen: dict[str, Override]) -> dict:
     for key, override in chosen.items():
         if override.is_sweep_override():
             texts = list(override.sweep_string_iterator())
-            axes[key] = list(zip(texts, override.sweep_iterator(), strict=True))
+            values = map(_plain, override.sweep_iterator())
+            axes[key] = list(zip(texts, values, strict=True))
         else:
             axes[key] = [(override.get_value_element_as_str(), override.value())]
     return axes
+
+
+def _plain(value):
+    """A grid value as the job's config holds it: a quoted string as its text, within lists and
+    dicts too."""
+    if isinstance(value, QuotedString):
+        return value.text
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {_plain(key): _plain(item) for key, item in value.items()}
+    return value
+
+
+def _interpolates(value) -> bool:
+    """Whether a grid value holds an interpolation ("${...}"), within lists and dicts too."""
+    if isinstance(value, str):
+        return "${" in value
+    if isinstance(value, dict):
+        return any(_interpolates(item) for pair in value.items() for item in pair)
+    return isinstance(value, list) and any(_interpolates(item) for item in value)
+
+
+def _resolved(cfg: DictConfig, point_values: dict) -> dict:
+    """A point's grid values as its config resolves them (an interpolation such as "${seed}",
+    or "${now:...}", resolved here once: what the manifest plans is what runs)."""
+    own = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
+    with open_dict(own):
+        for key, value in point_values.items():
+            OmegaConf.update(own, key, value, merge=False)
+    try:
+        values = OmegaConf.to_container(own, resolve=True)
+    except OmegaConfBaseException as error:
+        raise BadInput(one_line(error)) from None
+    return {key: functools.reduce(dict.get, key.split("."), values) for key in point_values}
 
 
 def _axis_size(override: Override) -> int:
@@ -151,8 +249,9 @@ def write_manifest(sweep: Sweep) -> None:
     manifest = {
         "experiment": sweep.experiment.name,
         "sweep": sweep.id,
-        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "created_at": datetime.now(UTC).isoformat(timespec="microseconds"),
         "command": sweep.command,
+        "config_dirs": [str(folder) for folder in sweep.config_dirs],
         "overrides": sweep.overrides,
         "hydra_overrides": sweep.hydra_overrides,
         "experiment_config": sweep.experiment.config,
@@ -161,13 +260,15 @@ def write_manifest(sweep: Sweep) -> None:
                 "job": p.job,
                 "overrides": p.overrides,
                 "params": p.params,
-                "config_hash": config_hash(sweep.experiment.name, p.params),
+                "config_hash": p.config_hash,
             }
             for p in sweep.points
         ],
     }
     try:
-        store.write_manifest(sweep.results, manifest)
+        store.write_manifest(sweep.results, manifest, new=True)
+    except FileExistsError:  # another sweep's folder: left as it is
+        raise SweepExists(sweep.id) from None
     except OSError as error:
         discard(sweep)
         folder = store.sweep_dir(sweep.results, sweep.experiment.name, sweep.id)

@@ -7,7 +7,15 @@ from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig
 
 from harness import store
-from harness.config import SET_BY_HARNESS, compose_config, key_of, results_root
+from harness.config import (
+    SET_BY_HARNESS,
+    available_experiments,
+    check_name,
+    command,
+    compose_config,
+    key_of,
+    results_root,
+)
 from harness.experiment import BadInput, Experiment, config_hash, config_values
 from harness.plan import Point, Sweep, sweep_of
 from harness.status import still_scheduled
@@ -16,25 +24,21 @@ RESUME_SETTINGS = ("out", "resume", "wait")  # what a resume may set besides Hyd
 
 
 def resumed(
-    overrides: list[Override], experiment: str, sweep_id: str, config_dirs: list[Path]
+    overrides: list[Override], sweep_id: str, config_dirs: list[Path]
 ) -> tuple[Sweep, DictConfig]:
     """The sweep to resume, with its points that have no answer yet, and its config.
 
-    The config is composed from the sweep's own overrides, its launcher settings unless the
-    command line names a launcher, and the command line's settings (out, wait, Hydra's, and
-    the experiment's `resources`: parameters such as memory_cap_mib that change how a point
-    runs, not what it computes), so each job recomposes what it first ran, with more room if
-    asked; users' experiments come from the command line's --config-dir. Points that SLURM
-    still queues or runs are left to it.
+    The experiment is the sweep's own (+experiment, if given, must name it). The config is
+    composed from the sweep's own overrides, its launcher settings unless the command line
+    names a launcher, and the command line's settings (out, wait, Hydra's, and the
+    experiment's `resources`: parameters such as memory_cap_mib that change how a point runs,
+    not what it computes); each point then runs the values its sweep planned (the manifest's),
+    whatever the experiment's YAML says now, with more room if asked. Users' experiments come
+    from the command line's --config-dir. Points that SLURM still queues or runs are left to it.
     """
     results = results_root(overrides)
-    manifest = store.read_manifest(results, experiment, sweep_id)
-    if manifest is None:
-        folder = store.sweep_dir(results, experiment, sweep_id)
-        if folder.is_dir():
-            raise BadInput(f"{folder / store.MANIFEST} is missing or unreadable: cannot resume")
-        known = ", ".join(store.sweeps(results, experiment)[-3:]) or "none yet"
-        raise BadInput(f"no sweep {sweep_id} of {experiment} in {results} (latest: {known})")
+    experiment, manifest = _sweep_to_resume(results, check_name("sweep id", sweep_id), overrides)
+    _check_config_dirs(manifest, experiment, sweep_id, config_dirs, results)
     _check_writable(store.sweep_dir(results, experiment, sweep_id))
     resources = manifest.get("experiment_config", {}).get("resources") or []
     allowed = (*RESUME_SETTINGS, *resources)
@@ -61,24 +65,61 @@ def resumed(
     values = config_values(cfg)
     experiment_ = Experiment.load(values["experiment"])
     sweep = sweep_of(cfg, experiment_, [])
-    sweep.command = manifest.get("command")
+    sweep.command, sweep.config_dirs = manifest.get("command"), config_dirs
     scheduled = set(still_scheduled(manifest))
     if scheduled:
         print(f"{len(scheduled)} points are still queued or running on SLURM: left to it")
     changed = {key: values[key] for key in resources if _key_given(key, settings)}
-    sweep.points = [
-        Point(p.job, p.overrides, experiment_.params({**p.params, **changed}))
-        for p in _unfinished(sweep, manifest)
-        if p.job not in scheduled
-    ]
+    sweep.points = _unfinished(sweep, manifest, scheduled)
     if changed:  # the manifest says what each point runs with, so its rerun's rows match it
-        rerun = {p.job: p.params for p in sweep.points}
-        for point in manifest["points"]:
-            if point["job"] in rerun:
-                point["params"] = rerun[point["job"]]
-                point["config_hash"] = config_hash(experiment, rerun[point["job"]])
+        for point in sweep.points:
+            point.params = experiment_.params({**point.params, **changed})
+            point.config_hash = config_hash(experiment, point.params)
+        rerun = {point.job: point for point in sweep.points}
+        for entry in manifest["points"]:
+            if entry["job"] in rerun:
+                entry.update(rerun[entry["job"]].planned())
         store.write_manifest(results, manifest)
     return sweep, cfg
+
+
+def _sweep_to_resume(results: Path, sweep_id: str, overrides: list[Override]) -> tuple[str, dict]:
+    """The sweep's experiment, found from the sweep itself, and its manifest; one line when
+    there is no such sweep, or it is another experiment's than +experiment names."""
+    given = next((str(o.value()) for o in overrides if key_of(o.input_line) == "experiment"), None)
+    experiment = store.experiment_of(results, sweep_id)
+    if experiment is None:
+        known = ", ".join(store.sweeps(results, given)[-3:]) if given else ""
+        said = f" (latest of {given}: {known or 'none yet'})" if given else ""
+        raise BadInput(f"no sweep {sweep_id} in {results}{said}")
+    if given is not None and given != experiment:
+        raise BadInput(
+            f"sweep {sweep_id} is {experiment}'s, not {given}'s: resume it with "
+            f"+experiment={experiment}, or with resume={sweep_id} alone"
+        )
+    manifest = store.read_manifest(results, experiment, sweep_id)
+    if manifest is None:
+        folder = store.sweep_dir(results, experiment, sweep_id)
+        raise BadInput(f"{folder / store.MANIFEST} is missing or unreadable: cannot resume")
+    return experiment, manifest
+
+
+def _check_config_dirs(
+    manifest: dict, experiment: str, sweep_id: str, config_dirs: list[Path], results: Path
+) -> None:
+    """One line with the command that works when the sweep's experiment is one of a
+    --config-dir that this command line does not give (the manifest says which it was run
+    with; the harness does not import code from a folder because a manifest names it)."""
+    if experiment in available_experiments(config_dirs):
+        return
+    recorded = [Path(folder) for folder in manifest.get("config_dirs") or []]
+    if not recorded:
+        raise BadInput(f"sweep {sweep_id} is of experiment {experiment}, which is not here")
+    shown = command([f"resume={sweep_id}"], recorded, results.parent)
+    raise BadInput(
+        f"sweep {sweep_id} is of {experiment}, an experiment of --config-dir "
+        f"{' '.join(map(str, recorded))}; resume it with: {shown}"
+    )
 
 
 def _key_given(key: str, lines: list[str]) -> bool:
@@ -94,22 +135,29 @@ def _check_writable(folder: Path) -> None:
         raise BadInput(f"cannot write to {folder}: {error.strerror or error}") from None
 
 
-def _unfinished(sweep: Sweep, manifest: dict) -> list[Point]:
-    """The manifest's points without an answer yet (store.DONE: ok, unsupported).
+def _unfinished(sweep: Sweep, manifest: dict, scheduled: set[int]) -> list[Point]:
+    """The manifest's points without an answer yet (store.DONE: ok, unsupported) that SLURM
+    does not still queue or run (`scheduled`).
 
     Their rows in a compacted file move back into job files of their own, which their reruns
     replace, so that the folder as it lies holds each row once after the resume too; the files
-    the read skipped as damaged (their points count as not run) are moved aside.
+    the read skipped as damaged (their points count as not run) are moved aside, and the
+    temporary files of their killed runs (and any older than an hour) removed.
     """
     rows = store.read(sweep.results, sweep.experiment.name, sweep.id)
     statuses = store.job_statuses(store.as_planned(rows, manifest, sweep.results))
     for moved in store.set_aside(sweep.results, sweep.experiment.name, sweep.id):
         print(f"moved a damaged file aside: {moved}")
     done = set(statuses[statuses.isin(store.DONE)].index)
+    name = sweep.experiment.name
     points = [
-        Point(p["job"], p["overrides"], p["params"])
+        Point(p["job"], p.get("overrides", []), p["params"],
+              p.get("config_hash") or config_hash(name, p["params"]))
         for p in manifest["points"]
-        if p["job"] not in done
-    ]
-    store.release(sweep.results, sweep.experiment.name, sweep.id, [p.job for p in points])
+        if p["job"] not in done and p["job"] not in scheduled
+    ]  # fmt: skip
+    folder = store.sweep_dir(sweep.results, name, sweep.id)
+    files = [store.job_file(sweep.results, name, sweep.id, p.job).name for p in points]
+    store.remove_temporaries(folder, store.STALE_S, of=files)  # their killed runs' too
+    store.release(sweep.results, name, sweep.id, [p.job for p in points])
     return points

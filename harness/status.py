@@ -13,7 +13,8 @@ import pandas as pd
 from submitit.core.utils import JobPaths
 
 from harness import store
-from harness.experiment import BadInput
+from harness.config import command
+from harness.experiment import BadInput, shorten
 from harness.job import describe
 from harness.launchers import ALIVE, lost_reason, slurm_states
 
@@ -28,10 +29,16 @@ def status(sweep_id: str, out: str = "outputs") -> int:
     if compact_if_finished(results, experiment, sweep_id, manifest):
         print(f"sweep {sweep_id} has ended: its files are compacted into one")
     rows = store.as_planned(store.read(results, experiment, sweep_id), manifest, results)
-    table = point_states(manifest, rows)
+    table = point_states(manifest, rows, results)
     print(f"sweep {sweep_id} ({experiment}): {manifest.get('command', '')}")
-    print(pipe_table(table))
+    print(pipe_table(table.assign(detail=table["detail"].map(shorten))))
     print(", ".join(f"{n} {state}" for state, n in table["state"].value_counts().items()))
+    unfinished = ~table["state"].isin(store.DONE)
+    if not unfinished.any() or table["state"].isin(["pending", "running"]).any():
+        return 0
+    config_dirs = [Path(folder) for folder in manifest.get("config_dirs") or []]
+    arguments = [f"+experiment={experiment}", f"resume={sweep_id}"]
+    print(f"finish it with: {command(arguments, config_dirs, results.parent)}")
     return 0
 
 
@@ -78,9 +85,9 @@ def still_scheduled(manifest: dict) -> list[int]:
     return [job for job, (state, _) in states.items() if state in ("pending", "running")]
 
 
-def point_states(manifest: dict, rows: pd.DataFrame) -> pd.DataFrame:
+def point_states(manifest: dict, rows: pd.DataFrame, results: Path) -> pd.DataFrame:
     """One line per point of the manifest: job, its grid values, state, detail."""
-    landed, scheduled = _landed(rows, manifest), _scheduled(manifest)
+    landed, scheduled = _landed(rows, manifest, results), _scheduled(manifest)
     packed = {job for job, task in _tasks(manifest).items() if len(task[2]) > 1}
     lines = []
     for point in manifest["points"]:
@@ -100,9 +107,10 @@ def point_states(manifest: dict, rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(lines, columns=["job", "point", "state", "detail"])
 
 
-def _landed(rows: pd.DataFrame, manifest: dict) -> dict[int, tuple[str, str]]:
+def _landed(rows: pd.DataFrame, manifest: dict, results: Path) -> dict[int, tuple[str, str]]:
     """job -> (state, detail) of each job with rows: ok, or its first other row's status and
-    error; for a training job still running, its latest row's numbers and their age."""
+    error; for a training job still running, its latest row's numbers and their age, and for
+    one whose process is gone without ending it (its running mark let go), killed."""
     if rows.empty:
         return {}
     states = dict.fromkeys(rows["job"].tolist(), ("ok", ""))
@@ -116,7 +124,12 @@ def _landed(rows: pd.DataFrame, manifest: dict) -> dict[int, tuple[str, str]]:
         row = {k: v for k, v in row.items() if not (isinstance(v, float) and pd.isna(v))}
         said = describe(row, params.get(row["job"], {}))
         age = pd.Timestamp.now(tz="UTC") - row["started_at"] - pd.Timedelta(row["duration_s"], "s")
-        states[row["job"]] = (store.RUNNING, f"{said} ({age.total_seconds():.0f} s ago)")
+        said = f"{said} ({age.total_seconds():.0f} s ago)"
+        path = store.job_file(results, manifest["experiment"], manifest["sweep"], row["job"])
+        if store.still_running(path) is False:
+            states[row["job"]] = ("killed", f"its process is gone; it last logged {said}")
+        else:
+            states[row["job"]] = (store.RUNNING, said)
     return states
 
 

@@ -22,12 +22,15 @@ lists, and reruns their points.
 import contextlib
 import fcntl
 import functools
+import glob
 import hashlib
 import json
 import os
 import re
 import secrets
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -56,8 +59,10 @@ PARTITIONS = pa.schema([("experiment", pa.string()), ("sweep", pa.string())])
 DIGEST = b"harness_rows_sha256"
 VALUES_DIGEST = b"harness_values_sha256"
 SMALL = 10_000
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # what a merge finishes before obeying
 SET_ASIDE = "_damaged-"  # the prefix of a damaged file moved aside: neither "." nor ".parquet"
 _named: dict[Path, str] = {}  # the damaged files this process has named, and why
+_named_columns: set[str] = set()  # the columns of two kinds this process has named
 
 
 class DamagedFile(Exception):
@@ -165,16 +170,45 @@ def read_manifest(root: Path, experiment: str, sweep: str) -> dict | None:
     except (OSError, ValueError) as error:
         _name_once(path, f"unreadable manifest ({type(error).__name__})")
         return None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("points"), list):
-        _name_once(path, "the manifest has no list of points")
+    wrong = _manifest_fault(manifest)
+    if wrong:
+        _name_once(path, f"a damaged manifest: {wrong}")
         return None
     return manifest
 
 
-def write_manifest(root: Path, manifest: dict) -> None:
+def _manifest_fault(manifest) -> str | None:
+    """What makes a manifest unusable (no points, a point without its job number or params, a
+    job twice), or None."""
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("points"), list):
+        return "it has no list of points"
+    if not manifest["points"]:
+        return "its list of points is empty"
+    if not isinstance(manifest.get("experiment_config", {}), dict):
+        return "its experiment_config is not a mapping"
+    jobs = set()
+    for position, point in enumerate(manifest["points"]):
+        if not isinstance(point, dict):
+            return f"point {position} is not a mapping"
+        job = point.get("job")
+        if isinstance(job, bool) or not isinstance(job, int) or job < 0 or job in jobs:
+            return f"point {position} has no job number of its own (job={job!r})"
+        if not isinstance(point.get("params"), dict):
+            return f"point {position} (job {job}) has no params"
+        if not isinstance(point.get("overrides", []), list):
+            return f"point {position} (job {job}) has no list of overrides"
+        jobs.add(job)
+    return None
+
+
+def write_manifest(root: Path, manifest: dict, new: bool = False) -> None:
     """The manifest as JSON, a line per point: readable, and written by json's C encoder
-    (an indented dump is pure Python: seconds for 100,000 points)."""
+    (an indented dump is pure Python: seconds for 100,000 points). `new`: a new sweep's, whose
+    folder must not exist yet (FileExistsError: the id is another sweep's)."""
     path = sweep_dir(root, manifest["experiment"], manifest["sweep"]) / MANIFEST
+    if new:
+        path.parent.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir()
     header = json.dumps({k: v for k, v in manifest.items() if k != "points"}, indent=2, default=str)
     points = ",\n".join(json.dumps(point, default=str) for point in manifest["points"])
     write_text(path, f'{header[:-2]},\n  "points": [\n{points}\n]}}\n')
@@ -254,18 +288,37 @@ def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[
     folder = sweep_dir(root, experiment, sweep)
     if not folder.is_dir():
         return None, []
-    with _sweep_lock(folder):
-        _remove_stale_temporaries(folder)
+    with _sweep_lock(folder), _uninterrupted():
+        remove_temporaries(folder, older_than_s=STALE_S)
         names = _listing(folder)
         if len(names) <= 1 and _compacted(names) == names:  # nothing, or one compacted file
             return (folder / names[0] if names else None), []
         parts, identities = _read_parts(folder, names)
+        foreign = _foreign_files(root, experiment, sweep, parts)
+        parts = {name: part for name, part in parts.items() if name not in foreign}
+        identities = {name: ident for name, ident in identities.items() if name not in foreign}
         if not identities or any(_running(table) for table in parts.values()):
             return None, []  # every file damaged, or a training job still going: not ended
         path = folder / f"compacted-{_next_generation(names):06d}.parquet"
         _write_table(path, _by_job(_concat(list(parts.values()))))
         _remove_unchanged(folder, identities)
     return path, sorted(identities)
+
+
+def _foreign_files(root: Path, experiment: str, sweep: str, parts: dict) -> set[str]:
+    """The job files whose rows are not the sweep's planned point's (as_planned names them):
+    never merged, left for resume to set aside."""
+    files = _job_files(list(parts))
+    hashes = [
+        parts[name].select(["job", "config_hash"]).to_pandas()
+        for name in files.values()
+        if {"job", "config_hash"} <= set(parts[name].column_names)
+    ]
+    if not hashes:
+        return set()
+    rows = pd.concat(hashes, ignore_index=True)
+    kept = as_planned(rows, read_manifest(root, experiment, sweep), root)
+    return {files[job] for job in set(rows["job"]) - set(kept["job"])}
 
 
 def release(root: Path, experiment: str, sweep: str, jobs: Iterable[int]) -> list[int]:
@@ -278,7 +331,7 @@ def release(root: Path, experiment: str, sweep: str, jobs: Iterable[int]) -> lis
     folder = sweep_dir(root, experiment, sweep)
     if not _compacted(_listing(folder)):  # never compacted: nothing to move, nothing to lock
         return []
-    with _sweep_lock(folder):
+    with _sweep_lock(folder), _uninterrupted():
         names = _listing(folder)
         own = set(_job_files(names))  # their compacted rows are stale: dropped below
         parts, _ = _read_parts(folder, _compacted(names))
@@ -318,7 +371,8 @@ def status_counts(statuses: pd.Series, total: int) -> str:
 
 
 def _sweep_dirs(root: Path, experiment: str | None, sweep: str | None) -> list[Path]:
-    pattern = f"experiment={experiment or '*'}/sweep={sweep or '*'}"
+    named = [glob.escape(name) if name else "*" for name in (experiment, sweep)]
+    pattern = f"experiment={named[0]}/sweep={named[1]}"
     return sorted(p for p in Path(root).glob(pattern) if p.is_dir())
 
 
@@ -401,8 +455,16 @@ def _read_file(path: Path) -> tuple[pa.Table, tuple[int, int, int]]:
     """A file's rows and identity (inode, mtime, size) from one open: what was read is what
     the identity names, even if the file is replaced a moment later. DamagedFile when the rows
     cannot be trusted (see the module's docstring)."""
-    with open(path, "rb") as f:
-        data, stat = f.read(), os.fstat(f.fileno())
+    try:
+        with open(path, "rb") as f:
+            data, stat = f.read(), os.fstat(f.fileno())
+    except FileNotFoundError:
+        if path.is_symlink():
+            raise DamagedFile(path, "a symbolic link to nothing") from None
+        raise  # gone since the listing: a compaction took it
+    except OSError as error:  # a folder, a socket, another user's file
+        said = f"cannot be read ({type(error).__name__}: {error.strerror})"
+        raise DamagedFile(path, said) from None
     try:
         parquet = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True)
         table = parquet.read(use_threads=False)
@@ -410,9 +472,11 @@ def _read_file(path: Path) -> tuple[pa.Table, tuple[int, int, int]]:
         table = table.replace_schema_metadata(None)
         digests = {VALUES_DIGEST: _values_digest, DIGEST: _digest}
         kind = next((key for key in digests if key in metadata), None)
-        intact = kind is None or metadata[kind] == digests[kind](table).encode()
+        intact = kind is not None and metadata[kind] == digests[kind](table).encode()
     except Exception as error:  # whatever a damaged file makes the reader raise
         raise DamagedFile(path, f"unreadable ({type(error).__name__}: {error})") from None
+    if kind is None:
+        raise DamagedFile(path, "it carries no digest of its rows: not written by the harness")
     if not intact:
         raise DamagedFile(path, "its rows differ from those written (digest mismatch)")
     own = JOB.fullmatch(path.name)
@@ -511,7 +575,8 @@ def skipped(root: Path, experiment: str, sweep: str) -> dict[Path, str]:
     """The sweep's files that reads in this process skipped as damaged (and still lie there),
     with the reason."""
     folder = sweep_dir(root, experiment, sweep)
-    return {path: why for path, why in _named.items() if path.parent == folder and path.exists()}
+    named = _named.items()
+    return {path: why for path, why in named if path.parent == folder and os.path.lexists(path)}
 
 
 def _name_once(path: Path, reason: str) -> None:
@@ -545,8 +610,51 @@ def _concat(tables: list[pa.Table]) -> pa.Table:
             group.append(table)
     merged = [pa.concat_tables(group) for group in groups]
     if len(merged) > 1:
-        return pa.concat_tables(merged, promote_options="permissive").combine_chunks()
+        try:
+            return pa.concat_tables(merged, promote_options="permissive").combine_chunks()
+        except (pa.ArrowTypeError, pa.ArrowInvalid):  # a column of two kinds: int and str, say
+            merged = _as_text_where_kinds_differ(merged)
+            return pa.concat_tables(merged, promote_options="permissive").combine_chunks()
     return merged[0].combine_chunks() if merged else pa.table({})
+
+
+def _as_text_where_kinds_differ(tables: list[pa.Table]) -> list[pa.Table]:
+    """The tables with each column whose types no promotion unifies (an experiment that gave
+    an int in one point and a str in another) as text, named once on stderr."""
+    kinds: dict[str, set[pa.DataType]] = {}
+    for table in tables:
+        for field in table.schema:
+            kinds.setdefault(field.name, set()).add(field.type)
+    clashing = [name for name, types in kinds.items() if not _unify(types)]
+    for name in clashing:
+        if name not in _named_columns:
+            _named_columns.add(name)
+            said = " and ".join(sorted(map(str, kinds[name])))
+            print(f"warning: column {name} holds {said} in different files: read as text",
+                  file=sys.stderr)  # fmt: skip
+    for name in clashing:
+        tables = [_column_as_text(table, name) for table in tables]
+    return tables
+
+
+def _unify(types: set[pa.DataType]) -> bool:
+    try:
+        pa.unify_schemas([pa.schema([("c", kind)]) for kind in types], promote_options="permissive")
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        return False
+    return True
+
+
+def _column_as_text(table: pa.Table, name: str) -> pa.Table:
+    if name not in table.column_names or pa.types.is_string(table.schema.field(name).type):
+        return table
+    column = table[name]
+    try:
+        text = pc.cast(column, pa.string())
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # lists, structs: as JSON
+        listed = [None if v is None else json.dumps(v, default=str) for v in column.to_pylist()]
+        text = pa.array(listed, pa.string())
+    return table.set_column(table.column_names.index(name), name, text)
 
 
 def _running(table: pa.Table) -> bool:
@@ -588,12 +696,35 @@ def _with_partitions(table: pa.Table, folder: Path) -> pa.Table:
     return table
 
 
-def _remove_stale_temporaries(folder: Path) -> None:
-    now = time.time()
-    for path in folder.glob(".*.tmp"):
+def remove_temporaries(
+    folder: Path, older_than_s: float | None = None, of: Iterable[str] = ()
+) -> None:
+    """Remove the hidden temporary files (".NAME.PID.HEX.tmp") that writers killed mid-write
+    left in `folder`: those older than `older_than_s`, and those of the file names `of` (whose
+    writers are known to be gone), whatever their age."""
+    now, names = time.time(), tuple(f".{name}." for name in of)
+    for path in Path(folder).glob(".*.tmp"):
         with contextlib.suppress(FileNotFoundError):
-            if now - path.stat().st_mtime > STALE_S:
+            old = older_than_s is not None and now - path.stat().st_mtime > older_than_s
+            if old or path.name.startswith(names):
                 path.unlink()
+
+
+def prune(root: Path, experiment: str, sweep: str) -> bool:
+    """Remove a sweep folder that holds nothing but temporaries older than STALE_S (a sweep
+    whose manifest a kill cut short, planned and never started): whether it went."""
+    folder = sweep_dir(root, experiment, sweep)
+    if (folder / MANIFEST).exists() or _listing(folder):
+        return False
+    remove_temporaries(folder, older_than_s=STALE_S)
+    with contextlib.suppress(OSError):
+        for path in folder.iterdir():
+            if path.name != LOCK:
+                return False
+        (folder / LOCK).unlink(missing_ok=True)
+        folder.rmdir()
+        return True
+    return False
 
 
 def _remove_unchanged(folder: Path, identities: dict[str, tuple[int, int, int]]) -> None:
@@ -607,6 +738,60 @@ def _remove_unchanged(folder: Path, identities: dict[str, tuple[int, int, int]])
         if (stat.st_ino, stat.st_mtime_ns, stat.st_size) == identity:
             path.unlink(missing_ok=True)
     _fsync_dir(folder)
+
+
+def hold_running(path: Path):
+    """Mark the job of file `path` as running in this process: a lock (_job-N.running, beside
+    the job's file) that this process holds until release_running, or its death, lets it go."""
+    marker = open(_running_marker(path), "a")  # noqa: SIM115 (held until release_running)
+    fcntl.flock(marker, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return marker
+
+
+def release_running(marker) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(marker.name)
+    marker.close()
+
+
+def still_running(path: Path) -> bool | None:
+    """Whether a process holds the job's running mark (hold_running); None where it has none
+    (the job ended, or its store predates the mark)."""
+    try:
+        with open(_running_marker(path), "rb") as marker:
+            fcntl.flock(marker, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    return False
+
+
+def _running_marker(path: Path) -> Path:
+    return Path(path).with_name(f"_{Path(path).stem}.running")
+
+
+@contextmanager
+def _uninterrupted() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP wait until the block is done, then take effect: a merge (or
+    a release) never stops between writing its file and removing what it replaces, so readers
+    never see both (only SIGKILL can cut it there; the next compaction mends it)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def wait(number, frame):
+        caught.append(number)
+
+    previous = {stop: signal.signal(stop, wait) for stop in STOPS}
+    try:
+        yield
+    finally:
+        for stop, handler in previous.items():
+            signal.signal(stop, handler)
+        if caught:
+            signal.raise_signal(caught[0])
 
 
 @contextmanager

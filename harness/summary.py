@@ -1,11 +1,11 @@
 """The end of a sweep on the terminal: its table, its claims, its counts, and the commands that
 follow it (status) or finish it (resume)."""
 
-import shlex
 import sys
 
 from harness import store
 from harness.claims import claims_table, outcome
+from harness.config import command
 from harness.plan import Sweep
 from harness.tables import markdown, planned, sweep_table
 
@@ -37,9 +37,11 @@ def report(sweep: Sweep, manifest: dict, seconds: float) -> int:
 
 
 def resume_command(sweep: Sweep) -> str:
-    folders = "".join(f"--config-dir {shlex.quote(str(folder))} " for folder in sweep.config_dirs)
-    return f"python -m harness {folders}+experiment={sweep.experiment.name} resume={sweep.id}"
+    """The command that finishes the sweep: with its --config-dir and out= where it has them."""
+    name, sweep_id = sweep.experiment.name, sweep.id
+    arguments = [f"+experiment={name}", f"resume={sweep_id}"]
+    return command(arguments, sweep.config_dirs, sweep.results.parent)
 
 
 def status_command(sweep: Sweep) -> str:
-    return f"python -m harness status {sweep.id}"
+    return command(["status", sweep.id], [], sweep.results.parent)

@@ -7,6 +7,7 @@ points to the Hydra launcher the config names (harness.launch), and prints the s
 and claims (harness.summary).
 """
 
+import re
 import shlex
 import signal
 import sys
@@ -26,13 +27,15 @@ from harness.config import (
     split_flags,
 )
 from harness.describe import show
-from harness.experiment import BadInput
-from harness.launch import launch, prepare_launcher
+from harness.experiment import BadInput, one_line
+from harness.launch import check_devices, launch, prepare_launcher
 from harness.launchers import SlurmLauncher
-from harness.plan import discard, new_sweep_id, plan, write_manifest
+from harness.plan import SweepExists, absent_keys, discard, new_sweep_id, plan, write_manifest
 from harness.resume import resumed
 from harness.status import compact_if_finished
 from harness.summary import report, resume_command, status_command
+
+ID_ATTEMPTS = 5  # new ids to try when one is taken
 
 
 def run(argv: list[str]) -> int:
@@ -43,28 +46,28 @@ def run(argv: list[str]) -> int:
     with initialize_config_dir(config_dir=str(CONF), job_name="harness", version_base=None):
         if flags.help or flags.cfg or flags.info:
             return show(overrides, flags)  # runs nothing
-        experiment = experiment_name(overrides, config_dirs)
         check_harness_keys(overrides)
         resume = next((o.value() for o in overrides if o.get_key_element() == "resume"), None)
         if resume:
-            sweep, cfg = resumed(overrides, experiment, str(resume), config_dirs)
+            sweep, cfg = resumed(overrides, str(resume), config_dirs)
             launcher = prepare_launcher(cfg, sweep.command)
+            check_devices(sweep.points, launcher)
         else:
-            command = shlex.join(["python", "-m", "harness", *argv])
-            fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
-            cfg = compose_config([*fixed, f"sweep_id={new_sweep_id()}"], experiment, config_dirs)
-            launcher = prepare_launcher(cfg, command)
-            sweep = plan(cfg, [o for o in overrides if o.is_sweep_override()])
-            sweep.command = command
-            write_manifest(sweep)
-        sweep.config_dirs = config_dirs
+            experiment = experiment_name(overrides, config_dirs)
+            sweep, cfg, launcher = _new_sweep(argv, overrides, experiment, config_dirs)
+        experiment = sweep.experiment.name
         print(f"sweep {sweep.id}: {experiment}, {len(sweep.points)} points to run", flush=True)
-        started = time.perf_counter()
+        started, ended = time.perf_counter(), False
         try:
             with _terminate_as_interrupt():
                 ended = launch(cfg, sweep, launcher)
+                if ended:  # reports read one file
+                    manifest = store.read_manifest(sweep.results, experiment, sweep.id)
+                    compact_if_finished(sweep.results, experiment, sweep.id, manifest)
         except KeyboardInterrupt as stop:
-            if isinstance(launcher, SlurmLauncher):
+            if ended:
+                advice = f"its points had ended; see them with: {status_command(sweep)}"
+            elif isinstance(launcher, SlurmLauncher):
                 advice = f"its SLURM tasks run on; follow them with: {status_command(sweep)}"
             else:
                 advice = f"finish it with: {resume_command(sweep)}"
@@ -75,7 +78,8 @@ def run(argv: list[str]) -> int:
                 discard(sweep)
             raise
         except OSError as error:  # the store cannot be written: disk full, permissions
-            said = f"{error.strerror or error}: {error.filename}" if error.filename else error
+            said = error.strerror or re.sub(r"^\[Errno \d+\] ", "", one_line(error))
+            said = f"{said}: {error.filename}" if error.filename else said
             print(
                 f"error: cannot write the sweep's rows ({said}); the sweep stopped. Once it "
                 f"can be written, finish it with: {resume_command(sweep)}",
@@ -85,10 +89,31 @@ def run(argv: list[str]) -> int:
     if not ended:
         print(f"sweep {sweep.id}: follow it with: {status_command(sweep)}")
         return 0
-    seconds = time.perf_counter() - started
-    manifest = store.read_manifest(sweep.results, experiment, sweep.id)
-    compact_if_finished(sweep.results, experiment, sweep.id, manifest)  # reports read one file
-    return report(sweep, manifest, seconds)
+    return report(sweep, manifest, time.perf_counter() - started)
+
+
+def _new_sweep(argv: list[str], overrides: list, experiment: str, config_dirs: list) -> tuple:
+    """A new sweep's plan, written to its manifest under an id of its own; its config and
+    launcher."""
+    command = shlex.join(["python", "-m", "harness", *argv])
+    fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
+    grid = [o for o in overrides if o.is_sweep_override()]
+    for _ in range(ID_ATTEMPTS):
+        cfg = compose_config([*fixed, f"sweep_id={new_sweep_id()}"], experiment, config_dirs)
+        added = absent_keys(cfg, grid)  # grid keys the config lacks, added for every job
+        if added:
+            lines = [*fixed, *added, f"sweep_id={cfg.sweep_id}"]
+            cfg = compose_config(lines, experiment, config_dirs)
+        launcher = prepare_launcher(cfg, command)
+        sweep = plan(cfg, grid, added)
+        sweep.command, sweep.config_dirs = command, config_dirs
+        check_devices(sweep.points, launcher)
+        try:
+            write_manifest(sweep)
+        except SweepExists:
+            continue
+        return sweep, cfg, launcher
+    raise BadInput(f"no free sweep id in {ID_ATTEMPTS} tries: is the clock stuck?")
 
 
 class Terminated(KeyboardInterrupt):

@@ -22,6 +22,8 @@ any experiment does). Through it the experiment:
 """
 
 import contextlib
+import io
+import pickle
 import signal
 import threading
 import time
@@ -65,6 +67,9 @@ class Tracker:
         self.landed = 0  # how many of them are in the job's file
         self.oldest: float | None = None  # when the oldest row not landed yet was logged
         self.stopping = False
+        self.store_error: OSError | None = None  # the store could not take rows or a checkpoint
+        store.remove_temporaries(self.folder, older_than_s=0)  # killed runs': the job's own
+        self._marker = store.hold_running(self.path)  # status tells a dead run from a live one
         self._requeue: Callable[[], None] | None = None  # submitit's handler, when deferred
         self._lock = threading.Lock()  # rows and landed
         self._writing = threading.Lock()  # one write of the job's file at a time
@@ -99,9 +104,16 @@ class Tracker:
         self._raise_failed_landing()
         count = self.land()
         saved = {"state": state, "rows": count, "config_hash": self.config_hash}
-        store.replace_atomically(
-            self.folder / CHECKPOINT, lambda tmp: torch.save(saved, tmp), sync=False
-        )
+        buffer = io.BytesIO()  # torch.save's own write errors (a full disk) are no OSError
+        torch.save(saved, buffer)
+        checkpoint = self.folder / CHECKPOINT
+        try:
+            store.replace_atomically(
+                checkpoint, lambda tmp: tmp.write_bytes(buffer.getbuffer()), False
+            )
+        except OSError as error:
+            self.store_error = error
+            raise
         if self.stopping and self._requeue is not None:
             self.say(f"SLURM asked this task to stop: checkpoint at {count} rows saved, requeueing")
             self._requeue_now()
@@ -114,9 +126,13 @@ class Tracker:
         path = self.folder / CHECKPOINT
         if not path.exists():
             return None
-        try:
-            saved = torch.load(path, weights_only=False)
-        except Exception as error:  # a damaged file: whatever unpickling it raises
+        try:  # tensors and plain values only: unpickling anything else could run code
+            saved = torch.load(path, weights_only=True)
+        except pickle.UnpicklingError:
+            self.say(f"refused the checkpoint {path}: it holds more than tensors and plain "
+                     "values, and loading it could run code; starting over")  # fmt: skip
+            return None
+        except Exception as error:  # a damaged file: whatever reading it raises
             self.say(f"cannot read the checkpoint {path} ({type(error).__name__}): starting over")
             return None
         if not isinstance(saved, dict) or saved.get("config_hash") != self.config_hash:
@@ -140,7 +156,11 @@ class Tracker:
             with self._lock:
                 rows, self.oldest = list(self.rows), None
             if len(rows) != self.landed or not self.path.exists():
-                store.write_rows(self.path, [{**row, "status": store.RUNNING} for row in rows])
+                try:
+                    store.write_rows(self.path, [{**row, "status": store.RUNNING} for row in rows])
+                except OSError as error:
+                    self.store_error = error
+                    raise
                 with self._lock:
                     self.landed = len(rows)
                 if rows and self.shown:
@@ -152,6 +172,7 @@ class Tracker:
         self._closed = True
         self._wake.set()
         self._thread.join()
+        store.release_running(self._marker)
         return self.rows
 
     @contextlib.contextmanager

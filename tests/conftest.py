@@ -110,3 +110,16 @@ def most_at_once():
         return most
 
     return count
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 3 MiB file system (tmpfs) for the out dir; needs root (mount)."""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(folder)],
+                             capture_output=True, text=True)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+    yield folder
+    subprocess.run(["umount", "-l", str(folder)], capture_output=True)

@@ -97,12 +97,11 @@ def test_an_in_process_job_leaves_its_config_overrides_and_log(harness):
     assert hydra.hydra.launcher._target_.endswith("BasicLauncher")
 
 
-def test_a_failed_points_traceback_is_in_its_own_log(harness):
+def test_a_failed_points_traceback_is_in_its_own_log(probe, gate):
     """The log follows the jobs: job 1's traceback in job 1's folder, none in job 0's or 2's."""
-    grid = ("length=32", "block=16", "device=cpu,cuda:7,cpu")
-    result = harness("+experiment=exp014_tiled", *grid)
+    result = probe("point=0,1,2", f"folder={gate}", "fail=1")
     assert result.returncode == 1
-    (sweep_runs,) = (harness.cwd / "outputs" / "runs" / "exp014_tiled").iterdir()
+    (sweep_runs,) = (probe.cwd / "outputs" / "runs" / "rendezvous").iterdir()
     logs = [(sweep_runs / f"job-{job}" / "harness.log").read_text() for job in range(3)]
-    assert "Traceback" in logs[1] and "CUDA" in logs[1]
+    assert "Traceback" in logs[1] and "point 1 fails, as asked" in logs[1]
     assert "Traceback" not in logs[0] + logs[2]

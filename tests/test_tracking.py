@@ -9,6 +9,7 @@ import duckdb
 import pandas as pd
 import pyarrow.dataset as ds
 import pytest
+import torch
 from probes import PROBE_PATH, SUPPORT, held, wait_for
 
 from harness import store, tracking
@@ -91,7 +92,8 @@ def test_a_sigkilled_run_keeps_its_rows_and_resume_continues_from_its_checkpoint
     assert rows["step"].tolist() == list(range(1, 11)), "every row landed before the kill"
     first_pid = rows["pid"].iloc[0]
     shown = trainer.harness("status", sweep).stdout
-    assert "running" in shown and "step=10" in shown
+    assert "| killed" in shown and "its process is gone" in shown and "step=10" in shown
+    assert f"resume={sweep}" in shown, "status says how to finish it"
     folder = store.sweep_dir(trainer.results, "trainer", sweep)
     assert not list(folder.glob("compacted-*")), "a sweep with a point still running stays"
 
@@ -106,6 +108,51 @@ def test_a_sigkilled_run_keeps_its_rows_and_resume_continues_from_its_checkpoint
     assert (train.loc[train["step"] <= 8, "pid"] == first_pid).all()
     assert (train.loc[train["step"] > 8, "pid"] != first_pid).all()
     assert train["value"].tolist() == [step * 10 for step in range(1, STEPS + 1)]
+
+
+class Planted:
+    """What a tampered checkpoint holds: unpickling it would run `touch PATH`."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.path}",)
+
+
+def test_a_tampered_checkpoint_runs_nothing_and_its_point_starts_afresh(trainer, tmp_path):
+    running = trainer.start(f"steps={STEPS}", "hold_at=10", "checkpoint_every=4", "stream_s=0.2")
+    wait_for(lambda: held(trainer.gate), 60, "the run to hold at step 10")
+    wait_for(lambda: len(landed(trainer.results)) == 10, 60, "its 10 rows to land")
+    os.killpg(running.pid, signal.SIGKILL)
+    running.wait(timeout=60)
+    sweep = sweep_of(trainer.results)
+    folder = tracking.checkpoint_dir(trainer.harness.cwd / "outputs", "trainer", sweep, 0)
+    saved = torch.load(folder / tracking.CHECKPOINT, weights_only=True)
+    planted = tmp_path / "planted"
+    torch.save({**saved, "state": Planted(planted)}, folder / tracking.CHECKPOINT)
+    (trainer.gate / "release").touch()  # started afresh, the run holds at step 10 again
+
+    resumed = trainer.resume(sweep)
+    assert resumed.returncode == 0, resumed.stderr
+    assert not planted.exists(), "loading the checkpoint ran its code"
+    assert f"refused the checkpoint {folder / tracking.CHECKPOINT}" in resumed.stdout
+    rows = landed(trainer.results)
+    train = rows[rows["step"] > 0]
+    assert train["step"].tolist() == list(range(1, STEPS + 1)), "each step once, from step 1"
+    assert train["pid"].nunique() == 1 and set(rows["status"]) == {"ok"}
+
+
+def test_a_full_disk_while_a_point_trains_stops_the_sweep_with_one_line(trainer, small_disk):
+    """Its checkpoint (1 MiB of weights) is what the disk cannot take."""
+    (small_disk / "filler").write_bytes(os.urandom(3 * 1024 * 1024 - 512 * 1024))
+    out = small_disk / "out"
+    result = trainer(f"steps={STEPS}", "state_kib=1024", f"out={out}")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and "Logging error" not in result.stderr
+    (said,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert "No space left on device" in said and "the sweep stopped" in said
+    assert "resume=" in said
 
 
 def test_a_point_that_fails_mid_run_keeps_its_rows_and_says_why(trainer):

@@ -2,10 +2,14 @@
 for the test, so that a test can prove two points ran at once, or act while a point runs,
 without resting on timing."""
 
+import base64
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import torch
 
 SUPPORT = Path(__file__).resolve().parent  # the probes, and their configs in conf/
 # The PYTHONPATH under which `python -m harness` finds both the harness and the probes.
@@ -20,11 +24,14 @@ def rendezvous(
     release: str = "",
     hold: int = 0,
     timeout_s: float = 120.0,
+    fail: int = -1,
 ) -> list[dict]:
     """Arrive (leave a file of this process in `folder`), then wait until `expect` arrivals are
     there and, if `release` names one, until that file exists in `folder` (only the points
     numbered `hold` or more wait for it). One row: how many arrivals it saw. A point that
-    waits longer than timeout_s fails."""
+    waits longer than timeout_s fails, and so does point number `fail` at once."""
+    if point == fail:
+        raise RuntimeError(f"point {point} fails, as asked (fail={fail})")
     here = Path(folder)
     (here / f"arrived-{point}-{os.getpid()}").touch()
     held = release and point >= hold
@@ -64,13 +71,15 @@ def trainer(
     until: str = "release",
     timeout_s: float = 120.0,
     seed: int = 0,
+    state_kib: int = 0,
     tracker=None,
 ) -> list[dict]:
     """A training run without a model: a row per step (step, value = step * 10 + seed), a
     checkpoint every `checkpoint_every` steps. A run that did not resume from a checkpoint
     holds after step `hold_at` (0: never) until the file `until` exists in `folder`, or, with
     until="stopping", until SLURM asks its task to stop (tracker.stopping); it leaves the file
-    "held-PID" there meanwhile. Then one final row (step 0, value -1)."""
+    "held-PID" there meanwhile. Then one final row (step 0, value -1). Its checkpoints carry
+    `state_kib` KiB of weights besides the step."""
     state = tracker.restore() if tracker is not None else None
     first = state["step"] + 1 if state else 1
     rows = []
@@ -86,7 +95,7 @@ def trainer(
                     raise TimeoutError(f"held at step {step} for {timeout_s:g} s")
                 time.sleep(0.05)
         if tracker is not None and (step % checkpoint_every == 0 or tracker.stopping):
-            tracker.save({"step": step})
+            tracker.save({"step": step, "weights": torch.rand(256 * state_kib)})
     return [*rows, {"step": 0, "value": -1, "pid": os.getpid()}]
 
 
@@ -113,3 +122,27 @@ def wait_for(
             extra = f"\n{describe()}" if describe else ""
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{extra}")
         time.sleep(interval)
+
+
+def faulty(
+    *,
+    point: int,
+    tag: str = "t",
+    folder: str = "",
+    fail: int = -1,
+    exit_at: int = -1,
+    exit_with: str = "sys.exit",
+    kinds: bool = False,
+    pad_kib: int = 0,
+) -> list[dict]:
+    """What users' experiments do wrong, one knob each: point `fail` raises (until the file
+    "fixed" is in `folder`); point `exit_at` ends the process (exit_with: sys.exit or os._exit,
+    with code 0); with `kinds`, the column `val` is an int in point 0 and a str elsewhere; each
+    row carries `pad_kib` KiB of random text. One row: the tag it saw, and val."""
+    if point == fail and not (Path(folder) / "fixed").exists():
+        raise RuntimeError(f"point {point} fails until {folder}/fixed exists")
+    if point == exit_at:
+        sys.exit(0) if exit_with == "sys.exit" else os._exit(0)
+    val = point if point == 0 or not kinds else f"text-{point}"
+    pad = base64.b64encode(os.urandom(768 * pad_kib)).decode()  # what compression cannot shrink
+    return [{"tag_seen": tag, "val": val, "pad": pad}]
