@@ -96,8 +96,12 @@ def test_a_sigkilled_run_keeps_its_rows_and_resume_continues_from_its_checkpoint
     assert f"resume={sweep}" in shown, "status says how to finish it"
     folder = store.sweep_dir(trainer.results, "trainer", sweep)
     assert not list(folder.glob("compacted-*")), "a sweep with a point still running stays"
+    checkpoints = tracking.checkpoint_dir(trainer.harness.cwd / "outputs", "trainer", sweep, 0)
+    left = checkpoints / ".checkpoint.pt.999.abcd1234.tmp"  # what a kill mid-save leaves
+    left.write_bytes(b"half a checkpoint")
 
     resumed = trainer.resume(sweep)
+    assert not left.exists(), "the rerun's tracker removes its killed run's temporaries"
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed from the checkpoint at 8 rows" in resumed.stdout
     rows = landed(trainer.results)
