@@ -1,5 +1,6 @@
 """resume=SWEEP_ID: the sweep's points without an answer, under the config they first ran with."""
 
+import re
 import tempfile
 from pathlib import Path
 
@@ -59,6 +60,7 @@ def resumed(
     if any(key_of(line) == "hydra/launcher" for line in settings):  # another launcher: its own
         launcher = []
     launcher = [line for line in launcher if key_of(line) not in replaced]
+    _check_recorded(sweep_id, [*original, *launcher])
     cfg = compose_config(
         [*original, *launcher, *settings, f"sweep_id={sweep_id}"], experiment, config_dirs
     )
@@ -120,6 +122,23 @@ def _check_config_dirs(
         f"sweep {sweep_id} is of {experiment}, an experiment of --config-dir "
         f"{' '.join(map(str, recorded))}; resume it with: {shown}"
     )
+
+
+# What a resume never takes from a manifest, which anyone who can write to outputs/ can edit:
+# a key that names code to import or run (a _target_, the experiment's run, check or report, a
+# callback, a job's environment, a SLURM task's setup lines). Given on the command line, a
+# resume takes them.
+CODE_KEYS = re.compile(r"(^|\.)_|^experiment\.|^hydra\.(callbacks|job\.env_set|launcher\.setup)")
+
+
+def _check_recorded(sweep_id: str, lines: list[str]) -> None:
+    """One line if the sweep's manifest carries an override that could run code (CODE_KEYS)."""
+    named = [line for line in lines if not isinstance(line, str) or CODE_KEYS.search(key_of(line))]
+    if named:
+        raise BadInput(
+            f"the manifest of sweep {sweep_id} carries {str(named[0])[:120]!r}, which names code "
+            "to run: a resume takes that only from its own command line"
+        )
 
 
 def _key_given(key: str, lines: list[str]) -> bool:

@@ -551,3 +551,20 @@ def test_status_of_an_unfinished_sweep_says_how_to_finish_it(faulty):
     assert shown.returncode == 0
     command = f"--config-dir {faulty.conf} +experiment=faulty resume={sweep} out={out}"
     assert f"finish it with: python -m harness {command}" in shown.stdout
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["hydra.launcher._target_=builtins.exec", "experiment.run=os.system",
+     "hydra.job.env_set.LD_PRELOAD=/planted.so", "+hydra.callbacks.x._target_=os.system"],
+)  # fmt: skip
+def test_a_resume_takes_no_code_from_the_manifest(harness, line):
+    """A manifest's overrides are what a resume composes; one naming code to run is refused."""
+    assert harness(*TINY, "length=64,80").returncode == 0
+    sweep = only_sweep(harness.results, "exp014_tiled")
+    path = manifest_path(harness.results, "exp014_tiled", sweep)
+    manifest = json.loads(path.read_text())
+    manifest["overrides"].append(line)
+    path.write_text(json.dumps(manifest))
+    result = harness(f"resume={sweep}")
+    assert one_line_error(result) and "which names code to run" in result.stderr, result.stderr
