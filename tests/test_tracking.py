@@ -81,13 +81,19 @@ def test_rows_land_every_stream_rows_rows(trainer):
     assert len(landed(trainer.results)) == STEPS + 1
 
 
-def test_a_sigkilled_run_keeps_its_rows_and_resume_continues_from_its_checkpoint(trainer):
+def killed_at_step_10(trainer) -> str:
+    """Run the trainer (checkpoints every 4 steps) until its 10 rows landed, SIGKILL it and its
+    process group; the sweep's id."""
     running = trainer.start(f"steps={STEPS}", "hold_at=10", "checkpoint_every=4", "stream_s=0.2")
     wait_for(lambda: held(trainer.gate), 60, "the run to hold at step 10")
     wait_for(lambda: len(landed(trainer.results)) == 10, 60, "its 10 rows to land")
     os.killpg(running.pid, signal.SIGKILL)
     running.wait(timeout=60)
-    sweep = sweep_of(trainer.results)
+    return sweep_of(trainer.results)
+
+
+def test_a_sigkilled_run_keeps_its_rows_and_resume_continues_from_its_checkpoint(trainer):
+    sweep = killed_at_step_10(trainer)
     rows = landed(trainer.results)
     assert rows["step"].tolist() == list(range(1, 11)), "every row landed before the kill"
     first_pid = rows["pid"].iloc[0]
@@ -125,12 +131,7 @@ class Planted:
 
 
 def test_a_tampered_checkpoint_runs_nothing_and_its_point_starts_afresh(trainer, tmp_path):
-    running = trainer.start(f"steps={STEPS}", "hold_at=10", "checkpoint_every=4", "stream_s=0.2")
-    wait_for(lambda: held(trainer.gate), 60, "the run to hold at step 10")
-    wait_for(lambda: len(landed(trainer.results)) == 10, 60, "its 10 rows to land")
-    os.killpg(running.pid, signal.SIGKILL)
-    running.wait(timeout=60)
-    sweep = sweep_of(trainer.results)
+    sweep = killed_at_step_10(trainer)
     folder = tracking.checkpoint_dir(trainer.harness.cwd / "outputs", "trainer", sweep, 0)
     saved = torch.load(folder / tracking.CHECKPOINT, weights_only=True)
     planted = tmp_path / "planted"
