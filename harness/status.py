@@ -1,8 +1,8 @@
 """python -m harness status SWEEP_ID: each point's state, from the store and the scheduler.
 
 A point is ok, failed (with its error), killed, ... when its row has landed; pending or
-running while SLURM queues or runs its task; killed when SLURM let it go without a row
-(scancel, a time limit, a lost node; the log's slurmstepd line says which); and not run when
+running while its detached launcher (SLURM) queues or runs it, killed when the launcher let it
+go without a row (scancel, a time limit, a lost node), as the launcher says; and not run when
 no launch of it is on record (an interrupted local sweep: resume it).
 """
 
@@ -10,13 +10,14 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from submitit.core.utils import JobPaths
 
-from harness import store
+from harness import launchers, store
 from harness.config import command
 from harness.experiment import BadInput, shorten
 from harness.job import describe
-from harness.launchers import ALIVE, lost_reason, slurm_states
+
+ALIVE = ("pending", "running")  # the states of a point that a launcher still holds
+SLURM = "harness.launchers.slurm.SlurmLauncher"  # what older manifests' launches were
 
 
 def status(sweep_id: str, out: str = "outputs") -> int:
@@ -80,37 +81,41 @@ def find_experiment(results: Path, sweep_id: str) -> str:
 
 
 def still_scheduled(manifest: dict) -> list[int]:
-    """The jobs that SLURM still queues or runs, by the manifest's launches."""
-    states = _scheduled(manifest)
-    return [job for job, (state, _) in states.items() if state in ("pending", "running")]
+    """The jobs that a detached launcher (SLURM) still queues or runs, by the manifest's
+    launches."""
+    states = scheduled(manifest)
+    return [job for job, (state, _) in states.items() if state in ALIVE]
 
 
 def point_states(manifest: dict, rows: pd.DataFrame, results: Path) -> pd.DataFrame:
-    """One line per point of the manifest: job, its grid values, state, detail."""
-    landed, scheduled = _landed(rows, manifest, results), _scheduled(manifest)
-    packed = {job for job, task in _tasks(manifest).items() if len(task[2]) > 1}
+    """One line per point of the manifest: job, its grid values, state, detail.
+
+    A point's rows tell its state once they say how it ended, whatever its launcher says (a
+    task that runs other points after it, points_per_task). While its rows say running, the
+    launcher's state comes first, with the latest step; without a launcher that holds it, a
+    point whose process let its running mark go is killed."""
+    landed, placed = _landed(rows, manifest), scheduled(manifest)
     lines = []
     for point in manifest["points"]:
         job = point["job"]
-        state, detail = scheduled.get(job, ("not run", ""))
-        # A point's rows tell its state once its task ends, or once it is done within a task
-        # that runs other points after it (points_per_task). A training point's rows while it
-        # runs add its latest step to what SLURM says.
+        state, detail = placed.get(job, ("not run", ""))
         if job in landed:
             row_state, row_detail = landed[job]
-            if row_state == store.RUNNING and job in scheduled:
+            path = store.job_file(results, manifest["experiment"], manifest["sweep"], job)
+            if row_state == store.RUNNING and state in ALIVE:
                 detail = f"{detail}; {row_detail}"
-            elif job in packed or not state.startswith(("pending", "running")):
-                state, detail = landed[job]
-        grid_values = " ".join(point["overrides"]) or "(the only point)"
+            elif row_state == store.RUNNING and store.still_running(path) is False:
+                state, detail = "killed", f"its process is gone; it last logged {row_detail}"
+            else:
+                state, detail = row_state, row_detail
+        grid_values = " ".join(point.get("overrides", [])) or "(the only point)"
         lines.append({"job": job, "point": grid_values, "state": state, "detail": detail})
     return pd.DataFrame(lines, columns=["job", "point", "state", "detail"])
 
 
-def _landed(rows: pd.DataFrame, manifest: dict, results: Path) -> dict[int, tuple[str, str]]:
+def _landed(rows: pd.DataFrame, manifest: dict) -> dict[int, tuple[str, str]]:
     """job -> (state, detail) of each job with rows: ok, or its first other row's status and
-    error; for a training job still running, its latest row's numbers and their age, and for
-    one whose process is gone without ending it (its running mark let go), killed."""
+    error; for a training job still running, its latest row's numbers and their age."""
     if rows.empty:
         return {}
     states = dict.fromkeys(rows["job"].tolist(), ("ok", ""))
@@ -124,41 +129,35 @@ def _landed(rows: pd.DataFrame, manifest: dict, results: Path) -> dict[int, tupl
         row = {k: v for k, v in row.items() if not (isinstance(v, float) and pd.isna(v))}
         said = describe(row, params.get(row["job"], {}))
         age = pd.Timestamp.now(tz="UTC") - row["started_at"] - pd.Timedelta(row["duration_s"], "s")
-        said = f"{said} ({age.total_seconds():.0f} s ago)"
-        path = store.job_file(results, manifest["experiment"], manifest["sweep"], row["job"])
-        if store.still_running(path) is False:
-            states[row["job"]] = ("killed", f"its process is gone; it last logged {said}")
-        else:
-            states[row["job"]] = (store.RUNNING, said)
+        states[row["job"]] = (store.RUNNING, f"{said} ({age.total_seconds():.0f} s ago)")
     return states
 
 
-def _tasks(manifest: dict) -> dict[int, tuple[str, str, list[int]]]:
-    """job -> (SLURM task, submitit folder, the jobs of that task) by its latest launch."""
-    placed = {}
-    for launch in manifest.get("launches", []):
-        for task, jobs in launch["slurm_tasks"].items():
-            jobs = jobs if isinstance(jobs, list) else [jobs]  # older manifests: one job
-            placed |= {job: (task, launch["submitit_folder"], jobs) for job in jobs}
-    return placed
-
-
-def _scheduled(manifest: dict) -> dict[int, tuple[str, str]]:
-    """job -> (state, detail) for the points of the latest SLURM launch of each of them."""
-    placed = _tasks(manifest)
-    tasks = {job: task for job, (task, _, _) in placed.items()}
-    folders = {job: folder for job, (_, folder, _) in placed.items()}
-    if not tasks:
-        return {}
-    states = slurm_states({task.split("_")[0] for task in tasks.values()})
-    if states is None:
-        return {job: ("unknown", f"squeue failed; SLURM {task}") for job, task in tasks.items()}
-    scheduled = {}
-    for job, task in tasks.items():
-        state = states.get(task)
-        if state and state[0] in ALIVE:
-            scheduled[job] = (state[0].lower(), f"SLURM {task} ({state[1]})")
+def scheduled(manifest: dict, config_dirs: list[Path] = ()) -> dict[int, tuple[str, str]]:
+    """job -> (state, detail) of the points that detached launchers hold, as each launcher
+    says (launchers.Launcher.states), by the latest launch of each. A launcher that no launcher
+    config here names is not imported: its points' state is unknown."""
+    found: dict[int, tuple[str, str]] = {}
+    for launch in manifest.get("launches") or []:
+        target, jobs, placement = _recorded(launch)
+        kind = launchers.trusted(target, config_dirs)
+        if kind is None:
+            said = ("unknown", f"its launcher {target} is no launcher config here")
+            found |= dict.fromkeys(jobs, said)
         else:
-            stderr = JobPaths(folders[job], job_id=task, task_id=0).stderr
-            scheduled[job] = ("killed", f"{lost_reason(state, stderr)}; SLURM {task}")
-    return scheduled
+            found |= kind.states(placement)
+    return found
+
+
+def _recorded(launch: dict) -> tuple[str, list[int], dict]:
+    """A launch's launcher, jobs and placement; an older manifest's SLURM launch (slurm_tasks)
+    read as the SLURM launcher's."""
+    if "launcher" in launch:
+        return launch["launcher"], launch.get("jobs") or [], launch.get("placement") or {}
+    tasks = {task: _listed(jobs) for task, jobs in launch.get("slurm_tasks", {}).items()}
+    jobs = [job for listed in tasks.values() for job in listed]
+    return SLURM, jobs, {"tasks": tasks, "submitit_folder": launch.get("submitit_folder", "")}
+
+
+def _listed(jobs) -> list[int]:
+    return jobs if isinstance(jobs, list) else [jobs]  # older manifests: one job a task

@@ -3,7 +3,7 @@
 The harness composes the config with Hydra's compose API (harness.config), expands and checks
 the grid itself (harness.plan) so that every point is checked before any runs and has a stable
 job number, on resume launches only the points without an answer (harness.resume), hands the
-points to the Hydra launcher the config names (harness.launch), and prints the sweep's table
+points to the launcher the config names (harness.dispatch), and prints the sweep's table
 and claims (harness.summary).
 """
 
@@ -27,9 +27,8 @@ from harness.config import (
     split_flags,
 )
 from harness.describe import show
+from harness.dispatch import check_devices, launch, prepare_launcher
 from harness.experiment import BadInput, one_line
-from harness.launch import check_devices, launch, prepare_launcher
-from harness.launchers import SlurmLauncher
 from harness.plan import SweepExists, absent_keys, discard, new_sweep_id, plan, write_manifest
 from harness.resume import resumed
 from harness.status import compact_if_finished
@@ -67,8 +66,8 @@ def run(argv: list[str]) -> int:
         except KeyboardInterrupt as stop:
             if ended:
                 advice = f"its points had ended; see them with: {status_command(sweep)}"
-            elif isinstance(launcher, SlurmLauncher):
-                advice = f"its SLURM tasks run on; follow them with: {status_command(sweep)}"
+            elif launcher.detached:
+                advice = f"its jobs run on; follow them with: {status_command(sweep)}"
             else:
                 advice = f"finish it with: {resume_command(sweep)}"
             print(f"\ninterrupted; {advice}", file=sys.stderr)

@@ -32,7 +32,8 @@ def test_cfg_hydra_with_a_package_and_resolve(harness):
     launcher = harness(*args, "--cfg", "hydra", "--package", "hydra.launcher")
     assert launcher.returncode == 0, launcher.stderr
     _, config = shown(launcher)
-    assert config["_target_"] == "harness.launchers.LocalLauncher" and config["max_parallel"] == 3
+    assert config["_target_"] == "harness.launchers.local.LocalLauncher"
+    assert config["max_parallel"] == 3
     resolved = harness(*args, "-c", "all", "--resolve", "-p", "hydra.sweep.dir")
     assert resolved.returncode == 0, resolved.stderr
     assert resolved.stdout.splitlines()[-1] == str(

@@ -11,9 +11,9 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf, open_dict
 
 from harness.config import CONF, available_experiments, compose_config
+from harness.dispatch import job_overrides
 from harness.experiment import config_values
 from harness.inprocess import InProcess
-from harness.launch import job_overrides
 from harness.plan import plan
 
 SUPPORT = Path(__file__).resolve().parent / "support"  # the probe experiments

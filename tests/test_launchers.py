@@ -6,10 +6,10 @@ import time
 from pathlib import Path
 
 import pytest
-from probes import arrivals, await_arrivals
+from probes import PROBE_PATH, SUPPORT, arrivals, await_arrivals
 
 from harness import store
-from harness.launchers import LocalLauncher, check_settings, visible_gpus
+from harness.launchers.local import LocalLauncher, visible_gpus
 
 UUIDS = "GPU-8d3c1f7a-0b2e-4c55-9f1d-2a6b7e0c4d11,MIG-5f0e2b9c-7d41-4a8e-b3c6-91d2e8f4a705"
 
@@ -86,11 +86,11 @@ def test_visible_gpus_are_this_process_s_own_entries(monkeypatch, visible, expec
 
 def test_gpus_that_are_not_visible_are_refused(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    check_settings({"gpus": [0, 1]})
+    LocalLauncher.preflight({"gpus": [0, 1]})
     with pytest.raises(ValueError, match=r"gpus \[2\] are not distinct GPUs .*: 0 \(2\), 1 \(3\)"):
-        check_settings({"gpus": [2]})
+        LocalLauncher.preflight({"gpus": [2]})
     with pytest.raises(ValueError, match="not distinct"):
-        check_settings({"gpus": [1, 1]})
+        LocalLauncher.preflight({"gpus": [1, 1]})
 
 
 def test_the_cap_is_the_gpu_count_where_there_are_gpus(monkeypatch):
@@ -99,7 +99,7 @@ def test_the_cap_is_the_gpu_count_where_there_are_gpus(monkeypatch):
     assert LocalLauncher(max_parallel=8, submitit_folder="x").max_parallel == 3
     assert LocalLauncher(max_parallel=3, gpus=[], submitit_folder="x").max_parallel == 3
     with pytest.raises(ValueError, match="max_parallel"):
-        LocalLauncher(max_parallel=0, submitit_folder="x")
+        LocalLauncher.preflight({"max_parallel": 0})
 
 
 @pytest.mark.parametrize(
@@ -120,3 +120,38 @@ def test_a_stopped_local_sweep_stops_its_points_without_tracebacks(probe, gate, 
     while any(p.exists() for p in points) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(p.exists() for p in points), "a point outlived its sweep"
+
+
+def test_a_launcher_of_ones_own_runs_a_sweep_a_resume_and_status(probe, gate):
+    """tests/support/pool_launcher.py, through the launchers' protocol alone, named by
+    hydra/launcher=pool in the probes' config dir (tests/support/conf/hydra/launcher)."""
+    # Points 0 and 1 can only end once both have arrived: the pool ran them at once.
+    met = probe("point=0,1", f"folder={gate}", "expect=2", "hydra/launcher=pool")
+    assert met.returncode == 0, met.stdout + met.stderr
+    faulty = ["--config-dir", str(SUPPORT / "conf"), "+experiment=faulty", "hydra/launcher=pool"]
+    path = {"PYTHONPATH": PROBE_PATH}
+    first = probe.harness(*faulty, f"folder={gate}", "fail=1", env=path)
+    assert first.returncode == 1 and "1 of 3 points have no answer" in first.stderr
+    sweep = store.sweeps(probe.results, "faulty")[-1]
+    shown = probe.harness("status", sweep, env=path)
+    assert shown.stdout.count("| ok") == 2 and "| failed" in shown.stdout
+    (gate / "fixed").touch()
+    resumed = probe.harness("--config-dir", str(SUPPORT / "conf"), f"resume={sweep}", env=path)
+    assert resumed.returncode == 0 and "1 points to run" in resumed.stdout, resumed.stderr
+    assert "PoolLauncher" in (probe.cwd / "outputs" / "runs" / "faulty" / sweep / ".hydra"
+                              / "hydra.yaml").read_text()  # fmt: skip
+    assert probe.harness("status", sweep, env=path).stdout.count("| ok") == 3
+
+
+def test_hydras_own_launcher_runs_in_batches_what_the_loop_cannot_reproduce(harness):
+    """hydra.job.env_set: Hydra composes and runs each job itself (its run_job writes each
+    job's .hydra/hydra.yaml), handed the jobs in batches; each job runs its planned point."""
+    grid = ["+experiment=exp014_tiled", "length=64,80,96", "block=16", "heads=2"]
+    result = harness(*grid, "+hydra.job.env_set.HARNESS_PROBE=seen")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "3 points: 3 ok" in result.stdout
+    (sweep,) = store.sweeps(harness.results, "exp014_tiled")
+    runs = harness.cwd / "outputs" / "runs" / "exp014_tiled" / sweep
+    assert all((runs / f"job-{job}" / ".hydra" / "hydra.yaml").is_file() for job in range(3))
+    rows = store.read(harness.results).sort_values("job")
+    assert rows["length"].tolist() == [64, 80, 96] and set(rows["status"]) == {"ok"}

@@ -44,7 +44,8 @@ def test_the_command_line_loads_no_report_or_experiment_module():
     """What the static check cannot see: nothing the harness's entry points import at load time
     pulls analysis or experiments in."""
     code = (
-        "import sys, harness.cli, harness.sweep, harness.job, harness.launch, harness.status;"
+        "import sys, harness.cli, harness.sweep, harness.job, harness.dispatch, harness.status;"
+        "import harness.launchers.local, harness.launchers.slurm;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('analysis', 'experiments')))"
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)

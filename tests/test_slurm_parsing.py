@@ -1,12 +1,14 @@
-"""The SLURM logic without a cluster: sinfo's and squeue's output as the harness reads them, and
-the wait's state machine for a task that SLURM would never start (fake commands on PATH)."""
+"""The SLURM logic without a cluster: sinfo's and squeue's output as the harness reads them, the
+wait's state machine for a task that SLURM would never start, and squeue asked once for every
+array and backed off (fake commands on PATH)."""
 
 import stat
 from types import SimpleNamespace
 
 import pytest
 
-from harness import launchers
+from harness import slurm_cli, status
+from harness.launchers import slurm
 
 
 def fake_command(folder, name: str, output: str) -> None:
@@ -21,40 +23,65 @@ def fake_command(folder, name: str, output: str) -> None:
     [("gpu:2", 2), ("gpu:a100:4(S:0-1)", 4), ("gpu:a100:2,gpu:v100:1,mps:100", 3), ("(null)", 0)],
 )
 def test_gpus_are_counted_from_sinfo_gres(gres, count):
-    assert launchers.gpu_count(gres) == count
+    assert slurm_cli.gpu_count(gres) == count
 
 
 def test_a_partitions_nodes_and_what_fits_them(tmp_path, monkeypatch):
     listing = "gpu*|64|512000|gpu:a100:8(S:0-1)\\ngpu*|32|256000|gpu:4\\ncpu|128+|1024000|(null)\\n"
     fake_command(tmp_path, "sinfo", listing)
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert launchers.partition_nodes(None) == [
+    assert slurm_cli.partition_nodes(None) == [
         {"CPUs": 64, "MB of memory": 512000, "GPUs": 8},
         {"CPUs": 32, "MB of memory": 256000, "GPUs": 4},
     ]
-    assert launchers.partition_nodes("cpu")[0]["CPUs"] == 128
-    launchers.check_fits(
+    assert slurm_cli.partition_nodes("cpu")[0]["CPUs"] == 128
+    slurm_cli.check_fits(
         {"partition": None, "cpus_per_task": 64, "mem_gb": 500, "gpus_per_node": 8}
     )
     with pytest.raises(
         ValueError, match="gpus_per_node=1 asks for 1 GPUs a task, and no node of cpu"
     ):
-        launchers.check_fits({"partition": "cpu", "gpus_per_node": 1})
+        slurm_cli.check_fits({"partition": "cpu", "gpus_per_node": 1})
     monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
-    launchers.check_fits({"partition": None, "cpus_per_task": 10**6})  # no sinfo: cannot tell
+    slurm_cli.check_fits({"partition": None, "cpus_per_task": 10**6})  # no sinfo: cannot tell
 
 
 def test_the_wait_gives_up_a_task_slurm_would_never_start(tmp_path, monkeypatch):
     fake_command(tmp_path, "squeue", "12_0|PENDING|PartitionConfig\\n12_1|RUNNING|None\\n")
     fake_command(tmp_path, "scancel", "")
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(launchers, "NEVER_GRACE_S", 0.0)
-    monkeypatch.setattr(launchers, "POLL_S", 0.01)
+    monkeypatch.setattr(slurm, "NEVER_GRACE_S", 0.0)
+    monkeypatch.setattr(slurm, "POLL_S", 0.01)
     paths = SimpleNamespace(result_pickle=tmp_path / "none.pkl", stderr=tmp_path / "none.err")
-    handles = {0: SimpleNamespace(job_id="12_0", paths=paths)}
-    ((job, _, lost),) = list(launchers.wait(handles))
-    assert job == 0 and lost == "SLURM would never start it: pending (PartitionConfig)"
+    launcher = slurm.SlurmLauncher(submitit_folder=str(tmp_path))
+    launcher.submitted = {"12_0": SimpleNamespace(job_id="12_0", paths=paths)}
+    placement = {"tasks": {"12_0": [0]}, "submitit_folder": str(tmp_path)}
+    ((job, summary),) = list(launcher.follow([], placement))
+    assert job == 0 and summary == {
+        "status": "killed", "error": "SLURM would never start it: pending (PartitionConfig)"
+    }  # fmt: skip
     assert (tmp_path / "scancel.calls").read_text() == "12_0\n"
+
+
+def test_squeue_is_asked_once_for_every_array_and_less_often_while_nothing_changes(
+    tmp_path, monkeypatch
+):
+    fake_command(tmp_path, "squeue", "12_0|RUNNING|None\n13_4|PENDING|Priority\n")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert slurm_cli.states({"12_0", "12_1", "13_4"}) == {
+        "12_0": ("RUNNING", "None"), "13_4": ("PENDING", "Priority")
+    }  # fmt: skip
+    assert (tmp_path / "squeue.calls").read_text().split()[5] == "12,13", "one call, both arrays"
+    queue, clock = slurm_cli.Queue(), [0.0]
+    monkeypatch.setattr(slurm_cli.time, "monotonic", lambda: clock[0])
+    asked = []
+    for second in range(60):
+        clock[0] = float(second)
+        before = (tmp_path / "squeue.calls").read_text().count("\n")
+        queue.states({"12_0"})
+        asked += [second] if (tmp_path / "squeue.calls").read_text().count("\n") > before else []
+    gaps = [b - a for a, b in zip(asked, asked[1:], strict=False)]
+    assert gaps == sorted(gaps) and gaps[-1] >= 10 and len(asked) < 15, asked
 
 
 def test_an_installed_slurm_without_a_cluster_is_refused_with_sinfos_reason(tmp_path, monkeypatch):
@@ -67,4 +94,26 @@ def test_an_installed_slurm_without_a_cluster_is_refused_with_sinfos_reason(tmp_
     with pytest.raises(
         ValueError, match=r"SLURM does not answer here \(sinfo: sinfo: error: Could"
     ):
-        launchers.check_fits({"partition": None, "cpus_per_task": 1})
+        slurm_cli.check_fits({"partition": None, "cpus_per_task": 1})
+
+
+def test_an_older_manifests_slurm_launch_still_reads(tmp_path, monkeypatch):
+    """Launches recorded as slurm_tasks (one job a task, or a list) read as the SLURM
+    launcher's placement; squeue says where they are."""
+    fake_command(tmp_path, "squeue", "12_0|RUNNING|None\\n12_1|PENDING|Priority\\n")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    older = {"at": "2026-11-30T10:00:00+00:00", "submitit_folder": str(tmp_path / "%j"),
+             "slurm_tasks": {"12_0": 0, "12_1": [1, 2], "12_2": [3]}}  # fmt: skip
+    states = status.scheduled({"launches": [older]})
+    assert states[0] == ("running", "SLURM 12_0 (None)")
+    assert states[1] == states[2] == ("pending", "SLURM 12_1 (Priority)")
+    assert states[3][0] == "killed" and "gone from SLURM's queue" in states[3][1]
+    assert sorted(status.still_scheduled({"launches": [older]})) == [0, 1, 2]
+
+
+def test_a_launch_of_a_launcher_no_config_here_names_is_not_imported(tmp_path):
+    planted = {"at": "2026-12-01T10:00:00+00:00", "launcher": "os.system", "detached": True,
+               "jobs": [0, 1], "placement": {"rm -rf /": 1}}  # fmt: skip
+    states = status.scheduled({"launches": [planted]})
+    assert states == dict.fromkeys([0, 1], ("unknown", "its launcher os.system is no launcher "
+                                             "config here"))  # fmt: skip

@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from harness import cli, inprocess, job, launch, store, sweep  # noqa: E402
+from harness import cli, dispatch, inprocess, job, store, sweep  # noqa: E402
 
 STEPS = {  # what is timed: (where the function is looked up when called, its name)
     "the whole job": (inprocess.InProcess, "run"),
@@ -26,7 +26,7 @@ STEPS = {  # what is timed: (where the function is looked up when called, its na
     "its config": (inprocess.InProcess, "prepare"),
     "its folder and log": (inprocess.InProcess, "_log_to"),
     "its .hydra files": (inprocess.InProcess, "_save"),
-    "its progress line and checks": (launch, "finish"),
+    "its progress line and checks": (dispatch, "finish"),
     "the compaction at the end": (sweep, "compact_if_finished"),
 }
 

@@ -82,7 +82,8 @@ def test_points_per_task_runs_several_points_in_each_array_task(sweep):
     assert rows["slurm_array_task_id"].tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 2]
     sweep_ = sweep_id(sweep.results)
     (launch,) = store.read_manifest(sweep.results, "exp014_tiled", sweep_)["launches"]
-    assert sorted(launch["slurm_tasks"].values()) == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
+    assert launch["launcher"] == "harness.launchers.slurm.SlurmLauncher" and launch["detached"]
+    assert sorted(launch["placement"]["tasks"].values()) == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
     assert "9 ok" in status(sweep, sweep_)
     runs = sweep.cwd / "outputs" / "runs" / "exp014_tiled" / sweep_
     assert all((runs / f"job-{job}" / ".hydra" / "config.yaml").is_file() for job in range(9))
@@ -199,7 +200,7 @@ def test_resume_resubmits_only_the_points_without_an_ok_row(sweep):
     assert result.returncode == 0, result.stderr
     assert "2 points to run" in result.stdout
     manifest = store.read_manifest(sweep.results, "exp014_tiled", sweep_)
-    assert sorted(manifest["launches"][-1]["slurm_tasks"].values()) == [[1], [3]]
+    assert sorted(manifest["launches"][-1]["placement"]["tasks"].values()) == [[1], [3]]
     rows = store.read(sweep.results).sort_values("job")
     assert rows["job"].tolist() == [0, 1, 2, 3] and set(rows["status"]) == {"ok"}
 

@@ -1,0 +1,142 @@
+"""Hand a sweep's points to the launcher its config names, and follow them to the end.
+
+Through the launchers' protocol (harness.launchers) and nothing else: start the jobs, record
+their placement in the manifest where there is any, return if the launcher runs on without us
+and wait=false, else follow them, each point's progress line as it ends. A point that ends
+without its rows (a killed task, a crash outside the experiment) gets a row from here saying
+so; a job that could not write its rows stops the sweep (its OSError).
+"""
+
+import time
+from datetime import UTC, datetime
+
+from hydra.errors import HydraException
+from omegaconf import DictConfig
+
+from harness import launchers, store
+from harness.config import override
+from harness.experiment import BadInput, shorten, with_type
+from harness.job import Job
+
+
+def launch(cfg: DictConfig, sweep, launcher) -> bool:
+    """Run (or, with wait=false, start) the sweep's points; whether they have all ended."""
+    if not sweep.points:
+        return True
+    jobs = [launchers.JobSpec(p.job, job_overrides(sweep, p), p.planned()) for p in sweep.points]
+    try:
+        placement = launcher.start(jobs)
+    except ValueError as error:  # it could not start them: nothing runs
+        raise BadInput(str(error)) from None
+    if placement:
+        record_launch(sweep, cfg.hydra.launcher._target_, launcher.detached, jobs, placement)
+    if launcher.detached and not cfg.wait:
+        return False
+    points = {point.job: point for point in sweep.points}
+    progress = Progress(len(points))
+    for job, summary in launcher.follow(jobs, placement):
+        finish(sweep, points[job], summary, progress)
+    return True
+
+
+def prepare_launcher(cfg: DictConfig, command: str | None):
+    """The configured launcher, its jobs' task function carrying the sweep's `command`, or one
+    line saying why its settings cannot work: before anything is planned or written."""
+    try:
+        launcher = launchers.make(cfg, Job(command))
+    except ValueError as error:
+        raise BadInput(f"hydra.launcher: {error}") from None
+    except (HydraException, TypeError, ImportError) as error:
+        cause = error.__cause__ or error
+        raise BadInput(f"hydra.launcher: {with_type(cause)}") from None
+    if not cfg.wait and not launcher.detached:
+        raise BadInput("wait=false needs a launcher that runs on without us: hydra/launcher=slurm")
+    return launcher
+
+
+def job_overrides(sweep, point) -> list[str]:
+    """A job's overrides: the sweep's own, the point's grid values, then the harness's (out
+    quoted for Hydra: a folder's name may hold spaces, "=" or brackets)."""
+    return [
+        *sweep.overrides,
+        *point.overrides,
+        override("out", str(sweep.results.parent)),
+        f"sweep_id={sweep.id}",
+        f"job={point.job}",
+    ]
+
+
+def check_devices(points: list, launcher) -> None:
+    """A point asking for CUDA (device=cuda, cuda:N) where its launcher runs it here, on a
+    machine without CUDA or without that GPU, is bad input: one line before anything runs (a
+    detached launcher's machines have GPUs of their own)."""
+    if launcher.detached:
+        return
+    asked = {str(p.params.get("device")) for p in points}
+    asked = sorted(device for device in asked if device.partition(":")[0] == "cuda")
+    if not asked:
+        return
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    indices = {device: device.partition(":")[2] for device in asked}
+    beyond = [d for d, i in indices.items() if (int(i) if i.isdigit() else 0) >= count]
+    if beyond:
+        has = f"{count} CUDA GPU{'s' if count != 1 else ''}" if count else "no CUDA GPU"
+        raise BadInput(
+            f"device={beyond[0]}, but this machine has {has} (torch.cuda): use device=cpu "
+            "(or auto), or a launcher that runs it where there is one (hydra/launcher=slurm)"
+        )
+
+
+def finish(sweep, point, summary: dict, progress: "Progress") -> None:
+    """Make sure the point has a row that says how it ended (a killed job wrote none, or only
+    the "running" rows a training job landed as it went), then print its progress line."""
+    path = store.job_file(sweep.results, sweep.experiment.name, sweep.id, point.job)
+    if summary.get("store_error"):  # the job could not write its rows: neither can we
+        raise OSError(summary["error"])
+    ended = {
+        "job": point.job,
+        "status": summary["status"],
+        **point.params,
+        "error": summary.get("error"),
+        "config_hash": point.config_hash,
+    }
+    if not store.has_rows(sweep.results, sweep.experiment.name, sweep.id, point.job):
+        store.write_rows(path, [ended])
+    elif summary["status"] not in store.DONE:
+        landed = store.job_rows(path)
+        if any(row["status"] == store.RUNNING for row in landed):
+            store.write_rows(path, [*store.settled(landed), ended])
+    progress.update(point, summary)
+
+
+def record_launch(sweep, target: str, detached: bool, jobs: list, placement: dict) -> None:
+    """Note in the manifest which launcher has which jobs, and where it placed them (its
+    placement, JSON), for status, resume and compact to ask it (launchers.Launcher.states)."""
+    manifest = store.read_manifest(sweep.results, sweep.experiment.name, sweep.id)
+    at = datetime.now(UTC).isoformat(timespec="seconds")
+    launch = {"at": at, "launcher": target, "detached": detached,
+              "jobs": [spec.job for spec in jobs], "placement": placement}  # fmt: skip
+    manifest.setdefault("launches", []).append(launch)
+    store.write_manifest(sweep.results, manifest)
+
+
+class Progress:
+    """One line per finished point, with an estimate of the time left."""
+
+    def __init__(self, total: int):
+        self.total, self.done, self.started = total, 0, time.perf_counter()
+
+    def update(self, point, summary: dict) -> None:
+        self.done += 1
+        elapsed = time.perf_counter() - self.started
+        left = elapsed / self.done * (self.total - self.done)
+        metrics = list((summary.get("metrics") or {}).items())[:3]
+        detail = " ".join(f"{k}={v:.3g}" for k, v in metrics)
+        if summary["status"] != "ok":
+            detail = shorten(summary.get("error") or "")
+        width = len(str(self.total))
+        line = f"[{self.done:>{width}}/{self.total}] job {point.job} {' '.join(point.overrides)}:"
+        line = f"{line} {summary['status']} {detail}".rstrip()
+        print(f"{line}  ({elapsed:.1f} s, ~{left:.0f} s left)", flush=True)

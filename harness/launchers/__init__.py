@@ -1,0 +1,203 @@
+"""Launchers: what runs a sweep's jobs. The harness asks a launcher only what it can do (the
+protocol of Launcher below), never for its class, so a new one (Ray, Kubernetes, a cloud batch
+service) is one file: a class with these methods, named by a hydra/launcher/NAME.yaml's
+`_target_` (tests/support/pool_launcher.py is one, a few dozen lines).
+
+- Launcher.preflight(settings), a class method: one ValueError line for settings that cannot
+  work here, before anything is planned, written or instantiated.
+- detached: whether its jobs run on without this process (then wait=false may leave them, and
+  status asks the launcher where they are).
+- start(jobs) hands the jobs over and returns their placement: JSON that the manifest records
+  (`launches`: launcher, placement) where there is any, for status, resume and compact.
+- follow(jobs, placement) yields (job number, summary) as each job ends: what the job returned
+  (harness.job's summary), or why it returned nothing ({"status": "killed", "error": why}).
+- states(placement), a class method: job -> (state, detail) of the jobs that it still queues or
+  runs ("pending", "running") or that it lost without a row ("killed").
+
+A launcher's jobs run the harness's own job (harness.job.Job, its task function) wherever they
+run: in this process one after another (run_here), or in a process of their own (work; shipped
+and work_shipped carry them there as bytes), which takes this process's Hydra state with it.
+Hydra's plugin launchers (basic, joblib, ray, ...) keep Hydra's API: make() runs Hydra's basic
+launcher's jobs here as a loop (harness.inprocess) and hands any other plugin its jobs in
+batches (hydra_plugin.HydraPluginLauncher).
+"""
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import cloudpickle
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.plugins import Plugins
+from hydra.core.singleton import Singleton
+from hydra.core.utils import run_job, setup_globals
+from hydra.utils import get_class, instantiate
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from harness.experiment import with_type
+from harness.hydra_internals import hydra_context, is_basic_launcher
+from harness.inprocess import InProcess
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job as a launcher receives it: its number, the overrides its config is composed
+    from, and its planned point (the manifest's params and config_hash), which it runs."""
+
+    job: int
+    overrides: list[str]
+    planned: dict
+
+
+class Launcher:
+    """The protocol (see the module's docstring), with what most launchers do by default. A
+    launcher is built from its config (hydra.launcher's keys as keyword arguments) and set up
+    as Hydra sets up its launchers (setup)."""
+
+    detached = False
+
+    @classmethod
+    def preflight(cls, settings: dict) -> None:
+        """ValueError (one line) for settings that cannot work on this machine."""
+
+    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+        self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
+
+    def start(self, jobs: list[JobSpec]) -> dict:
+        return {}
+
+    def follow(self, jobs: list[JobSpec], placement: dict) -> Iterator[tuple[int, dict]]:
+        raise NotImplementedError
+
+    @classmethod
+    def states(cls, placement: dict) -> dict[int, tuple[str, str]]:
+        return {}
+
+
+def make(cfg: DictConfig, task_function) -> Launcher:
+    """The launcher cfg.hydra.launcher names, its settings checked first (preflight): one that
+    speaks the harness's protocol as it is, Hydra's basic launcher as this process's loop,
+    any other Hydra launcher plugin through HydraPluginLauncher."""
+    from harness.launchers.hydra_plugin import HydraPluginLauncher
+    from harness.launchers.in_process import InProcessLauncher
+
+    settings = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+    target = settings.pop("_target_")
+    kind = get_class(target)
+    if hasattr(kind, "preflight"):
+        kind.preflight(settings)
+    context = hydra_context(cfg)
+    if target.startswith(("hydra.", "hydra_plugins.")):  # Hydra's plugins, by its registry
+        launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=context, task_function=task_function, config=cfg
+        )
+    else:
+        launcher = instantiate(cfg.hydra.launcher)
+        launcher.setup(hydra_context=context, task_function=task_function, config=cfg)
+    if hasattr(launcher, "follow"):
+        return launcher
+    if is_basic_launcher(launcher) and InProcess.suits(cfg):
+        return InProcessLauncher(cfg, task_function)
+    return HydraPluginLauncher(launcher, cfg, task_function)
+
+
+def run_here(config: DictConfig, task_function, jobs: Iterable[JobSpec]) -> Iterator[tuple]:
+    """Run jobs in this process, one after another: (job number, summary) as each ends. Each
+    job's config is composed as Hydra's basic launcher composes it, at the cost of a loop
+    (harness.inprocess), or by Hydra itself where that cannot reproduce it. A store that
+    cannot be written raises its OSError."""
+    if InProcess.suits(config):
+        runner = InProcess(config, task_function)
+        for spec in jobs:
+            yield spec.job, runner.run(spec.overrides, spec.job, spec.planned)
+        return
+    for spec in jobs:
+        yield spec.job, _hydra_job(config, task_function, spec)
+
+
+def work(config: DictConfig, task_function, jobs: list[JobSpec], state: dict) -> list[dict]:
+    """What a process of its own (a submitit job, a pool's worker) runs: this process's Hydra
+    `state` (Singleton.get_state(), its config search path), then run_here's jobs; their
+    summaries. A store that cannot be written ends the rest: each says so (store_error), and
+    the sweep stops."""
+    Singleton.set_state(state)
+    setup_globals()
+    summaries = []
+    try:
+        for _, summary in run_here(config, task_function, jobs):
+            summaries.append(summary)
+    except OSError as error:
+        said = f"harness error: the store cannot be written ({with_type(error)})"
+        failed = {"status": "failed", "error": said, "store_error": True}
+        summaries += [failed] * (len(jobs) - len(summaries))
+    return summaries
+
+
+def shipped(launcher: Launcher, jobs: list[JobSpec]) -> bytes:
+    """What a process of its own needs to run these jobs of `launcher` (its config, task
+    function, this process's Hydra state), as bytes to send it (cloudpickle: Hydra's state
+    holds functions pickle cannot take); the process runs them with work_shipped."""
+    state = Singleton.get_state()
+    return cloudpickle.dumps((launcher.config, launcher.task_function, list(jobs), state))
+
+
+def work_shipped(payload: bytes) -> list[dict]:
+    """work() on what shipped() sent: the jobs' summaries."""
+    return work(*cloudpickle.loads(payload))
+
+
+def returned(result) -> dict:
+    """A Hydra JobReturn as a job's summary; an exception in it is the harness's."""
+    try:
+        return result.return_value
+    except Exception as error:
+        return {"status": "failed", "error": f"harness error: {with_type(error)}"}
+
+
+def trusted(target: str, config_dirs: Iterable[Path] = ()) -> type | None:
+    """The launcher class a manifest's launch names, if one of the launcher configs here
+    (conf/hydra/launcher/, or a config dir's) names it: a class is never imported because a
+    file in the store names it."""
+    from harness.config import CONF
+
+    folders = [CONF, *config_dirs]
+    named = {
+        OmegaConf.load(path).get("_target_")
+        for folder in folders
+        for path in sorted((Path(folder) / "hydra" / "launcher").glob("*.yaml"))
+    }
+    return get_class(target) if target in named else None
+
+
+def check_kinds(settings: dict, kinds: dict[str, str]) -> None:
+    """One ValueError line for a setting that is not of its kind: "positive" (a whole number of
+    1 or more), "count" (0 or more), "number" (above 0); "?" after it: null allowed too."""
+    for key, kind in kinds.items():
+        value = settings.get(key)
+        if key not in settings or (value is None and kind.endswith("?")):
+            continue
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        number = whole or isinstance(value, float)
+        if kind.startswith("positive") and not (whole and value >= 1):
+            raise ValueError(f"{key} must be a whole number of 1 or more, got {value!r}")
+        if kind.startswith("count") and not (whole and value >= 0):
+            raise ValueError(f"{key} must be a whole number of 0 or more, got {value!r}")
+        if kind.startswith("number") and not (number and value > 0):
+            raise ValueError(f"{key} must be a number above 0, got {value!r}")
+
+
+def _hydra_job(config: DictConfig, task_function, spec: JobSpec) -> dict:
+    """One job as Hydra runs it (its composition, run_job): for what the loop cannot reproduce
+    (hydra.callbacks, env_set, chdir). Its planned point is read from the manifest."""
+    loader = GlobalHydra.instance().config_loader()
+    sweep_config = loader.load_sweep_config(config, list(spec.overrides))
+    with open_dict(sweep_config.hydra.job):
+        sweep_config.hydra.job.id = sweep_config.hydra.job.num = spec.job
+    try:
+        result = run_job(
+            hydra_context=hydra_context(sweep_config), task_function=task_function,
+            config=sweep_config, job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir",
+        )  # fmt: skip
+    except Exception as error:
+        return {"status": "failed", "error": f"harness error: {with_type(error)}"}
+    return returned(result)

@@ -1,0 +1,36 @@
+"""Any other of Hydra's launcher plugins (joblib, ray, rq, or the basic launcher where the loop
+cannot reproduce its jobs: hydra.callbacks, env_set, chdir) through Hydra's own API, in batches:
+each batch of consecutive job numbers (at most BATCH jobs) is one launch(), which the plugin may
+run in parallel, and ends before the next starts, as Hydra's sweepers hand it over. Each job reads
+its planned point from the sweep's manifest (harness.job)."""
+
+from collections.abc import Iterator
+
+from omegaconf import DictConfig
+
+from harness.launchers import JobSpec, Launcher, returned
+
+BATCH = 64
+
+
+class HydraPluginLauncher(Launcher):
+    def __init__(self, plugin, config: DictConfig, task_function):
+        self.plugin, self.config, self.task_function = plugin, config, task_function
+
+    def follow(self, jobs: list[JobSpec], placement: dict) -> Iterator[tuple[int, dict]]:
+        for batch in batches(jobs):
+            results = self.plugin.launch([spec.overrides for spec in batch], batch[0].job)
+            for spec, result in zip(batch, results, strict=True):
+                yield spec.job, returned(result)
+
+
+def batches(jobs: list[JobSpec]) -> list[list[JobSpec]]:
+    """The jobs in runs of consecutive job numbers (Hydra numbers a launch's jobs from its
+    first), at most BATCH each."""
+    runs: list[list[JobSpec]] = []
+    for spec in jobs:
+        if runs and spec.job == runs[-1][-1].job + 1 and len(runs[-1]) < BATCH:
+            runs[-1].append(spec)
+        else:
+            runs.append([spec])
+    return runs

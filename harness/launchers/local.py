@@ -1,0 +1,155 @@
+"""hydra/launcher=local: points in parallel processes here (submitit's local executor), at most
+max_parallel at once, each with a GPU of its own where there are GPUs.
+
+gpus are positions among the GPUs this process sees (as torch numbers them: cuda:0 is the first
+entry of CUDA_VISIBLE_DEVICES); each point's CUDA_VISIBLE_DEVICES is that entry, an index or a
+UUID, as this process's own names it. Its points end with the sweep: Ctrl-C and SIGTERM cancel
+them, and one whose sweep's process is killed outright ends by itself (end_with_the_sweep).
+"""
+
+import itertools
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import submitit
+
+from harness.launchers import JobSpec, check_kinds
+from harness.launchers.submitit_jobs import (
+    GPU_ENV,
+    SWEEP_ENV,
+    UNSET,
+    SubmititLauncher,
+    outcome,
+    process_identity,
+)
+
+POLL_S = 0.5
+
+
+class LocalLauncher(SubmititLauncher):
+    _EXECUTOR = "local"
+
+    def __init__(self, max_parallel: int = 2, gpus: Sequence[int] | None = None, **params):
+        visible = visible_gpus()
+        self.gpus = visible if gpus is None else [visible[position] for position in gpus]
+        self.max_parallel = min(max_parallel, len(self.gpus)) if self.gpus else max_parallel
+        super().__init__(**params)
+
+    @classmethod
+    def preflight(cls, settings: dict) -> None:
+        super().preflight(settings)
+        check_kinds(settings, {"max_parallel": "positive"})
+        gpus = settings.get("gpus")
+        if gpus is None:
+            return
+        shown = visible_gpus()
+        if not all(isinstance(g, int) and not isinstance(g, bool) for g in gpus):
+            raise ValueError(f"gpus must be GPU indices, got {gpus!r}")
+        unknown = [g for g in gpus if not 0 <= g < len(shown)]
+        if unknown or len(set(gpus)) != len(gpus):
+            said = ", ".join(f"{i} ({gpu})" for i, gpu in enumerate(shown)) or "none"
+            raise ValueError(f"gpus {gpus} are not distinct GPUs of the ones visible here: {said}")
+
+    def job_threads(self) -> int:
+        """cpus_per_task, else this machine's CPUs shared by the points that run at once."""
+        return super().job_threads() or max(1, len(os.sched_getaffinity(0)) // self.max_parallel)
+
+    def executor(self) -> submitit.LocalExecutor:
+        """submitit's local executor itself: its visible_gpus is not an AutoExecutor parameter."""
+        params = dict(self.params)
+        executor = submitit.LocalExecutor(
+            folder=params.pop("submitit_folder"), max_num_timeout=params.pop("max_num_timeout", 0)
+        )
+        local = ("timeout_min", "gpus_per_node", "tasks_per_node", "stderr_to_stdout", "setup")
+        executor.update_parameters(**{k: v for k, v in params.items() if k in local and v})
+        return executor
+
+    def follow(self, jobs: list[JobSpec], placement: dict) -> Iterator[tuple[int, dict]]:
+        """Start the jobs, max_parallel at a time, each with a GPU of its own where there are;
+        (job number, summary) as each ends. If the sweep stops (Ctrl-C, SIGTERM), the jobs
+        still running are cancelled with it."""
+        executor, free, waiting = self.executor(), list(self.gpus), list(jobs)
+        running: dict[int, tuple[submitit.Job, str | None]] = {}
+        try:
+            while waiting or running:
+                while waiting and len(running) < self.max_parallel:
+                    spec = waiting.pop(0)
+                    gpu = free.pop(0) if self.gpus else None
+                    own = os.environ.get("CUDA_VISIBLE_DEVICES", UNSET)
+                    with (
+                        _output_to(self.controller_log()),
+                        _environment(GPU_ENV, gpu or own),
+                        _environment(SWEEP_ENV, process_identity(os.getpid())),
+                    ):
+                        running[spec.job] = executor.submit(self, *self.job_arguments([spec])), gpu
+                done = [job for job, (handle, _) in running.items() if handle.done()]
+                for job in done:
+                    handle, gpu = running.pop(job)
+                    if gpu is not None:
+                        free.append(gpu)
+                    yield job, outcome(handle, None, 0)
+                if not done:
+                    time.sleep(POLL_S)
+        finally:
+            for handle, _ in running.values():
+                handle.cancel(check=False)  # its controller stops the point's process
+
+    def controller_log(self) -> Path:
+        """Where submitit's local controllers write (their own tracebacks on Ctrl-C among it),
+        beside the jobs' logs rather than on the sweep's terminal."""
+        return Path(self.params["submitit_folder"]).parent / "controllers.log"
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, in torch's order (entry i is cuda:i), each named as a
+    child's CUDA_VISIBLE_DEVICES must name it: CUDA_VISIBLE_DEVICES's own entries (indices,
+    GPU-... or MIG-... UUIDs) where it is set, else nvidia-smi's indices; without CUDA here.
+
+    As CUDA reads the variable, the list ends at an empty or negative entry ("-1": none)."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        entries = [entry.strip() for entry in listed.split(",")]
+        return list(itertools.takewhile(lambda e: e and not e.startswith("-"), entries))
+    if shutil.which("nvidia-smi") is None:
+        return []
+    result = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return [str(i) for i in range(len(re.findall(r"^GPU \d+", result.stdout, re.MULTILINE)))]
+
+
+@contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    """os.environ[name] = value while the block starts processes, which inherit it; submitit's
+    own visible_gpus takes integers only, and UUIDs are not."""
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        del os.environ[name]
+
+
+@contextmanager
+def _output_to(path: Path) -> Iterator[None]:
+    """File descriptors 1 and 2 of this process, and so of the processes it starts meanwhile,
+    go to `path` (appended)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(path, "a") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in zip((1, 2), saved, strict=True):
+                os.dup2(copy, fd)
+                os.close(copy)

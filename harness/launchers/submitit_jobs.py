@@ -1,0 +1,123 @@
+"""What the submitit launchers (local, slurm) share: hydra-submitit-launcher's launcher (its
+setup, and the checkpoint through which submitit requeues a job), the executor its parameters
+describe, and what each submitit job runs: its GPU and threads set first, then its pack of
+points (harness.launchers.work), each job number the sweep's own (a resumed subset keeps them).
+"""
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import submitit
+from hydra.core.singleton import Singleton
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
+from omegaconf import OmegaConf
+from submitit.core.utils import UncompletedJobError
+
+from harness.experiment import with_type
+from harness.launchers import JobSpec, Launcher, check_kinds, work
+
+# A local point's CUDA_VISIBLE_DEVICES: its GPU, or this process's own value (UNSET: none) when
+# it gets no GPU of its own; submitit's local executor would make that "", which hides them all.
+GPU_ENV, UNSET = "HARNESS_POINT_GPU", "<unset>"
+SWEEP_ENV = "HARNESS_SWEEP_PROCESS"  # a local point's sweep process (process_identity)
+FOLLOW_S = 1.0  # how often a local point looks whether its sweep's process is still there
+KINDS = {"timeout_min": "positive", "tasks_per_node": "positive", "nodes": "positive",
+         "cpus_per_task": "positive?", "gpus_per_node": "count?", "mem_gb": "number?",
+         "max_num_timeout": "count"}  # fmt: skip
+
+
+class SubmititLauncher(BaseSubmititLauncher, Launcher):
+    """A launcher whose jobs are submitit jobs running packs of the sweep's points."""
+
+    _EXECUTOR = "abstract"
+
+    @classmethod
+    def preflight(cls, settings: dict) -> None:
+        check_kinds(settings, KINDS)
+
+    def __call__(self, pack: list[JobSpec], singleton_state: dict) -> list[dict]:
+        """In the job: its GPU, as many threads as CPUs it was given (torch's and OpenMP's, for
+        the processes it starts too: points that share a machine with threads for every core
+        each would make each other many times slower), then its pack's points one after
+        another; their summaries."""
+        end_with_the_sweep(os.environ.pop(SWEEP_ENV, None))
+        gpu = os.environ.pop(GPU_ENV, None)
+        if gpu == UNSET:  # before anything here initializes CUDA
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        elif gpu is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+        threads = self.job_threads()
+        if threads:
+            import torch
+
+            os.environ["OMP_NUM_THREADS"] = str(threads)
+            torch.set_num_threads(threads)
+        return work(self.config, self.task_function, pack, singleton_state)
+
+    def job_threads(self) -> int | None:
+        """The CPUs a job may use; None: leave torch's default."""
+        return self.params.get("cpus_per_task")
+
+    def executor(self) -> submitit.Executor:
+        """The executor hydra-submitit-launcher would build from these parameters."""
+        params = dict(self.params)
+        executor = submitit.AutoExecutor(
+            cluster=self._EXECUTOR,
+            folder=params.pop("submitit_folder"),
+            **{f"{self._EXECUTOR}_max_num_timeout": params.pop("max_num_timeout", 0)},
+        )
+        shared = set(OmegaConf.structured(BaseQueueConf).keys())
+        executor.update_parameters(
+            **{k if k in shared else f"{self._EXECUTOR}_{k}": v for k, v in params.items()}
+        )
+        return executor
+
+    @staticmethod
+    def job_arguments(pack: list[JobSpec]) -> tuple:
+        """What each job's __call__ receives: its points and Hydra's state."""
+        return list(pack), Singleton.get_state()
+
+
+def outcome(handle: submitit.Job, lost: str | None, position: int) -> dict:
+    """The summary of the point at `position` in a submitit job's pack: what the job returned
+    for it, or why it returned nothing."""
+    if lost:
+        return {"status": "killed", "error": lost}
+    try:
+        return handle.result()[position]
+    except UncompletedJobError as error:
+        return {"status": "killed", "error": with_type(error)}
+    except Exception as error:  # the job's process failed outside the task function
+        return {"status": "failed", "error": with_type(error)}
+
+
+def process_identity(pid: int) -> str | None:
+    """ "PID:START": a process and its start time (in clock ticks since boot, /proc's), which
+    a reused pid does not share; None when the process is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return f"{pid}:{stat.rpartition(')')[2].split()[19]}"
+
+
+def end_with_the_sweep(identity: str | None) -> None:
+    """In a point's process under the local launcher: end it, as its sweep's own process does
+    on Ctrl-C, when that process is gone (SIGKILL: nothing could stop the point), so that no
+    point runs on beside the resume's rerun of it."""
+    if not identity:
+        return
+    pid = int(identity.split(":")[0])
+
+    def follow() -> None:
+        while process_identity(pid) == identity:
+            time.sleep(FOLLOW_S)
+        print(f"the sweep's process {pid} is gone: this point ends", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=follow, name="end-with-the-sweep", daemon=True).start()
