@@ -46,7 +46,9 @@ class InProcess:
         self.loader = GlobalHydra.instance().config_loader()
         self.parser = OverridesParser.create()
         self.parsed: dict[str, Override] = {}
-        self.groups = set(cfg.hydra.runtime.choices)  # the config groups its defaults choose
+        # The config groups: those its defaults chose, and every top-level one (a list of a
+        # group's options, sinks=[a,b], is not among the choices Hydra records).
+        self.groups = set(cfg.hydra.runtime.choices) | set(self.loader.list_groups(""))
         self.composed: dict[tuple, DictConfig] = {}
         self.log_dir: Path | None = None
         self.files: list[logging.FileHandler] = []  # the job log's files

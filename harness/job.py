@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from harness import provenance, store, tracking
 from harness.experiment import Experiment, config_hash, config_values
+from harness.sinks import PointInfo, Sinks
 from harness.tracking import Tracker
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,10 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
     experiment = Experiment.load(values["experiment"])
     root = Path(values["out"]) / "results"
     sweep, job = values["sweep_id"], values["job"]
+
+    def say(text: str) -> None:
+        print(f"  job {job}: {text}", flush=True)
+
     planned = planned or planned_point(root, experiment.name, sweep, job)
     params = planned["params"] if planned else experiment.params(values)
     _note_changes(params, values)
@@ -70,6 +75,8 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
             )
         return _row(row, params, {**shared, "duration_s": time.perf_counter() - clock})
 
+    point = PointInfo(experiment.name, sweep, job, params, Path(values["out"]))
+    sinks = Sinks(values.get("sinks"), point, say) if values.get("sinks") else None
     tracker = None
     if experiment.tracked:
         tracker = Tracker(
@@ -79,14 +86,21 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
             config_hash=digest,
             every_rows=values.get("stream_rows", 1000),
             every_s=values.get("stream_s", 10.0),
-            say=lambda text: print(f"  job {job}: {text}", flush=True),
+            say=say,
             shown=lambda row: describe(row, params),
+            sinks=sinks,
         )
     returned = measure(experiment, params, params.get("seed", values["seed"]), tracker)
     rows = [prepare(row, logged=False) for row in returned]
     if tracker is not None:
         rows = tracker.close() + rows
     store.write_rows(path, rows)
+    if tracker is not None:
+        tracker.finish(rows[len(tracker.rows) :])
+    elif sinks is not None:  # a point without a tracker: its rows once they are stored
+        sinks.open()
+        sinks.write(rows)
+        sinks.close()
     _keep_package_list(store.sweep_dir(root, experiment.name, sweep))
     return summary(rows, params, last=tracker is not None)
 

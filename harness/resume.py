@@ -21,7 +21,7 @@ from harness.experiment import BadInput, Experiment, config_hash, config_values
 from harness.plan import Point, Sweep, sweep_of
 from harness.status import still_scheduled
 
-RESUME_SETTINGS = ("out", "resume", "wait")  # what a resume may set besides Hydra's settings
+RESUME_SETTINGS = ("out", "resume", "wait", "sinks")  # what a resume may set besides Hydra's
 
 
 def resumed(
@@ -49,7 +49,7 @@ def resumed(
     extra = [o.input_line for o in overrides if o.input_line not in settings]
     extra = [line for line in extra if key_of(line) != "experiment"]
     if extra:
-        may = ", ".join(["out", "wait", "hydra.*", *resources])
+        may = ", ".join([*(k for k in RESUME_SETTINGS if k != "resume"), "hydra.*", *resources])
         raise BadInput(
             f"resume={sweep_id} reruns that sweep's own points; drop {' '.join(extra)} "
             f"(a resume may set {may})"

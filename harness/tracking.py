@@ -55,16 +55,19 @@ class Tracker:
         every_s: float = 10.0,
         say: Callable[[str], None] | None = None,
         shown: Callable[[dict], str] | None = None,
+        sinks=None,
     ):
         """Rows go to the job's file `path`, checkpoints to `folder`; `prepare` makes a logged
         row a stored one (the point's parameters, the harness's columns); `say` prints what
-        happens, `shown` what a landed row says (its step and metrics), on a progress line."""
+        happens, `shown` what a landed row says (its step and metrics), on a progress line;
+        `sinks` (harness.sinks.Sinks) get the rows as they land."""
         self.path, self.folder, self.prepare = Path(path), Path(folder), prepare
         self.config_hash = config_hash
         self.every_rows, self.every_s = every_rows, every_s
         self.say, self.shown = say or (lambda text: None), shown
         self.rows: list[dict] = []  # every row of the point so far, as it will be written
         self.landed = 0  # how many of them are in the job's file
+        self.sinks, self.sunk = sinks, None  # how many the sinks have (None: not opened yet)
         self.oldest: float | None = None  # when the oldest row not landed yet was logged
         self.stopping = False
         self.store_error: OSError | None = None  # the store could not take rows or a checkpoint
@@ -144,6 +147,7 @@ class Tracker:
         with self._writing, self._lock:
             self.rows = store.settled(rows[: saved["rows"]])
             self.landed = -1  # rewrite the file: it holds rows past the checkpoint
+            self._open_sinks(self.rows)  # they continue after the checkpoint's last row
         self.land()
         self.say(f"resumed from the checkpoint at {saved['rows']} rows")
         return saved["state"]
@@ -165,7 +169,27 @@ class Tracker:
                     self.landed = len(rows)
                 if rows and self.shown:
                     self.say(self.shown(rows[-1]))
+            self._to_sinks(rows)
         return len(rows)
+
+    def finish(self, returned: list[dict]) -> None:
+        """The point has ended: the sinks get what they have not had of its rows (`returned`:
+        the rows the function returned, after those it logged), and close."""
+        if self.sinks is not None:
+            self._to_sinks([*self.rows, *returned])
+            self.sinks.close()
+
+    def _open_sinks(self, kept: list[dict]) -> None:
+        if self.sinks is not None and self.sunk is None:
+            self.sinks.open(kept[-1] if kept else None)
+            self.sunk = len(kept)
+
+    def _to_sinks(self, rows: list[dict]) -> None:
+        """The rows the sinks have not had yet (the store has them: it comes first)."""
+        if self.sinks is not None:
+            self._open_sinks([])
+            self.sinks.write(rows[self.sunk :])
+            self.sunk = max(self.sunk, len(rows))
 
     def close(self) -> list[dict]:
         """Stop landing rows in the background; the rows the experiment logged."""

@@ -146,3 +146,22 @@ def faulty(
     val = point if point == 0 or not kinds else f"text-{point}"
     pad = base64.b64encode(os.urandom(768 * pad_kib)).decode()  # what compression cannot shrink
     return [{"tag_seen": tag, "val": val, "pad": pad}]
+
+
+class BrokenSink:
+    """A sink (harness.sinks) that fails at its second write, as a full disk or a dead server
+    would make one fail."""
+
+    def __init__(self):
+        self.writes = 0
+
+    def open(self, point, continues_after) -> None:
+        pass
+
+    def write(self, rows: list[dict]) -> None:
+        self.writes += 1
+        if self.writes == 2:
+            raise ConnectionError("the sink's server went away")
+
+    def close(self) -> None:
+        pass
