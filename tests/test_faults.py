@@ -19,7 +19,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import ROOT
 from probes import PROBE_PATH, SUPPORT, arrivals, wait_for
 from sweeps import own_file
 
@@ -27,6 +26,7 @@ from harness import store
 from harness.cli import main
 from harness.plan import new_sweep_id
 
+ROOT = Path(__file__).resolve().parent.parent
 TINY = ["+experiment=exp014_tiled", "block=16", "heads=2"]
 
 
