@@ -1,5 +1,6 @@
 # make run:       set up .venv if needed, run the seeded exp014_tiled sweep here, regenerate the report.
-# make test:      the same set-up, then ruff and the whole test suite.
+# make test:      the same set-up, then ruff and the whole test suite (what CI runs).
+# make test-fast: the edit-run loop: everything but the slow and SLURM tests, on every core.
 # make gpu-check: on a machine with one NVIDIA GPU (a few minutes): the GPU tests (pytest -m gpu),
 #                 then SDPA's backends on it (exp015_backends in float16 and bfloat16, head width
 #                 64, length 1,024 to 16,384), then the report with its claims checked.
@@ -7,7 +8,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test gpu-check setup clean
+.PHONY: run test test-fast gpu-check setup clean
 
 run: $(VENV)/.installed
 	$(BIN)/python -m harness +experiment=exp014_tiled
@@ -17,6 +18,9 @@ test: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
+
+test-fast: $(VENV)/.installed
+	$(BIN)/python -m pytest -m "not slow and not slurm" -n auto -q
 
 gpu-check: $(VENV)/.installed
 	$(BIN)/python -m pytest -m gpu

@@ -42,6 +42,19 @@ def report(x: int, sleep_s: float = 0.0) -> dict:
     }
 
 
+def meet(x: int, folder: str, timeout_s: float = 120.0) -> dict:
+    """Arrive in `folder`, then wait for the partner task (x ^ 1) to arrive too: two tasks
+    that both return ran at the same time, whatever the machine's speed. report()'s dict."""
+    here = Path(folder)
+    (here / f"arrived-{x}").touch()
+    deadline = time.monotonic() + timeout_s
+    while not (here / f"arrived-{x ^ 1}").exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"task {x} waited {timeout_s:g} s for task {x ^ 1}")
+        time.sleep(0.05)
+    return report(x)
+
+
 def job_pythonpath() -> str:
     """The sys.path entry from which this module imports under its current __name__."""
     return str(Path(__file__).resolve().parents[__name__.count(".")])

@@ -222,15 +222,15 @@ def test_submitit_parallel_array_tasks_get_distinct_gpus(cluster, tmp_path):
     started = time.monotonic()
     executor = _executor(cluster, tmp_path / "submitit", parallelism=2)
     inputs = [0, 1, 2, 3]
-    jobs = executor.map_array(slurm_jobs.report, inputs, [1.5] * len(inputs))
-    results = _results(jobs, timeout=60)
+    (tmp_path / "meeting").mkdir()
+    # Tasks 0 and 1, then 2 and 3, can only return once their partner has arrived: each pair
+    # ran at once, under array_parallelism=2.
+    jobs = executor.map_array(slurm_jobs.meet, inputs, [str(tmp_path / "meeting")] * 4)
+    results = _results(jobs, timeout=180)
     assert [r["y"] for r in results] == [2 * x for x in inputs]
-    assert _max_concurrency(results) == 2
-    # tasks that overlapped in time held different fake GPUs
-    for a in results:
-        for b in results:
-            if a is not b and a["start"] < b["end"] and b["start"] < a["end"]:
-                assert a["env"]["CUDA_VISIBLE_DEVICES"] != b["env"]["CUDA_VISIBLE_DEVICES"]
+    assert _max_concurrency(results) <= 2
+    for a, b in (results[0:2], results[2:4]):  # tasks that ran at once held different GPUs
+        assert a["env"]["CUDA_VISIBLE_DEVICES"] != b["env"]["CUDA_VISIBLE_DEVICES"]
     print(
         f"\nsubmitit array of {len(inputs)} (parallelism 2) in {time.monotonic() - started:.1f}s; "
         f"CUDA_VISIBLE_DEVICES per task: {[r['env']['CUDA_VISIBLE_DEVICES'] for r in results]}"
