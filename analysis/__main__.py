@@ -9,7 +9,7 @@ from pathlib import Path
 from analysis.compare import RULE
 from analysis.report import write_report
 from harness.claims import FAILING, outcome
-from harness.experiment import reader_gone
+from harness.errors import reader_gone
 
 
 def main(argv: list[str] | None = None) -> int:

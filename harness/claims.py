@@ -63,7 +63,7 @@ def claims_of(tables: dict[str, pd.DataFrame], config: dict) -> pd.DataFrame:
 
 def check(tables: dict[str, pd.DataFrame], claim: dict) -> dict:
     """One claim against the tables: its line of claims_table."""
-    text = describe(claim)
+    text = statement(claim)
     table = tables.get(claim.get("table", "rows"), pd.DataFrame())
     try:
         where = claim.get("where")
@@ -148,7 +148,7 @@ def _what(value) -> str:
     return text if len(text) <= 40 else type(value).__name__
 
 
-def describe(claim: dict) -> str:
+def statement(claim: dict) -> str:
     """The claim's text and its bounds: "tiled matches (tiled_err64 <= 2 * sdpa_err64 + 1e-06)"."""
     bounds = " and ".join(
         f"{claim['metric']} {op} {_number(bound)}"

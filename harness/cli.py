@@ -6,13 +6,13 @@ import time
 from pathlib import Path
 
 from harness.config import check_name, reads_as
-from harness.experiment import BadInput, reader_gone
+from harness.errors import BadInput, reader_gone
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if not [a for a in argv if a not in ("-m", "--multirun")]:  # every run is a sweep already
-        from harness.describe import usage
+        from harness.show import usage
 
         print(usage([]), file=sys.stderr)
         sys.exit(2)

@@ -20,7 +20,7 @@ from hydra.errors import (
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from harness.experiment import BadInput, one_line
+from harness.errors import BadInput, one_line
 
 HERE = Path(__file__).resolve().parent
 CONF = HERE / "conf" if (HERE / "conf").is_dir() else HERE.parent / "conf"  # installed; checkout

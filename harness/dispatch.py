@@ -10,13 +10,19 @@ so; a job that could not write its rows stops the sweep (its OSError).
 import time
 from datetime import UTC, datetime
 
+from hydra.core.plugins import Plugins
 from hydra.errors import HydraException
-from omegaconf import DictConfig
+from hydra.utils import get_class, instantiate
+from omegaconf import DictConfig, OmegaConf
 
 from harness import launchers, store
 from harness.config import override
-from harness.experiment import BadInput, shorten, with_type
+from harness.errors import BadInput, shorten, with_type
+from harness.hydra_internals import hydra_context, is_basic_launcher
+from harness.inprocess import InProcess
 from harness.job import Job
+from harness.launchers.hydra_plugin import HydraPluginLauncher
+from harness.launchers.in_process import InProcessLauncher
 
 
 def launch(cfg: DictConfig, sweep, launcher) -> bool:
@@ -43,7 +49,7 @@ def prepare_launcher(cfg: DictConfig, command: str | None):
     """The configured launcher, its jobs' task function carrying the sweep's `command`, or one
     line saying why its settings cannot work: before anything is planned or written."""
     try:
-        launcher = launchers.make(cfg, Job(command))
+        launcher = make_launcher(cfg, Job(command))
     except ValueError as error:
         raise BadInput(f"hydra.launcher: {error}") from None
     except (HydraException, TypeError, ImportError) as error:
@@ -52,6 +58,30 @@ def prepare_launcher(cfg: DictConfig, command: str | None):
     if not cfg.wait and not launcher.detached:
         raise BadInput("wait=false needs a launcher that runs on without us: hydra/launcher=slurm")
     return launcher
+
+
+def make_launcher(cfg: DictConfig, task_function) -> launchers.Launcher:
+    """The launcher cfg.hydra.launcher names, its settings checked first (preflight): one that
+    speaks the harness's protocol as it is, Hydra's basic launcher as this process's loop,
+    any other Hydra launcher plugin through HydraPluginLauncher."""
+    settings = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+    target = settings.pop("_target_")
+    kind = get_class(target)
+    if hasattr(kind, "preflight"):
+        kind.preflight(settings)
+    context = hydra_context(cfg)
+    if target.startswith(("hydra.", "hydra_plugins.")):  # Hydra's plugins, by its registry
+        launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=context, task_function=task_function, config=cfg
+        )
+    else:
+        launcher = instantiate(cfg.hydra.launcher)
+        launcher.setup(hydra_context=context, task_function=task_function, config=cfg)
+    if hasattr(launcher, "follow"):
+        return launcher
+    if is_basic_launcher(launcher) and InProcess.suits(cfg):
+        return InProcessLauncher(cfg, task_function)
+    return HydraPluginLauncher(launcher, cfg, task_function)
 
 
 def job_overrides(sweep, point) -> list[str]:

@@ -30,7 +30,8 @@ from hydra.core.utils import configure_log
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from harness import store
-from harness.experiment import config_values, with_type
+from harness.errors import with_type
+from harness.signature import config_values
 
 UNSET = object()
 PLACE = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")  # an interpolation of a plain key: ${sweep_id}

@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from harness import provenance, store, tracking
-from harness.experiment import Experiment, config_hash, config_values
+from harness.signature import Experiment, config_hash, config_values
 from harness.sinks import PointInfo, Sinks
 from harness.tracking import Tracker
 
@@ -87,7 +87,7 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
             every_rows=values.get("stream_rows", 1000),
             every_s=values.get("stream_s", 10.0),
             say=say,
-            shown=lambda row: describe(row, params),
+            shown=lambda row: first_numbers(row, params),
             sinks=sinks,
         )
     returned = measure(experiment, params, params.get("seed", values["seed"]), tracker)
@@ -206,7 +206,7 @@ def metrics(row: dict, params: dict) -> dict:
     }
 
 
-def describe(row: dict, params: dict, shown: int = 4) -> str:
+def first_numbers(row: dict, params: dict, shown: int = 4) -> str:
     """A row's first few numbers, for a progress line: "step=1.2e+03 loss=0.41 ..."."""
     return " ".join(f"{k}={v:.4g}" for k, v in list(metrics(row, params).items())[:shown])
 

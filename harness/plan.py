@@ -20,7 +20,8 @@ from omegaconf.errors import OmegaConfBaseException
 from harness import store
 from harness.claims import validate as validate_claims
 from harness.config import HARNESS_KEYS, SET_BY_HARNESS, check_name, key_of
-from harness.experiment import BadInput, Experiment, config_hash, config_values, one_line
+from harness.errors import BadInput, one_line
+from harness.signature import Experiment, config_hash, config_values
 from harness.tables import validate_table
 
 ABSENT = object()

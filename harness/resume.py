@@ -17,8 +17,9 @@ from harness.config import (
     key_of,
     results_root,
 )
-from harness.experiment import BadInput, Experiment, config_hash, config_values
+from harness.errors import BadInput
 from harness.plan import Point, Sweep, sweep_of
+from harness.signature import Experiment, config_hash, config_values
 from harness.status import still_scheduled
 
 RESUME_SETTINGS = ("out", "resume", "wait", "sinks")  # what a resume may set besides Hydra's

@@ -21,7 +21,7 @@ from pathlib import Path
 from hydra.utils import instantiate
 
 from harness import store
-from harness.experiment import with_type
+from harness.errors import with_type
 
 log = logging.getLogger(__name__)
 

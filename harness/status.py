@@ -13,8 +13,8 @@ import pandas as pd
 
 from harness import launchers, store
 from harness.config import command
-from harness.experiment import BadInput, shorten
-from harness.job import describe
+from harness.errors import BadInput, shorten
+from harness.job import first_numbers
 
 ALIVE = ("pending", "running")  # the states of a point that a launcher still holds
 SLURM = "harness.launchers.slurm.SlurmLauncher"  # what older manifests' launches were
@@ -127,7 +127,7 @@ def _landed(rows: pd.DataFrame, manifest: dict) -> dict[int, tuple[str, str]]:
     latest = rows[rows["status"] == store.RUNNING].drop_duplicates("job", keep="last")
     for row in latest.to_dict("records"):
         row = {k: v for k, v in row.items() if not (isinstance(v, float) and pd.isna(v))}
-        said = describe(row, params.get(row["job"], {}))
+        said = first_numbers(row, params.get(row["job"], {}))
         age = pd.Timestamp.now(tz="UTC") - row["started_at"] - pd.Timedelta(row["duration_s"], "s")
         states[row["job"]] = (store.RUNNING, f"{said} ({age.total_seconds():.0f} s ago)")
     return states

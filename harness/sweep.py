@@ -26,11 +26,11 @@ from harness.config import (
     parse,
     split_flags,
 )
-from harness.describe import show
 from harness.dispatch import check_devices, launch, prepare_launcher
-from harness.experiment import BadInput, one_line
+from harness.errors import BadInput, one_line
 from harness.plan import SweepExists, absent_keys, discard, new_sweep_id, plan, write_manifest
 from harness.resume import resumed
+from harness.show import show
 from harness.status import compact_if_finished
 from harness.summary import report, resume_command, status_command
 

@@ -17,8 +17,8 @@ from omegaconf import OmegaConf
 from harness import store
 from harness.claims import claims_table, derived_tables
 from harness.config import CONF, HARNESS_KEYS
-from harness.experiment import Experiment, config_values
 from harness.plan import plan
+from harness.signature import Experiment, config_values
 from harness.tables import planned
 
 EXPERIMENTS = sorted(path.stem for path in (CONF / "experiment").glob("*.yaml"))

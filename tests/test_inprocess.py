@@ -12,9 +12,9 @@ from omegaconf import OmegaConf, open_dict
 
 from harness.config import CONF, available_experiments, compose_config
 from harness.dispatch import job_overrides
-from harness.experiment import config_values
 from harness.inprocess import InProcess
 from harness.plan import plan
+from harness.signature import config_values
 
 SUPPORT = Path(__file__).resolve().parent / "support"  # the probe experiments
 EXPERIMENTS = available_experiments()

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("harness", "experiments", "analysis")
@@ -53,16 +54,17 @@ def test_the_command_line_loads_no_report_or_experiment_module():
     assert loaded.stdout.strip() == "[]"
 
 
+def module_name(path: Path) -> str:
+    """harness/launchers/local.py -> harness.launchers.local; a package's __init__ -> it."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def test_harness_modules_import_each_other_without_a_cycle():
+    modules = {module_name(path) for path in (ROOT / "harness").rglob("*.py")}
     graph = {
-        path.stem: {
-            name.split(".")[1]
-            for name in imports(path)
-            if name.startswith("harness.")
-            and (ROOT / "harness" / f"{name.split('.')[1]}.py").exists()
-        }
-        - {path.stem}
-        for path in (ROOT / "harness").glob("*.py")
+        module_name(path): {name for name in imports(path) if name in modules} - {module_name(path)}
+        for path in (ROOT / "harness").rglob("*.py")
     }
     visiting, done = set(), set()
 
@@ -78,3 +80,29 @@ def test_harness_modules_import_each_other_without_a_cycle():
 
     for module in graph:
         visit(module, [])
+
+
+CONFIG_TARGETS = [  # what a config may name for the harness to import at run time
+    ("experiment/*.yaml", ("experiment", "run"), "experiments."),
+    ("experiment/*.yaml", ("experiment", "check"), "experiments."),
+    ("experiment/*.yaml", ("experiment", "report"), "analysis."),
+    ("hydra/launcher/*.yaml", ("_target_",), "harness.launchers."),
+    ("sinks/*.yaml", (None, "_target_"), "harness.sinks."),
+]
+
+
+@pytest.mark.parametrize("pattern, keys, package", CONFIG_TARGETS)
+def test_what_configs_name_to_import_is_of_its_layer(pattern, keys, package):
+    """The run-time imports that configs name (an experiment's function, check and report
+    module; a launcher; a sink) are of the layer each belongs to, so that the harness reaches
+    the experiments and the report only through what a config names."""
+    named = []
+    for path in sorted((ROOT / "conf").glob(pattern)):
+        node = yaml.safe_load(path.read_text()) or {}
+        values = [node]
+        for key in keys:  # None: every value of a mapping (sinks: name -> its node)
+            values = [v for value in values if isinstance(value, dict)
+                      for v in (value.values() if key is None else [value.get(key)])]  # fmt: skip
+        named += [(path.name, t) for v in values for t in ([v] if isinstance(v, str) else v or [])]
+    assert named, f"no config names a {'.'.join(map(str, keys))}"
+    assert all(target.startswith(package) for _, target in named), named

@@ -17,9 +17,9 @@ service) is one file: a class with these methods, named by a hydra/launcher/NAME
 A launcher's jobs run the harness's own job (harness.job.Job, its task function) wherever they
 run: in this process one after another (run_here), or in a process of their own (work; shipped
 and work_shipped carry them there as bytes), which takes this process's Hydra state with it.
-Hydra's plugin launchers (basic, joblib, ray, ...) keep Hydra's API: make() runs Hydra's basic
-launcher's jobs here as a loop (harness.inprocess) and hands any other plugin its jobs in
-batches (hydra_plugin.HydraPluginLauncher).
+Hydra's plugin launchers (basic, joblib, ray, ...) keep Hydra's API: harness.dispatch runs
+Hydra's basic launcher's jobs here as a loop (in_process) and hands any other plugin its jobs in
+batches (hydra_plugin).
 """
 
 from collections.abc import Iterable, Iterator
@@ -28,14 +28,13 @@ from pathlib import Path
 
 import cloudpickle
 from hydra.core.global_hydra import GlobalHydra
-from hydra.core.plugins import Plugins
 from hydra.core.singleton import Singleton
 from hydra.core.utils import run_job, setup_globals
-from hydra.utils import get_class, instantiate
+from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from harness.experiment import with_type
-from harness.hydra_internals import hydra_context, is_basic_launcher
+from harness.errors import with_type
+from harness.hydra_internals import hydra_context
 from harness.inprocess import InProcess
 
 
@@ -72,33 +71,6 @@ class Launcher:
     @classmethod
     def states(cls, placement: dict) -> dict[int, tuple[str, str]]:
         return {}
-
-
-def make(cfg: DictConfig, task_function) -> Launcher:
-    """The launcher cfg.hydra.launcher names, its settings checked first (preflight): one that
-    speaks the harness's protocol as it is, Hydra's basic launcher as this process's loop,
-    any other Hydra launcher plugin through HydraPluginLauncher."""
-    from harness.launchers.hydra_plugin import HydraPluginLauncher
-    from harness.launchers.in_process import InProcessLauncher
-
-    settings = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
-    target = settings.pop("_target_")
-    kind = get_class(target)
-    if hasattr(kind, "preflight"):
-        kind.preflight(settings)
-    context = hydra_context(cfg)
-    if target.startswith(("hydra.", "hydra_plugins.")):  # Hydra's plugins, by its registry
-        launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=context, task_function=task_function, config=cfg
-        )
-    else:
-        launcher = instantiate(cfg.hydra.launcher)
-        launcher.setup(hydra_context=context, task_function=task_function, config=cfg)
-    if hasattr(launcher, "follow"):
-        return launcher
-    if is_basic_launcher(launcher) and InProcess.suits(cfg):
-        return InProcessLauncher(cfg, task_function)
-    return HydraPluginLauncher(launcher, cfg, task_function)
 
 
 def run_here(config: DictConfig, task_function, jobs: Iterable[JobSpec]) -> Iterator[tuple]:

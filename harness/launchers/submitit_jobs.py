@@ -18,7 +18,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmitit
 from omegaconf import OmegaConf
 from submitit.core.utils import UncompletedJobError
 
-from harness.experiment import with_type
+from harness.errors import with_type
 from harness.launchers import JobSpec, Launcher, check_kinds, work
 
 # A local point's CUDA_VISIBLE_DEVICES: its GPU, or this process's own value (UNSET: none) when

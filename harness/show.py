@@ -10,7 +10,7 @@ from pathlib import Path
 from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig, OmegaConf
 
-from harness.claims import describe as describe_claim
+from harness.claims import statement
 from harness.config import (
     USER_KEYS,
     Flags,
@@ -22,9 +22,10 @@ from harness.config import (
     key_of,
     with_searchpath,
 )
-from harness.experiment import BadInput, Experiment, config_values
+from harness.errors import BadInput
 from harness.hydra_internals import show_info
 from harness.plan import Sweep, plan, seeded_grid
+from harness.signature import Experiment, config_values
 
 MISSING_KEY = object()
 USAGE = """usage: python -m harness [--config-dir DIR] +experiment=NAME [key=value | key=a,b,c ...]
@@ -110,7 +111,7 @@ def experiment_help(name: str, config_dirs: list[Path]) -> str:
     claims = values["experiment"].get("claims") or []
     if claims:
         lines += ["", "claims (checked over the sweep's planned points):"]
-        lines += [f"  - {describe_claim(claim)}" for claim in claims]
+        lines += [f"  - {statement(claim)}" for claim in claims]
     folders = "".join(f"--config-dir {folder} " for folder in config_dirs)
     lines += ["", f"run: python -m harness {folders}+experiment={name}"]
     return "\n".join(line for i, line in enumerate(lines) if line or lines[i - 1])

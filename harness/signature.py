@@ -17,8 +17,6 @@ import hashlib
 import importlib
 import inspect
 import json
-import os
-import sys
 import types
 import typing
 from collections.abc import Callable
@@ -28,11 +26,9 @@ from typing import Any, Literal
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
+from harness.errors import BadInput
+
 TRACKER = "tracker"  # the parameter through which a training experiment gets its Tracker
-
-
-class BadInput(Exception):
-    """Something the user typed or configured is wrong: one line, exit code 2."""
 
 
 @dataclass(frozen=True)
@@ -134,23 +130,6 @@ def _check(name: str, check: Callable, target: str, parameters: dict) -> tuple:
     return check, tuple(p.name for p in names)
 
 
-def one_line(error: BaseException) -> str:
-    """An exception's message on one line, for one-line errors."""
-    return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
-
-
-def shorten(text: str, limit: int = 160) -> str:
-    """A text (an error, say) of at most `limit` characters, on one line, for a table or a
-    progress line."""
-    text = one_line(text) if "\n" in text else text
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def with_type(error: BaseException) -> str:
-    """An exception as one line, its type first."""
-    return f"{type(error).__name__}: {one_line(error)}"
-
-
 def config_values(cfg: DictConfig) -> dict:
     """The config's own keys (not Hydra's), resolved, as plain Python values."""
     own = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
@@ -192,10 +171,3 @@ def _typed(name: str, value: Any, annotation: Any) -> Any:
 
 def _article(kind: type) -> str:
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[kind]
-
-
-def reader_gone() -> int:
-    """After a BrokenPipeError: stdout to /dev/null, so that exiting flushes nowhere rather than
-    into a second error; the exit code of a process killed by SIGPIPE (141)."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 141

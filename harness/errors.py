@@ -1,0 +1,34 @@
+"""Bad input and one-line messages: what the user typed or configured is wrong (BadInput: one
+line on stderr, exit code 2), and the helpers that make an exception one line for a message, a
+table or a progress line."""
+
+import os
+import sys
+
+
+class BadInput(Exception):
+    """Something the user typed or configured is wrong: one line, exit code 2."""
+
+
+def one_line(error: BaseException) -> str:
+    """An exception's message on one line, for one-line errors."""
+    return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
+
+def shorten(text: str, limit: int = 160) -> str:
+    """A text (an error, say) of at most `limit` characters, on one line, for a table or a
+    progress line."""
+    text = one_line(text) if "\n" in text else text
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def with_type(error: BaseException) -> str:
+    """An exception as one line, its type first."""
+    return f"{type(error).__name__}: {one_line(error)}"
+
+
+def reader_gone() -> int:
+    """After a BrokenPipeError: stdout to /dev/null, so that exiting flushes nowhere rather than
+    into a second error; the exit code of a process killed by SIGPIPE (141)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141
