@@ -45,6 +45,19 @@ def _environment(extra: dict | None) -> dict:
 
 
 @pytest.fixture
+def initialized():
+    """Hydra initialized with the harness's configs, as the command line initializes it; the
+    config loader."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from harness.config import CONF
+
+    with initialize_config_dir(config_dir=str(CONF), job_name="harness", version_base=None):
+        yield GlobalHydra.instance().config_loader()
+
+
+@pytest.fixture
 def harness(tmp_path):
     """Run `python -m harness ...` in a fresh working directory (outputs/ lands there)."""
 

@@ -2,6 +2,7 @@
 
 import pandas as pd
 import pytest
+from sweeps import write_jobs, write_plan
 
 from harness import store
 from harness.claims import claims_table
@@ -30,25 +31,15 @@ def write_sweep(
     root, values, sweep="20261129-120000-aaaa", statuses=None, total=None, experiment="exp014_tiled"
 ):
     frame = rows(values, statuses)
-    for row in frame.to_dict("records"):
-        if row["status"] != "ok":
-            row.pop("max_abs_diff")
-        store.write_rows(store.job_file(root, experiment, sweep, row["job"]), [row])
-    grid = rows([None] * (total or len(values)))
-    points = [
-        {"job": j, "overrides": [], "params": {"length": length, "block": block}}
-        for j, length, block in zip(grid["job"], grid["length"], grid["block"], strict=True)
+    written = [
+        {k: v for k, v in row.items() if row["status"] == "ok" or k != "max_abs_diff"}
+        for row in frame.to_dict("records")
     ]
-    store.write_manifest(
-        root,
-        {
-            "experiment": experiment,
-            "sweep": sweep,
-            "points": points,
-            "command": "python -m harness +experiment=exp014_tiled",
-            "experiment_config": CONFIG,
-        },
-    )
+    write_jobs(root, experiment, sweep, written)
+    grid = rows([None] * (total or len(values)))
+    params = [{"length": int(length), "block": int(block)}
+              for length, block in zip(grid["length"], grid["block"], strict=True)]  # fmt: skip
+    write_plan(root, experiment, sweep, params, CONFIG)
 
 
 def test_the_table_is_the_declared_pivot_with_gaps_for_failed_points():

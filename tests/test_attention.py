@@ -3,6 +3,7 @@ does."""
 
 import pytest
 import torch
+from shapes import SHAPES
 from torch.testing import assert_close
 
 from experiments.attention import (
@@ -17,17 +18,6 @@ from experiments.attention import (
     sdpa_attention,
     tiled_attention,
 )
-
-# (B, H, H_kv, L, D, block): odd lengths, a block longer than the sequence, blocks of one.
-SHAPES = [
-    (1, 8, 8, 128, 32, 64),
-    (2, 4, 4, 37, 16, 8),
-    (3, 2, 2, 100, 8, 128),
-    (1, 1, 1, 1, 4, 16),
-    (2, 3, 3, 17, 8, 1),
-    (1, 8, 2, 65, 16, 16),
-    (2, 4, 1, 50, 8, 7),
-]
 
 
 def qkv(batch, heads, kv_heads, length, head_dim, dtype=torch.float64, seed=0):

@@ -12,6 +12,7 @@ import duckdb
 import pandas as pd
 import pyarrow.dataset as ds
 import pytest
+from sweeps import write_jobs
 
 from harness import store
 
@@ -20,6 +21,7 @@ JOBS = 40
 
 def write_sweep(root, sweep, experiment="exp", jobs=range(JOBS), version=0):
     """One file per job; columns that only some jobs have (time_ms, note), a failed job."""
+    rows = []
     for job in jobs:
         row = {"job": job, "status": "ok", "length": 64 * (job + 1), "version": version}
         if job % 7 == 3:
@@ -28,7 +30,8 @@ def write_sweep(root, sweep, experiment="exp", jobs=range(JOBS), version=0):
             row["time_ms"] = 1.0 + job
         else:
             row["note"] = f"even {job}"
-        store.write_rows(store.job_file(root, experiment, sweep, job), [row])
+        rows.append(row)
+    write_jobs(root, experiment, sweep, rows)
 
 
 def files(root, sweep, experiment="exp"):

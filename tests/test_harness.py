@@ -403,9 +403,8 @@ def test_resume_may_give_an_oom_point_more_room_and_nothing_else(harness):
     assert result.returncode == 1 and "2 oom" in result.stdout, result.stdout + result.stderr
     (sweep,) = store.sweeps(harness.results, "exp016_backward_memory")
     refused = harness("+experiment=exp016_backward_memory", f"resume={sweep}", "length=64")
-    assert refused.returncode == 2 and "a resume may set out, wait, sinks, hydra.*, memory_cap_mib" in (
-        refused.stderr
-    )
+    may = "a resume may set out, wait, sinks, hydra.*, memory_cap_mib"
+    assert refused.returncode == 2 and may in refused.stderr
     resumed = harness("+experiment=exp016_backward_memory", f"resume={sweep}", "memory_cap_mib=0")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     rows = store.read(harness.results).sort_values("job")

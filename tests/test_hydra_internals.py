@@ -4,16 +4,9 @@ saying what moved, on a Hydra that changed them."""
 import inspect
 
 import pytest
-from hydra import initialize_config_dir
 from hydra.types import HydraContext
 
 from harness.config import CONF, compose_config
-
-
-@pytest.fixture
-def initialized():
-    with initialize_config_dir(config_dir=str(CONF), job_name="harness", version_base=None):
-        yield
 
 
 def test_the_private_names_are_where_the_harness_expects_them():

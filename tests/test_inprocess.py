@@ -21,12 +21,6 @@ EXPERIMENTS = available_experiments()
 SAMPLE = 7  # points per experiment, spread over its grid
 
 
-@pytest.fixture
-def initialized():
-    with initialize_config_dir(config_dir=str(CONF), job_name="harness", version_base=None):
-        yield GlobalHydra.instance().config_loader()
-
-
 def hydras_own(loader, master, overrides: list[str], job: int):
     """What BasicLauncher.launch composes for a job."""
     cfg = loader.load_sweep_config(master, overrides)

@@ -14,22 +14,18 @@ import pandas as pd
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+from sweeps import write_jobs
 
 from harness import store
 
 
 def write_sweep(root, experiment="exp", sweep="s1", jobs=3, extra=None):
-    for job in range(jobs):
-        row = {
-            "job": job,
-            "status": "ok",
-            "length": 128 * (job + 1),
-            "max_abs_diff": 0.5 * job,
-            "started_at": datetime.now(UTC),
-        }
-        if extra and job == jobs - 1:
-            row.update(extra)
-        store.write_rows(store.job_file(root, experiment, sweep, job), [row])
+    rows = [
+        {"job": job, "status": "ok", "length": 128 * (job + 1), "max_abs_diff": 0.5 * job,
+         "started_at": datetime.now(UTC), **(extra if extra and job == jobs - 1 else {})}
+        for job in range(jobs)
+    ]  # fmt: skip
+    write_jobs(root, experiment, sweep, rows)
 
 
 def test_rows_come_back_with_partition_columns_in_every_reader(tmp_path):
