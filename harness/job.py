@@ -98,9 +98,7 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
     if tracker is not None:
         tracker.finish(rows[len(tracker.rows) :])
     elif sinks is not None:  # a point without a tracker: its rows once they are stored
-        sinks.open()
-        sinks.write(rows)
-        sinks.close()
+        sinks.send(rows)
     _keep_package_list(store.sweep_dir(root, experiment.name, sweep))
     return summary(rows, params, last=tracker is not None)
 

@@ -59,6 +59,12 @@ class Sinks:
     def close(self) -> None:
         self._each("close")
 
+    def send(self, rows: list[dict]) -> None:
+        """A point's rows all at once (one without a tracker, at its end)."""
+        self.open()
+        self.write(rows)
+        self.close()
+
     def _each(self, method: str, *args) -> None:
         for name, sink in list(self.sinks.items()):
             try:
