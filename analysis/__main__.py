@@ -8,6 +8,7 @@ from pathlib import Path
 
 from analysis.compare import RULE
 from analysis.report import write_report
+from harness import files
 from harness.claims import FAILING, outcome
 from harness.errors import reader_gone
 
@@ -67,7 +68,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _compare(results: Path, args: argparse.Namespace) -> int:
     from analysis.compare import CompareError, compare, document, load
-    from harness import store
 
     factor = args.fail_on_regression
     if factor is not None and not factor > 0:
@@ -81,7 +81,7 @@ def _compare(results: Path, args: argparse.Namespace) -> int:
         return 2
     text, regressed = document(comparison, factor)
     path = args.out / "report" / f"compare-{args.sweep_a}-vs-{args.sweep_b}.md"
-    store.write_text(path, text)
+    files.write_text(path, text)
     print(text, end="")
     print(f"comparison: {path}")
     return 1 if regressed else 0

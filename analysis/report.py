@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import OmegaConf
 
-from harness import store
+from harness import files, store
 from harness.claims import claims_of, claims_table, derived_tables, report_module
 from harness.config import available_experiments, experiment_file
 from harness.status import compact_if_finished
@@ -146,7 +146,7 @@ def write_report(
         parts.append(text)
         claims.append(checked.assign(experiment=experiment, sweep=sweep))
     path = report_dir / "REPORT.md"
-    store.write_text(path, "\n".join(parts))
+    files.write_text(path, "\n".join(parts))
     all_claims = (
         pd.concat(claims, ignore_index=True) if claims else claims_table(pd.DataFrame(), {})
     )

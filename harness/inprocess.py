@@ -29,7 +29,7 @@ from hydra.core.override_parser.types import Override, OverrideType, ValueType
 from hydra.core.utils import configure_log
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from harness import store
+from harness import files
 from harness.errors import with_type
 from harness.signature import config_values
 
@@ -168,7 +168,7 @@ class InProcess:
         (folder / "overrides.yaml").write_text(yaml.dump(list(overrides), **YAML))
         if not self.saved_hydra:  # this run's: a resume may have changed the launcher
             shared = run_dir.parent / folder.name / "hydra.yaml"
-            store.write_text(shared, OmegaConf.to_yaml(OmegaConf.masked_copy(shape.cfg, "hydra")))
+            files.write_text(shared, OmegaConf.to_yaml(OmegaConf.masked_copy(shape.cfg, "hydra")))
             self.saved_hydra = True
 
     def config_yaml(self, values: dict) -> str:

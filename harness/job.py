@@ -14,7 +14,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from harness import provenance, store, tracking
+from harness import files, provenance, store, tracking
 from harness.signature import Experiment, config_hash, config_values
 from harness.sinks import PointInfo, Sinks
 from harness.tracking import Tracker
@@ -242,7 +242,7 @@ def _keep_package_list(folder: Path) -> None:
     listing = provenance.packages()
     path = folder / f"_packages-{provenance.packages_digest(listing)}.json"
     if not path.exists():
-        store.write_json(path, {"packages": list(listing)})
+        files.write_json(path, {"packages": list(listing)})
 
 
 def _seed_everything(seed: int) -> None:

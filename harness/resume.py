@@ -7,7 +7,7 @@ from pathlib import Path
 from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig
 
-from harness import store
+from harness import files, store
 from harness.config import (
     SET_BY_HARNESS,
     available_experiments,
@@ -177,7 +177,7 @@ def _unfinished(sweep: Sweep, manifest: dict, scheduled: set[int]) -> list[Point
         if p["job"] not in done and p["job"] not in scheduled
     ]  # fmt: skip
     folder = store.sweep_dir(sweep.results, name, sweep.id)
-    files = [store.job_file(sweep.results, name, sweep.id, p.job).name for p in points]
-    store.remove_temporaries(folder, store.STALE_S, of=files)  # their killed runs' too
+    names = [store.job_file(sweep.results, name, sweep.id, p.job).name for p in points]
+    files.remove_temporaries(folder, files.STALE_S, of=names)  # their killed runs' too
     store.release(sweep.results, name, sweep.id, [p.job for p in points])
     return points

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import launchers, store
+from harness import launchers, store, tracking
 from harness.config import command
 from harness.errors import BadInput, shorten
 from harness.job import first_numbers
@@ -104,7 +104,7 @@ def point_states(manifest: dict, rows: pd.DataFrame, results: Path) -> pd.DataFr
             path = store.job_file(results, manifest["experiment"], manifest["sweep"], job)
             if row_state == store.RUNNING and state in ALIVE:
                 detail = f"{detail}; {row_detail}"
-            elif row_state == store.RUNNING and store.still_running(path) is False:
+            elif row_state == store.RUNNING and tracking.still_running(path) is False:
                 state, detail = "killed", f"its process is gone; it last logged {row_detail}"
             else:
                 state, detail = row_state, row_detail

@@ -1,8 +1,8 @@
 """The Parquet result store: one file per job under ROOT/experiment=NAME/sweep=ID/.
 
-A job's rows are written to a hidden temporary file and renamed into place, so a reader never
-sees a partial file, and a job that runs again (resume, a SLURM requeue) replaces its own file
-instead of adding rows. The experiment and sweep live in the Hive-style path, not in the files,
+A job's rows are written whole or not at all (harness.files: a temporary name, renamed; page
+checksums and a digest of the rows, checked when read), so a reader never sees a partial file,
+and a job that runs again (resume, a SLURM requeue) replaces its own file instead of adding rows. The experiment and sweep live in the Hive-style path, not in the files,
 so pyarrow, pandas and DuckDB all read them as partition columns. Sweep-level files (the
 manifest, package lists, the compaction lock) start with "_", which those readers skip.
 
@@ -14,23 +14,18 @@ rows of its job), else the newest compacted file holding the job.
 A file that cannot be trusted is skipped by every reader, named once per process on stderr,
 and its point counts as not run: one that cannot be read, fails its Parquet page checksums,
 whose rows no longer match the digest written into its metadata (a flipped byte that Parquet
-itself would read as another value), or a job file holding another job's rows. Resume reads
+itself would read as another value) or carries none, or a job file holding another job's rows. Resume reads
 the sweep, moves the files that read skipped aside (set_aside) under a name no Parquet reader
 lists, and reruns their points.
 """
 
 import contextlib
 import fcntl
-import functools
 import glob
-import hashlib
 import json
 import os
 import re
-import secrets
-import signal
 import sys
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -41,36 +36,21 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
+
+from harness import files
 
 MANIFEST = "_sweep.json"
 LOCK = "_compact.lock"  # held while a compaction or a resume rewrites a sweep's files
 COMPACTED = re.compile(r"compacted-(\d+)\.parquet")
 JOB = re.compile(r"job-(\d+)\.parquet")
-STALE_S = 3600  # a hidden temporary file this old is a killed writer's: no write takes an hour
 READ_ATTEMPTS = 50  # a read retries while compactions change the folder under it
 # A point's answer: resume skips these. Other statuses (failed, killed, oom, timeout) rerun.
 DONE = ("ok", "unsupported")
 RUNNING = "running"  # the rows a training job lands before it ends (harness.tracking)
 PARTITIONS = pa.schema([("experiment", pa.string()), ("sweep", pa.string())])
-# Each file's metadata holds a digest of its rows, checked on read: of their values (a table of
-# up to SMALL cells, a point's rows: no Parquet round trip to take it), or of the table as a
-# Parquet reader returns it (a bigger one, which its values would take longer to list).
-DIGEST = b"harness_rows_sha256"
-VALUES_DIGEST = b"harness_values_sha256"
-SMALL = 10_000
-STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # what a merge finishes before obeying
 SET_ASIDE = "_damaged-"  # the prefix of a damaged file moved aside: neither "." nor ".parquet"
 _named: dict[Path, str] = {}  # the damaged files this process has named, and why
 _named_columns: set[str] = set()  # the columns of two kinds this process has named
-
-
-class DamagedFile(Exception):
-    """A row file that cannot be trusted (see the module's docstring)."""
-
-    def __init__(self, path: Path, reason: str):
-        super().__init__(f"{path}: {reason}")
-        self.path, self.reason = path, reason
 
 
 # The harness's own columns and their types; parameters and metrics are typed by their values.
@@ -116,14 +96,14 @@ def write_rows(path: Path, rows: list[dict]) -> None:
     reads as missing or damaged, so its point counts as not run and resume reruns it. What
     holds rows that exist nowhere else (a compacted file, the job files release moves out of
     one) is forced to disk before its sources go."""
-    _write_table(path, rows_to_table(rows), sync=False)
+    files.write_table(path, rows_to_table(rows), sync=False)
 
 
 def job_rows(path: Path) -> list[dict]:
     """The rows of a job's own file, as dicts; none when it is missing or damaged."""
     try:
-        table, _ = _read_file(Path(path))
-    except (FileNotFoundError, DamagedFile):
+        table, _ = files.read_table(Path(path))
+    except (FileNotFoundError, files.DamagedFile):
         return []
     return table.to_pylist()
 
@@ -147,24 +127,11 @@ def rows_to_table(rows: list[dict]) -> pa.Table:
     return pa.table(arrays)
 
 
-def write_json(path: Path, data: dict) -> None:
-    """Write a JSON file atomically (the manifest, package lists)."""
-    write_text(path, json.dumps(data, indent=2, default=str) + "\n")
-
-
-def write_text(path: Path, text: str) -> None:
-    replace_atomically(path, lambda tmp: Path(tmp).write_text(text))
-
-
-def read_json(path: Path) -> dict:
-    return json.loads(Path(path).read_text())
-
-
 def read_manifest(root: Path, experiment: str, sweep: str) -> dict | None:
     """The sweep's manifest; None when it is missing or cannot be read (named on stderr)."""
     path = sweep_dir(root, experiment, sweep) / MANIFEST
     try:
-        manifest = read_json(path)
+        manifest = files.read_json(path)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as error:
@@ -211,7 +178,7 @@ def write_manifest(root: Path, manifest: dict, new: bool = False) -> None:
         path.parent.mkdir()
     header = json.dumps({k: v for k, v in manifest.items() if k != "points"}, indent=2, default=str)
     points = ",\n".join(json.dumps(point, default=str) for point in manifest["points"])
-    write_text(path, f'{header[:-2]},\n  "points": [\n{points}\n]}}\n')
+    files.write_text(path, f'{header[:-2]},\n  "points": [\n{points}\n]}}\n')
 
 
 def sweeps(root: Path, experiment: str) -> list[str]:
@@ -282,14 +249,14 @@ def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[
     absorbed file is removed, so no row is ever out of sight: `read` sees each row once
     throughout, and pandas, pyarrow and DuckDB see each row once again when it returns. A job
     file that a job rewrote after it was merged is kept: it is newer, and `read` prefers it.
-    Temporary files that writers killed mid-write left behind (older than STALE_S) go too. A
+    Temporary files that writers killed mid-write left behind (older than files.STALE_S) go too. A
     sweep with a training job that has not ended (rows "running") is left as it is: (None, []).
     """
     folder = sweep_dir(root, experiment, sweep)
     if not folder.is_dir():
         return None, []
-    with _sweep_lock(folder), _uninterrupted():
-        remove_temporaries(folder, older_than_s=STALE_S)
+    with _sweep_lock(folder), files.uninterrupted():
+        files.remove_temporaries(folder, older_than_s=files.STALE_S)
         names = _listing(folder)
         if len(names) <= 1 and _compacted(names) == names:  # nothing, or one compacted file
             return (folder / names[0] if names else None), []
@@ -300,7 +267,7 @@ def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[
         if not identities or any(_running(table) for table in parts.values()):
             return None, []  # every file damaged, or a training job still going: not ended
         path = folder / f"compacted-{_next_generation(names):06d}.parquet"
-        _write_table(path, _by_job(_concat(list(parts.values()))))
+        files.write_table(path, _by_job(_concat(list(parts.values()))))
         _remove_unchanged(folder, identities)
     return path, sorted(identities)
 
@@ -331,7 +298,7 @@ def release(root: Path, experiment: str, sweep: str, jobs: Iterable[int]) -> lis
     folder = sweep_dir(root, experiment, sweep)
     if not _compacted(_listing(folder)):  # never compacted: nothing to move, nothing to lock
         return []
-    with _sweep_lock(folder), _uninterrupted():
+    with _sweep_lock(folder), files.uninterrupted():
         names = _listing(folder)
         own = set(_job_files(names))  # their compacted rows are stale: dropped below
         parts, _ = _read_parts(folder, _compacted(names))
@@ -343,13 +310,13 @@ def release(root: Path, experiment: str, sweep: str, jobs: Iterable[int]) -> lis
         if not moved:
             return []
         for job, rows in moved.items():
-            _write_table(job_file(root, experiment, sweep, job), _without_empty_columns(rows))
+            files.write_table(job_file(root, experiment, sweep, job), _without_empty_columns(rows))
         kept = merged.filter(pc.invert(pc.or_(moving, _is_in(merged["job"], own))))
         if kept.num_rows:
-            _write_table(folder / f"compacted-{_next_generation(names):06d}.parquet", kept)
+            files.write_table(folder / f"compacted-{_next_generation(names):06d}.parquet", kept)
         for name in _compacted(names):
             (folder / name).unlink(missing_ok=True)
-        _fsync_dir(folder)
+        files.fsync_dir(folder)
     return sorted(moved)
 
 
@@ -445,94 +412,10 @@ def _read_parts(folder: Path, names: list[str]) -> tuple[dict[str, pa.Table], di
 def _trusted(path: Path) -> tuple[pa.Table, tuple[int, int, int]] | None:
     """_read_file's rows and identity, or None for a damaged file (named once on stderr)."""
     try:
-        return _read_file(path)
-    except DamagedFile as damaged:
+        return files.read_table(path)
+    except files.DamagedFile as damaged:
         _name_once(damaged.path, damaged.reason)
         return None
-
-
-def _read_file(path: Path) -> tuple[pa.Table, tuple[int, int, int]]:
-    """A file's rows and identity (inode, mtime, size) from one open: what was read is what
-    the identity names, even if the file is replaced a moment later. DamagedFile when the rows
-    cannot be trusted (see the module's docstring)."""
-    try:
-        with open(path, "rb") as f:
-            data, stat = f.read(), os.fstat(f.fileno())
-    except FileNotFoundError:
-        if path.is_symlink():
-            raise DamagedFile(path, "a symbolic link to nothing") from None
-        raise  # gone since the listing: a compaction took it
-    except OSError as error:  # a folder, a socket, another user's file
-        said = f"cannot be read ({type(error).__name__}: {error.strerror})"
-        raise DamagedFile(path, said) from None
-    try:
-        parquet = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True)
-        table = parquet.read(use_threads=False)
-        metadata = table.schema.metadata or {}
-        table = table.replace_schema_metadata(None)
-        digests = {VALUES_DIGEST: _values_digest, DIGEST: _digest}
-        kind = next((key for key in digests if key in metadata), None)
-        intact = kind is not None and metadata[kind] == digests[kind](table).encode()
-    except Exception as error:  # whatever a damaged file makes the reader raise
-        raise DamagedFile(path, f"unreadable ({type(error).__name__}: {error})") from None
-    if kind is None:
-        raise DamagedFile(path, "it carries no digest of its rows: not written by the harness")
-    if not intact:
-        raise DamagedFile(path, "its rows differ from those written (digest mismatch)")
-    own = JOB.fullmatch(path.name)
-    jobs = set(table["job"].to_pylist()) if "job" in table.column_names else set()
-    if own and jobs != {int(own[1])}:
-        raise DamagedFile(path, f"a file of job {int(own[1])} holding rows of jobs {sorted(jobs)}")
-    return table, (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-
-
-def _digest(table: pa.Table) -> str:
-    """A digest of a table as a Parquet reader returns it (types and values, as Arrow IPC).
-
-    Taken of the table read back (_as_read), never of the table as built: a reader lays out
-    buffers its own way (a validity buffer where no value is null, its own values under a
-    null, a slice's parent's bits), and the IPC bytes carry all of that."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return hashlib.sha256(sink.getvalue()).hexdigest()
-
-
-def _values_digest(table: pa.Table) -> str:
-    """A digest of a table's column names, types and values, whatever the buffers' layout:
-    the same for the table as built and as any Parquet reader returns it. Times are listed as
-    the integers they are stored as, not as the datetime objects a pyarrow release makes."""
-    listed = [
-        (
-            field.name,
-            _type_name(field.type),
-            field.nullable,
-            (column.cast(pa.int64()) if pa.types.is_timestamp(field.type) else column).to_pylist(),
-        )
-        for field, column in zip(table.schema, table.columns, strict=True)
-    ]
-    return hashlib.sha256(repr(listed).encode()).hexdigest()
-
-
-@functools.cache
-def _type_name(type_: pa.DataType) -> str:
-    """A type as text, without the names of list items (Parquet names them its own way)."""
-    if pa.types.is_list(type_) or pa.types.is_large_list(type_):
-        item = type_.value_field
-        return f"{type_.__class__.__name__}<{_type_name(item.type)}, {item.nullable}>"
-    if pa.types.is_struct(type_):
-        fields = [type_.field(i) for i in range(type_.num_fields)]
-        inner = ", ".join(f"{f.name}: {_type_name(f.type)}, {f.nullable}" for f in fields)
-        return f"struct<{inner}>"
-    return str(type_)
-
-
-def _as_read(table: pa.Table) -> pa.Table:
-    """The table as it will read back from Parquet (its buffers laid out as a reader lays them,
-    list fields named as Parquet names them): what _digest is taken of when writing."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink)
-    return pq.ParquetFile(pa.BufferReader(sink.getvalue())).read(use_threads=False)
 
 
 def set_aside(root: Path, experiment: str, sweep: str) -> list[Path]:
@@ -547,7 +430,7 @@ def set_aside(root: Path, experiment: str, sweep: str) -> list[Path]:
             os.replace(path, target)
             moved.append(target)
         if moved:
-            _fsync_dir(folder)
+            files.fsync_dir(folder)
     return moved
 
 
@@ -588,8 +471,8 @@ def _name_once(path: Path, reason: str) -> None:
 
 def _jobs(path: Path) -> set[int]:
     try:
-        table, _ = _read_file(path)
-    except DamagedFile as damaged:
+        table, _ = files.read_table(path)
+    except files.DamagedFile as damaged:
         _name_once(damaged.path, damaged.reason)
         return set()
     return set(table["job"].to_pylist()) if "job" in table.column_names else set()
@@ -696,27 +579,13 @@ def _with_partitions(table: pa.Table, folder: Path) -> pa.Table:
     return table
 
 
-def remove_temporaries(
-    folder: Path, older_than_s: float | None = None, of: Iterable[str] = ()
-) -> None:
-    """Remove the hidden temporary files (".NAME.PID.HEX.tmp") that writers killed mid-write
-    left in `folder`: those older than `older_than_s`, and those of the file names `of` (whose
-    writers are known to be gone), whatever their age."""
-    now, names = time.time(), tuple(f".{name}." for name in of)
-    for path in Path(folder).glob(".*.tmp"):
-        with contextlib.suppress(FileNotFoundError):
-            old = older_than_s is not None and now - path.stat().st_mtime > older_than_s
-            if old or path.name.startswith(names):
-                path.unlink()
-
-
 def prune(root: Path, experiment: str, sweep: str) -> bool:
-    """Remove a sweep folder that holds nothing but temporaries older than STALE_S (a sweep
+    """Remove a sweep folder that holds nothing but temporaries older than files.STALE_S (a sweep
     whose manifest a kill cut short, planned and never started): whether it went."""
     folder = sweep_dir(root, experiment, sweep)
     if (folder / MANIFEST).exists() or _listing(folder):
         return False
-    remove_temporaries(folder, older_than_s=STALE_S)
+    files.remove_temporaries(folder, older_than_s=files.STALE_S)
     with contextlib.suppress(OSError):
         for path in folder.iterdir():
             if path.name != LOCK:
@@ -737,61 +606,7 @@ def _remove_unchanged(folder: Path, identities: dict[str, tuple[int, int, int]])
             continue
         if (stat.st_ino, stat.st_mtime_ns, stat.st_size) == identity:
             path.unlink(missing_ok=True)
-    _fsync_dir(folder)
-
-
-def hold_running(path: Path):
-    """Mark the job of file `path` as running in this process: a lock (_job-N.running, beside
-    the job's file) that this process holds until release_running, or its death, lets it go."""
-    marker = open(_running_marker(path), "a")  # noqa: SIM115 (held until release_running)
-    fcntl.flock(marker, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    return marker
-
-
-def release_running(marker) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(marker.name)
-    marker.close()
-
-
-def still_running(path: Path) -> bool | None:
-    """Whether a process holds the job's running mark (hold_running); None where it has none
-    (the job ended, or its store predates the mark)."""
-    try:
-        with open(_running_marker(path), "rb") as marker:
-            fcntl.flock(marker, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return None
-    return False
-
-
-def _running_marker(path: Path) -> Path:
-    return Path(path).with_name(f"_{Path(path).stem}.running")
-
-
-@contextmanager
-def _uninterrupted() -> Iterator[None]:
-    """Ctrl-C, SIGTERM and SIGHUP wait until the block is done, then take effect: a merge (or
-    a release) never stops between writing its file and removing what it replaces, so readers
-    never see both (only SIGKILL can cut it there; the next compaction mends it)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-
-    def wait(number, frame):
-        caught.append(number)
-
-    previous = {stop: signal.signal(stop, wait) for stop in STOPS}
-    try:
-        yield
-    finally:
-        for stop, handler in previous.items():
-            signal.signal(stop, handler)
-        if caught:
-            signal.raise_signal(caught[0])
+    files.fsync_dir(folder)
 
 
 @contextmanager
@@ -806,43 +621,3 @@ def _sweep_lock(folder: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _write_table(path: Path, table: pa.Table, sync: bool = True) -> None:
-    """Write rows with Parquet page checksums and a digest of the rows in the file's metadata."""
-    small = table.num_rows * table.num_columns <= SMALL  # a point's rows: no dictionaries
-    if small:
-        table = table.replace_schema_metadata({VALUES_DIGEST: _values_digest(table)})
-    else:
-        table = table.replace_schema_metadata({DIGEST: _digest(_as_read(table))})
-
-    def write(tmp: Path) -> None:
-        with open(tmp, "wb") as f:
-            pq.write_table(table, f, write_page_checksum=True, use_dictionary=not small)
-
-    replace_atomically(path, write, sync)
-
-
-def replace_atomically(path: Path, write, sync: bool = True) -> None:
-    """Write a file under a temporary name and rename it into place; `sync`: on disk first."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Unique across the nodes of a shared file system too, where pids repeat.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        write(tmp)
-        if sync:
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    if sync:
-        _fsync_dir(path.parent)
-
-
-def _fsync_dir(folder: Path) -> None:
-    directory = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)

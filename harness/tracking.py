@@ -22,7 +22,9 @@ any experiment does). Through it the experiment:
 """
 
 import contextlib
+import fcntl
 import io
+import os
 import pickle
 import signal
 import threading
@@ -30,7 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness import store
+from harness import files, store
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -71,8 +73,8 @@ class Tracker:
         self.oldest: float | None = None  # when the oldest row not landed yet was logged
         self.stopping = False
         self.store_error: OSError | None = None  # the store could not take rows or a checkpoint
-        store.remove_temporaries(self.folder, older_than_s=0)  # killed runs': the job's own
-        self._marker = store.hold_running(self.path)  # status tells a dead run from a live one
+        files.remove_temporaries(self.folder, older_than_s=0)  # killed runs': the job's own
+        self._marker = hold_running(self.path)  # status tells a dead run from a live one
         self._requeue: Callable[[], None] | None = None  # submitit's handler, when deferred
         self._lock = threading.Lock()  # rows and landed
         self._writing = threading.Lock()  # one write of the job's file at a time
@@ -111,7 +113,7 @@ class Tracker:
         torch.save(saved, buffer)
         checkpoint = self.folder / CHECKPOINT
         try:
-            store.replace_atomically(
+            files.replace_atomically(
                 checkpoint, lambda tmp: tmp.write_bytes(buffer.getbuffer()), False
             )
         except OSError as error:
@@ -196,7 +198,7 @@ class Tracker:
         self._closed = True
         self._wake.set()
         self._thread.join()
-        store.release_running(self._marker)
+        release_running(self._marker)
         return self.rows
 
     @contextlib.contextmanager
@@ -249,3 +251,34 @@ class Tracker:
             except Exception as error:  # raised in the experiment at its next log or save
                 self._failed = error
                 return
+
+
+def hold_running(path: Path):
+    """Mark the job of file `path` as running in this process: a lock (_job-N.running, beside
+    the job's file) that this process holds until release_running, or its death, lets it go."""
+    marker = open(_running_marker(path), "a")  # noqa: SIM115 (held until release_running)
+    fcntl.flock(marker, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return marker
+
+
+def release_running(marker) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(marker.name)
+    marker.close()
+
+
+def still_running(path: Path) -> bool | None:
+    """Whether a process holds the job's running mark (hold_running); None where it has none
+    (the job ended, or its store predates the mark)."""
+    try:
+        with open(_running_marker(path), "rb") as marker:
+            fcntl.flock(marker, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    return False
+
+
+def _running_marker(path: Path) -> Path:
+    return Path(path).with_name(f"_{Path(path).stem}.running")

@@ -22,7 +22,7 @@ import torch
 from probes import PROBE_PATH, SUPPORT, arrivals, wait_for
 from sweeps import own_file
 
-from harness import store
+from harness import files, store
 from harness.cli import main
 from harness.plan import new_sweep_id
 
@@ -415,7 +415,7 @@ def test_a_temporary_file_a_kill_left_goes_at_the_next_resume_or_report(harness,
     cut.mkdir()
     manifest_left = cut / "._sweep.json.999.abcd1234.tmp"
     manifest_left.write_text('{"points": [')
-    hour_ago = datetime.now(UTC).timestamp() - 2 * store.STALE_S
+    hour_ago = datetime.now(UTC).timestamp() - 2 * files.STALE_S
     os.utime(manifest_left, (hour_ago, hour_ago))
     assert harness("+experiment=exp014_tiled", f"resume={sweep}").returncode == 0
     assert not left.exists(), "the rerun point's temporary goes at its resume"

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from sweeps import write_jobs
 
-from harness import store
+from harness import files, store
 
 
 def write_sweep(root, experiment="exp", sweep="s1", jobs=3, extra=None):
@@ -76,7 +76,7 @@ def test_a_job_that_runs_again_replaces_its_rows(tmp_path):
 def test_hidden_and_underscore_files_are_not_rows(tmp_path):
     write_sweep(tmp_path, jobs=1)
     folder = store.sweep_dir(tmp_path, "exp", "s1")
-    store.write_json(folder / store.MANIFEST, {"points": []})
+    files.write_json(folder / store.MANIFEST, {"points": []})
     (folder / ".job-000009.parquet.123.tmp").write_bytes(b"PAR1 half a file")
     assert len(store.read(tmp_path)) == 1
     assert len(pd.read_parquet(tmp_path)) == 1
@@ -169,10 +169,10 @@ def test_a_job_file_holding_another_jobs_rows_is_damaged(tmp_path, capsys):
     assert "a file of job 1 holding rows of jobs [0]" in capsys.readouterr().err
 
 
-# A file's rows are digested by value up to store.SMALL cells, else as a Parquet reader returns
+# A file's rows are digested by value up to files.SMALL cells, else as a Parquet reader returns
 # them: with SMALL at 0, every table takes the second kind.
 DIGESTS = pytest.mark.parametrize(
-    "small", [store.SMALL, 0], ids=["values digest", "digest of the table as read"]
+    "small", [files.SMALL, 0], ids=["values digest", "digest of the table as read"]
 )
 
 
@@ -182,7 +182,7 @@ def test_no_flipped_byte_changes_a_value_silently(tmp_path, nested, small, monke
     """Parquet page checksums catch a flip in the data pages, the rows' digest in the file's
     metadata one that Parquet would read as another value (about 1 in 100 offsets without it),
     with flat columns (some all null, some partly) and with a list column."""
-    monkeypatch.setattr(store, "SMALL", small)
+    monkeypatch.setattr(files, "SMALL", small)
     path = store.job_file(tmp_path, "exp", "s1", 3)
     row = {"job": 3, "status": "ok", "length": 1024, "max_abs_diff": 3.5e-7, "error": None,
            "slurm_restarts": None, "slurm_job_id": None,
@@ -190,17 +190,17 @@ def test_no_flipped_byte_changes_a_value_silently(tmp_path, nested, small, monke
     if nested:
         row["time_samples_ms"] = [1.0, 2.5]
     store.write_rows(path, [row, {**row, "length": None, "error": "x", "slurm_restarts": 2}])
-    kind = store.VALUES_DIGEST if small else store.DIGEST
+    kind = files.VALUES_DIGEST if small else files.DIGEST
     assert list(pq.read_schema(path).metadata) == [kind]
-    written, _ = store._read_file(path)
+    written, _ = files.read_table(path)
     data, silent = path.read_bytes(), []
     for offset in range(len(data)):
         flipped = bytearray(data)
         flipped[offset] ^= 0xFF
         path.write_bytes(bytes(flipped))
         try:
-            table, _ = store._read_file(path)
-        except store.DamagedFile:
+            table, _ = files.read_table(path)
+        except files.DamagedFile:
             continue
         if not table.equals(written):
             silent.append(offset)
@@ -211,7 +211,7 @@ def test_no_flipped_byte_changes_a_value_silently(tmp_path, nested, small, monke
 def test_every_table_reads_back_matching_its_digest(tmp_path, small, monkeypatch):
     """Whatever a Parquet reader puts under a null, or however it lays out the buffers, the rows
     it returns match the digest; slices of a bigger table too (what release writes)."""
-    monkeypatch.setattr(store, "SMALL", small)
+    monkeypatch.setattr(files, "SMALL", small)
     rng = random.Random(0)
     values = {
         "int": lambda: rng.randint(-(2**62), 2**62),
@@ -231,11 +231,11 @@ def test_every_table_reads_back_matching_its_digest(tmp_path, small, monkeypatch
         ]
         rows = [{"job": 1, **row} for row in rows]
         store.write_rows(path, rows)
-        table, _ = store._read_file(path)  # DamagedFile on a digest mismatch
+        table, _ = files.read_table(path)  # DamagedFile on a digest mismatch
         assert table.num_rows == len(rows)
         start = rng.randint(0, len(rows) - 1)
-        store._write_table(path, table.slice(start, rng.randint(1, len(rows) - start)))
-        store._read_file(path)
+        files.write_table(path, table.slice(start, rng.randint(1, len(rows) - start)))
+        files.read_table(path)
 
 
 def test_compact_removes_what_killed_writers_left_and_keeps_fresh_temporaries(tmp_path):
@@ -247,7 +247,7 @@ def test_compact_removes_what_killed_writers_left_and_keeps_fresh_temporaries(tm
     )
     for path in (stale, fresh):
         path.write_bytes(b"half a write")
-    old = time.time() - store.STALE_S - 60
+    old = time.time() - files.STALE_S - 60
     os.utime(stale, (old, old))
     store.compact(tmp_path, "exp", "s1")
     assert not stale.exists() and fresh.exists(), "a fresh one may be a writer at work"

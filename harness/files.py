@@ -1,0 +1,220 @@
+"""One file of the harness's, written whole or not at all and read back checked.
+
+Every file is written under a hidden temporary name and renamed into place (replace_atomically),
+so a reader sees all of it or none; a writer killed mid-write leaves only the temporary, which
+remove_temporaries takes away once its writer is known to be gone or an hour has passed. A row
+file (write_table) carries Parquet page checksums and, in its metadata, a digest of its rows;
+read_table checks both and raises DamagedFile for a file that cannot be trusted. uninterrupted()
+holds off Ctrl-C, SIGTERM and SIGHUP while a file replaces others, so that no reader sees both.
+"""
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import re
+import secrets
+import signal
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+STALE_S = 3600  # a hidden temporary file this old is a killed writer's: no write takes an hour
+# Each file's metadata holds a digest of its rows, checked on read: of their values (a table of
+# up to SMALL cells, a point's rows: no Parquet round trip to take it), or of the table as a
+# Parquet reader returns it (a bigger one, which its values would take longer to list).
+DIGEST = b"harness_rows_sha256"
+VALUES_DIGEST = b"harness_values_sha256"
+SMALL = 10_000
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # what a merge finishes before obeying
+JOB = re.compile(r"job-(\d+)\.parquet")
+
+
+class DamagedFile(Exception):
+    """A row file that cannot be trusted (see the module's docstring)."""
+
+    def __init__(self, path: Path, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
+def write_table(path: Path, table: pa.Table, sync: bool = True) -> None:
+    """Write rows with Parquet page checksums and a digest of the rows in the file's metadata."""
+    small = table.num_rows * table.num_columns <= SMALL  # a point's rows: no dictionaries
+    if small:
+        table = table.replace_schema_metadata({VALUES_DIGEST: _values_digest(table)})
+    else:
+        table = table.replace_schema_metadata({DIGEST: _digest(_as_read(table))})
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            pq.write_table(table, f, write_page_checksum=True, use_dictionary=not small)
+
+    replace_atomically(path, write, sync)
+
+
+def read_table(path: Path) -> tuple[pa.Table, tuple[int, int, int]]:
+    """A file's rows and identity (inode, mtime, size) from one open: what was read is what
+    the identity names, even if the file is replaced a moment later. DamagedFile when the rows
+    cannot be trusted (see the module's docstring)."""
+    try:
+        with open(path, "rb") as f:
+            data, stat = f.read(), os.fstat(f.fileno())
+    except FileNotFoundError:
+        if path.is_symlink():
+            raise DamagedFile(path, "a symbolic link to nothing") from None
+        raise  # gone since the listing: a compaction took it
+    except OSError as error:  # a folder, a socket, another user's file
+        said = f"cannot be read ({type(error).__name__}: {error.strerror})"
+        raise DamagedFile(path, said) from None
+    try:
+        parquet = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True)
+        table = parquet.read(use_threads=False)
+        metadata = table.schema.metadata or {}
+        table = table.replace_schema_metadata(None)
+        digests = {VALUES_DIGEST: _values_digest, DIGEST: _digest}
+        kind = next((key for key in digests if key in metadata), None)
+        intact = kind is not None and metadata[kind] == digests[kind](table).encode()
+    except Exception as error:  # whatever a damaged file makes the reader raise
+        raise DamagedFile(path, f"unreadable ({type(error).__name__}: {error})") from None
+    if kind is None:
+        raise DamagedFile(path, "it carries no digest of its rows: not written by the harness")
+    if not intact:
+        raise DamagedFile(path, "its rows differ from those written (digest mismatch)")
+    own = JOB.fullmatch(path.name)
+    jobs = set(table["job"].to_pylist()) if "job" in table.column_names else set()
+    if own and jobs != {int(own[1])}:
+        raise DamagedFile(path, f"a file of job {int(own[1])} holding rows of jobs {sorted(jobs)}")
+    return table, (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+
+
+def replace_atomically(path: Path, write, sync: bool = True) -> None:
+    """Write a file under a temporary name and rename it into place; `sync`: on disk first."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Unique across the nodes of a shared file system too, where pids repeat.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        write(tmp)
+        if sync:
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if sync:
+        fsync_dir(path.parent)
+
+
+def fsync_dir(folder: Path) -> None:
+    directory = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def write_text(path: Path, text: str) -> None:
+    replace_atomically(path, lambda tmp: Path(tmp).write_text(text))
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write a JSON file atomically (the manifest, package lists)."""
+    write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def remove_temporaries(
+    folder: Path, older_than_s: float | None = None, of: Iterable[str] = ()
+) -> None:
+    """Remove the hidden temporary files (".NAME.PID.HEX.tmp") that writers killed mid-write
+    left in `folder`: those older than `older_than_s`, and those of the file names `of` (whose
+    writers are known to be gone), whatever their age."""
+    now, names = time.time(), tuple(f".{name}." for name in of)
+    for path in Path(folder).glob(".*.tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            old = older_than_s is not None and now - path.stat().st_mtime > older_than_s
+            if old or path.name.startswith(names):
+                path.unlink()
+
+
+@contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP wait until the block is done, then take effect: a merge (or
+    a release) never stops between writing its file and removing what it replaces, so readers
+    never see both (only SIGKILL can cut it there; the next compaction mends it)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def wait(number, frame):
+        caught.append(number)
+
+    previous = {stop: signal.signal(stop, wait) for stop in STOPS}
+    try:
+        yield
+    finally:
+        for stop, handler in previous.items():
+            signal.signal(stop, handler)
+        if caught:
+            signal.raise_signal(caught[0])
+
+
+def _digest(table: pa.Table) -> str:
+    """A digest of a table as a Parquet reader returns it (types and values, as Arrow IPC).
+
+    Taken of the table read back (_as_read), never of the table as built: a reader lays out
+    buffers its own way (a validity buffer where no value is null, its own values under a
+    null, a slice's parent's bits), and the IPC bytes carry all of that."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return hashlib.sha256(sink.getvalue()).hexdigest()
+
+
+def _values_digest(table: pa.Table) -> str:
+    """A digest of a table's column names, types and values, whatever the buffers' layout:
+    the same for the table as built and as any Parquet reader returns it. Times are listed as
+    the integers they are stored as, not as the datetime objects a pyarrow release makes."""
+    listed = [
+        (
+            field.name,
+            _type_name(field.type),
+            field.nullable,
+            (column.cast(pa.int64()) if pa.types.is_timestamp(field.type) else column).to_pylist(),
+        )
+        for field, column in zip(table.schema, table.columns, strict=True)
+    ]
+    return hashlib.sha256(repr(listed).encode()).hexdigest()
+
+
+@functools.cache
+def _type_name(type_: pa.DataType) -> str:
+    """A type as text, without the names of list items (Parquet names them its own way)."""
+    if pa.types.is_list(type_) or pa.types.is_large_list(type_):
+        item = type_.value_field
+        return f"{type_.__class__.__name__}<{_type_name(item.type)}, {item.nullable}>"
+    if pa.types.is_struct(type_):
+        fields = [type_.field(i) for i in range(type_.num_fields)]
+        inner = ", ".join(f"{f.name}: {_type_name(f.type)}, {f.nullable}" for f in fields)
+        return f"struct<{inner}>"
+    return str(type_)
+
+
+def _as_read(table: pa.Table) -> pa.Table:
+    """The table as it will read back from Parquet (its buffers laid out as a reader lays them,
+    list fields named as Parquet names them): what _digest is taken of when writing."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return pq.ParquetFile(pa.BufferReader(sink.getvalue())).read(use_threads=False)
