@@ -2,8 +2,9 @@
 
 A job's rows are written whole or not at all (harness.files: a temporary name, renamed; page
 checksums and a digest of the rows, checked when read), so a reader never sees a partial file,
-and a job that runs again (resume, a SLURM requeue) replaces its own file instead of adding rows. The experiment and sweep live in the Hive-style path, not in the files,
-so pyarrow, pandas and DuckDB all read them as partition columns. Sweep-level files (the
+and a job that runs again (resume, a SLURM requeue) replaces its own file instead of adding
+rows. The experiment and sweep live in the Hive-style path, not in the files, so pyarrow,
+pandas and DuckDB all read them as partition columns. Sweep-level files (the
 manifest, package lists, the compaction lock) start with "_", which those readers skip.
 
 A finished sweep's job files can be merged into one, compacted-N.parquet (`compact`). The rule
@@ -14,9 +15,9 @@ rows of its job), else the newest compacted file holding the job.
 A file that cannot be trusted is skipped by every reader, named once per process on stderr,
 and its point counts as not run: one that cannot be read, fails its Parquet page checksums,
 whose rows no longer match the digest written into its metadata (a flipped byte that Parquet
-itself would read as another value) or carries none, or a job file holding another job's rows. Resume reads
-the sweep, moves the files that read skipped aside (set_aside) under a name no Parquet reader
-lists, and reruns their points.
+itself would read as another value) or carries none, or a job file holding another job's
+rows. Resume reads the sweep, moves the files that read skipped aside (set_aside) under a
+name no Parquet reader lists, and reruns their points.
 """
 
 import contextlib
@@ -619,5 +620,3 @@ def _sweep_lock(folder: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-
-
