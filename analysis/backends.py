@@ -2,6 +2,12 @@
 
 Memory is whichever column the device has, named as measured: rss_delta_mib (CPU, resident
 memory over the baseline) or cuda_peak_mib (the CUDA allocator's peak over the baseline).
+
+Ratios of times are the points' own where their rows carry them (speedup_over_math,
+time_growth: timed in turns in the point's process, see experiments.backends), since two
+points' medians come from two processes at two moments, under whatever load each met; rows of
+older sweeps, which lack them, fall back to the two points' medians, and COLUMN_paired says
+which (paired_first).
 """
 
 from pathlib import Path
@@ -30,16 +36,37 @@ def measurements(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def speedup(data: pd.DataFrame) -> pd.DataFrame:
-    """Per shape, length and backend other than math: speedup_over_math (scaling.speedup_over).
-    data: measurements(rows)."""
-    return speedup_over(data, _shape(data), "backend", "math")
+    """Per shape, length and backend other than math: speedup_over_math, the point's own
+    (paired_first; else scaling.speedup_over). data: measurements(rows)."""
+    across = speedup_over(data, _shape(data), "backend", "math")
+    own = data[data["backend"] != "math"]
+    return paired_first(across, own, _shape(data) + ["backend"], "speedup_over_math")
 
 
 def growth(data: pd.DataFrame) -> pd.DataFrame:
-    """Per shape and backend: memory and time at each length over those at half the length.
-    data: measurements(rows)."""
+    """Per shape and backend: memory and time at each length over those at half the length;
+    time_growth the point's own (paired_first). data: measurements(rows)."""
     ratios = {"memory_mib": "memory_growth", "time_ms": "time_growth"}
-    return per_doubling(data, _shape(data) + ["backend"], ratios)
+    across = per_doubling(data, _shape(data) + ["backend"], ratios)
+    return paired_first(across, data, _shape(data) + ["backend"], "time_growth")
+
+
+def paired_first(
+    across: pd.DataFrame, data: pd.DataFrame, keys: list[str], column: str
+) -> pd.DataFrame:
+    """`across` (a line per keys and length, `column` a ratio of two points' medians) with
+    `column` taken instead from the ok row of `data` at that line's point where the row
+    measured it in its own process, in turns (a missing value: not measured there), and
+    COLUMN_paired saying which it is. The lines are `across`'s: what a claim selects does not
+    change, only how its values were measured."""
+    keys, paired, own = [*keys, "length"], f"{column}_paired", f"{column} own"
+    if column not in data:
+        return across.assign(**{paired: False})
+    values = data[keys].assign(**{own: data[column].where(data["status"] == "ok")})
+    lines = across.merge(values, on=keys, how="left")
+    lines[paired] = lines[own].notna()
+    lines[column] = lines.pop(own).fillna(lines.get(column, float("nan")))
+    return lines
 
 
 def fused(data: pd.DataFrame) -> pd.DataFrame:
@@ -75,12 +102,18 @@ def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
     hidden = sorted(set(_shape(rows)) - set(_varying(rows)))
     speedups = _by_backend(derived["speedup"], hidden).dropna(axis=1, how="all")
     if not speedups.empty:
-        caption = "Speedup over math (math's median time / the backend's)"
+        caption = (
+            "Speedup over math (math's time / the backend's, timed in turns in the backend's "
+            "process: the median of the rounds' ratios; older rows: the two medians')"
+        )
         parts += [f"{caption}:", markdown(speedups.reset_index(), ".2f", index=False)]
     ratios = [c for c in ("memory_growth", "time_growth") if c in derived["growth"]]
     growth = derived["growth"].dropna(subset=ratios, how="all")
     if not growth.empty:  # the tables above show the points without a value
-        caption = "Growth per doubling of length (value at L / value at L/2)"
+        caption = (
+            "Growth per doubling of length (value at L / value at L/2; time_growth timed in "
+            "turns with L/2 in the point's own process where time_growth_paired)"
+        )
         parts += [f"{caption}:", markdown(growth.drop(columns=hidden), ".2f", index=False)]
     if "gflops" in rows and rows["gflops"].notna().any():
         caption = "Achieved TFLOP/s (percent of the matmul peak measured beside it)"
@@ -133,7 +166,8 @@ def plots(rows: pd.DataFrame, folder: Path) -> dict[str, Path]:
 
 def _by_backend(speedup: pd.DataFrame, hidden: list[str]) -> pd.DataFrame:
     """Speedups as a table: the shape columns that vary and length (rows) by backend."""
-    index = [c for c in speedup if c not in (*hidden, "backend", "speedup_over_math")]
+    values = ("backend", "speedup_over_math", "speedup_over_math_paired")
+    index = [c for c in speedup if c not in (*hidden, *values)]
     return speedup.pivot_table(
         index=index, columns="backend", values="speedup_over_math", dropna=False
     )

@@ -14,6 +14,13 @@ change bigger than the spread of the repeats, (2) guards against deciding on a f
 (three against three can never be told apart: their smallest p is 0.1). Repeats of one
 process do not show the variation between processes or machines, so gate on a factor too
 (--fail-on-regression 1.10).
+
+Two sweeps run at different moments, and other work on the machine slows a CPU timing by as
+much as a change in the code could (two busy processes on two cores: 2x to 4x). A CPU
+timing's row says how busy the machine was while it ran (cpu_load_beside, harness.measure:
+the share of its CPUs other processes used); a timing during which others used more than
+BUSY of them, in either sweep, is not judged ("busy machine"), neither faster, slower nor
+the same, and no gate counts it. The header gives both sweeps' loads.
 """
 
 import math
@@ -32,9 +39,12 @@ ALPHA = 0.05
 RULE = (
     "A timing is faster or slower only when each sweep's median lies outside the other's "
     f"interquartile range and a Mann-Whitney U test on the repeats gives p < {ALPHA}; "
-    "otherwise it is the same (no samples: not judged)."
+    "otherwise it is the same (no samples: not judged). A CPU timing during which other "
+    "processes used over a quarter of its CPUs, in either sweep, is not judged (busy machine)."
 )
-NOT_METRICS = {"experiment", "sweep", "repeats", *store.HARNESS_COLUMNS}
+LOAD = "cpu_load_beside"  # the share of a CPU timing's CPUs others used (harness.measure)
+BUSY = 0.25  # a timing with more than this LOAD on either side is not judged
+NOT_METRICS = {"experiment", "sweep", "repeats", LOAD, *store.HARNESS_COLUMNS}
 
 
 class CompareError(Exception):
@@ -163,7 +173,8 @@ def metrics(frames: list[pd.DataFrame], params: set[str]) -> tuple[list[str], li
 
 
 def metric_table(matched: pd.DataFrame, metric: str, keys: list[str]) -> pd.DataFrame:
-    """A metric at each point both sweeps have: A, B, B/A, and for a timing its change."""
+    """A metric at each point both sweeps have: A, B, B/A, and for a timing its change (busy
+    machine where either side's LOAD exceeds BUSY)."""
     both = matched[matched["side"] == "both"]
     a, b = (pd.to_numeric(_column(both, f"{metric} {s}"), errors="coerce") for s in "AB")
     table = pd.DataFrame({"A": a, "B": b})
@@ -172,9 +183,34 @@ def metric_table(matched: pd.DataFrame, metric: str, keys: list[str]) -> pd.Data
     samples = metric.removesuffix("_ms") + "_samples_ms"
     if metric.endswith(("_ms", "_s")):
         pairs = zip(_column(both, f"{samples} A"), _column(both, f"{samples} B"), strict=True)
-        table["change"] = [change(a, b) for a, b in pairs]
+        busy = np.fmax(*(_loads(both, side) for side in "AB")) > BUSY
+        table["change"] = [
+            "busy machine" if busy_here else change(a, b)
+            for (a, b), busy_here in zip(pairs, busy, strict=True)
+        ]
     table.index = _index(both, keys)
     return table[table[["A", "B"]].notna().any(axis=1)]
+
+
+def load_line(matched: pd.DataFrame) -> str | None:
+    """Each sweep's LOAD over the points both have (median, largest), or None without it."""
+    both = matched[matched["side"] == "both"]
+    loads = {side: _loads(both, side).dropna() for side in "AB"}
+    if all(load.empty for load in loads.values()):
+        return None
+    said = [
+        f"{side} median {load.median():.2f}, at most {load.max():.2f}" if len(load) else "none"
+        for side, load in loads.items()
+    ]
+    busy = sum(int((load > BUSY).sum()) for load in loads.values())
+    return (
+        f"Other processes' share of the CPUs while CPU timings ran ({LOAD}): {'; '.join(said)}; "
+        f"{busy} of them over {BUSY:g}, whose timings are not judged."
+    )
+
+
+def _loads(both: pd.DataFrame, side: str) -> pd.Series:
+    return pd.to_numeric(_column(both, f"{LOAD} {side}"), errors="coerce").astype(float)
 
 
 def worst_table(matched: pd.DataFrame, others: list[str]) -> pd.DataFrame:
@@ -280,6 +316,9 @@ def _header(c: Comparison) -> list[str]:
         f"B: {sweep_header(c.b.rows, c.b.manifest, c.b.id)}",
         f"Points match on: {', '.join(c.keys)}. {RULE}",
     ]
+    load = load_line(c.matched)
+    if load:
+        parts.append(load)
     if not c.settings.empty:
         parts += ["Fixed in each sweep, to different values:", markdown(c.settings)]
     return parts

@@ -1,12 +1,16 @@
 """exp018_window in the report: per window, time and memory by length and method, speedups over
 sdpa with a mask, growth per doubling, accuracy and throughput, flex's compile time, and log-log
-plots of time and memory (a panel per window, a line per method)."""
+plots of time and memory (a panel per window, a line per method).
+
+speedup_over_sdpa and time_growth are the points' own where their rows carry them (timed in
+turns in the point's process: experiments.window), not two points' medians from two processes
+at two moments; rows of older sweeps fall back to those (analysis.backends.paired_first)."""
 
 from pathlib import Path
 
 import pandas as pd
 
-from analysis.backends import measurements, time_and_memory
+from analysis.backends import measurements, paired_first, time_and_memory
 from analysis.scaling import keys, loglog, per_doubling, speedup_over
 from harness.tables import markdown
 
@@ -20,10 +24,14 @@ def tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
     data = measurements(rows)  # a point not run yet gets its sweep's device
     shape = keys(data, SHAPE, OTHERS)
     ratios = {"time_ms": "time_growth", "memory_mib": "memory_growth"}
+    speedup = speedup_over(data, shape, "method", "sdpa")
+    growth = per_doubling(data, shape + ["method"], ratios)
     return {
         "measurements": data,
-        "speedup": speedup_over(data, shape, "method", "sdpa"),
-        "growth": per_doubling(data, shape + ["method"], ratios),
+        "speedup": paired_first(
+            speedup, data[data["method"] != "sdpa"], shape + ["method"], "speedup_over_sdpa"
+        ),
+        "growth": paired_first(growth, data, shape + ["method"], "time_growth"),
     }
 
 
@@ -43,12 +51,19 @@ def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
     )
     if not speedup.dropna(how="all").empty:
         columns = [m for m in methods if m in speedup]
-        caption = "Speedup over sdpa with a mask (its median time / the method's)"
+        caption = (
+            "Speedup over sdpa with a mask (its time / the method's, timed in turns in the "
+            "method's process: the median of the rounds' ratios; older rows: the two medians')"
+        )
         table = speedup.reindex(columns=columns).reset_index()
         parts += [f"{caption}:", markdown(table, ".1f", index=False)]
     growth = derived["growth"].dropna(subset=["time_growth", "memory_growth"], how="all")
     if not growth.empty:
-        caption = "Growth per doubling of length (value at L / value at L/2; linear 2, square 4)"
+        caption = (
+            "Growth per doubling of length (value at L / value at L/2; linear 2, square 4; "
+            "time_growth timed in turns with L/2 in the point's own process where "
+            "time_growth_paired)"
+        )
         hidden = [c for c in shape if c not in shown]
         parts += [f"{caption}:", markdown(growth.drop(columns=hidden), ".2f", index=False)]
     ok = data[data["status"] == "ok"]

@@ -9,6 +9,12 @@ moment: on a shared machine a peak taken elsewhere would not describe the same c
 the dtype the backend computes in, compute_dtype) and, last, asks the profiler which backend
 SDPA picks when left to choose.
 
+For the same reason the ratios of times are the point's own: its repeats are timed in turns
+(time_call's beside, see harness.measure) with the backend at half the length (time_growth,
+from HALF_LENGTH_FLOOR positions at half) and, for a backend other than math, with math at the
+same shape (speedup_over_math), each the median of the rounds' ratios, not two points' medians
+taken in two processes at two moments.
+
 Rows carry metrics only; the harness adds the parameters. So the device actually used is
 `device_used` and the child's thread count `threads_used` (`device` is a parameter, `threads`
 a harness column).
@@ -32,7 +38,9 @@ from harness.measure import (
     MIB,
     default_memory_cap_mib,
     gflops,
+    is_out_of_memory,
     measure_memory,
+    paired_ratio,
     peak_gflops,
     run_isolated,
     time_call,
@@ -59,6 +67,7 @@ KERNEL_OPS = (
 KERNEL_NAMES = {"flash": ("flash_fwd",), "efficient": ("fmha", "efficient_attention"),
                 "cudnn": ("cudnn",)}  # fmt: skip
 WARMUP_LENGTH = 16
+HALF_LENGTH_FLOOR = 128  # shorter halves time call overheads more than attention: no growth
 
 
 def attention_flops(*, batch: int, heads: int, length: int, head_dim: int, causal: bool) -> int:
@@ -179,17 +188,69 @@ def inputs(device: str, shape: tuple, dtype: str, seed: int, num_threads: int) -
     return device, tensors, row
 
 
+def half_length_inputs(tensors: tuple, floor: int = 0) -> tuple | None:
+    """Contiguous copies of the (B, H, L, D) inputs' first L // 2 positions (a causal problem of
+    half the length), where L // 2 is at least `floor` and HALF_LENGTH_FLOOR; else None."""
+    half = tensors[0].shape[-2] // 2
+    if half < max(floor, HALF_LENGTH_FLOOR):
+        return None
+    return tuple(tensor[..., :half, :].contiguous() for tensor in tensors)
+
+
+def timed_beside(forward, beside: dict, device: torch.device, timing: dict) -> dict:
+    """time_call of forward with `beside` timed in turns. Where that runs out of memory (a
+    reference that holds the square, at a length where the method fits), the last call beside
+    it is left out (references come last: they hold the most) and the rest timed again; each
+    one left out is named, with its error, in beside_error."""
+    beside, errors = dict(beside), []
+    while True:
+        try:
+            times = time_call(forward, device=device, beside=beside, **timing)
+            return times | ({"beside_error": "; ".join(errors)} if errors else {})
+        except (MemoryError, RuntimeError) as error:
+            if not beside or not is_out_of_memory(error):
+                raise
+            name = list(beside)[-1]
+            del beside[name]
+            errors.append(f"{name}: {type(error).__name__}: {error}".strip())
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def own_ratios(row: dict, reference: str) -> dict:
+    """The time ratios of a row whose timing had calls beside it (timed_beside): time_growth,
+    its time over half the length's, and speedup_over_REFERENCE, the reference's time over its
+    own; each the median of the rounds' ratios (paired_ratio), where the row has the samples.
+    ratios_of says of which time: on the CPU with one thread, the process's CPU time (the
+    calls' own work, which other processes on the machine leave alone: harness.measure), else
+    the wall time."""
+    cpu = row.get("threads_used") == 1 and "cpu_time_samples_ms" in row
+    kind = "cpu_time" if cpu else "time"
+    samples, ratios = row[f"{kind}_samples_ms"], {}
+    if f"half_length_{kind}_samples_ms" in row:
+        ratios["time_growth"] = paired_ratio(samples, row[f"half_length_{kind}_samples_ms"])
+    if f"{reference}_{kind}_samples_ms" in row:
+        reference_samples = row[f"{reference}_{kind}_samples_ms"]
+        ratios[f"speedup_over_{reference}"] = paired_ratio(reference_samples, samples)
+    if ratios:
+        ratios["ratios_of"] = "CPU time, one thread" if cpu else "wall time"
+    return ratios
+
+
 def _measure(*, backend, length, dtype, device, shape, causal, seed, num_threads, timing) -> dict:
-    """Inputs, then one forward's memory, its timing, the matmul peak, the default backend."""
+    """Inputs, then one forward's memory, its timing (beside it: half the length, and math),
+    the matmul peak, the default backend."""
     device, (query, key, value), row = inputs(device, shape, dtype, seed, num_threads)
     forward = functools.partial(F.scaled_dot_product_attention, query, key, value, is_causal=causal)
     with sdpa_kernel(SDP_BACKENDS[backend]):
         memory_or_refusal = _memory(forward, device, backend, causal)
         if isinstance(memory_or_refusal, str):
             return row | {"status": "unsupported", "error": memory_or_refusal}
-        times = time_call(forward, device=device, **timing)
+        beside = _beside(backend, (query, key, value), causal)
+        times = timed_beside(forward, beside, device, timing)
     row |= memory_or_refusal | times
     row["threads_used"] = row.pop("threads")
+    row |= own_ratios(row, "math")
     batch, heads, _, head_dim = shape
     flops = attention_flops(
         batch=batch, heads=heads, length=length, head_dim=head_dim, causal=causal
@@ -201,6 +262,27 @@ def _measure(*, backend, length, dtype, device, shape, causal, seed, num_threads
     row["pct_of_peak"] = 100 * achieved / peak
     row["default_backend"] = _default_backend(query, key, value, causal)
     return row
+
+
+def _beside(backend: str, tensors: tuple, causal: bool) -> dict:
+    """What the point times in turns with its forward (time_call's beside): `half_length`, the
+    backend on the inputs' first half (half_length_inputs), and `math`, math on the same inputs,
+    for every backend but math."""
+    beside = {}
+    half = half_length_inputs(tensors)
+    if half:
+        beside["half_length"] = functools.partial(
+            F.scaled_dot_product_attention, *half, is_causal=causal
+        )
+    if backend != "math":
+        beside["math"] = functools.partial(_math_forward, *tensors, causal)
+    return beside
+
+
+def _math_forward(query, key, value, causal: bool):
+    """SDPA forced onto math, inside whatever backend the caller forced."""
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(query, key, value, is_causal=causal)
 
 
 def _memory(forward, device: torch.device, backend: str, causal: bool) -> dict | str:

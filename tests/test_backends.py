@@ -11,6 +11,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from experiments import backends, checks
 from experiments.attention import naive_attention, sdpa_refusal
+from harness.measure import paired_ratio
 
 DEFAULTS = {
     name: parameter.default
@@ -37,6 +38,18 @@ def test_a_cpu_point_is_one_complete_row(backend, length, dtype):
     # math computes half precision in float32 (torch's default), and is held to float32's peak
     assert row["compute_dtype"] == ("float32" if backend == "math" else dtype)
     assert row["calls_per_sample"] == 1 and row["timing_method"] == "perf_counter around each call"
+    # Its own time ratios, timed in turns with its repeats: half the length from 128 positions
+    # at half on, math beside every other backend; and the share of its CPUs others used.
+    assert ("time_growth" in row) == (length // 2 >= backends.HALF_LENGTH_FLOOR)
+    cpu = row["cpu_time_samples_ms"]  # one thread: the ratios are of CPU time
+    if "time_growth" in row:
+        assert row["time_growth"] == paired_ratio(cpu, row["half_length_cpu_time_samples_ms"])
+    assert ("speedup_over_math" in row) == ("math_time_samples_ms" in row) == (backend != "math")
+    if backend != "math":
+        math = row["math_cpu_time_samples_ms"]
+        assert len(math) >= 3 and row["speedup_over_math"] == paired_ratio(math, cpu)
+    assert ("ratios_of" in row) == ("time_growth" in row or backend != "math")
+    assert 0 <= row["cpu_load_beside"] <= 1
 
 
 def test_math_in_half_precision_holds_float32_scores():

@@ -149,3 +149,54 @@ SPREAD = np.linspace(10, 20, 81)  # interquartile range 12.5 to 17.5
 )
 def test_change_needs_enough_repeats_and_a_change_beyond_the_spread(a, b, expected):
     assert change(a, b) == expected
+
+
+# The same code's point timed twice: B's code either as fast as A's or 1.4x slower, B's
+# machine busy (others used `load` of its CPUs) or not. TIMES are A's samples.
+TIMES = [10.0, 10.3, 9.8, 10.1, 10.4, 9.9, 10.2, 10.0]
+
+
+def timed_row(slower: float, load: float | None) -> dict:
+    """A row as harness.measure.time_call gives it on the CPU: samples `slower` times TIMES,
+    and cpu_load_beside (None: an older row without it)."""
+    samples = [t * slower for t in TIMES]
+    row = {"time_ms": float(np.median(samples)), "time_samples_ms": samples}
+    return row if load is None else row | {"cpu_load_beside": load}
+
+
+def write_timed(results, sweep: str, row: dict) -> None:
+    """A sweep of one point whose row is `row`."""
+    params = {"backend": "flash", "length": 128}
+    line = {"job": 0, "status": "ok", **params, **row}
+    store.write_rows(store.job_file(results, EXPERIMENT, sweep, 0), [line])
+    points = [{"job": 0, "overrides": [], "params": params}]
+    manifest = {"experiment": EXPERIMENT, "sweep": sweep, "command": "python -m harness"}
+    store.write_manifest(results, {**manifest, "experiment_config": CONFIG, "points": points})
+
+
+@pytest.mark.parametrize(
+    "slower, load_a, load_b, expected",
+    [
+        (1.4, 0.01, 0.70, "busy machine"),  # load beside B: 1.4x, not the code's
+        (1.4, 0.60, 0.02, "busy machine"),  # beside A
+        (1.4, 0.02, 0.03, "slower"),  # an idle machine both times: the code
+        (1.4, None, None, "slower"),  # rows that do not say: judged as they are
+        (1.4, None, 0.70, "busy machine"),
+        (1.0, 0.24, 0.0, "same"),
+    ],
+)
+def test_a_timing_beside_other_load_is_not_judged(tmp_path, slower, load_a, load_b, expected):
+    results = tmp_path / "results"
+    write_timed(results, A, timed_row(1.0, load_a))
+    write_timed(results, B, timed_row(slower, load_b))
+    comparison = compare(load(results, A), load(results, B))
+    assert comparison.timings == ["time_ms"], "the load is the machine's, not a metric"
+    assert "cpu_load_beside" not in comparison.others
+    table = metric_table(comparison.matched, "time_ms", comparison.keys)
+    assert table["change"].tolist() == [expected]
+    assert table["B/A"].tolist() == [pytest.approx(slower)]
+    text, regressed = document(comparison, factor=1.10)
+    assert regressed == (expected == "slower")
+    said = "Other processes' share of the CPUs" in text.split("## ")[0]
+    assert said == (load_a is not None or load_b is not None)
+    assert f"1 {expected}" in text

@@ -4,6 +4,7 @@ The children run stdlib and torch functions only, so they unpickle whatever pyte
 """
 
 import functools
+import os
 import signal
 import statistics
 import subprocess
@@ -143,6 +144,89 @@ def test_time_call_reports_its_samples_and_threads(one_thread):
     result = measure.time_call(lambda: None, warmup=0, min_repeats=7, min_time_s=0)
     assert result["repeats"] == len(result["time_samples_ms"]) == 7
     assert result["threads"] == 1
+
+
+def test_a_cpu_timing_says_how_busy_the_machine_was(one_thread):
+    result = measure.time_call(lambda: torch.ones(1000).sum(), min_repeats=6, min_time_s=0)
+    assert 0 <= result["cpu_load_beside"] <= 1
+    assert result["repeats"] == len(result["time_samples_ms"]) == 6
+
+
+def test_cpu_load_counts_other_processes_on_this_processs_cpus_not_its_own():
+    """Pinned to one CPU: while a process spinning there has it, the share others used is
+    most of it; while this process itself spins, it is not counted as another's (another
+    test worker may share the CPU: then others have about half of it)."""
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        load = measure.CpuLoad()
+        spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # inherits it
+        try:
+            time.sleep(1.0)
+        finally:
+            spinner.kill()
+            spinner.wait()
+        beside_a_spinner = load.share()
+        assert beside_a_spinner > 0.5
+        load, end = measure.CpuLoad(), time.perf_counter() + 1.0
+        while time.perf_counter() < end:
+            pass
+        assert load.share() < beside_a_spinner - 0.25
+    finally:
+        os.sched_setaffinity(0, cpus)
+
+
+def test_calls_beside_are_timed_in_turns_and_named(one_thread):
+    calls = []
+    result = measure.time_call(
+        lambda: calls.append("fn"),
+        beside={"half": lambda: calls.append("half"), "reference": lambda: calls.append("ref")},
+        warmup=1,
+        min_repeats=4,
+        min_time_s=0,
+    )
+    assert calls == ["fn", "half", "ref"] + ["fn", "half", "ref"] * 4, "warm-ups, then rounds"
+    for name in ("", "half_", "reference_"):
+        assert len(result[f"{name}time_samples_ms"]) == len(result[f"{name}cpu_time_samples_ms"])
+        assert len(result[f"{name}time_samples_ms"]) == 4
+    assert result["time_ms"] == statistics.median(result["time_samples_ms"])
+    assert result["repeats"] == 4
+    kinds = ("time", "cpu_time")
+    beside = {f"{name}_{kind}_samples_ms" for name in ("half", "reference") for kind in kinds}
+    assert {c for c in result if c.startswith(("half_", "reference_"))} == beside, "samples only"
+    with pytest.raises(ValueError, match="needs a name"):
+        measure.time_call(lambda: None, beside={"": lambda: None})
+
+
+def test_a_paired_ratio_cancels_a_change_of_speed_between_rounds():
+    """Two calls timed in turns (a round each at one speed of the machine: 1x, then 3x slower,
+    ...): the median of the rounds' ratios is the calls' own ratio, whatever the speeds."""
+    speeds = iter([1, 1, 3, 3, 1.5, 1.5, 2, 2, 1, 1])
+
+    def costing(cost_ms: float):
+        return lambda calls: cost_ms * calls * next(speeds)
+
+    rounds = measure.sample_rounds({"long": costing(8.0), "short": costing(2.0)}, 5, 0, cpu=True)
+    assert measure.paired_ratio(rounds.samples["long"], rounds.samples["short"]) == 4.0
+    with pytest.raises(ValueError, match="needs a sample of each"):
+        measure.paired_ratio([], [1.0])
+
+
+def test_a_slow_call_beside_costs_its_minimum_repeats_and_fn_keeps_its_own():
+    """fn (1 ms) wants min_time_s, 10 ms: 10 samples, as alone; the reference beside it
+    (100 ms) stops at min_repeats, 3; their ratio pairs the 3 rounds both were timed in."""
+    timed = []
+
+    def costing(name: str, cost_ms: float):
+        return lambda calls: timed.append(name) or cost_ms * calls
+
+    batches = {"fn": costing("fn", 1.0), "reference": costing("reference", 100.0)}
+    rounds = measure.sample_rounds(batches, 3, 0.01, cpu=True)
+    assert rounds.samples == {"fn": [1.0] * 10, "reference": [100.0] * 3}
+    assert timed == ["fn", "reference"] * 3 + ["fn"] * 7
+    assert measure.paired_ratio(rounds.samples["reference"], rounds.samples["fn"]) == 100.0
+    alone = measure.sample(batches["fn"], 3, 0.01, cpu=True)
+    assert alone == (rounds.samples["fn"], 1)
 
 
 def test_a_sample_holds_enough_calls_to_last_a_millisecond():
