@@ -1,8 +1,10 @@
 """exp017_recall in the report: each point's final values (held-out loss and accuracy, its
 training throughput), the agreement of the attention paths' losses from the same seed, and the
-curves of loss and accuracy per step (a plot per sweep, a line per point)."""
+curves of loss and accuracy per step (a plot per sweep, a line per point).
 
-import inspect
+A point's parameters are found in its rows, as the harness writes them (the report reads no
+experiment code): each row carries its point's parameters beside its measurements."""
+
 from pathlib import Path
 
 import matplotlib
@@ -11,14 +13,19 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments import recall  # noqa: E402
 from harness import store  # noqa: E402
 from harness.tables import markdown  # noqa: E402
 
-PARAMS = [p for p in inspect.signature(recall.run).parameters if p != "tracker"]
-OTHER_PATHS = ("tiled", "naive", "flex")  # compared with sdpa from the same seed
+MEASURED = ["phase", "step", "loss", "accuracy", "tokens_per_s", "learning_rate", "chance"]
+REFERENCE = "sdpa"  # the path every other one is compared with, from the same seed
+NOT_COMPARED = (REFERENCE, "auto")  # auto: sdpa itself at these lengths
 AGREEMENT_STEPS = 100  # the first steps over which two paths' losses are compared
 SMOOTHING = 25  # steps in the running mean the curves draw
+
+
+def parameters(rows: pd.DataFrame) -> list[str]:
+    """The points' parameter columns, from the rows (store.parameter_columns)."""
+    return store.parameter_columns(rows, MEASURED)
 
 
 def tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -29,8 +36,7 @@ def tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
 def final_values(rows: pd.DataFrame) -> pd.DataFrame:
     """One line per point: its parameters, status, held-out loss and accuracy (the eval row),
     chance, the last step trained and the median tokens per second of its steps."""
-    params = [p for p in PARAMS if p in rows]
-    points = rows.drop_duplicates("job").set_index("job")[params]
+    points = rows.drop_duplicates("job").set_index("job")[parameters(rows)]
     points.insert(0, "status", store.job_statuses(rows))
     phase = rows["phase"] if "phase" in rows else pd.Series(None, index=rows.index)
     evals = rows[phase == "eval"].drop_duplicates("job", keep="last").set_index("job")
@@ -48,17 +54,17 @@ def final_values(rows: pd.DataFrame) -> pd.DataFrame:
 
 def agreement(rows: pd.DataFrame, final: pd.DataFrame) -> pd.DataFrame:
     """For each point of another attention path, the largest difference between its training
-    loss and the sdpa point's of the same other parameters (seed included) over the first
+    loss and the REFERENCE point's of the same other parameters (seed included) over the first
     AGREEMENT_STEPS steps; status ok when both points ended ok."""
     if "phase" not in rows or "attention" not in final:
         return pd.DataFrame()
-    shared = [p for p in PARAMS if p in final and p != "attention"]
+    shared = [p for p in parameters(rows) if p in final and p != "attention"]
     early = rows[(rows["phase"] == "train") & (rows["step"] <= AGREEMENT_STEPS)]
     losses = early.pivot_table(index="step", columns="job", values="loss")
     lines = []
-    reference = final[final["attention"] == "sdpa"]
+    reference = final[final["attention"] == REFERENCE]
     keys = final[shared].map(repr)  # a missing value equal to itself
-    others = final[final["attention"].isin(OTHER_PATHS)]  # auto would be sdpa itself here
+    others = final[final["attention"].notna() & ~final["attention"].isin(NOT_COMPARED)]
     for _, other in others.iterrows():
         same = reference[(keys.loc[reference.index] == keys.loc[other.name]).all(axis=1)]
         if same.empty:
@@ -69,14 +75,14 @@ def agreement(rows: pd.DataFrame, final: pd.DataFrame) -> pd.DataFrame:
         ok = base["status"] == other["status"] == "ok" and len(steps) >= AGREEMENT_STEPS
         difference = (steps[both[0]] - steps[both[1]]).abs().max() if ok else float("nan")
         lines.append({**other[shared].to_dict(), "attention": other["attention"],
-                      "against": "sdpa", "status": "ok" if ok else "incomplete",
+                      "against": REFERENCE, "status": "ok" if ok else "incomplete",
                       "compared_steps": len(steps), "max_loss_diff": difference})  # fmt: skip
     return pd.DataFrame(lines)
 
 
 def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
     final = derived["final"]
-    varied = [p for p in PARAMS if p in final and final[p].nunique(dropna=False) > 1]
+    varied = [p for p in parameters(rows) if p in final and final[p].nunique(dropna=False) > 1]
     shown = final[["job", *varied, "status", "loss", "accuracy", "chance", "last_step",
                    "tokens_per_s"]]  # fmt: skip
     parts = ["Final values: held-out loss and accuracy, chance, steps trained, median training "
@@ -88,8 +94,8 @@ def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
     agree = derived["agreement"]
     if not agree.empty:
         columns = [c for c in varied if c in agree and c != "attention"]
-        caption = (f"Agreement with sdpa from the same seed: the largest difference of the "
-                   f"training loss over the first {AGREEMENT_STEPS} steps")  # fmt: skip
+        caption = (f"Agreement with {REFERENCE} from the same seed: the largest difference of "
+                   f"the training loss over the first {AGREEMENT_STEPS} steps")  # fmt: skip
         table = agree[[*columns, "attention", "compared_steps", "max_loss_diff"]]
         parts += [f"{caption}:", markdown(table, ".3g", index=False)]
     plot = curves(rows, final, varied, folder / "exp017_recall-curves.png")

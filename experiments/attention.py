@@ -1,24 +1,34 @@
 """Attention four ways: the naive reference, FlashAttention's tiling, PyTorch's fused SDPA,
-and PyTorch's FlexAttention.
+and PyTorch's FlexAttention; and the registry of attention paths (PATHS) that the model and
+the experiments choose from by name.
 
 Shapes, here and in the model: B batch, H query heads, H_kv key/value heads (H_kv divides H),
 L length, D head width. query is (B, H, L, D); key and value are (B, H_kv, L, D). Any leading
 dims may stand in for B. Masks follow SDPA: True where a query may attend to a key.
 
-All four share one signature, (query, key, value, *, causal, window, ...):
+All four share one signature, (query, key, value, *, causal, window, ...), and one rule of
+which keys a query sees (visible):
 - causal: a query sees keys at its own position and before (top-left aligned, like SDPA).
 - window > 0 (causal only): a query sees at most `window` keys, itself included
   (query - key < window).
 - A query row that sees no key at all (more queries than keys, with a window) gets output 0 and
   zero gradients, in every path: the convention of SDPA and FlashAttention.
 
+A new path is one register(name, function) call: the model (ModelConfig.attention), exp014's
+path, exp016's memory methods, exp017's attention and exp018's method then take its name, and
+refuse a name never registered with one line that lists the registered ones (check_path). Make
+the call here, or where a module that the experiment imports is loaded: the measuring children
+of exp016 and exp018 import their modules afresh (harness.measure) and know only such paths.
+
 The tiled path has its own autograd (TiledAttention): its backward recomputes the probabilities
 block by block, as FlashAttention-2's does, so that training never holds an (L, L) tensor.
 """
 
 import functools
+import inspect
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -39,10 +49,18 @@ def attention_mask(
         return None
     rows = torch.arange(length_q, device=device).unsqueeze(1)
     columns = torch.arange(length_k, device=device).unsqueeze(0)
-    visible = columns <= rows
-    if window > 0:
-        visible &= rows - columns < window
-    return visible
+    return visible(rows, columns, causal=causal, window=window)
+
+
+def visible(rows: Tensor, columns: Tensor, *, causal: bool, window: int) -> Tensor:
+    """The one visibility rule: True where the query at position `rows` sees the key at position
+    `columns` (index tensors that broadcast). Causal: the key is at the query's position or
+    before it; window > 0 too: fewer than `window` positions before it. Not causal: every key.
+    Every path's mask is this rule: attention_mask, flex_block_mask, Tiling.hide."""
+    if not causal:
+        return torch.ones_like(rows - columns, dtype=torch.bool)
+    seen = columns <= rows
+    return seen & (rows - columns < window) if window > 0 else seen
 
 
 def repeat_kv(key: Tensor, value: Tensor, heads: int) -> tuple[Tensor, Tensor]:
@@ -192,11 +210,10 @@ def flex_block_mask(length_q: int, length_k: int, causal: bool, window: int, dev
     if not causal:
         return None
 
-    def visible(batch, head, row, column):  # attention_mask's rule, on index tensors
-        seen = column <= row
-        return seen & (row - column < window) if window > 0 else seen
+    def sees(batch, head, row, column):  # FlexAttention's mask_mod: the rule, on index tensors
+        return visible(row, column, causal=causal, window=window)
 
-    return flex.create_block_mask(visible, None, None, length_q, length_k, device=device)
+    return flex.create_block_mask(sees, None, None, length_q, length_k, device=device)
 
 
 # Tiled attention. Inside it, query heads are grouped by the KV head they share, so grouped-query
@@ -274,9 +291,7 @@ class Tiling:
             return scores
         rows = torch.arange(q_start, q_stop, device=scores.device).unsqueeze(1)
         columns = torch.arange(k_start, k_stop, device=scores.device).unsqueeze(0)
-        hidden = columns > rows
-        if self.window > 0:
-            hidden |= rows - columns >= self.window
+        hidden = ~visible(rows, columns, causal=self.causal, window=self.window)
         return scores.masked_fill(hidden, float("-inf"))
 
 
@@ -409,3 +424,73 @@ def _kv_groups(heads: int, kv_heads: int) -> int:
     """How many query heads share each KV head."""
     checks.heads(heads, kv_heads)
     return heads // kv_heads
+
+
+# The registry of attention paths: name -> function. A path's function is called as
+# function(query, key, value, causal=..., window=...), with block= (the tile size) and dropout=
+# (attention dropout's probability) too where its signature names them: a path that names no
+# dropout has none, and one that names no block does not tile.
+PATHS: dict[str, Callable[..., Tensor]] = {}
+
+
+def register(name: str, function: Callable[..., Tensor]) -> None:
+    """Make `function` the attention path `name`, for the model and every experiment that takes
+    a path. A ValueError (one line) for a name already registered, or a function that cannot
+    be called as PATHS says."""
+    if name in PATHS:
+        raise ValueError(f"the attention path {name!r} is registered already")
+    try:
+        inspect.signature(function).bind(None, None, None, causal=True, window=0)
+    except TypeError as error:
+        raise ValueError(
+            f"attention path {name!r}: {function.__name__} cannot be called as "
+            f"(query, key, value, *, causal, window): {error}"
+        ) from None
+    PATHS[name] = function
+
+
+def check_path(value: str, name: str = "path", *, also: tuple[str, ...] = ()) -> None:
+    """A one-line ValueError unless `value` names a registered path, or one of `also` (what a
+    caller takes beside them: the model's "auto"); it lists them all, as the harness lists a
+    Literal's choices."""
+    choices = (*also, *PATHS)
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+
+
+def attend(
+    path: str,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    causal: bool = True,
+    window: int = 0,
+    block: int | None = None,
+    dropout: float = 0.0,
+) -> Tensor:
+    """Attention through the registered `path`: the one dispatch on a path's name. block is the
+    tile size of a path that tiles (None: its default); dropout > 0 through a path without
+    attention dropout is a NotImplementedError."""
+    check_path(path)
+    function = PATHS[path]
+    named = _named_options(function)
+    if dropout > 0 and "dropout" not in named:
+        raise NotImplementedError(
+            f"the attention path {path!r} has no attention dropout: use dropout=0 or another path"
+        )
+    given = {"block": block, "dropout": dropout}
+    options = {k: v for k, v in given.items() if k in named and v is not None}
+    return function(query, key, value, causal=causal, window=window, **options)
+
+
+@functools.cache
+def _named_options(function: Callable[..., Tensor]) -> frozenset[str]:
+    """The parameter names of a path's function, read once (attend runs every layer's call)."""
+    return frozenset(inspect.signature(function).parameters)
+
+
+register("naive", naive_attention)
+register("sdpa", sdpa_attention)
+register("tiled", tiled_attention)
+register("flex", flex_attention)

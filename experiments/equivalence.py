@@ -10,13 +10,13 @@ and no gradient figures: grad_unsupported gives PyTorch's reason.
 """
 
 from dataclasses import replace
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from experiments import checks
+from experiments.attention import check_path
 from experiments.model import ModelConfig, OctLM
 
 
@@ -24,6 +24,7 @@ def check(
     *,
     kv_heads: int,
     heads: int,
+    path: str,
     length: int,
     batch: int,
     width: int,
@@ -34,6 +35,7 @@ def check(
     device: str,
 ) -> None:
     """Raise a one-line ValueError if the point is outside the experiment's domain; no work done."""
+    check_path(path)
     checks.positive(length=length, batch=batch, layers=layers, vocab_size=vocab_size, block=block)
     checks.heads(heads, kv_heads)
     checks.rotary_width(width, heads)
@@ -45,7 +47,7 @@ def run(
     *,
     kv_heads: int = 8,
     heads: int = 8,
-    path: Literal["sdpa", "tiled", "flex"] = "sdpa",
+    path: str = "sdpa",
     length: int = 256,
     batch: int = 2,
     width: int = 256,

@@ -2,9 +2,9 @@
 
 Token embedding, then n_layers blocks of (RMSNorm, causal self-attention with rotary position
 embeddings and grouped-query attention, RMSNorm, MLP), each around a residual connection, then a
-final RMSNorm and the output head. The attention path ("naive", "sdpa", "tiled", "flex", or "auto",
-the default, see auto_path) is chosen by the config alone; the parameters are the same for all of
-them, so weights move freely between them.
+final RMSNorm and the output head. The attention path (any that experiments.attention registers,
+or "auto", the default, see auto_path) is chosen by the config alone; the parameters are the same
+for all of them, so weights move freely between them.
 
 Shapes follow experiments.attention: B batch, H query heads, H_kv key/value heads, L length, D head
 width; W is the model width and V the vocabulary size.
@@ -12,7 +12,6 @@ width; W is the model width and V the vocabulary size.
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 import torch.nn as nn
@@ -20,9 +19,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from experiments import checks
-from experiments.attention import flex_attention, naive_attention, sdpa_attention, tiled_attention
+from experiments.attention import attend, check_path
 
-ATTENTION_PATHS = ("auto", "naive", "sdpa", "tiled", "flex")
+AUTO = "auto"  # attention=AUTO: the path auto_path picks, call by call
 # From this length on, a sliding window on the CPU runs tiled rather than through SDPA's (L, L)
 # mask. exp018_window, one forward, 8 heads of width 32, float32, 2 CPU cores, windows 64 to
 # 1,024: at 2,048 tiled is 1.3x to 3x faster, at 16,384 10x to 24x, in 20 MiB where the mask
@@ -35,6 +34,11 @@ TILED_WINDOW_FROM = 2048
 # mask path takes 2,560 MiB; flex's backward there passes exp014_equivalence's gradient claims.
 # It compiles for about 6 s per new shape. Shorter lengths were not measured there.
 FLEX_WINDOW_FROM_CUDA = 4096
+
+
+def check_attention(attention: str) -> None:
+    """A one-line ValueError unless `attention` is a registered path or auto."""
+    check_path(attention, "attention", also=(AUTO,))
 
 
 def auto_path(window: int, length: int, device: torch.device, dropout: float) -> str:
@@ -90,8 +94,9 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 class ModelConfig:
     """Everything that shapes an OctLM; checked on construction.
 
-    attention picks the attention path, window > 0 makes it a sliding window (a query sees at most
-    `window` keys, itself included), tiled_block is the tiled path's block size.
+    attention picks the attention path (experiments.attention.PATHS, or auto), window > 0 makes it
+    a sliding window (a query sees at most `window` keys, itself included), tiled_block is the
+    block size of a path that tiles (tiled's).
     """
 
     vocab_size: int = 256
@@ -100,7 +105,7 @@ class ModelConfig:
     n_heads: int = 8
     n_kv_heads: int = 8
     max_length: int = 256
-    attention: Literal["auto", "naive", "sdpa", "tiled", "flex"] = "auto"
+    attention: str = AUTO
     dropout: float = 0.0
     window: int = 0
     tiled_block: int = 64
@@ -112,8 +117,7 @@ class ModelConfig:
         checks.heads(self.n_heads, self.n_kv_heads)
         checks.rotary_width(self.width, self.n_heads)
         checks.window(self.window, causal=True)
-        if self.attention not in ATTENTION_PATHS:
-            raise ValueError(f"attention must be one of {ATTENTION_PATHS}, got {self.attention!r}")
+        check_attention(self.attention)
         if not 0 <= self.dropout < 1:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.rope_base <= 1:
@@ -160,19 +164,11 @@ class CausalSelfAttention(nn.Module):
         # The attention functions take a plain probability and would drop in eval mode too.
         dropout = self.dropout if self.training else 0.0
         path = self.attention
-        if path == "auto":
+        if path == AUTO:
             path = auto_path(self.window, query.shape[-2], query.device, dropout)
-        if path == "naive":
-            return naive_attention(query, key, value, window=self.window, dropout=dropout)
-        if path == "sdpa":
-            return sdpa_attention(query, key, value, window=self.window, dropout=dropout)
-        if dropout > 0:
-            raise NotImplementedError(
-                f"attention={path!r} has no attention dropout: train with dropout=0 or another path"
-            )
-        if path == "flex":  # on the CPU, forward only (torch 2.13)
-            return flex_attention(query, key, value, window=self.window)
-        return tiled_attention(query, key, value, self.block, window=self.window)
+        return attend(
+            path, query, key, value, window=self.window, block=self.block, dropout=dropout
+        )
 
 
 class MLP(nn.Module):

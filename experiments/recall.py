@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from experiments import checks
-from experiments.model import ModelConfig, OctLM
+from experiments.model import ModelConfig, OctLM, check_attention
 
 IGNORE = -100  # a position without a target
 EVAL_SEED = 1_000_003  # the held-out set's generator: seed + this
@@ -38,10 +38,11 @@ WARMUP = 300  # steps of linear warm-up, then a cosine decay to a tenth of lr
 
 
 def check(
-    task: str, window: int, kv_heads: int, heads: int, width: int, layers: int, block: int,
-    steps: int, batch: int, lr: float, pairs: int, queries: int, gap: int, keys: int,
+    task: str, attention: str, window: int, kv_heads: int, heads: int, width: int, layers: int,
+    block: int, steps: int, batch: int, lr: float, pairs: int, queries: int, gap: int, keys: int,
     values: int, length: int, text_file: str | None, checkpoint_every: int, device: str,
 ) -> None:  # fmt: skip
+    check_attention(attention)
     checks.window(window, causal=True)
     checks.heads(heads, kv_heads)
     checks.rotary_width(width, heads)
@@ -81,7 +82,7 @@ def _characters(path: str, modified: int) -> int:
 def run(
     *,
     task: Literal["recall", "text"] = "recall",
-    attention: Literal["sdpa", "tiled", "naive", "flex", "auto"] = "sdpa",
+    attention: str = "sdpa",
     window: int = 0,
     kv_heads: int = 4,
     heads: int = 4,

@@ -6,34 +6,35 @@ gradients of query, key and value are, and how far each is from the float64 refe
 attention in float64 on float64 copies of the same inputs and upstream gradient).
 
 memory (exp016_backward_memory): the peak memory of one forward + backward through one method
-(naive, tiled, or SDPA forced onto its math or flash backend), measured in a fresh child process
-(harness.measure.run_isolated) with the inputs and upstream gradient allocated before the
+(an attention path of experiments.attention's registry: naive, tiled, ...; or SDPA forced onto
+its math or flash backend, sdpa_math and sdpa_flash), measured in a fresh child process
+(experiments.backends.isolated_row) with the inputs and upstream gradient allocated before the
 baseline. Running out of memory is a row with status "oom", a backend that cannot run these
-inputs a row with status "unsupported" and PyTorch's reason.
+inputs a row with status "unsupported" and PyTorch's reason; every row names the device used
+(device_used), as exp015's and exp018's do.
 """
 
 import contextlib
 import functools
 import warnings
 from collections.abc import Callable
-from typing import Literal
 
 import torch
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from experiments import checks
+from experiments import backends, checks
 from experiments.attention import (
-    naive_attention,
+    attend,
+    check_path,
     reference_attention,
     sdpa_attention,
     sdpa_refusal,
     tiled_attention,
 )
-from harness.measure import MIB, default_memory_cap_mib, measure_memory, run_isolated
+from harness.measure import MIB, default_memory_cap_mib, measure_memory
 
-Method = Literal["naive", "tiled", "sdpa_math", "sdpa_flash"]
-
+# memory's methods beside the registered attention paths: SDPA forced onto one backend.
 SDPA_BACKENDS = {"sdpa_math": SDPBackend.MATH, "sdpa_flash": SDPBackend.FLASH_ATTENTION}
 
 
@@ -56,9 +57,13 @@ def check(
     checks.device(device)
 
 
-def check_memory(*, warmup_length: int, memory_cap_mib: int | None, timeout_s: float) -> None:
+def check_memory(
+    *, method: str, warmup_length: int, memory_cap_mib: int | None, timeout_s: float
+) -> None:
     """Reject out-of-domain values of the parameters memory has beyond run's (for
-    exp016_backward_memory, beside check)."""
+    exp016_backward_memory, beside check): a method is a registered attention path or one of
+    SDPA_BACKENDS."""
+    check_path(method, "method", also=tuple(SDPA_BACKENDS))
     checks.positive(timeout_s=timeout_s)
     checks.not_negative(warmup_length=warmup_length, memory_cap_mib=memory_cap_mib)
     if memory_cap_mib is None:
@@ -113,7 +118,7 @@ def run(
 
 def memory(
     *,
-    method: Method,
+    method: str,
     length: int,
     block: int = 128,
     kv_heads: int = 8,
@@ -141,19 +146,12 @@ def memory(
     """
     checks.point(check, locals())
     checks.point(check_memory, locals())
-    device = str(checks.usable_device(device))
+    used = checks.usable_device(device)
     shape = dict(batch=batch, heads=heads, kv_heads=kv_heads, length=length, head_dim=head_dim)
     point = dict(method=method, block=block, causal=causal, window=window)
-    inputs = dict(**shape, dtype=dtype, seed=seed, device=device)
-    outcome = run_isolated(
-        _measure_memory,
-        kwargs=dict(point=point, inputs=inputs, warmup_length=warmup_length),
-        memory_cap_mib=0 if torch.device(device).type == "cuda" else memory_cap_mib,
-        timeout_s=timeout_s,
-    )
-    if outcome.status != "ok":
-        return [{"status": outcome.status, "error": outcome.error}]
-    return [outcome.value]
+    inputs = dict(**shape, dtype=dtype, seed=seed, device=str(used))
+    child = dict(point=point, inputs=inputs, warmup_length=warmup_length)
+    return backends.isolated_row(_measure_memory, child, used, memory_cap_mib, timeout_s)
 
 
 def _inputs(
@@ -205,33 +203,31 @@ def _largest(tensor: Tensor) -> float:
 
 def _measure_memory(*, point: dict, inputs: dict, warmup_length: int) -> dict:
     """A small warm-up, the inputs, then one forward + backward's peak memory over that baseline."""
-    attend = _attention(point["method"], point["block"])
+    method = point["method"]
+    path = "sdpa" if method in SDPA_BACKENDS else method
+    attention = functools.partial(attend, path, block=point["block"])
     mask = {"causal": point["causal"], "window": point["window"]}
     on_cuda = torch.device(inputs["device"]).type == "cuda"
-    with warnings.catch_warnings(record=True) as caught, _backend(point["method"]):
+    device_used = {"device_used": inputs["device"]}
+    with warnings.catch_warnings(record=True) as caught, _backend(method):
         warnings.simplefilter("always")
         try:
             if warmup_length:
-                _forward_backward(attend, *_inputs(**{**inputs, "length": warmup_length}), **mask)
+                warm = _inputs(**{**inputs, "length": warmup_length})
+                _forward_backward(attention, *warm, **mask)
             tensors = _inputs(**inputs)
-            step = functools.partial(_forward_backward, attend, *tensors, **mask)
-            row = {"inputs_mib": sum(tensor.nbytes for tensor in tensors) / MIB}
+            step = functools.partial(_forward_backward, attention, *tensors, **mask)
+            row = device_used | {"inputs_mib": sum(tensor.nbytes for tensor in tensors) / MIB}
             return row | measure_memory(step, device=inputs["device"], warmup=int(on_cuda))
         except RuntimeError as error:
             refusal = sdpa_refusal(error, caught)
             if refusal is None:
                 raise
-            return {"status": "unsupported", "error": refusal}
-
-
-def _attention(method: str, block: int) -> Callable[..., Tensor]:
-    if method == "tiled":
-        return functools.partial(tiled_attention, block=block)
-    return naive_attention if method == "naive" else sdpa_attention
+            return {"status": "unsupported", "error": refusal, **device_used}
 
 
 def _backend(method: str) -> contextlib.AbstractContextManager:
-    """SDPA forced onto the method's backend; nothing for naive and tiled."""
+    """SDPA forced onto the method's backend; nothing for an attention path."""
     if method in SDPA_BACKENDS:
         return sdpa_kernel(SDPA_BACKENDS[method])
     return contextlib.nullcontext()

@@ -16,28 +16,26 @@ memory of one call over what existed before it, the error of that call's last RE
 against the float64 reference, warm repeats (the memory call warmed them up: `warmup` more calls
 first, default none), then the matmul peak in the same process.
 
+The ratios the claims bound are the point's own, timed in turns with its repeats in the same
+process (time_call's beside; see harness.measure): the method at half the length, for
+time_growth (where that half still holds a window and backends.HALF_LENGTH_FLOOR positions), and
+for a method other than sdpa, sdpa with the mask at the same shape, for speedup_over_sdpa; each
+the median of the rounds' ratios. Two points' medians, taken in two processes at two moments,
+divide whatever load came and went between them.
+
 FLOPs count the visible query-key pairs only, 4 * B * H * D per pair (QK^T and PV, a multiply and
 an add each): a query at position p sees min(p + 1, window) keys.
 """
 
 import functools
 import time
-from typing import Literal
 
 import torch
 
-from experiments import backends, checks
-from experiments.attention import (
-    flex_attention,
-    flex_block_mask,
-    naive_attention,
-    reference_attention,
-    sdpa_attention,
-    tiled_attention,
-)
-from harness.measure import gflops, measure_memory, peak_gflops, time_call
+from experiments import attention, backends, checks
+from experiments.attention import flex_block_mask, reference_attention, sdpa_attention
+from harness.measure import gflops, measure_memory, peak_gflops
 
-Method = Literal["naive", "sdpa", "tiled", "flex"]
 REFERENCE_ROWS = 128  # the output rows checked against float64: the last ones, which see most
 WARMUP_LENGTH = 16
 
@@ -48,14 +46,16 @@ def window_pairs(length: int, window: int) -> int:
     return full * (full + 1) // 2 + (length - full) * window
 
 
-def check(*, window: int, block: int) -> None:
-    """What exp015's check does not cover (the config runs both): a window, and its blocks."""
+def check(*, method: str, window: int, block: int) -> None:
+    """What exp015's check does not cover (the config runs both): the method (a registered
+    attention path), a window, and its blocks."""
+    attention.check_path(method, "method")
     checks.positive(window=window, block=block)
 
 
 def run(
     *,
-    method: Method,
+    method: str,
     length: int,
     window: int,
     dtype: checks.Dtype = "float32",
@@ -65,7 +65,7 @@ def run(
     head_dim: int = 32,
     block: int = 128,
     seed: int = 0,
-    num_threads: int = 0,
+    num_threads: int = 1,
     warmup: int = 0,
     min_repeats: int = 3,
     min_time_s: float = 0.5,
@@ -103,12 +103,7 @@ def _measure(*, method, window, dtype, device, shape, block, seed, num_threads, 
     on the first WARMUP_LENGTH positions (threads, first-use buffers: as exp015)."""
     device, (query, key, value), row = backends.inputs(device, shape, dtype, seed, num_threads)
     batch, heads, length, head_dim = shape
-    attend = {
-        "naive": naive_attention,
-        "sdpa": sdpa_attention,
-        "tiled": functools.partial(tiled_attention, block=block),
-        "flex": flex_attention,
-    }[method]
+    attend = functools.partial(attention.attend, method, block=block)
     forward = functools.partial(attend, query, key, value, window=window)
     with torch.no_grad():
         if method == "flex":
@@ -123,8 +118,10 @@ def _measure(*, method, window, dtype, device, shape, block, seed, num_threads, 
         row |= measure_memory(lambda: kept.append(forward()), device=device, warmup=0)
         del warm
         row["err64"] = _error_of_last_rows(query, key, value, kept.pop(), window)
-        row |= time_call(forward, device=device, **timing)
+        beside = _beside(method, attend, (query, key, value), window, device)
+        row |= backends.timed_beside(forward, beside, device, timing)
     row["threads_used"] = row.pop("threads")
+    row |= backends.own_ratios(row, "sdpa")
     if method == "flex":
         row["compile_s"] = first_s - row["time_ms"] / 1000
     row["flops"] = 4 * batch * heads * head_dim * window_pairs(length, window)
@@ -132,6 +129,23 @@ def _measure(*, method, window, dtype, device, shape, block, seed, num_threads, 
     row |= {"gflops": achieved, "peak_gflops": peak, "pct_of_peak": 100 * achieved / peak}
     first = ["status", "error", "device_used", "time_ms", "rss_delta_mib", "cuda_peak_mib", "err64"]
     return {key: row[key] for key in first if key in row} | row  # what a progress line shows
+
+
+def _beside(method: str, attend, inputs: tuple, window: int, device: torch.device) -> dict:
+    """What the point times in turns with its own forward (time_call's beside), each warmed
+    up here: `half_length`, the method on the inputs' first half (flex compiles for it), where
+    that half holds a window and backends.HALF_LENGTH_FLOOR positions; `sdpa`, sdpa with the
+    mask on the same inputs, for every method but sdpa itself."""
+    beside = {}
+    half = backends.half_length_inputs(inputs, floor=window)
+    if half:
+        beside["half_length"] = functools.partial(attend, *half, window=window)
+        if method == "flex":
+            beside["half_length"]()  # its compilation and block mask: out of the timings
+    if method != "sdpa":
+        beside["sdpa"] = functools.partial(sdpa_attention, *inputs, window=window)
+        sdpa_attention(*(t[..., :WARMUP_LENGTH, :] for t in inputs), window=window)
+    return beside
 
 
 def _timed(fn, device: torch.device) -> tuple[object, float]:

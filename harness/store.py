@@ -329,6 +329,20 @@ def job_statuses(rows: pd.DataFrame) -> pd.Series:
     return not_ok.groupby(rows["job"]).first().fillna("ok").rename("status")
 
 
+def parameter_columns(rows: pd.DataFrame, measured: Iterable[str] = ()) -> list[str]:
+    """The columns of a sweep's rows that are its points' parameters, in the rows' order: read
+    from the rows alone, as a report does (it reads no experiment's code). A parameter holds one
+    value on every row of a job; so does a measurement that a point logs once (or a sweep whose
+    points each have one row), which is why `measured` names those a report reads, and the
+    harness's own columns are never parameters."""
+    excluded = {"experiment", "sweep", *HARNESS_COLUMNS, *measured}
+    candidates = [c for c in rows if c not in excluded]
+    if "job" not in rows or not candidates:
+        return []
+    values = rows[candidates].map(repr).groupby(rows["job"]).nunique()  # repr: lists too
+    return [c for c in candidates if (values[c] <= 1).all()]
+
+
 def status_counts(statuses: pd.Series, total: int) -> str:
     """ "9 points: 7 ok, 1 failed, 1 not run" for a sweep of `total` points."""
     counts = statuses.value_counts()

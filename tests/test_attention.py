@@ -1,23 +1,38 @@
 """Tiled, SDPA and FlexAttention against the naive reference, and tiled against SDPA as exp014
-does."""
+does; the registry of paths, that a path registered there is every experiment's to take, and
+the one visibility rule."""
+
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from shapes import SHAPES
 from torch.testing import assert_close
 
+from experiments import equivalence
 from experiments.attention import (
+    PATHS,
     TiledAttention,
     Tiling,
+    attend,
     attention_mask,
     flex_attention,
     flex_block_mask,
     naive_attention,
     reference_attention,
+    register,
     repeat_kv,
     sdpa_attention,
     tiled_attention,
+    visible,
 )
+from experiments.model import ModelConfig, OctLM
+from harness.errors import BadInput
+from harness.signature import Experiment
+
+CONF = Path(__file__).resolve().parent.parent / "conf" / "experiment"
 
 
 def qkv(batch, heads, kv_heads, length, head_dim, dtype=torch.float64, seed=0):
@@ -107,14 +122,7 @@ def test_bad_arguments_are_clear_errors(kwargs, message):
         tiled_attention(query, key, value, **kwargs)
 
 
-PATHS = {
-    "naive": naive_attention,
-    "sdpa": sdpa_attention,
-    "tiled": lambda *tensors, **mask: tiled_attention(*tensors, 8, **mask),
-}
-
-
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", ["naive", "sdpa", "tiled"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_a_row_that_sees_no_key_is_zero_with_finite_gradients(path, dtype):
     # 64 queries, 16 keys, window 8: query rows 23 to 63 see no key (top-left causal).
@@ -122,7 +130,7 @@ def test_a_row_that_sees_no_key_is_zero_with_finite_gradients(path, dtype):
     key, value = (t.detach()[..., :16, :].requires_grad_() for t in (key, value))
     blind = ~attention_mask(64, 16, causal=True, window=8).any(dim=-1)
     assert blind.nonzero().flatten().tolist() == list(range(23, 64))
-    output = PATHS[path](query, key, value, causal=True, window=8)
+    output = attend(path, query, key, value, causal=True, window=8, block=8)
     assert torch.equal(output[..., blind, :], torch.zeros_like(output[..., blind, :]))
     # A loss over the rows that see keys only: every gradient finite, the blind rows' dq zero.
     grads = torch.autograd.grad(output[..., ~blind, :].sum(), (query, key, value))
@@ -202,3 +210,101 @@ def test_flex_has_no_backward_on_the_cpu():
     query, key, value = (t.requires_grad_() for t in qkv(1, 2, 2, 16, 8, dtype=torch.float32))
     with pytest.raises(NotImplementedError, match="backward on CPU"):
         flex_attention(query, key, value, window=4)
+
+
+def test_the_visibility_rule_is_every_paths_mask():
+    """attention_mask, the tiled path's hide and the flex block mask's rule are one rule."""
+    rows, columns = torch.arange(9).unsqueeze(1), torch.arange(7).unsqueeze(0)
+    for window in (0, 1, 3):
+        rule = visible(rows, columns, causal=True, window=window)
+        assert torch.equal(attention_mask(9, 7, causal=True, window=window), rule)
+        hidden = Tiling(16, True, window).hide(torch.zeros(9, 7), 0, 0) == float("-inf")
+        assert torch.equal(~hidden, rule)
+        flex_rule = flex_block_mask(9, 7, True, window, "cpu").mask_mod(0, 0, rows, columns)
+        assert torch.equal(flex_rule, rule)
+    assert visible(rows, columns, causal=False, window=0).all()
+
+
+@pytest.fixture
+def naive_copy():
+    """A new path, "naive_copy" (naive attention that counts its calls), registered for the
+    test and removed after it."""
+    calls = []
+
+    def copy(query, key, value, *, causal=True, window=0, dropout=0.0):
+        calls.append(query.shape)
+        return naive_attention(query, key, value, causal=causal, window=window, dropout=dropout)
+
+    register("naive_copy", copy)
+    yield calls
+    del PATHS["naive_copy"]
+
+
+def test_a_registered_path_is_the_models_and_exp014s_to_take(naive_copy):
+    config = ModelConfig(vocab_size=32, width=16, n_layers=2, n_heads=2, n_kv_heads=1,
+                         max_length=8, attention="naive_copy", window=3)  # fmt: skip
+    torch.manual_seed(0)
+    model = OctLM(config).eval()
+    naive = OctLM(replace(config, attention="naive")).eval()
+    naive.load_state_dict(model.state_dict())
+    tokens = torch.arange(8).unsqueeze(0)
+    assert torch.equal(model(tokens), naive(tokens)) and len(naive_copy) == 2  # one a layer
+    point = dict(kv_heads=2, heads=4, width=32, layers=1, vocab_size=64, length=9, block=8)
+    [row] = equivalence.run(path="naive_copy", dtype="float64", **point)
+    assert row["max_abs_diff"] == 0 and row["max_grad_diff"] == 0, "the same computation"
+
+
+def experiment(name: str) -> tuple[Experiment, dict]:
+    """An experiment as the harness loads it from its config, and its config's own values."""
+    config = yaml.safe_load((CONF / f"{name}.yaml").read_text())
+    values = {k: v for k, v in config.items() if k not in ("experiment", "hydra")}
+    return Experiment.load(config["experiment"]), values
+
+
+# Each experiment that takes a path: the parameter, and the names it takes beside the paths.
+TAKING_A_PATH = [
+    ("exp014_equivalence", "path", ""),
+    ("exp016_backward_memory", "method", "sdpa_math, sdpa_flash, "),
+    ("exp017_recall", "attention", "auto, "),
+    ("exp018_window", "method", ""),
+]
+
+
+@pytest.mark.parametrize("name, parameter, beside", TAKING_A_PATH)
+def test_a_registered_path_is_every_experiments_to_take(naive_copy, name, parameter, beside):
+    """Taken as the harness checks a point; a name never registered refused in one line that
+    lists the registered ones, as a Literal's bad value is."""
+    loaded, values = experiment(name)
+    assert loaded.params({**values, parameter: "naive_copy"})[parameter] == "naive_copy"
+    with pytest.raises(BadInput) as refused:
+        loaded.params({**values, parameter: "flash"})
+    paths = "naive, sdpa, tiled, flex, naive_copy"
+    assert str(refused.value) == f"{parameter} must be one of {beside}{paths}, got 'flash'"
+
+
+def test_an_unknown_path_is_refused_in_one_line_that_lists_the_paths():
+    with pytest.raises(ValueError) as refused:
+        ModelConfig(attention="flash")
+    assert str(refused.value) == (
+        "attention must be one of auto, naive, sdpa, tiled, flex, got 'flash'"
+    )
+    with pytest.raises(ValueError, match="^path must be one of naive, sdpa, tiled, flex, got 'x'$"):
+        equivalence.run(path="x", length=4)
+    with pytest.raises(ValueError, match="path must be one of"):
+        attend("x", *qkv(1, 2, 2, 4, 4))
+
+
+def test_a_name_is_registered_once_and_a_path_takes_the_one_signature():
+    with pytest.raises(ValueError, match="'tiled' is registered already"):
+        register("tiled", naive_attention)
+    with pytest.raises(ValueError, match="cannot be called as"):
+        register("no_window", lambda query, key, value, causal: query)
+    assert "no_window" not in PATHS
+
+
+def test_attend_passes_block_and_dropout_only_to_a_path_that_names_them():
+    query, key, value = qkv(1, 2, 2, 12, 4)
+    assert_close(attend("tiled", query, key, value, block=5), naive_attention(query, key, value))
+    assert_close(attend("sdpa", query, key, value, block=5), naive_attention(query, key, value))
+    with pytest.raises(NotImplementedError, match="'flex' has no attention dropout"):
+        attend("flex", query, key, value, dropout=0.1)

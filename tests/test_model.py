@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 import experiments.model
-from experiments.attention import tiled_attention
+from experiments.attention import PATHS, tiled_attention
 from experiments.model import ModelConfig, OctLM, apply_rotary, rotary_angles
 
 LAYOUTS = {"multi-head": (8, 8), "grouped": (8, 2), "multi-query": (8, 1)}
@@ -220,7 +220,7 @@ def test_the_default_path_runs_tiled_from_2048_positions_with_a_window(monkeypat
         lengths.append(query.shape[-2])
         return tiled_attention(query, key, value, block, **kwargs)
 
-    monkeypatch.setattr(experiments.model, "tiled_attention", recording)
+    monkeypatch.setitem(PATHS, "tiled", recording)
     config = tiny_config(max_length=2048, window=16, n_layers=1, tiled_block=512)
     model, naive = build(config), build(replace(config, attention="naive"))
     ids = tokens(1, 2048)
@@ -236,7 +236,7 @@ def test_tiled_uses_the_configured_block(monkeypatch):
         blocks.append(block)
         return tiled_attention(query, key, value, block, **kwargs)
 
-    monkeypatch.setattr(experiments.model, "tiled_attention", recording)
+    monkeypatch.setitem(PATHS, "tiled", recording)
     build(tiny_config(attention="tiled", tiled_block=5))(tokens(1, 9))
     assert blocks == [5, 5]
 

@@ -10,7 +10,8 @@ import torch
 import yaml
 
 from analysis import recall as report
-from experiments import model, recall
+from experiments import recall
+from experiments.attention import PATHS, naive_attention
 from experiments.model import ModelConfig, OctLM
 from harness import claims, store, tracking
 
@@ -178,11 +179,11 @@ def test_the_agreement_claim_passes_for_tiled_and_fails_for_a_broken_path(monkey
     result = claim_results(sweep_rows(runs))
     assert result["tiled and naive attention train as sdpa does from the same seed"] == "PASS"
 
-    def broken(query, key, value, block, window=0):  # forgets the last key block
+    def broken(query, key, value, block, causal=True, window=0):  # forgets the last key block
         keep = key.shape[-2] - block // 2
-        return model.naive_attention(query, key[..., :keep, :], value[..., :keep, :])
+        return naive_attention(query, key[..., :keep, :], value[..., :keep, :])
 
-    monkeypatch.setattr(model, "tiled_attention", broken)
+    monkeypatch.setitem(PATHS, "tiled", broken)
     runs[("tiled", 0)] = recall.run(**steps, attention="tiled")
     result = claim_results(sweep_rows(runs))
     assert result["tiled and naive attention train as sdpa does from the same seed"] == "FAIL"
@@ -192,10 +193,10 @@ def test_the_recall_claims_fail_for_a_path_that_cannot_see_the_pairs(monkeypatch
     """Attention that only sees each position itself: no recall with full attention (FAIL),
     and chance with the short window (PASS), from real, short training."""
 
-    def itself(query, key, value, window=0, dropout=0.0):
+    def itself(query, key, value, causal=True, window=0, dropout=0.0):
         return value.repeat_interleave(query.shape[-3] // value.shape[-3], dim=-3)
 
-    monkeypatch.setattr(model, "sdpa_attention", itself)
+    monkeypatch.setitem(PATHS, "sdpa", itself)
     run = {**SHORT, "steps": 200, "batch": 64, "checkpoint_every": 1000}
     runs = {("sdpa", 0): recall.run(**run), ("sdpa", 4): recall.run(**run, window=4)}
     result = claim_results(sweep_rows(runs))
@@ -218,3 +219,17 @@ def test_the_report_tables_and_curves(tmp_path):
     rows = rows[~((rows["job"] == 1) & (rows["phase"] == "eval"))]
     final = report.tables(rows)["final"].set_index("job")
     assert final.loc[1, "status"] == "running" and pd.isna(final.loc[1, "accuracy"])
+
+
+def test_the_report_finds_a_points_parameters_in_its_rows():
+    """From the rows alone, as the harness writes them: not the harness's columns nor the
+    measurements, and a parameter the report never heard of too."""
+    rows = pd.DataFrame([
+        {"job": job, "status": "ok", "attention": attention, "new_knob": [job], "phase": phase,
+         "step": step, "loss": 1.0 / step, "accuracy": 0.5, "tokens_per_s": 100.0 * step,
+         "duration_s": step / 10, "config_hash": f"h{job}", "grad_norm": step * 2.0}
+        for job, attention in enumerate(["sdpa", "tiled"])
+        for phase, step in [("train", 1), ("train", 2), ("eval", 2)]
+    ])  # fmt: skip
+    assert report.parameters(rows) == ["attention", "new_knob"]
+    assert report.tables(rows)["final"]["new_knob"].tolist() == [[0], [1]]

@@ -251,7 +251,7 @@ def test_memory_rows_per_method():
 
 def test_memory_out_of_memory_is_a_row():
     [row] = tiled_backward.memory(method="naive", length=2048, memory_cap_mib=64)
-    assert row["status"] == "oom"
+    assert row["status"] == "oom" and row["device_used"] == "cpu", "as exp015's and exp018's"
     assert "allocate" in row["error"] or row["error"].startswith("MemoryError")
 
 
@@ -264,7 +264,7 @@ def test_memory_a_refused_backend_is_unsupported_with_the_reason(monkeypatch):
     shape = {"batch": 1, "heads": 2, "kv_heads": 2, "length": 16, "head_dim": 8}
     inputs = {**shape, "dtype": "float32", "seed": 0, "device": "cpu"}
     row = tiled_backward._measure_memory(point=point, inputs=inputs, warmup_length=4)
-    assert row["status"] == "unsupported"
+    assert row["status"] == "unsupported" and row["device_used"] == "cpu"
     assert "No viable backend" in row["error"]
 
 

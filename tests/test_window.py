@@ -10,6 +10,7 @@ from experiments import window
 from experiments.attention import attention_mask
 from harness.claims import claims_table
 from harness.config import CONF
+from harness.measure import paired_ratio
 
 CONFIG = OmegaConf.to_container(OmegaConf.load(CONF / "experiment" / "exp018_window.yaml"))
 CLAIMS = CONFIG["experiment"]
@@ -34,6 +35,34 @@ def test_a_point_is_one_complete_row(method):
     assert row["flops"] == 4 * 8 * 32 * window.window_pairs(256, 64)
     assert 0 < row["pct_of_peak"] == pytest.approx(100 * row["gflops"] / row["peak_gflops"])
     assert ("compile_s" in row) == ("mask_s" in row) == (method == "flex")
+    # Its own time ratios: half the length, and sdpa, timed in turns with its repeats; of the
+    # CPU time, on one thread.
+    assert row["ratios_of"] == "CPU time, one thread"
+    cpu, half = row["cpu_time_samples_ms"], row["half_length_cpu_time_samples_ms"]
+    assert len(cpu) == len(half) == len(row["half_length_time_samples_ms"]) == row["repeats"]
+    assert row["time_growth"] == paired_ratio(cpu, half)
+    assert ("speedup_over_sdpa" in row) == ("sdpa_time_samples_ms" in row) == (method != "sdpa")
+    if method != "sdpa":
+        assert row["speedup_over_sdpa"] == paired_ratio(row["sdpa_cpu_time_samples_ms"], cpu)
+    assert not any(c.endswith("_time_ms") for c in row), "samples beside, no timing of its own"
+    assert 0 <= row["cpu_load_beside"] <= 1
+    assert "beside_error" not in row
+
+
+def test_a_half_length_without_a_whole_window_times_no_growth():
+    [row] = window.run(method="tiled", **{**QUICK, "window": 200})  # half: 128 positions
+    assert row["status"] == "ok" and row["speedup_over_sdpa"] > 0
+    assert "time_growth" not in row and "half_length_time_samples_ms" not in row
+
+
+def test_a_reference_out_of_memory_leaves_the_point_its_own_row():
+    """Under a cap that tiled fits and sdpa's (L, L) scores do not, the point is tiled's row,
+    with its growth, and says why it has no speedup."""
+    [row] = window.run(method="tiled", **{**QUICK, "length": 4096}, memory_cap_mib=128)
+    assert row["status"] == "ok" and row["time_ms"] > 0 and row["time_growth"] > 0
+    assert "speedup_over_sdpa" not in row and "sdpa_time_samples_ms" not in row
+    assert row["beside_error"].startswith("sdpa: RuntimeError: [enforce fail")
+    assert "can't allocate memory" in row["beside_error"]
 
 
 def test_running_out_of_memory_is_a_row():
@@ -50,11 +79,18 @@ def test_a_window_and_blocks_are_required(bad, message):
 
 
 # Rows of a CPU sweep with known answers: per doubling, sdpa's time and memory x4, tiled's and
-# flex's x2 (plus a constant), naive oom at 16,384.
+# flex's x2 (plus a constant), naive oom at 16,384. With paired, each row also has its own
+# time_growth and (but sdpa) speedup_over_sdpa, as timed in turns in its process; load slows
+# some points' time_ms by a factor (the load of their moment), which those leave alone.
 LENGTHS = (1024, 2048, 4096, 8192, 16384)
 
 
-def rows(tiled_mib=None, sdpa_ms_at_16384=None, err64=5e-7) -> pd.DataFrame:
+def unloaded_ms(method: str, length: float) -> float:
+    scale = length / 1024
+    return 10 * scale**2 if method in ("naive", "sdpa") else 0.1 + scale
+
+
+def rows(tiled_mib=None, sdpa_ms_at_16384=None, err64=5e-7, paired=False, load=None):
     lines = []
     for method in ("naive", "sdpa", "tiled", "flex"):
         for width in (64, 256):
@@ -64,15 +100,25 @@ def rows(tiled_mib=None, sdpa_ms_at_16384=None, err64=5e-7) -> pd.DataFrame:
                 line = {"job": len(lines), "status": "ok", "method": method, "length": length,
                         "window": width, "dtype": "float32", "device_used": "cpu", "batch": 1,
                         "heads": 8, "head_dim": 32, "inputs_mib": 3 * scale, "err64": err64,
-                        "time_ms": 10 * scale**2 if square else 0.5 + scale,
+                        "time_ms": unloaded_ms(method, length),
                         "time_iqr_ms": 0.1,
                         "rss_delta_mib": 40 * scale**2 if square else 1 + scale}  # fmt: skip
                 if method == "tiled" and tiled_mib:
                     line["rss_delta_mib"] = tiled_mib(length)
                 if method == "sdpa" and length == 16384 and sdpa_ms_at_16384:
                     line["time_ms"] = sdpa_ms_at_16384
+                if paired:
+                    line["time_growth"] = unloaded_ms(method, length) / unloaded_ms(
+                        method, length / 2
+                    )
+                    if method != "sdpa":
+                        line["speedup_over_sdpa"] = unloaded_ms("sdpa", length) / unloaded_ms(
+                            method, length
+                        )
+                line["time_ms"] *= (load or {}).get((method, length), 1.0)
                 if method == "naive" and length >= 16384:
-                    line = {k: v for k, v in line.items() if k not in ("time_ms", "rss_delta_mib")}
+                    measured = ("time_ms", "rss_delta_mib", "time_growth", "speedup_over_sdpa")
+                    line = {k: v for k, v in line.items() if k not in measured}
                     line |= {"status": "oom", "error": "out of memory (cap 8192 MiB)"}
                 lines.append(line)
     return pd.DataFrame(lines)
@@ -81,11 +127,11 @@ def rows(tiled_mib=None, sdpa_ms_at_16384=None, err64=5e-7) -> pd.DataFrame:
 def test_speedup_and_growth():
     derived = report.tables(rows())
     speedup = derived["speedup"].set_index(["method", "window", "length"])["speedup_over_sdpa"]
-    assert speedup[("tiled", 256, 16384)] == pytest.approx(10 * 256 / 16.5)
+    assert speedup[("tiled", 256, 16384)] == pytest.approx(10 * 256 / 16.1)
     assert speedup[("naive", 64, 16384)] != speedup[("naive", 64, 16384)], "oom: NaN"
     growth = derived["growth"].set_index(["method", "window", "length"])
     assert growth.loc[("sdpa", 64, 4096), "memory_growth"] == 4.0
-    assert growth.loc[("flex", 64, 16384), "time_growth"] == pytest.approx(16.5 / 8.5)
+    assert growth.loc[("flex", 64, 16384), "time_growth"] == pytest.approx(16.1 / 8.1)
 
 
 def test_the_claims_pass_on_seed_like_rows_and_fail_when_they_should():
@@ -97,6 +143,51 @@ def test_the_claims_pass_on_seed_like_rows_and_fail_when_they_should():
     close = claims_table(rows(sdpa_ms_at_16384=100.0), CLAIMS)["result"].tolist()
     assert close[3] == "FAIL"
     assert claims_table(rows(err64=0.0), CLAIMS)["result"].tolist()[4] == "FAIL"
+
+
+LOADED = {("tiled", 8192): 2.0, ("tiled", 16384): 20.0, ("flex", 4096): 1.5}
+
+
+def test_the_claims_take_each_points_own_ratios_not_two_points_medians():
+    """Load at the moments tiled ran at 8,192 and 16,384 (2x, 20x) and flex at 4,096 moves two
+    points' medians out of the bounds, not the ratios each point timed in turns in its own
+    process; rows of an older sweep, without those, still get the ratio of the medians."""
+    across = claims_table(rows(load=LOADED), CLAIMS)["result"].tolist()
+    assert across == ["FAIL", "PASS", "PASS", "FAIL", "PASS"]
+    own = report.tables(rows(paired=True, load=LOADED))
+    assert claims_table(rows(paired=True, load=LOADED), CLAIMS)["result"].tolist() == ["PASS"] * 5
+    growth = own["growth"].set_index(["method", "window", "length"])
+    assert growth.loc[("tiled", 64, 8192), "time_growth"] == pytest.approx(8.1 / 4.1)
+    assert growth.loc[("tiled", 64, 8192), "time_growth_paired"]
+    assert ("tiled", 64, 1024) not in growth.index, "the lines are the same: 512 is not planned"
+    oom = growth.loc[("naive", 64, 16384)]  # no time of its own, nor across: missing
+    assert pd.isna(oom["time_growth"]) and not oom["time_growth_paired"]
+    speedup = own["speedup"].set_index(["method", "window", "length"])["speedup_over_sdpa"]
+    assert speedup[("tiled", 256, 16384)] == pytest.approx(10 * 256 / 16.1)
+    assert "sdpa" not in own["speedup"]["method"].tolist()
+
+
+def test_a_row_without_its_own_growth_falls_back_and_a_point_not_run_is_missing():
+    """A row that did not time its half (NaN) gets the two points' medians' ratio, marked so;
+    a point not run has neither, and its claim is incomplete, not passed."""
+    data = rows(paired=True)
+    at = (data["method"] == "flex") & (data["window"] == 64)
+    data.loc[at & (data["length"] == 4096), "time_growth"] = None
+    data.loc[at & (data["length"] == 2048), ["status", "time_ms", "time_growth"]] = [
+        "not run",
+        None,
+        None,
+    ]
+    growth = report.tables(data)["growth"].set_index(["method", "window", "length"])
+    assert growth.loc[("flex", 64, 8192), "time_growth_paired"]
+    fallback = growth.loc[("flex", 64, 4096)]
+    assert pd.isna(fallback["time_growth"]) and not fallback["time_growth_paired"], "2,048 lost"
+    claims = claims_table(data, CLAIMS)
+    assert claims["result"].tolist()[0] == "INCOMPLETE"
+    assert "method=flex length=2048" in claims["missing"][0]
+    data.loc[at & (data["length"] == 2048), ["status", "time_ms"]] = ["ok", 2.1]
+    fallback = report.tables(data)["growth"].set_index(["method", "window", "length"])
+    assert fallback.loc[("flex", 64, 4096), "time_growth"] == pytest.approx(4.1 / 2.1)
 
 
 def test_the_section_has_its_tables_plots_and_what_did_not_run(tmp_path):
