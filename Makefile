@@ -3,7 +3,8 @@
 # make test-fast: the edit-run loop: everything but the slow and SLURM tests, on every core.
 # make gpu-check: on a machine with one NVIDIA GPU (a few minutes): the GPU tests (pytest -m gpu),
 #                 then SDPA's backends on it (exp015_backends in float16 and bfloat16, head width
-#                 64, length 1,024 to 16,384), then the report with its claims checked.
+#                 64, length 1,024 to 16,384), then training in each precision (exp019_precision,
+#                 widths 128 and 1,024, 120 steps), then the report with its claims checked.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -26,6 +27,8 @@ gpu-check: $(VENV)/.installed
 	$(BIN)/python -m pytest -m gpu
 	$(BIN)/python -m harness +experiment=exp015_backends device=cuda dtype=float16,bfloat16 \
 		head_dim=64 length=1024,2048,4096,8192,16384 min_time_s=0.2
+	$(BIN)/python -m harness +experiment=exp019_precision device=cuda width=128,1024 \
+		length=256 heads=8 kv_heads=8 batch=64 steps=120
 	$(BIN)/python -m analysis --check
 
 setup: $(VENV)/.installed

@@ -36,6 +36,8 @@ TINY = {
                       "device=cpu"],
     "exp018_window": ["method=sdpa,tiled,flex", "length=256,512", "window=64", "device=cpu",
                       "min_repeats=2", "min_time_s=0", "num_threads=1"],
+    "exp019_precision": ["precision=float32,float16_unscaled", "width=16", "length=16",
+                         "steps=6", "batch=2", "warmup_steps=2", "device=cpu"],
 }  # fmt: skip
 IDENTIFIER = r"(?<![\d.])[A-Za-z_]\w*"  # a column in a bound's expression, not 1.0e-6's e
 CLAIM_KEYS = {"metric", "min", "max", "where", "table", "text"}  # analysis.claims
