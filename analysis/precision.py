@@ -19,6 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from analysis.recall import training_lines  # noqa: E402
 from harness import store  # noqa: E402
 from harness.tables import markdown  # noqa: E402
 
@@ -159,16 +160,11 @@ def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
 
 def curves(rows: pd.DataFrame, final: pd.DataFrame, varied: list[str], path: Path):
     """Training loss against step, a line per point, in one PNG; None without training rows."""
-    if "phase" not in rows:
+    lines = training_lines(rows, final, varied)
+    if not lines:
         return None
-    train = rows[rows["phase"] == "train"].sort_values(["job", "step"])
-    if train.empty:
-        return None
-    labels = final.set_index("job")[varied] if varied else None
     figure, axis = plt.subplots(figsize=(8, 4.5))
-    for job, points in train.groupby("job"):
-        label = (" ".join(f"{k}={v}" for k, v in labels.loc[job].items())
-                 if labels is not None else f"job {job}")  # fmt: skip
+    for label, points in lines:
         axis.plot(points["step"], points["loss"], label=label, linewidth=0.8)
     axis.set_xlabel("step")
     axis.set_ylabel("training loss")

@@ -104,19 +104,32 @@ def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
     return parts
 
 
+def training_lines(
+    rows: pd.DataFrame, final: pd.DataFrame, varied: list[str]
+) -> list[tuple[str, pd.DataFrame]]:
+    """Each point's training rows in step order, with its label: the parameters that vary in
+    the sweep (`varied`, read from `final`, a line per job), or its job; [] without them."""
+    if "phase" not in rows:
+        return []
+    train = rows[rows["phase"] == "train"].sort_values(["job", "step"])
+    labels = final.set_index("job")[varied] if varied else None
+
+    def label(job) -> str:
+        if labels is None:
+            return f"job {job}"
+        return " ".join(f"{k}={v}" for k, v in labels.loc[job].items())
+
+    return [(label(job), points) for job, points in train.groupby("job")]
+
+
 def curves(rows: pd.DataFrame, final: pd.DataFrame, varied: list[str], path: Path):
     """Training loss and accuracy against step, a line per point (a running mean of SMOOTHING
     steps), in one PNG; None without training rows."""
-    if "phase" not in rows:
+    lines = training_lines(rows, final, varied)
+    if not lines:
         return None
-    train = rows[rows["phase"] == "train"].sort_values(["job", "step"])
-    if train.empty:
-        return None
-    labels = final.set_index("job")[varied] if varied else None
     figure, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for job, points in train.groupby("job"):
-        label = (" ".join(f"{k}={v}" for k, v in labels.loc[job].items())
-                 if labels is not None else f"job {job}")  # fmt: skip
+    for label, points in lines:
         for axis, column in zip(axes, ("loss", "accuracy"), strict=True):
             smooth = points[column].rolling(SMOOTHING, min_periods=1).mean()
             axis.plot(points["step"], smooth, label=label, linewidth=1)
