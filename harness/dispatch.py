@@ -135,9 +135,10 @@ def finish(sweep, point, summary: dict, progress: "Progress") -> None:
     if not store.has_rows(sweep.results, sweep.experiment.name, sweep.id, point.job):
         store.write_rows(path, [ended])
     elif summary["status"] not in store.DONE:
+        replaced = store.segments(path)  # read before the rows: only those read go
         landed = store.job_rows(path)
         if any(row["status"] == store.RUNNING for row in landed):
-            store.write_rows(path, [*store.settled(landed), ended])
+            store.write_rows(path, [*store.settled(landed), ended], replacing=replaced)
     progress.update(point, summary)
 
 

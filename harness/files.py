@@ -3,8 +3,9 @@
 Every file is written under a hidden temporary name and renamed into place (replace_atomically),
 so a reader sees all of it or none; a writer killed mid-write leaves only the temporary, which
 remove_temporaries takes away once its writer is known to be gone or an hour has passed. A row
-file (write_table) carries Parquet page checksums and, in its metadata, a digest of its rows;
-read_table checks both and raises DamagedFile for a file that cannot be trusted. uninterrupted()
+file (write_table; or write_parts, in the memory of one part: a training job's segments merged)
+carries Parquet page checksums and, in its metadata, a digest of its rows; read_table checks
+both and raises DamagedFile for a file that cannot be trusted. uninterrupted()
 holds off Ctrl-C, SIGTERM and SIGHUP while a file replaces others, so that no reader sees both.
 """
 
@@ -18,7 +19,7 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,9 +32,11 @@ STALE_S = 3600  # a hidden temporary file this old is a killed writer's: no writ
 # Parquet reader returns it (a bigger one, which its values would take longer to list).
 DIGEST = b"harness_rows_sha256"
 VALUES_DIGEST = b"harness_values_sha256"
+# Of a file written in parts (write_parts): of its row groups, each as a reader returns it alone.
+GROUPS_DIGEST = b"harness_row_groups_sha256"
 SMALL = 10_000
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # what a merge finishes before obeying
-JOB = re.compile(r"job-(\d+)\.parquet")
+JOB = re.compile(r"job-(\d+)(?:\.part-\d+)?\.parquet")  # a job's file, or one of its segments
 
 
 class DamagedFile(Exception):
@@ -59,6 +62,56 @@ def write_table(path: Path, table: pa.Table, sync: bool = True) -> None:
     replace_atomically(path, write, sync)
 
 
+def write_parts(path: Path, parts: Callable[[], Iterable[pa.Table]], schema: pa.Schema,
+                sync: bool = True) -> None:  # fmt: skip
+    """Write rows given in parts of one schema (a part a row group) in the memory of a part:
+    page checksums, and a digest of the row groups as a reader returns each. `parts` gives the
+    same parts each time it is called: once for the digest, once for the file."""
+    digest, options = hashlib.sha256(), {"use_dictionary": True, "write_page_checksum": True}
+    read_as = _as_read(schema.empty_table(), **options).schema  # Parquet's names of list items
+    with pa.ipc.new_stream(_Hashing(digest), read_as) as stream:
+        for part in parts():
+            stream.write_table(_as_read(part, **options))
+    schema = schema.with_metadata({GROUPS_DIGEST: digest.hexdigest()})
+
+    def write(tmp: Path) -> None:
+        with pq.ParquetWriter(tmp, schema, **options) as out:
+            for part in parts():
+                out.write_table(part.replace_schema_metadata(schema.metadata))
+
+    replace_atomically(path, write, sync)
+
+
+class _Hashing:
+    """A file-like sink that only hashes what is written to it."""
+
+    def __init__(self, digest):
+        self.digest, self.closed = digest, False
+
+    def write(self, data) -> int:
+        self.digest.update(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _groups_digest(parquet: pq.ParquetFile) -> tuple[pa.Table, str]:
+    """A file's rows, and the digest of its row groups as write_parts takes it."""
+    digest = hashlib.sha256()
+    groups = []
+    schema = parquet.schema_arrow.remove_metadata()
+    with pa.ipc.new_stream(_Hashing(digest), schema) as stream:
+        for number in range(parquet.num_row_groups):
+            group = parquet.read_row_group(number, use_threads=False).replace_schema_metadata(None)
+            stream.write_table(group)
+            groups.append(group)
+    return pa.concat_tables(groups) if groups else schema.empty_table(), digest.hexdigest()
+
+
 def read_table(path: Path) -> tuple[pa.Table, tuple[int, int, int]]:
     """A file's rows and identity (inode, mtime, size) from one open: what was read is what
     the identity names, even if the file is replaced a moment later. DamagedFile when the rows
@@ -75,12 +128,15 @@ def read_table(path: Path) -> tuple[pa.Table, tuple[int, int, int]]:
         raise DamagedFile(path, said) from None
     try:
         parquet = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True)
-        table = parquet.read(use_threads=False)
-        metadata = table.schema.metadata or {}
-        table = table.replace_schema_metadata(None)
-        digests = {VALUES_DIGEST: _values_digest, DIGEST: _digest}
-        kind = next((key for key in digests if key in metadata), None)
-        intact = kind is not None and metadata[kind] == digests[kind](table).encode()
+        metadata = parquet.schema_arrow.metadata or {}
+        if GROUPS_DIGEST in metadata:
+            kind, (table, digest) = GROUPS_DIGEST, _groups_digest(parquet)
+            intact = metadata[kind] == digest.encode()
+        else:
+            table = parquet.read(use_threads=False).replace_schema_metadata(None)
+            digests = {VALUES_DIGEST: _values_digest, DIGEST: _digest}
+            kind = next((key for key in digests if key in metadata), None)
+            intact = kind is not None and metadata[kind] == digests[kind](table).encode()
     except Exception as error:  # whatever a damaged file makes the reader raise
         raise DamagedFile(path, f"unreadable ({type(error).__name__}: {error})") from None
     if kind is None:
@@ -212,9 +268,9 @@ def _type_name(type_: pa.DataType) -> str:
     return str(type_)
 
 
-def _as_read(table: pa.Table) -> pa.Table:
+def _as_read(table: pa.Table, **options) -> pa.Table:
     """The table as it will read back from Parquet (its buffers laid out as a reader lays them,
     list fields named as Parquet names them): what _digest is taken of when writing."""
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink)
+    pq.write_table(table, sink, **options)
     return pq.ParquetFile(pa.BufferReader(sink.getvalue())).read(use_threads=False)

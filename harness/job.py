@@ -7,6 +7,7 @@ import os
 import random
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -61,9 +62,7 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
     digest = planned["config_hash"] if planned else config_hash(experiment.name, params)
     shared: dict = {}  # the harness's columns, taken once the experiment has started
 
-    def prepare(row: dict, logged: bool = True) -> dict:
-        if logged:  # a row a training experiment hands over as it runs
-            _check_rows([row], _reserved(params))
+    def prepare(row: dict) -> dict:
         if not shared:
             shared.update(
                 job=job,
@@ -84,21 +83,22 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
             tracking.checkpoint_dir(values["out"], experiment.name, sweep, job),
             prepare,
             config_hash=digest,
+            check=_row_check(_reserved(params)),
+            clock=clock,
             every_rows=values.get("stream_rows", 1000),
-            every_s=values.get("stream_s", 10.0),
+            every_s=values.get("stream_s", 1.0),
             say=say,
             shown=lambda row: first_numbers(row, params),
             sinks=sinks,
         )
     returned = measure(experiment, params, params.get("seed", values["seed"]), tracker)
-    rows = [prepare(row, logged=False) for row in returned]
-    if tracker is not None:
-        rows = tracker.close() + rows
-    store.write_rows(path, rows)
-    if tracker is not None:
-        tracker.finish(rows[len(tracker.rows) :])
-    elif sinks is not None:  # a point without a tracker: its rows once they are stored
-        sinks.send(rows)
+    rows = [prepare(row) for row in returned]
+    if tracker is not None:  # its job file replaces its segments; the sinks get the rest
+        rows = tracker.end(rows)
+    else:
+        store.write_rows(path, rows)
+        if sinks is not None:  # a point without a tracker: its rows once they are stored
+            sinks.send(rows)
     _keep_package_list(store.sweep_dir(root, experiment.name, sweep))
     return summary(rows, params, last=tracker is not None)
 
@@ -146,7 +146,7 @@ def measure(
             else:
                 with tracker.slurm_signals():
                     rows = [dict(row) for row in experiment.run(**params, tracker=tracker) or []]
-        _check_rows(rows, _reserved(params), logged=tracker.rows if tracker else [])
+        _check_rows(rows, _reserved(params), logged=tracker.logged if tracker else 0)
         return rows
     except (Exception, SystemExit) as error:
         if tracker is not None and tracker.store_error is not None:
@@ -214,7 +214,18 @@ def _reserved(params: dict) -> set[str]:
     return set(params) | set(store.HARNESS_COLUMNS) - {"status", "error"}
 
 
-def _check_rows(rows: list[dict], reserved: set[str], logged: list[dict] = ()) -> None:
+def _row_check(reserved: set[str]) -> Callable[[dict], None]:
+    """_check_rows of one logged row, at the cost of a set's isdisjoint when it passes."""
+    refused = reserved | set(store.PARTITIONS.names)
+
+    def check(row: dict) -> None:
+        if not refused.isdisjoint(row):
+            _check_rows([row], reserved)
+
+    return check
+
+
+def _check_rows(rows: list[dict], reserved: set[str], logged: int = 0) -> None:
     if not rows and not logged:
         raise ValueError("the experiment returned no rows")
     clashes = sorted(

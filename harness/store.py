@@ -7,10 +7,21 @@ rows. The experiment and sweep live in the Hive-style path, not in the files, so
 pandas and DuckDB all read them as partition columns. Sweep-level files (the
 manifest, package lists, the compaction lock) start with "_", which those readers skip.
 
+A training job that is still running lands its rows as segments, append-only files beside its
+job file (job-N.part-K.parquet, K = 1, 2, ...: the rows logged since the previous one, status
+"running", written as any row file is), and writes its job file once when it ends, which
+replaces them (`write_rows(..., replacing=segments(path))`).
+
 A finished sweep's job files can be merged into one, compacted-N.parquet (`compact`). The rule
-that keeps every row exactly once for `read`, even while a compaction runs: each job's rows come
-from one file, its own job file when it has one (a job file is never older than the compacted
-rows of its job), else the newest compacted file holding the job.
+that keeps every row exactly once for `read`, even while a compaction runs or a training job
+ends: each job's rows come from one place, its own job file when it has one (a job file is never
+older than its segments or the compacted rows of its job), else its segments in order, else the
+newest compacted file holding the job. A plain folder reader (pandas, pyarrow, DuckDB over
+*.parquet) sees what lies there: each row once, except in the moment between a job file's rename
+and the removal of the segments it replaces, and in the one between a restore's writing an
+ended job's checkpointed rows back as its first segment and its removing the job file (signals
+are held off meanwhile: only a SIGKILL can leave both, and `read` still sees each row once; the
+job's next run, or the sweep's compaction, removes the segments a job file replaced).
 
 A file that cannot be trusted is skipped by every reader, named once per process on stderr,
 and its point counts as not run: one that cannot be read, fails its Parquet page checksums,
@@ -37,6 +48,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from harness import files
 
@@ -44,6 +56,7 @@ MANIFEST = "_sweep.json"
 LOCK = "_compact.lock"  # held while a compaction or a resume rewrites a sweep's files
 COMPACTED = re.compile(r"compacted-(\d+)\.parquet")
 JOB = re.compile(r"job-(\d+)\.parquet")
+SEGMENT = re.compile(r"job-(\d+)\.part-(\d+)\.parquet")
 READ_ATTEMPTS = 50  # a read retries while compactions change the folder under it
 # A point's answer: resume skips these. Other statuses (failed, killed, oom, timeout) rerun.
 DONE = ("ok", "unsupported")
@@ -89,30 +102,207 @@ def job_file(root: Path, experiment: str, sweep: str, job: int) -> Path:
     return sweep_dir(root, experiment, sweep) / f"job-{job:06d}.parquet"
 
 
-def write_rows(path: Path, rows: list[dict]) -> None:
-    """Write one job's rows to `path` atomically: a reader sees all of them or none.
+def segment_file(path: Path, number: int) -> Path:
+    """Segment `number` (from 1) of the job whose file is `path`."""
+    return Path(path).with_name(f"{Path(path).stem}.part-{number:08d}.parquet")
+
+
+def segments(path: Path) -> list[Path]:
+    """The segments of the job whose file is `path`, in order."""
+    found = [
+        (int(m[2]), folder_path)
+        for folder_path in Path(path).parent.glob(f"{glob.escape(Path(path).stem)}.part-*.parquet")
+        if (m := SEGMENT.fullmatch(folder_path.name))
+    ]
+    return [segment for _, segment in sorted(found)]
+
+
+def segment_number(path: Path) -> int:
+    return int(SEGMENT.fullmatch(Path(path).name)[2])
+
+
+def write_rows(path: Path, rows: list[dict] | pa.Table, replacing: Iterable[Path] = ()) -> None:
+    """Write one job's rows to `path` atomically: a reader sees all of them or none. The files
+    `replacing` names (the job's segments) go once it is in place; signals wait meanwhile.
 
     They are not forced to disk (fsync costs milliseconds a point): the job's own death loses
     nothing once they landed, and after a machine crash a file that did not reach the disk
     reads as missing or damaged, so its point counts as not run and resume reruns it. What
     holds rows that exist nowhere else (a compacted file, the job files release moves out of
     one) is forced to disk before its sources go."""
-    files.write_table(path, rows_to_table(rows), sync=False)
+    table = rows if isinstance(rows, pa.Table) else rows_to_table(rows)
+    with files.uninterrupted():
+        files.write_table(path, table, sync=False)
+        for segment in replacing:
+            Path(segment).unlink(missing_ok=True)
+
+
+def end_segments(
+    path: Path, parts: list[Path], returned: pa.Table | None, statuses: dict[int, str]
+) -> list[dict]:
+    """Write the job file of a training job that ended, from its segments `parts` (their rows
+    settled, but the row numbers `statuses` names, which take that status), then `returned`
+    (its rows in full); it replaces every segment of the job. In the memory of a segment (the
+    file is written in parts, a segment a row group; damaged segments skipped), unless two of
+    them hold a column of two kinds (then all at once, as `concat` reads it). The rows that
+    `telling` picks, as dicts."""
+    given = [(part, schema) for part in parts if (schema := _schema(part)) is not None]
+    extra = [returned.schema] if returned is not None else []
+    try:
+        schema = pa.unify_schemas([*(s for _, s in given), *extra], promote_options="permissive")
+    except (pa.ArrowTypeError, pa.ArrowInvalid, IndexError):  # an int column and a str one
+        tables = [*trusted_tables(parts), *([returned] if returned is not None else [])]
+        table = _with_statuses(settled_table(concat(tables)), statuses, 0)
+        write_rows(path, table, replacing=segments(path))
+        return telling(table)
+    kept: list[Path] | None = None  # the segments the first pass read intact
+    told: list[dict] = []
+
+    def each() -> Iterator[pa.Table]:
+        nonlocal kept
+        checking, intact, first = kept is None, [], 0
+        for part in [part for part, _ in given] if checking else kept:
+            found = _trusted(part)
+            if found is not None:
+                intact.append(part)
+                table = _with_statuses(settled_table(found[0]), statuses, first)
+                first += table.num_rows
+                yield _told(_conformed(table, schema), told if checking else None)
+        if returned is not None:
+            yield _told(_conformed(returned, schema), told if checking else None)
+        kept = intact if checking else kept
+
+    with files.uninterrupted():
+        files.write_parts(path, each, schema, sync=False)
+        for segment in segments(path):
+            segment.unlink(missing_ok=True)
+    return told
+
+
+def telling(table: pa.Table) -> list[dict]:
+    """The rows of a point's table that a summary reads (harness.job.summary): those with a
+    status other than ok or an error, in order, then the last."""
+    if "status" not in table.column_names:
+        return []
+    notable = pc.not_equal(table["status"], "ok")
+    if "error" in table.column_names:
+        notable = pc.or_kleene(notable, pc.is_valid(table["error"]))
+    last = table.slice(table.num_rows - 1) if table.num_rows else table
+    return [*table.filter(notable).to_pylist(), *last.to_pylist()]
+
+
+def _told(table: pa.Table, told: list[dict] | None) -> pa.Table:
+    """The table, its `telling` rows added to `told` (the last row only while it is last)."""
+    if told is not None and table.num_rows:
+        told[:] = [*told[:-1], *telling(table)]
+    return table
+
+
+def _schema(path: Path) -> pa.Schema | None:
+    try:
+        return pq.read_schema(path).remove_metadata()
+    except Exception:  # a damaged file: whatever reading its footer raises; read skips it too
+        return None
+
+
+def _conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The table in `schema`: its columns cast (an int as a float), the missing ones null."""
+    count = table.num_rows
+    columns = [
+        table[f.name].cast(f.type) if f.name in table.column_names else pa.nulls(count, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _with_statuses(table: pa.Table, statuses: dict[int, str], first: int) -> pa.Table:
+    """The rows numbered (from `first`) in `statuses` with that status."""
+    own = {n - first: s for n, s in statuses.items() if first <= n < first + table.num_rows}
+    if not own:
+        return table
+    listed = table["status"].to_pylist()
+    for number, status in own.items():
+        listed[number] = status
+    return _with_status(table, pa.array(listed, pa.string()))
+
+
+def job_table(path: Path) -> pa.Table:
+    """The rows of a job by the reading rule: its own file, else its segments in order (those
+    that are damaged skipped, named on stderr); none when it has neither or is damaged."""
+    if Path(path).exists():
+        return concat(trusted_tables([Path(path)]))
+    return concat(trusted_tables(segments(path)))
+
+
+def trusted_tables(paths: Iterable[Path]) -> list[pa.Table]:
+    """The rows of each file, in order, but those that are damaged (named on stderr)."""
+    return [found[0] for path in paths if (found := _trusted(path)) is not None]
 
 
 def job_rows(path: Path) -> list[dict]:
-    """The rows of a job's own file, as dicts; none when it is missing or damaged."""
+    """job_table's rows, as dicts."""
     try:
-        table, _ = files.read_table(Path(path))
-    except (FileNotFoundError, files.DamagedFile):
-        return []
-    return table.to_pylist()
+        return job_table(path).to_pylist()
+    except FileNotFoundError:  # gone since the listing: the job ended, or a compaction took it
+        return job_table(path).to_pylist()
 
 
 def settled(rows: list[dict]) -> list[dict]:
     """Rows a training job landed while it ran ("running"), as the measurements they are (ok):
     for when the job has ended, and a row of its own says how."""
     return [{**row, "status": "ok"} if row["status"] == RUNNING else row for row in rows]
+
+
+def settled_table(table: pa.Table) -> pa.Table:
+    """settled, of a table."""
+    if "status" not in table.column_names:
+        return table
+    column = table["status"]
+    return _with_status(table, pc.if_else(pc.equal(column, RUNNING), "ok", column))
+
+
+def as_running(table: pa.Table) -> pa.Table:
+    """Rows a training job ended with, as it lands them while it runs again: "running"."""
+    return _with_status(table, pa.repeat(pa.scalar(RUNNING), table.num_rows))
+
+
+def _with_status(table: pa.Table, status) -> pa.Table:
+    if "status" not in table.column_names:
+        return table.append_column("status", status)
+    return table.set_column(table.column_names.index("status"), "status", status)
+
+
+PLAIN = frozenset({int, float, str, bool, type(None)})
+
+
+def check_values(row: dict) -> None:
+    """Raise what rows_to_table would for a value of `row` that Parquet cannot hold."""
+    for value in row.values():
+        if type(value) not in PLAIN:
+            pa.array([value])
+
+
+def segment_table(rows: list[dict], template: dict, seconds: list[float] | None) -> pa.Table:
+    """Logged rows (the experiment's own columns) as a segment: each of `template`'s columns (a
+    prepared empty row: the job, the parameters, the harness's columns) once as a constant,
+    status "running", each row's own columns before "error", and `seconds` as duration_s."""
+    own = [name for name in dict.fromkeys(k for row in rows for k in row) if name not in SET]
+    arrays, count = {}, len(rows)
+    for name, value in [*template.items(), *([] if "error" in template else [("error", None)])]:
+        if name == "error":
+            columns = {n: [row.get(n) for row in rows] for n in own}
+            arrays |= {n: pa.array(v) for n, v in columns.items() if any(x is not None for x in v)}
+            arrays[name] = pa.array([row.get(name) for row in rows], pa.string())
+        elif name == "status":
+            arrays[name] = pa.repeat(pa.scalar(RUNNING), count)
+        elif name == "duration_s" and seconds is not None:
+            arrays[name] = pa.array(seconds, pa.float64())
+        elif name in HARNESS_COLUMNS or value is not None:
+            arrays[name] = pa.repeat(pa.scalar(value, HARNESS_COLUMNS.get(name)), count)
+    return pa.table(arrays)
+
+
+SET = ("status", "error")  # the harness's columns a row may set itself
 
 
 def rows_to_table(rows: list[dict]) -> pa.Table:
@@ -211,8 +401,8 @@ def read(root: Path, experiment: str | None = None, sweep: str | None = None) ->
 
     The schema is the union of every file's, so a column that only some files have is kept
     (pandas.read_parquet on a folder would take the first file's schema and drop it). Each
-    job's rows come from one file (see the module's docstring), so a compaction running
-    meanwhile neither hides nor doubles any.
+    job's rows come from one place (see the module's docstring), so neither a compaction nor
+    a training job's end running meanwhile hides or doubles any.
     """
     tables = []
     for folder in _sweep_dirs(root, experiment, sweep):
@@ -221,11 +411,12 @@ def read(root: Path, experiment: str | None = None, sweep: str | None = None) ->
             tables.append(_with_partitions(table, folder))
     if not tables:
         return pd.DataFrame(columns=["experiment", "sweep"])
-    return _concat(tables).to_pandas()
+    return concat(tables).to_pandas()
 
 
 def jobs_with_rows(root: Path, experiment: str, sweep: str) -> set[int]:
-    """The jobs that have rows in the store: their own files, and those compacted files hold."""
+    """The jobs that have rows in the store: their own files or segments, and those compacted
+    files hold."""
     folder = sweep_dir(root, experiment, sweep)
     for _ in range(READ_ATTEMPTS):
         names = _listing(folder)
@@ -233,12 +424,13 @@ def jobs_with_rows(root: Path, experiment: str, sweep: str) -> set[int]:
             compacted = set().union(*(_jobs(folder / name) for name in _compacted(names)))
         except FileNotFoundError:  # compacted again since the listing
             continue
-        return set(_job_files(names)) | compacted
+        return set(_job_files(names)) | set(_segments(names)) | compacted
     raise RuntimeError(f"{folder} changed under every one of {READ_ATTEMPTS} reads")
 
 
 def has_rows(root: Path, experiment: str, sweep: str, job: int) -> bool:
-    """Whether the job has rows in the store: its own file, or a compacted file holding it."""
+    """Whether the job has rows in the store: its own file, its segments, or a compacted file
+    holding it."""
     path = job_file(root, experiment, sweep, job)
     return path.exists() or job in jobs_with_rows(root, experiment, sweep)
 
@@ -250,8 +442,9 @@ def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[
     absorbed file is removed, so no row is ever out of sight: `read` sees each row once
     throughout, and pandas, pyarrow and DuckDB see each row once again when it returns. A job
     file that a job rewrote after it was merged is kept: it is newer, and `read` prefers it.
-    Temporary files that writers killed mid-write left behind (older than files.STALE_S) go too. A
-    sweep with a training job that has not ended (rows "running") is left as it is: (None, []).
+    Temporary files that writers killed mid-write left behind (older than files.STALE_S) go too,
+    and so do the segments a job file has replaced (a SIGKILL left them). A sweep with a
+    training job that has not ended (rows "running") is left as it is: (None, []).
     """
     folder = sweep_dir(root, experiment, sweep)
     if not folder.is_dir():
@@ -267,8 +460,10 @@ def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[
         identities = {name: ident for name, ident in identities.items() if name not in foreign}
         if not identities or any(_running(table) for table in parts.values()):
             return None, []  # every file damaged, or a training job still going: not ended
+        for name in _replaced_segments(names):  # out of sight while their job file lies there
+            (folder / name).unlink(missing_ok=True)
         path = folder / f"compacted-{_next_generation(names):06d}.parquet"
-        files.write_table(path, _by_job(_concat(list(parts.values()))))
+        files.write_table(path, _by_job(concat(list(parts.values()))))
         _remove_unchanged(folder, identities)
     return path, sorted(identities)
 
@@ -301,9 +496,9 @@ def release(root: Path, experiment: str, sweep: str, jobs: Iterable[int]) -> lis
         return []
     with _sweep_lock(folder), files.uninterrupted():
         names = _listing(folder)
-        own = set(_job_files(names))  # their compacted rows are stale: dropped below
+        own = set(_job_files(names)) | set(_segments(names))  # their compacted rows are stale
         parts, _ = _read_parts(folder, _compacted(names))
-        merged = _concat(list(parts.values()))
+        merged = concat(list(parts.values()))
         if not merged.num_rows:
             return []
         moving = _is_in(merged["job"], set(jobs) - own)
@@ -371,6 +566,21 @@ def _job_files(names: list[str]) -> dict[int, str]:
     return {int(m[1]): name for name in names if (m := JOB.fullmatch(name))}
 
 
+def _segments(names: list[str]) -> dict[int, list[str]]:
+    """job -> the names of its segments among `names`, in order."""
+    found = sorted((int(m[1]), int(m[2]), name) for name in names if (m := SEGMENT.fullmatch(name)))
+    jobs: dict[int, list[str]] = {}
+    for job, _, name in found:
+        jobs.setdefault(job, []).append(name)
+    return jobs
+
+
+def _replaced_segments(names: list[str]) -> list[str]:
+    """The segments of jobs that have a job file: it replaced them (the reading rule)."""
+    own = _job_files(names)
+    return [name for job, listed in _segments(names).items() if job in own for name in listed]
+
+
 def _compacted(names: list[str]) -> list[str]:
     """The compacted files among `names`, newest first."""
     found = [(int(m[1]), name) for name in names if (m := COMPACTED.fullmatch(name))]
@@ -382,8 +592,17 @@ def _next_generation(names: list[str]) -> int:
     return int(COMPACTED.fullmatch(newest[0])[1]) + 1 if newest else 1
 
 
+def _in_order(name: str) -> tuple:
+    """A row file's place: by job, a job's segments by number (past 10^8 too), then the rest."""
+    if m := SEGMENT.fullmatch(name):
+        return (0, int(m[1]), int(m[2]), name)
+    if m := JOB.fullmatch(name):
+        return (0, int(m[1]), 0, name)
+    return (1, 0, 0, name)
+
+
 def _read_sweep(folder: Path) -> pa.Table:
-    """A sweep's rows, each job's from one file; read again if a compaction changed the folder.
+    """A sweep's rows, each job's from one place; read again if a compaction changed the folder.
 
     A listing taken while a compaction renames its file in and removes the absorbed ones may
     miss both; the compacted files listed after the read then differ from those listed before
@@ -396,7 +615,7 @@ def _read_sweep(folder: Path) -> pa.Table:
         except FileNotFoundError:
             parts = None
         if parts is not None and _compacted(_listing(folder)) == _compacted(names):
-            table = _concat(list(parts.values()))
+            table = concat(list(parts.values()))
             return _by_job(table) if _compacted(names) and len(parts) > 1 else table
         time.sleep(0.001 * attempt)
     raise RuntimeError(f"{folder} changed under every one of {READ_ATTEMPTS} reads")
@@ -405,15 +624,17 @@ def _read_sweep(folder: Path) -> pa.Table:
 def _read_parts(folder: Path, names: list[str]) -> tuple[dict[str, pa.Table], dict]:
     """Each file's rows that count (see the module's docstring), and each file's identity.
 
-    Every file but the compacted ones counts whole; a compacted file counts for the jobs that
-    neither a job file nor a newer compacted file holds.
+    Every job file counts whole, and so does every segment of a job without one, in order; a
+    compacted file counts for the jobs that neither of those nor a newer compacted file holds.
     """
     compacted = _compacted(names)
+    replaced = set(_replaced_segments(names))
+    names = sorted((n for n in names if n not in replaced), key=_in_order)
     read = {name: _trusted(folder / name) for name in names}
     read = {name: found for name, found in read.items() if found is not None}
     parts = {name: table for name, (table, _) in read.items() if name not in compacted}
     identities = {name: identity for name, (_, identity) in read.items()}
-    covered = set(_job_files(list(parts)))
+    covered = set(_job_files(list(parts))) | set(_segments(list(parts)))
     for name in [name for name in compacted if name in read]:
         table = read[name][0]
         if "job" in table.column_names:
@@ -493,7 +714,7 @@ def _jobs(path: Path) -> set[int]:
     return set(table["job"].to_pylist()) if "job" in table.column_names else set()
 
 
-def _concat(tables: list[pa.Table]) -> pa.Table:
+def concat(tables: list[pa.Table]) -> pa.Table:
     """One table with the union of the columns (an int column and a float one unify as float).
 
     Tables of one schema are concatenated as they are first: promoting 10,000 tables one by one

@@ -4,18 +4,25 @@ An experiment function with a parameter named `tracker` is handed a Tracker by t
 config sets no value for it; called as a plain function, it gets None and returns its rows as
 any experiment does). Through it the experiment:
 
-- hands over rows as it goes (`log`). They land in the job's own file (store.write_rows: the
-  whole file rewritten under a temporary name and renamed, so every reader sees a complete
-  file and each row once) at least every `every_rows` rows and every `every_s` seconds: a
-  thread lands the rows that wait that long while the experiment computes. Until the point
-  ends they carry status "running", so that a point whose job died is not finished (resume
-  reruns it), while the rows it landed stay readable. When it ends, its rows are written once
-  more with their own status, followed by those the function returns.
-- saves its state (`save`): the rows so far land first, then the state and their count go to
-  the job's checkpoint folder, so a checkpoint never counts a row that did not land.
-- restores it (`restore`) when the point runs again (resume, a SLURM requeue): the job's landed
-  rows are cut back to those the checkpoint counts, and the rows it logs from there replace
-  the rest, so each step appears once.
+- hands over rows as it goes (`log`: a cheap check that Parquet can hold each value, and the
+  row kept as it is). They land at least every `every_rows` rows and every `every_s` seconds
+  (a thread lands the rows that wait that long while the experiment computes), each landing
+  one new segment of the job (store: job-N.part-K.parquet, written whole or not at all, with
+  the checksums and digest of any row file) holding only the rows logged since the one before,
+  with the point's constant columns added once per segment: a landing costs the same at the
+  first row and at the millionth, and the tracker holds only the rows not landed yet. Until
+  the point ends they carry status "running", so that a point whose job died is not finished
+  (resume reruns it), while the rows it landed stay readable. When it ends (`end`), its rows,
+  each with its own status, and those the function returns are written once as the job's
+  file, which replaces its segments (store's reading rule: a job file, else its segments).
+- saves its state (`save`): the rows so far land first, then the state, their count and the
+  number of segments that hold them go to the job's checkpoint folder, so a checkpoint never
+  counts a row that did not land, and its rows end on a segment's boundary.
+- restores it (`restore`) when the point runs again (resume, a SLURM requeue): the segments
+  past the checkpoint's go, and the rows it logs from there land after the rest, so each step
+  appears once; no landed row is written again (but where the point had ended, and its job
+  file replaced its segments: the checkpoint's rows are then written once, as one segment).
+  A point that restores nothing starts afresh: its first landing removes its earlier rows.
 - asks `stopping`: SLURM has warned that the task's time is up (or that it is preempted); the
   next `save` is its last, and requeues the task (submitit's checkpointing). One that never
   reads it runs until SLURM kills the task; resume then continues it from its last checkpoint.
@@ -31,6 +38,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import pyarrow as pa
 
 from harness import files, store
 
@@ -53,31 +62,41 @@ class Tracker:
         prepare: Callable[[dict], dict],
         *,
         config_hash: str,
+        check: Callable[[dict], None] | None = None,
+        clock: float | None = None,
         every_rows: int = 1000,
-        every_s: float = 10.0,
+        every_s: float = 1.0,
         say: Callable[[str], None] | None = None,
         shown: Callable[[dict], str] | None = None,
         sinks=None,
     ):
-        """Rows go to the job's file `path`, checkpoints to `folder`; `prepare` makes a logged
-        row a stored one (the point's parameters, the harness's columns); `say` prints what
-        happens, `shown` what a landed row says (its step and metrics), on a progress line;
-        `sinks` (harness.sinks.Sinks) get the rows as they land."""
+        """Rows go to the job's file `path` (its segments beside it), checkpoints to `folder`;
+        `prepare` makes a row a stored one (the point's parameters, the harness's columns: the
+        tracker takes those of prepare({}) once per landing), `check` refuses a logged row
+        (columns it may not set), `clock` is the point's start (time.perf_counter) that its
+        rows' duration_s counts from; `say` prints what happens, `shown` what a landed row says
+        (its step and metrics), on a progress line; `sinks` (harness.sinks.Sinks) get the rows
+        as they land."""
         self.path, self.folder, self.prepare = Path(path), Path(folder), prepare
-        self.config_hash = config_hash
+        self.config_hash, self.check, self.clock = config_hash, check, clock
         self.every_rows, self.every_s = every_rows, every_s
         self.say, self.shown = say or (lambda text: None), shown
-        self.rows: list[dict] = []  # every row of the point so far, as it will be written
-        self.landed = 0  # how many of them are in the job's file
-        self.sinks, self.sunk = sinks, None  # how many the sinks have (None: not opened yet)
+        self.waiting: list[dict] = []  # the rows logged since the last landing, as logged
+        self.times: list[float] = []  # when each was logged (time.perf_counter)
+        self.landed = 0  # how many rows the job's segments hold
+        self.logged = 0  # how many rows the point has: those landed, then those waiting
+        self.parts: list[Path] = []  # this run's segments (a restore's kept ones first)
+        self.statuses: dict[int, str] = {}  # row number -> a logged row's own status (not ok)
+        self.fresh = True  # nothing restored: the first landing removes the job's earlier rows
+        self.sinks, self.sunk = sinks, False  # whether the sinks are open
         self.oldest: float | None = None  # when the oldest row not landed yet was logged
         self.stopping = False
         self.store_error: OSError | None = None  # the store could not take rows or a checkpoint
         files.remove_temporaries(self.folder, older_than_s=0)  # killed runs': the job's own
         self._marker = hold_running(self.path)  # status tells a dead run from a live one
         self._requeue: Callable[[], None] | None = None  # submitit's handler, when deferred
-        self._lock = threading.Lock()  # rows and landed
-        self._writing = threading.Lock()  # one write of the job's file at a time
+        self._lock = threading.Lock()  # waiting, times, oldest
+        self._writing = threading.Lock()  # one write of the job's files at a time
         self._wake = threading.Event()
         self._closed = False
         self._failed: Exception | None = None  # what stopped the landing thread
@@ -88,17 +107,23 @@ class Tracker:
 
     def log(self, row: dict) -> None:
         """Hand over one row (a flat dict of the experiment's own columns, plain values)."""
-        self._raise_failed_landing()
-        prepared = self.prepare(dict(row))
-        store.rows_to_table([prepared])  # a value Parquet cannot hold fails here, not later
+        if self._failed is not None:
+            self._raise_failed_landing()
+        if self.check is not None:
+            self.check(row)
+        store.check_values(row)  # a value Parquet cannot hold fails here, not later
+        row, now = dict(row), time.perf_counter()
         with self._lock:
-            self.rows.append(prepared)
-            if self.oldest is None:
-                self.oldest = time.monotonic()
-            due = len(self.rows) - self.landed >= self.every_rows
-        if due:
+            self.waiting.append(row)
+            self.times.append(now)
+            count = len(self.waiting)
+            if "status" in row and row["status"] != "ok":
+                self.statuses[self.logged] = row["status"]
+            self.logged += 1
+            first, self.oldest = self.oldest is None, self.oldest or time.monotonic()
+        if count >= self.every_rows:
             self.land()
-        else:
+        elif first:
             self._wake.set()
 
     def save(self, state: dict) -> None:
@@ -107,10 +132,11 @@ class Tracker:
         import torch
 
         self._raise_failed_landing()
-        count = self.land()
-        saved = {"state": state, "rows": count, "config_hash": self.config_hash}
+        with self._writing:
+            count = self._land()
+            saved = {"state": state, "rows": count, "segments": len(self.parts)}
         buffer = io.BytesIO()  # torch.save's own write errors (a full disk) are no OSError
-        torch.save(saved, buffer)
+        torch.save({**saved, "config_hash": self.config_hash}, buffer)
         checkpoint = self.folder / CHECKPOINT
         try:
             files.replace_atomically(
@@ -125,7 +151,7 @@ class Tracker:
 
     def restore(self) -> dict | None:
         """The state of the point's last checkpoint, or None (a first run, or a checkpoint that
-        does not match the rows that landed). The landed rows are cut back to its count."""
+        does not match the rows that landed). The job's segments past it go."""
         import torch
 
         path = self.folder / CHECKPOINT
@@ -142,64 +168,50 @@ class Tracker:
             return None
         if not isinstance(saved, dict) or saved.get("config_hash") != self.config_hash:
             return None
-        rows = store.job_rows(self.path)
-        if len(rows) < saved["rows"]:  # the job's rows are gone or damaged: start afresh
-            self.say(f"checkpoint at {saved['rows']} rows, but {len(rows)} landed: starting over")
+        with self._writing:
+            kept = self._cut(saved["rows"], saved.get("segments"))
+        if kept is None:
             return None
-        with self._writing, self._lock:
-            self.rows = store.settled(rows[: saved["rows"]])
-            self.landed = -1  # rewrite the file: it holds rows past the checkpoint
-            self._open_sinks(self.rows)  # they continue after the checkpoint's last row
-        self.land()
+        if self.sinks is not None:  # they continue after the checkpoint's last row
+            self.sinks.open(store.settled(kept.slice(kept.num_rows - 1).to_pylist())[0]
+                            if kept.num_rows else None)  # fmt: skip
+            self.sunk = True
         self.say(f"resumed from the checkpoint at {saved['rows']} rows")
         return saved["state"]
 
     # What the harness calls.
 
     def land(self) -> int:
-        """Write every row so far to the job's file (status "running"); how many there are."""
+        """Land the rows logged since the last landing as a segment; how many have landed."""
         with self._writing:
-            with self._lock:
-                rows, self.oldest = list(self.rows), None
-            if len(rows) != self.landed or not self.path.exists():
-                try:
-                    store.write_rows(self.path, [{**row, "status": store.RUNNING} for row in rows])
-                except OSError as error:
-                    self.store_error = error
-                    raise
-                with self._lock:
-                    self.landed = len(rows)
-                if rows and self.shown:
-                    self.say(self.shown(rows[-1]))
-            self._to_sinks(rows)
-        return len(rows)
+            return self._land()
 
-    def finish(self, returned: list[dict]) -> None:
-        """The point has ended: the sinks get what they have not had of its rows (`returned`:
-        the rows the function returned, after those it logged), and close."""
+    def end(self, returned: list[dict]) -> list[dict]:
+        """The point has ended: land what waits, stop landing, write the job's file (its rows
+        with their own status, then `returned`, the rows the function returned, as prepared),
+        which replaces its segments; the sinks get `returned` and close. The rows a summary
+        reads (store.telling)."""
+        self.close()
+        with self._writing:
+            self._land()
+            table = store.rows_to_table(returned) if returned else None
+            try:
+                told = store.end_segments(self.path, self.parts, table, self.statuses)
+            except OSError as error:
+                self.store_error = error
+                raise
         if self.sinks is not None:
-            self._to_sinks([*self.rows, *returned])
+            self._open_sinks()
+            self.sinks.write(returned)
             self.sinks.close()
+        return told
 
-    def _open_sinks(self, kept: list[dict]) -> None:
-        if self.sinks is not None and self.sunk is None:
-            self.sinks.open(kept[-1] if kept else None)
-            self.sunk = len(kept)
-
-    def _to_sinks(self, rows: list[dict]) -> None:
-        """The rows the sinks have not had yet (the store has them: it comes first)."""
-        if self.sinks is not None:
-            self._open_sinks([])
-            self.sinks.write(rows[self.sunk :])
-            self.sunk = max(self.sunk, len(rows))
-
-    def close(self) -> list[dict]:
-        """Stop landing rows in the background; the rows the experiment logged."""
+    def close(self) -> None:
+        """Stop landing rows in the background (what waits stays unlanded: a kill's state)."""
         self._closed = True
         self._wake.set()
         self._thread.join()
         release_running(self._marker)
-        return self.rows
 
     @contextlib.contextmanager
     def slurm_signals(self):
@@ -221,6 +233,88 @@ class Tracker:
         finally:  # a point that ended after the warning has its rows: nothing to requeue
             signal.signal(signal.SIGUSR2, handler)
             self._requeue = None
+
+    # Under self._writing.
+
+    def _land(self) -> int:
+        """land(), its caller holding self._writing."""
+        with self._lock:
+            rows, times = self.waiting, self.times
+            self.waiting, self.times, self.oldest = [], [], None
+        if not rows:
+            return self.landed
+        try:
+            self._fresh_start()
+            table = self._segment(rows, times)
+            part = store.segment_file(self.path, len(self.parts) + 1)
+            files.write_table(part, table, sync=False)
+        except OSError as error:
+            with self._lock:  # they land with the next rows, if the store takes them then
+                self.waiting, self.times = rows + self.waiting, times + self.times
+            self.store_error = error
+            raise
+        self.parts.append(part)
+        self.landed += len(rows)
+        if self.shown:
+            self.say(self.shown(rows[-1]))
+        if self.sinks is not None:
+            self._open_sinks()
+            self.sinks.write(store.settled(table.to_pylist()))
+        return self.landed
+
+    def _segment(self, rows: list[dict], times: list[float]) -> pa.Table:
+        """The rows as a segment: the point's constant columns (prepare({})'s) once each."""
+        seconds = None if self.clock is None else [t - self.clock for t in times]
+        return store.segment_table(rows, self.prepare({}), seconds)
+
+    def _fresh_start(self) -> None:
+        """A point that restored nothing: its earlier rows (job file, segments) go, once."""
+        if self.fresh:
+            self.fresh = False
+            with files.uninterrupted():
+                for path in [self.path, *store.segments(self.path)]:
+                    path.unlink(missing_ok=True)
+
+    def _cut(self, count: int, numbered: int | None) -> pa.Table | None:
+        """Keep the job's first `count` rows, the checkpoint's (`numbered`: the segments that
+        hold them), as its segments, and remove the rest; the kept rows, or None where they
+        did not all land (start afresh)."""
+        if self.path.exists():  # the point ended since: its job file holds its rows
+            return self._cut_job_file(count)
+        parts = store.segments(self.path)
+        kept = parts[:numbered] if numbered is not None else []
+        if [store.segment_number(part) for part in kept] != list(range(1, len(kept) + 1)):
+            kept = []
+        tables = store.trusted_tables(kept)
+        if numbered is None or len(tables) != numbered or sum(map(len, tables)) != count:
+            self.say(f"checkpoint at {count} rows, but not all of them landed: starting over")
+            return None
+        for part in reversed(parts[numbered:]):
+            part.unlink(missing_ok=True)
+        self.parts, self.landed, self.logged, self.fresh = kept, count, count, False
+        return store.concat(tables)
+
+    def _cut_job_file(self, count: int) -> pa.Table | None:
+        """_cut, of an ended point: its first `count` rows as segment 1, then its file goes."""
+        rows = store.job_table(self.path)
+        if rows.num_rows < count:  # the job's rows are gone or damaged: start afresh
+            self.say(f"checkpoint at {count} rows, but {rows.num_rows} landed: starting over")
+            return None
+        kept = rows.slice(0, count)
+        with files.uninterrupted():
+            for part in store.segments(self.path):  # a job file replaced them: out of sight
+                part.unlink()
+            parts = [store.segment_file(self.path, 1)] if count else []
+            for part in parts:
+                files.write_table(part, store.as_running(kept), sync=False)
+            self.path.unlink()
+        self.parts, self.landed, self.logged, self.fresh = parts, count, count, False
+        return kept
+
+    def _open_sinks(self) -> None:
+        if not self.sunk:
+            self.sinks.open(None)
+            self.sunk = True
 
     def _raise_failed_landing(self) -> None:
         """The error that stopped the landing thread (a full disk, say), in the experiment."""

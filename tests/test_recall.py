@@ -117,7 +117,8 @@ def test_a_run_resumed_from_its_checkpoint_continues_the_same_run(tmp_path):
     dying.close()
     again = tracker(tmp_path)
     recall.run(**SHORT, tracker=again)
-    rows = again.close()
+    again.end([])
+    rows = store.job_rows(tmp_path / "job-000000.parquet")
     assert [r["step"] for r in rows] == list(range(1, 13))
     assert [r["loss"] for r in rows] == straight
 

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 import duckdb
 import pandas as pd
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
@@ -251,3 +252,56 @@ def test_compact_removes_what_killed_writers_left_and_keeps_fresh_temporaries(tm
     os.utime(stale, (old, old))
     store.compact(tmp_path, "exp", "s1")
     assert not stale.exists() and fresh.exists(), "a fresh one may be a writer at work"
+
+
+def test_a_file_written_in_parts_reads_back_whole_and_no_flipped_byte_changes_it(tmp_path):
+    """What a training job's end writes (files.write_parts: a row group per segment, each
+    taken alone for the digest): partly null, list and time columns, an int column as floats."""
+    path = store.job_file(tmp_path, "exp", "s1", 0)
+    started = datetime.now(UTC)
+    parts = [
+        store.rows_to_table(
+            [
+                {
+                    "job": 0,
+                    "status": "ok",
+                    "step": step,
+                    "loss": loss,
+                    "samples": [1.0, step],
+                    "started_at": started,
+                }  # fmt: skip
+                for step, loss in ((1, 2), (2, None))
+            ]
+        ),
+        store.rows_to_table(
+            [
+                {
+                    "job": 0,
+                    "status": "failed",
+                    "step": 3,
+                    "loss": 0.5,
+                    "error": "x",
+                    "started_at": started,
+                }
+            ]
+        ),  # fmt: skip
+    ]
+    schema = pa.unify_schemas([p.schema for p in parts], promote_options="permissive")
+    conformed = [store._conformed(part, schema) for part in parts]
+    files.write_parts(path, lambda: conformed, schema)
+    written, _ = files.read_table(path)
+    assert written["step"].to_pylist() == [1, 2, 3]
+    assert written["loss"].to_pylist() == [2, None, 0.5]
+    assert pq.ParquetFile(path).num_row_groups == 2
+    data, silent = path.read_bytes(), []
+    for offset in range(len(data)):
+        flipped = bytearray(data)
+        flipped[offset] ^= 0xFF
+        path.write_bytes(bytes(flipped))
+        try:
+            table, _ = files.read_table(path)
+        except files.DamagedFile:
+            continue
+        if not table.equals(written):
+            silent.append(offset)
+    assert silent == []

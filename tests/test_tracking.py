@@ -2,17 +2,19 @@
 the last checkpoint on resume with each step once (harness.tracking), through the trainer probe
 (tests/support/probes.py), run by the harness as a user would run it."""
 
+import itertools
 import os
 import signal
 
 import duckdb
 import pandas as pd
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 import torch
 from probes import PROBE_PATH, SUPPORT, held, wait_for
 
-from harness import store, tracking
+from harness import files, store, tracking
 
 STEPS = 20
 
@@ -201,7 +203,8 @@ def test_a_checkpoint_of_another_point_or_of_lost_rows_is_not_restored(tmp_path)
     other = tracker_for(tmp_path, config_hash="b")
     assert other.restore() is None, "another config's checkpoint"
     other.close()
-    (tmp_path / "job-000000.parquet").unlink()
+    for segment in store.segments(tmp_path / "job-000000.parquet"):
+        segment.unlink()
     lost = tracker_for(tmp_path)
     assert lost.restore() is None, "the rows it counts are gone: start over"
     lost.close()
@@ -236,4 +239,177 @@ def test_a_row_parquet_cannot_hold_is_refused_where_it_is_logged(tmp_path):
     tracker.log({"step": 1})
     with pytest.raises(Exception, match="object"):
         tracker.log({"step": 2, "loss": object()})
-    assert [row["step"] for row in tracker.close()] == [1]
+    tracker.end([])
+    assert [row["step"] for row in store.job_rows(tmp_path / "job-000000.parquet")] == [1]
+
+
+def segment_sizes(path) -> list[int]:
+    return [len(store.job_rows(segment)) for segment in store.segments(path)]
+
+
+def test_a_landing_writes_only_the_rows_logged_since_the_last_one(tmp_path, monkeypatch):
+    written = []
+    write = files.write_table
+    monkeypatch.setattr(files, "write_table", lambda path, table, sync=True: (
+        written.append(table.num_rows), write(path, table, sync)))  # fmt: skip
+    tracker = tracker_for(tmp_path, every_rows=10, every_s=3600)
+    for step in range(1, 401):
+        tracker.log({"step": step, "loss": 1 / step})
+        assert len(tracker.waiting) == step % 10, "it holds only the rows not landed yet"
+    tracker.close()
+    path = tmp_path / "job-000000.parquet"
+    assert written == [10] * 40 and segment_sizes(path) == [10] * 40
+    assert not path.exists(), "no job file until the point ends"
+    sizes = [segment.stat().st_size for segment in store.segments(path)]
+    assert max(sizes) <= 1.1 * min(sizes), "the 40th landing writes what the 1st did"
+
+
+def sweep_tracker(root, **kwargs) -> tracking.Tracker:
+    """A tracker of job 0 of sweep s of experiment exp under root, as the harness makes one."""
+    path = store.job_file(root, "exp", "s", 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def prepare(row):
+        return {"job": 0, "status": "ok", "lr": 0.1, **row, "error": None, "duration_s": 0.0}
+
+    return tracking.Tracker(path, root.parent / "checkpoint", prepare, config_hash="a",
+                            clock=0.0, **kwargs)  # fmt: skip
+
+
+def seen_once(root, steps: list[int]) -> None:
+    """Every reader sees each of `steps` once in sweep s (of experiment exp) under root."""
+    folder = store.sweep_dir(root, "exp", "s")
+    assert sorted(store.read(root)["step"]) == sorted(steps)
+    assert sorted(pq.read_table(folder)["step"].to_pylist()) == sorted(steps)
+    assert ds.dataset(folder, format="parquet").count_rows() == len(steps)
+    assert sorted(pd.read_parquet(folder)["step"]) == sorted(steps)
+    query = f"select count(*), count(distinct step) from read_parquet('{folder}/*.parquet')"
+    assert duckdb.connect().execute(query).fetchone() == (len(steps), len(steps))
+
+
+def test_every_reader_sees_each_landed_row_once_while_the_point_runs_and_after(tmp_path):
+    root = tmp_path / "results"
+    tracker = sweep_tracker(root, every_rows=10, every_s=3600)
+    for step in range(1, 26):
+        tracker.log({"step": step})
+    seen_once(root, list(range(1, 21)))  # two landings; 5 rows wait
+    rows = store.read(root)
+    assert set(rows["status"]) == {"running"} and set(rows["lr"]) == {0.1}
+    assert rows["duration_s"].is_monotonic_increasing, "each row's own time"
+    told = tracker.end([{"job": 0, "status": "ok", "lr": 0.1, "step": 0, "duration_s": 9.0}])
+    assert [row["step"] for row in told] == [0], "the summary's rows: the last"
+    path = store.job_file(root, "exp", "s", 0)
+    assert [row["step"] for row in store.job_rows(path)] == [*range(1, 26), 0]
+    seen_once(root, [*range(1, 26), 0])
+    assert store.segments(path) == [] and set(store.read(root)["status"]) == {"ok"}
+
+
+def test_a_job_file_beside_the_segments_it_replaced_is_read_alone_and_compaction_ends_it(tmp_path):
+    """What a SIGKILL between the job file's rename and the removal of its segments leaves."""
+    root = tmp_path / "results"
+    tracker = sweep_tracker(root, every_rows=5, every_s=3600)
+    for step in range(1, 11):
+        tracker.log({"step": step})
+    tracker.close()
+    path = store.job_file(root, "exp", "s", 0)
+    store.write_rows(path, store.settled(store.job_rows(path)))  # the segments stay
+    assert len(store.segments(path)) == 2
+    assert sorted(store.read(root)["step"]) == list(range(1, 11))
+    compacted, _ = store.compact(root, "exp", "s")
+    assert [p.name for p in store.result_files(root)] == [compacted.name]
+    seen_once(root, list(range(1, 11)))
+
+
+def test_a_restore_removes_the_segments_past_its_checkpoint(tmp_path):
+    path = tmp_path / "job-000000.parquet"
+    first = tracker_for(tmp_path, every_s=3600)
+    for step in range(1, 8):
+        first.log({"step": step})
+        if step in (2, 5):
+            first.save({"step": step})
+    first.land()
+    first.close()
+    assert segment_sizes(path) == [2, 3, 2]
+    again = tracker_for(tmp_path, every_s=3600)
+    assert again.restore() == {"step": 5}
+    assert segment_sizes(path) == [2, 3], "the first two segments stay as they were"
+    again.log({"step": 6})
+    again.end([])
+    assert [row["step"] for row in store.job_rows(path)] == [1, 2, 3, 4, 5, 6]
+    assert store.segments(path) == [] and len(store.job_rows(path)) == 6
+
+
+def test_a_point_that_ended_restores_its_checkpoints_rows_from_its_job_file(tmp_path):
+    path = tmp_path / "job-000000.parquet"
+    first = tracker_for(tmp_path, every_s=3600)
+    for step in range(1, 6):
+        first.log({"step": step})
+        if step == 3:
+            first.save({"step": step})
+    first.end([{"job": 0, "status": "failed", "error": "RuntimeError: boom"}])
+    assert [row["status"] for row in store.job_rows(path)] == ["ok"] * 5 + ["failed"]
+    again = tracker_for(tmp_path, every_s=3600)
+    assert again.restore() == {"step": 3}
+    assert not path.exists() and segment_sizes(path) == [3]
+    assert [row["status"] for row in store.job_rows(path)] == ["running"] * 3
+    again.close()
+
+
+def test_a_point_without_a_checkpoint_starts_afresh(tmp_path):
+    path = tmp_path / "job-000000.parquet"
+    first = tracker_for(tmp_path, every_rows=2, every_s=3600)
+    for step in range(1, 6):
+        first.log({"step": step, "run": 1})
+    first.close()
+    assert segment_sizes(path) == [2, 2]
+    again = tracker_for(tmp_path, every_rows=2, every_s=3600)
+    again.log({"step": 1, "run": 2})
+    assert len(store.segments(path)) == 2, "the old rows stay until the first landing"
+    again.log({"step": 2, "run": 2})
+    assert [(r["step"], r["run"]) for r in store.job_rows(path)] == [(1, 2), (2, 2)]
+    again.close()
+
+
+def test_a_sigkill_with_the_default_settings_keeps_what_landed_and_resume_goes_on(trainer):
+    """Rows land every second (and at each checkpoint): the run holding at step 10 has all 10
+    landed within about a second, as segments, without waiting for 1,000 rows."""
+    running = trainer.start(f"steps={STEPS}", "hold_at=10", "checkpoint_every=4")
+    wait_for(lambda: held(trainer.gate), 60, "the run to hold at step 10")
+    wait_for(lambda: len(landed(trainer.results)) == 10, 60, "its 10 rows to land")
+    sweep = sweep_of(trainer.results)
+    path = store.job_file(trainer.results, "trainer", sweep, 0)
+    sizes = segment_sizes(path)
+    assert not path.exists() and sum(sizes) == 10
+    assert {4, 8} <= set(itertools.accumulate(sizes)), "each checkpoint ends a segment"
+    os.killpg(running.pid, signal.SIGKILL)
+    running.wait(timeout=60)
+    assert landed(trainer.results)["step"].tolist() == list(range(1, 11))
+
+    resumed = trainer.resume(sweep)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from the checkpoint at 8 rows" in resumed.stdout
+    rows = landed(trainer.results)
+    assert rows["step"].tolist() == [*range(1, STEPS + 1), 0], "each step once"
+    assert store.segments(path) == [] and set(rows["status"]) == {"ok"}
+
+
+def test_a_damaged_segment_is_skipped_and_its_point_reruns_on_resume(trainer):
+    sweep = killed_at_step_10(trainer)
+    path = store.job_file(trainer.results, "trainer", sweep, 0)
+    first, *rest = store.segments(path)
+    kept = sum(len(store.job_rows(segment)) for segment in rest)
+    first.write_bytes(first.read_bytes()[:-20])  # a torn write that no checksum accepts
+    shown = trainer.harness("status", sweep)
+    assert f"skipping {first}" in shown.stderr
+    assert len(landed(trainer.results)) == kept, "the other segments' rows are still read"
+    (trainer.gate / "release").touch()  # started afresh, the run holds at step 10 again
+
+    resumed = trainer.resume(sweep)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "moved a damaged file aside" in resumed.stdout
+    assert "not all of them landed: starting over" in resumed.stdout
+    rows = landed(trainer.results)
+    train = rows[rows["step"] > 0]
+    assert train["step"].tolist() == list(range(1, STEPS + 1)), "each step once, from step 1"
+    assert train["pid"].nunique() == 1 and set(rows["status"]) == {"ok"}
+    assert store.segments(path) == []
