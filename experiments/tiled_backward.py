@@ -8,7 +8,7 @@ attention in float64 on float64 copies of the same inputs and upstream gradient)
 memory (exp016_backward_memory): the peak memory of one forward + backward through one method
 (an attention path of experiments.attention's registry: naive, tiled, ...; or SDPA forced onto
 its math or flash backend, sdpa_math and sdpa_flash), measured in a fresh child process
-(experiments.backends.isolated_row) with the inputs and upstream gradient allocated before the
+(experiments.measuring.isolated_row) with the inputs and upstream gradient allocated before the
 baseline. Running out of memory is a row with status "oom", a backend that cannot run these
 inputs a row with status "unsupported" and PyTorch's reason; every row names the device used
 (device_used), as exp015's and exp018's do.
@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from experiments import backends, checks
+from experiments import checks, measuring
 from experiments.attention import (
     attend,
     check_path,
@@ -151,7 +151,7 @@ def memory(
     point = dict(method=method, block=block, causal=causal, window=window)
     inputs = dict(**shape, dtype=dtype, seed=seed, device=str(used))
     child = dict(point=point, inputs=inputs, warmup_length=warmup_length)
-    return backends.isolated_row(_measure_memory, child, used, memory_cap_mib, timeout_s)
+    return measuring.isolated_row(_measure_memory, child, used, memory_cap_mib, timeout_s)
 
 
 def _inputs(

@@ -18,7 +18,7 @@ first, default none), then the matmul peak in the same process.
 
 The ratios the claims bound are the point's own, timed in turns with its repeats in the same
 process (time_call's beside; see harness.measure): the method at half the length, for
-time_growth (where that half still holds a window and backends.HALF_LENGTH_FLOOR positions), and
+time_growth (where that half still holds a window and measuring.HALF_LENGTH_FLOOR positions), and
 for a method other than sdpa, sdpa with the mask at the same shape, for speedup_over_sdpa; each
 the median of the rounds' ratios. Two points' medians, taken in two processes at two moments,
 divide whatever load came and went between them.
@@ -32,7 +32,7 @@ import time
 
 import torch
 
-from experiments import attention, backends, checks
+from experiments import attention, backends, checks, measuring
 from experiments.attention import flex_block_mask, reference_attention, sdpa_attention
 from harness.measure import gflops, measure_memory, peak_gflops
 
@@ -90,7 +90,7 @@ def run(
         "num_threads": num_threads,
         "timing": {"warmup": warmup, "min_repeats": min_repeats, "min_time_s": min_time_s},
     }
-    return backends.isolated_row(_measure, point, used, memory_cap_mib, timeout_s)
+    return measuring.isolated_row(_measure, point, used, memory_cap_mib, timeout_s)
 
 
 # In the child process
@@ -101,7 +101,7 @@ def _measure(*, method, window, dtype, device, shape, block, seed, num_threads, 
     matmul peak. flex's warm-up is its compilation, on the whole inputs, and its output is kept
     through the memory call so that the measured call's own output counts; the others warm up
     on the first WARMUP_LENGTH positions (threads, first-use buffers: as exp015)."""
-    device, (query, key, value), row = backends.inputs(device, shape, dtype, seed, num_threads)
+    device, (query, key, value), row = measuring.inputs(device, shape, dtype, seed, num_threads)
     batch, heads, length, head_dim = shape
     attend = functools.partial(attention.attend, method, block=block)
     forward = functools.partial(attend, query, key, value, window=window)
@@ -119,9 +119,9 @@ def _measure(*, method, window, dtype, device, shape, block, seed, num_threads, 
         del warm
         row["err64"] = _error_of_last_rows(query, key, value, kept.pop(), window)
         beside = _beside(method, attend, (query, key, value), window, device)
-        row |= backends.timed_beside(forward, beside, device, timing)
+        row |= measuring.timed_beside(forward, beside, device, timing)
     row["threads_used"] = row.pop("threads")
-    row |= backends.own_ratios(row, "sdpa")
+    row |= measuring.own_ratios(row, "sdpa")
     if method == "flex":
         row["compile_s"] = first_s - row["time_ms"] / 1000
     row["flops"] = 4 * batch * heads * head_dim * window_pairs(length, window)
@@ -134,10 +134,10 @@ def _measure(*, method, window, dtype, device, shape, block, seed, num_threads, 
 def _beside(method: str, attend, inputs: tuple, window: int, device: torch.device) -> dict:
     """What the point times in turns with its own forward (time_call's beside), each warmed
     up here: `half_length`, the method on the inputs' first half (flex compiles for it), where
-    that half holds a window and backends.HALF_LENGTH_FLOOR positions; `sdpa`, sdpa with the
+    that half holds a window and measuring.HALF_LENGTH_FLOOR positions; `sdpa`, sdpa with the
     mask on the same inputs, for every method but sdpa itself."""
     beside = {}
-    half = backends.half_length_inputs(inputs, floor=window)
+    half = measuring.half_length_inputs(inputs, floor=window)
     if half:
         beside["half_length"] = functools.partial(attend, *half, window=window)
         if method == "flex":

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from experiments import backends, checks
+from experiments import backends, checks, measuring
 from experiments.attention import naive_attention, sdpa_refusal
 from harness.measure import paired_ratio
 
@@ -40,7 +40,7 @@ def test_a_cpu_point_is_one_complete_row(backend, length, dtype):
     assert row["calls_per_sample"] == 1 and row["timing_method"] == "perf_counter around each call"
     # Its own time ratios, timed in turns with its repeats: half the length from 128 positions
     # at half on, math beside every other backend; and the share of its CPUs others used.
-    assert ("time_growth" in row) == (length // 2 >= backends.HALF_LENGTH_FLOOR)
+    assert ("time_growth" in row) == (length // 2 >= measuring.HALF_LENGTH_FLOOR)
     cpu = row["cpu_time_samples_ms"]  # one thread: the ratios are of CPU time
     if "time_growth" in row:
         assert row["time_growth"] == paired_ratio(cpu, row["half_length_cpu_time_samples_ms"])

@@ -14,7 +14,7 @@ from test_recall import Dying, tracker  # the killed-and-resumed trainer's track
 
 from analysis import precision as report
 from experiments import attention, precision
-from harness import claims
+from harness import claims, store
 
 TINY = {"width": 16, "length": 16, "steps": 6, "batch": 2, "warmup_steps": 2, "device": "cpu"}
 CONFIG = Path(__file__).resolve().parent.parent / "conf" / "experiment" / "exp019_precision.yaml"
@@ -105,7 +105,8 @@ def test_a_run_resumed_from_its_checkpoint_continues_the_same_run(tmp_path, name
     dying.close()
     again = tracker(tmp_path)
     [resumed] = precision.run(**run, tracker=again)
-    rows = again.close()
+    again.end([])
+    rows = store.job_rows(tmp_path / "job-000000.parquet")
     assert [r["step"] for r in rows] == list(range(1, 13))
     assert [r["loss"] for r in rows] == [r["loss"] for r in straight]
     assert [r.get("loss_scale") for r in rows] == [r["loss_scale"] for r in straight]
