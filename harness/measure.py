@@ -323,20 +323,6 @@ def time_call(
     return result
 
 
-def sample(
-    batch: Callable[[int], float],
-    min_repeats: int,
-    min_time_s: float,
-    max_repeats: int = 1000,
-    *,
-    cpu: bool = False,
-) -> tuple[list[float], int]:
-    """Per-call times (ms) of samples of batch(n), which runs n calls back to back and returns
-    their total ms; and n. n is 1 for the CPU, else calls_per_sample of an estimate."""
-    rounds = sample_rounds({"": batch}, min_repeats, min_time_s, max_repeats, cpu=cpu)
-    return rounds.samples[""], rounds.calls[""]
-
-
 def sample_rounds(
     batches: Mapping[str, Callable[[int], float]],
     min_repeats: int,
@@ -345,7 +331,9 @@ def sample_rounds(
     *,
     cpu: bool = False,
 ) -> Rounds:
-    """Rounds of one sample of each batch in turn (a sample as sample() takes it). Each batch
+    """Rounds of one sample of each batch in turn. batch(n) runs n calls back to back and
+    returns their total ms; a sample is its per-call time, n being 1 for the CPU, else
+    calls_per_sample of an estimate (ESTIMATE_CALLS calls, once). Each batch
     is sampled from the first round on until it has min_repeats samples and min_time_s of
     calls of its own, as if timed alone, so its sample i is round i's and a slow one costs no
     more than that; rounds go on while a batch wants samples, at most max_repeats of them."""
@@ -452,7 +440,7 @@ def _batches(calls: dict[str, Callable[[], object]], device: torch.device) -> tu
     return batches, "perf_counter around each call", cpu_ms
 
 
-def _cpu_batch(fn: Callable[[], object], cpu_ms: list[float] | None = None) -> Callable:
+def _cpu_batch(fn: Callable[[], object], cpu_ms: list[float]) -> Callable[[int], float]:
     """batch(n): n calls of fn back to back, their wall ms; their CPU ms per call (this
     process's, process_time) appended to cpu_ms."""
 
@@ -460,8 +448,7 @@ def _cpu_batch(fn: Callable[[], object], cpu_ms: list[float] | None = None) -> C
         start, cpu = time.perf_counter(), time.process_time()
         for _ in range(calls):
             fn()
-        if cpu_ms is not None:
-            cpu_ms.append((time.process_time() - cpu) * 1000 / calls)
+        cpu_ms.append((time.process_time() - cpu) * 1000 / calls)
         return (time.perf_counter() - start) * 1000
 
     return batch

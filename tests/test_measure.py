@@ -225,8 +225,8 @@ def test_a_slow_call_beside_costs_its_minimum_repeats_and_fn_keeps_its_own():
     assert rounds.samples == {"fn": [1.0] * 10, "reference": [100.0] * 3}
     assert timed == ["fn", "reference"] * 3 + ["fn"] * 7
     assert measure.paired_ratio(rounds.samples["reference"], rounds.samples["fn"]) == 100.0
-    alone = measure.sample(batches["fn"], 3, 0.01, cpu=True)
-    assert alone == (rounds.samples["fn"], 1)
+    alone = measure.sample_rounds({"fn": batches["fn"]}, 3, 0.01, cpu=True)
+    assert (alone.samples["fn"], alone.calls["fn"]) == (rounds.samples["fn"], 1)
 
 
 def test_a_sample_holds_enough_calls_to_last_a_millisecond():
@@ -251,11 +251,13 @@ def test_batched_samples_amortize_a_fixed_cost_per_sample():
         batches.append(calls)
         return 0.02 + 0.004 * calls
 
-    samples, calls = measure.sample(batch, min_repeats=5, min_time_s=0.01)
+    rounds = measure.sample_rounds({"": batch}, min_repeats=5, min_time_s=0.01)
+    samples, calls = rounds.samples[""], rounds.calls[""]
     assert batches[0] == measure.ESTIMATE_CALLS and calls == 125 == batches[1]
     assert len(samples) == 20, "until 10 ms of calls: 20 samples of 125 x 0.00416 ms"
     assert statistics.median(samples) == pytest.approx(0.00416)
-    cpu, one = measure.sample(batch, min_repeats=3, min_time_s=0, cpu=True)
+    rounds = measure.sample_rounds({"": batch}, min_repeats=3, min_time_s=0, cpu=True)
+    cpu, one = rounds.samples[""], rounds.calls[""]
     assert one == 1 and cpu == [pytest.approx(0.024)] * 3
 
 
