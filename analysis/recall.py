@@ -1,6 +1,7 @@
 """exp017_recall in the report: each point's final values (held-out loss and accuracy, its
-training throughput), the agreement of the attention paths' losses from the same seed, and the
-curves of loss and accuracy per step (a plot per sweep, a line per point).
+training throughput), the agreement of the attention paths' losses from the same seed, that of
+a point trained across processes (ddp) with one process trained alone, and the curves of loss
+and accuracy per step (a plot per sweep, a line per point).
 
 A point's parameters are found in its rows, as the harness writes them (the report reads no
 experiment code): each row carries its point's parameters beside its measurements."""
@@ -16,7 +17,8 @@ import pandas as pd  # noqa: E402
 from harness import store  # noqa: E402
 from harness.tables import markdown  # noqa: E402
 
-MEASURED = ["phase", "step", "loss", "accuracy", "tokens_per_s", "learning_rate", "chance"]
+MEASURED = ["phase", "step", "loss", "accuracy", "tokens_per_s", "learning_rate", "chance",
+            "single_loss_diff"]  # fmt: skip
 REFERENCE = "sdpa"  # the path every other one is compared with, from the same seed
 NOT_COMPARED = (REFERENCE, "auto")  # auto: sdpa itself at these lengths
 AGREEMENT_STEPS = 100  # the first steps over which two paths' losses are compared
@@ -30,7 +32,7 @@ def parameters(rows: pd.DataFrame) -> list[str]:
 
 def tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
     final = final_values(rows)
-    return {"final": final, "agreement": agreement(rows, final)}
+    return {"final": final, "agreement": agreement(rows, final), "ddp": across(rows, final)}
 
 
 def final_values(rows: pd.DataFrame) -> pd.DataFrame:
@@ -80,6 +82,30 @@ def agreement(rows: pd.DataFrame, final: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(lines)
 
 
+def across(rows: pd.DataFrame, final: pd.DataFrame) -> pd.DataFrame:
+    """For each point trained across processes (ddp), the largest difference between its loss
+    and that of the copy rank 0 trained alone on the whole batch (single_loss_diff) over the
+    first AGREEMENT_STEPS steps, and its processes; status ok when it ended ok after them all
+    (a point that did not get there has a line without a value)."""
+    shared = [p for p in parameters(rows) if p in final]
+    columns = [*shared, "world_size", "status", "compared_steps", "max_loss_diff"]
+    if "ddp" not in final:
+        return pd.DataFrame(columns=columns)
+    differences = pd.Series(dtype=float)
+    if {"single_loss_diff", "phase", "step"} <= set(rows):
+        early = rows[(rows["phase"] == "train") & (rows["step"] <= AGREEMENT_STEPS)]
+        differences = early.set_index("job")["single_loss_diff"].dropna()
+    processes = rows.groupby("job")["world_size"].max() if "world_size" in rows else {}
+    lines = []
+    for _, point in final[final["ddp"].fillna(False).astype(bool)].iterrows():
+        steps = differences[differences.index == point["job"]]
+        ok = point["status"] == "ok" and steps.size >= AGREEMENT_STEPS
+        lines.append({**point[shared].to_dict(), "world_size": processes.get(point["job"]),
+                      "status": "ok" if ok else "incomplete", "compared_steps": steps.size,
+                      "max_loss_diff": steps.max() if ok else float("nan")})  # fmt: skip
+    return pd.DataFrame(lines, columns=columns)
+
+
 def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
     final = derived["final"]
     varied = [p for p in parameters(rows) if p in final and final[p].nunique(dropna=False) > 1]
@@ -97,6 +123,14 @@ def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
         caption = (f"Agreement with {REFERENCE} from the same seed: the largest difference of "
                    f"the training loss over the first {AGREEMENT_STEPS} steps")  # fmt: skip
         table = agree[[*columns, "attention", "compared_steps", "max_loss_diff"]]
+        parts += [f"{caption}:", markdown(table, ".3g", index=False)]
+    ddp = derived["ddp"]
+    if not ddp.empty:
+        columns = [c for c in varied if c in ddp]
+        caption = ("Across processes (ddp) against one process alone on the whole batch, from "
+                   "the same weights: the largest difference of the training loss over the "
+                   f"first {AGREEMENT_STEPS} steps")  # fmt: skip
+        table = ddp[[*columns, "world_size", "compared_steps", "max_loss_diff"]]
         parts += [f"{caption}:", markdown(table, ".3g", index=False)]
     plot = curves(rows, final, varied, folder / "exp017_recall-curves.png")
     if plot is not None:

@@ -17,8 +17,16 @@ characters from its first 90% for training, the last 10% held out; accuracy over
 One row per training step (phase "train": step, loss, accuracy, tokens_per_s, lr), then one row
 for the held-out evaluation (phase "eval"). Under the harness they land as the run goes, and the
 state (weights, optimizer, data generator, step) is checkpointed every `checkpoint_every` steps.
+
+Across processes (ddp=true, a point of several: hydra.launcher.tasks_per_node=N): the model is
+wrapped in DistributedDataParallel, every process draws the same batch of `batch` sequences and
+trains on its share (batch / N), and rank 0 logs the rows, their loss and accuracy averaged over
+the processes, tokens_per_s the whole batch's. For the first `reference_steps` steps rank 0 also
+trains a copy of the model alone on the whole batch, from the same weights, and logs how far its
+loss is from the group's (single_loss_diff): N processes train as one from the same seed.
 """
 
+import copy
 import functools
 import math
 import time
@@ -41,6 +49,7 @@ def check(
     task: str, attention: str, window: int, kv_heads: int, heads: int, width: int, layers: int,
     block: int, steps: int, batch: int, lr: float, pairs: int, queries: int, gap: int, keys: int,
     values: int, length: int, text_file: str | None, checkpoint_every: int, device: str,
+    reference_steps: int,
 ) -> None:  # fmt: skip
     check_attention(attention)
     checks.window(window, causal=True)
@@ -49,7 +58,7 @@ def check(
     checks.positive(layers=layers, block=block, steps=steps, batch=batch, lr=lr, pairs=pairs,
                     queries=queries, keys=keys, values=values, length=length,
                     checkpoint_every=checkpoint_every)  # fmt: skip
-    checks.not_negative(gap=gap)
+    checks.not_negative(gap=gap, reference_steps=reference_steps)
     checks.device(device, auto=True)
     if pairs > keys:
         raise ValueError(f"pairs={pairs} needs at least as many distinct keys, got keys={keys}")
@@ -103,6 +112,8 @@ def run(
     length: int = 64,
     checkpoint_every: int = 100,
     device: str = "auto",
+    ddp: bool = False,
+    reference_steps: int = 100,
     seed: int = 0,
     tracker=None,
 ) -> list[dict]:
@@ -110,6 +121,14 @@ def run(
     evaluate on held-out sequences; the rows not logged through a tracker."""
     checks.point(check, locals())
     used = checks.usable_device(device)
+    rank, world = (tracker.rank, tracker.world_size) if tracker is not None else (0, 1)
+    if world > 1 and not ddp:
+        raise ValueError(f"{world} processes run this point: train across them with ddp=true")
+    if ddp and world == 1:
+        raise ValueError("ddp=true trains across a point's processes, and this one runs as one: "
+                         "hydra/launcher=local hydra.launcher.tasks_per_node=2")  # fmt: skip
+    if batch % world:
+        raise ValueError(f"batch={batch} does not split evenly across {world} processes")
     if task == "recall":
         data = Recall(pairs, queries, gap, keys, values, pair_tokens)
     else:
@@ -128,8 +147,10 @@ def run(
             tiled_block=block,
         )  # fmt: skip
     ).to(used)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.0)
+    optimizer = adamw(model, lr)
     generator = torch.Generator().manual_seed(seed)
+    # Rank 0 of a group also trains a copy alone, on the whole batch, for reference_steps steps.
+    alone = Alone(model, lr) if world > 1 and rank == 0 and reference_steps else None
     start, rows = 0, []
     state = tracker.restore() if tracker is not None else None
     if state is not None:
@@ -137,6 +158,9 @@ def run(
         optimizer.load_state_dict(state["optimizer"])
         generator.set_state(state["data"])
         start = state["step"]
+        alone = alone.restored(state.get("alone")) if alone else None
+    share = slice(rank * batch // world, (rank + 1) * batch // world)
+    trained = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
     record = tracker.log if tracker is not None else rows.append
     autocast = torch.autocast(used.type, dtype=torch.bfloat16, enabled=dtype == "bfloat16")
     model.train()
@@ -147,30 +171,78 @@ def run(
         tokens, targets = (t.to(used) for t in data.batch(generator, batch))
         clock = time.perf_counter()
         try:
-            with autocast:
-                logits = model(tokens)
-            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(),
-                                   ignore_index=IGNORE)  # fmt: skip
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            logits, loss = train_step(trained, optimizer, tokens[share], targets[share], autocast)
         except NotImplementedError as error:  # flex on the CPU (torch 2.13): no backward there
             if step > start + 1:
                 raise
             return [{"status": "unsupported", "error": f"{type(error).__name__}: {error}"}]
-        optimizer.step()
-        loss_value = loss.item()  # waits for the step on CUDA too
+        # .item() waits for the step on CUDA too
+        loss_value, correct = averaged(loss.item(), accuracy(logits, targets[share]), world)
         seconds = time.perf_counter() - clock
-        record({
-            "phase": "train", "step": step, "loss": loss_value,
-            "accuracy": accuracy(logits, targets), "tokens_per_s": tokens.numel() / seconds,
-            "learning_rate": rate,
-        })  # fmt: skip
+        row = {
+            "phase": "train", "step": step, "loss": loss_value, "accuracy": correct,
+            "tokens_per_s": tokens.numel() / seconds, "learning_rate": rate,
+        }  # fmt: skip
+        if alone is not None and step <= reference_steps:
+            row["single_loss_diff"] = abs(alone.step(tokens, targets, rate, autocast) - loss_value)
+        if rank == 0:
+            record(row)
         if tracker is not None and (step % checkpoint_every == 0 or tracker.stopping):
+            kept = {"alone": alone.state()} if alone and step < reference_steps else {}
             tracker.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                          "data": generator.get_state(), "step": step})  # fmt: skip
+                          "data": generator.get_state(), "step": step, **kept})  # fmt: skip
     loss_value, correct = evaluate(model, data, batch, seed, used, autocast)
     return [*rows, {"phase": "eval", "step": steps, "loss": loss_value, "accuracy": correct,
                     "chance": data.chance}]  # fmt: skip
+
+
+def adamw(model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.0)
+
+
+def train_step(model, optimizer, tokens, targets, autocast) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer step on (tokens, targets); the logits and the loss."""
+    with autocast:
+        logits = model(tokens)
+    loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return logits, loss
+
+
+def averaged(loss: float, correct: float, world: int) -> tuple[float, float]:
+    """A step's loss and accuracy over the group's processes (each had as many answers)."""
+    if world == 1:
+        return loss, correct
+    both = torch.tensor([loss, correct], dtype=torch.float64)
+    torch.distributed.all_reduce(both)
+    return tuple((both / world).tolist())
+
+
+class Alone:
+    """A copy of the model, trained alone on the whole batch: what the group's steps are checked
+    against (single_loss_diff)."""
+
+    def __init__(self, model: torch.nn.Module, lr: float):
+        self.model = copy.deepcopy(model)
+        self.optimizer = adamw(self.model, lr)
+
+    def step(self, tokens, targets, rate: float, autocast) -> float:
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
+        return train_step(self.model, self.optimizer, tokens, targets, autocast)[1].item()
+
+    def state(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def restored(self, state: dict | None) -> "Alone | None":
+        """This copy as the checkpoint left it; None where it had stopped (past its steps)."""
+        if state is None:
+            return None
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        return self
 
 
 def schedule(step: int, steps: int, lr: float) -> float:

@@ -15,7 +15,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from harness import files, provenance, store, tracking
+from harness import distributed, files, provenance, store, tracking
 from harness.signature import Experiment, config_hash, config_values
 from harness.sinks import PointInfo, Sinks
 from harness.tracking import Tracker
@@ -61,6 +61,8 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
     started, clock = datetime.now(UTC), time.perf_counter()
     digest = planned["config_hash"] if planned else config_hash(experiment.name, params)
     shared: dict = {}  # the harness's columns, taken once the experiment has started
+    group = distributed.current()
+    ranked = {"rank": group.rank, "world_size": group.world_size} if group else {}
 
     def prepare(row: dict) -> dict:
         if not shared:
@@ -71,11 +73,13 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
                 command=command,
                 run_dir=run_dir,
                 **provenance.provenance(str(params.get("device", "cpu"))),
+                **ranked,
             )
         return _row(row, params, {**shared, "duration_s": time.perf_counter() - clock})
 
     point = PointInfo(experiment.name, sweep, job, params, Path(values["out"]))
-    sinks = Sinks(values.get("sinks"), point, say) if values.get("sinks") else None
+    sending = values.get("sinks") and not (group and group.rank)  # rank 0's rows: the point's
+    sinks = Sinks(values.get("sinks"), point, say) if sending else None
     tracker = None
     if experiment.tracked:
         tracker = Tracker(
@@ -90,11 +94,14 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
             say=say,
             shown=lambda row: first_numbers(row, params),
             sinks=sinks,
+            group=group,
         )
     returned = measure(experiment, params, params.get("seed", values["seed"]), tracker)
     rows = [prepare(row) for row in returned]
     if tracker is not None:  # its job file replaces its segments; the sinks get the rest
         rows = tracker.end(rows)
+    elif group and group.rank:  # every process of the group ran it: rank 0's rows are kept
+        return summary(rows, params)
     else:
         store.write_rows(path, rows)
         if sinks is not None:  # a point without a tracker: its rows once they are stored
@@ -148,9 +155,13 @@ def measure(
                     rows = [dict(row) for row in experiment.run(**params, tracker=tracker) or []]
         _check_rows(rows, _reserved(params), logged=tracker.logged if tracker else 0)
         return rows
+    except tracking.Requeued:  # the task is requeued: this process ends
+        raise
     except (Exception, SystemExit) as error:
         if tracker is not None and tracker.store_error is not None:
             raise tracker.store_error from None
+        if tracker is not None:
+            tracker.raised = True
         log.error("%s failed:\n%s", experiment.name, traceback.format_exc())
         if isinstance(error, SystemExit):  # which would end the sweep without a word
             called = error if isinstance(error, ProcessExit) else f"sys.exit({error.code!r})"

@@ -10,7 +10,9 @@ manifest, package lists, the compaction lock) start with "_", which those reader
 A training job that is still running lands its rows as segments, append-only files beside its
 job file (job-N.part-K.parquet, K = 1, 2, ...: the rows logged since the previous one, status
 "running", written as any row file is), and writes its job file once when it ends, which
-replaces them (`write_rows(..., replacing=segments(path))`).
+replaces them (`write_rows(..., replacing=segments(path))`). A point that runs as several
+processes (harness.distributed) lands each one's rows as segments of its own,
+job-N.rank-R.part-K.parquet, read after one another by rank; its rank 0 writes the job file.
 
 A finished sweep's job files can be merged into one, compacted-N.parquet (`compact`). The rule
 that keeps every row exactly once for `read`, even while a compaction runs or a training job
@@ -56,7 +58,8 @@ MANIFEST = "_sweep.json"
 LOCK = "_compact.lock"  # held while a compaction or a resume rewrites a sweep's files
 COMPACTED = re.compile(r"compacted-(\d+)\.parquet")
 JOB = re.compile(r"job-(\d+)\.parquet")
-SEGMENT = re.compile(r"job-(\d+)\.part-(\d+)\.parquet")
+# A job's segment: job-N.part-K, or job-N.rank-R.part-K for rank R of a point of several processes.
+SEGMENT = re.compile(r"job-(\d+)\.(?:rank-(\d+)\.)?part-(\d+)\.parquet")
 READ_ATTEMPTS = 50  # a read retries while compactions change the folder under it
 # A point's answer: resume skips these. Other statuses (failed, killed, oom, timeout) rerun.
 DONE = ("ok", "unsupported")
@@ -91,6 +94,8 @@ HARNESS_COLUMNS = {
     "slurm_restarts": pa.int64(),
     "gpus": pa.string(),
     "run_dir": pa.string(),
+    "rank": pa.int64(),  # of a point that runs as several processes (harness.distributed)
+    "world_size": pa.int64(),
 }
 
 
@@ -102,23 +107,36 @@ def job_file(root: Path, experiment: str, sweep: str, job: int) -> Path:
     return sweep_dir(root, experiment, sweep) / f"job-{job:06d}.parquet"
 
 
-def segment_file(path: Path, number: int) -> Path:
-    """Segment `number` (from 1) of the job whose file is `path`."""
-    return Path(path).with_name(f"{Path(path).stem}.part-{number:08d}.parquet")
+def segment_file(path: Path, number: int, rank: int | None = None) -> Path:
+    """Segment `number` (from 1) of the job whose file is `path`; of its process `rank`, where
+    the point runs as several (harness.distributed)."""
+    ranked = "" if rank is None else f".rank-{rank:04d}"
+    return Path(path).with_name(f"{Path(path).stem}{ranked}.part-{number:08d}.parquet")
 
 
 def segments(path: Path) -> list[Path]:
-    """The segments of the job whose file is `path`, in order."""
+    """The segments of the job whose file is `path`, in order: by rank (none first), number."""
     found = [
-        (int(m[2]), folder_path)
-        for folder_path in Path(path).parent.glob(f"{glob.escape(Path(path).stem)}.part-*.parquet")
+        (_segment_order(m), folder_path)
+        for folder_path in Path(path).parent.glob(f"{glob.escape(Path(path).stem)}.*part-*.parquet")
         if (m := SEGMENT.fullmatch(folder_path.name))
     ]
     return [segment for _, segment in sorted(found)]
 
 
 def segment_number(path: Path) -> int:
-    return int(SEGMENT.fullmatch(Path(path).name)[2])
+    return int(SEGMENT.fullmatch(Path(path).name)[3])
+
+
+def segment_rank(path: Path) -> int | None:
+    """The rank whose rows the segment holds; None for a point of one process."""
+    rank = SEGMENT.fullmatch(Path(path).name)[2]
+    return None if rank is None else int(rank)
+
+
+def _segment_order(match: re.Match) -> tuple[int, int, int]:
+    """(job, rank, number) of a segment's name, a point of one process as rank -1."""
+    return int(match[1]), -1 if match[2] is None else int(match[2]), int(match[3])
 
 
 def write_rows(path: Path, rows: list[dict] | pa.Table, replacing: Iterable[Path] = ()) -> None:
@@ -568,9 +586,9 @@ def _job_files(names: list[str]) -> dict[int, str]:
 
 def _segments(names: list[str]) -> dict[int, list[str]]:
     """job -> the names of its segments among `names`, in order."""
-    found = sorted((int(m[1]), int(m[2]), name) for name in names if (m := SEGMENT.fullmatch(name)))
+    found = sorted((_segment_order(m), name) for name in names if (m := SEGMENT.fullmatch(name)))
     jobs: dict[int, list[str]] = {}
-    for job, _, name in found:
+    for (job, _, _), name in found:
         jobs.setdefault(job, []).append(name)
     return jobs
 
@@ -593,12 +611,13 @@ def _next_generation(names: list[str]) -> int:
 
 
 def _in_order(name: str) -> tuple:
-    """A row file's place: by job, a job's segments by number (past 10^8 too), then the rest."""
+    """A row file's place: by job, a job's segments by rank and number (past 10^8 too), then
+    the rest."""
     if m := SEGMENT.fullmatch(name):
-        return (0, int(m[1]), int(m[2]), name)
+        return (0, *_segment_order(m), name)
     if m := JOB.fullmatch(name):
-        return (0, int(m[1]), 0, name)
-    return (1, 0, 0, name)
+        return (0, int(m[1]), -1, 0, name)
+    return (1, 0, -1, 0, name)
 
 
 def _read_sweep(folder: Path) -> pa.Table:

@@ -23,6 +23,11 @@ any experiment does). Through it the experiment:
   appears once; no landed row is written again (but where the point had ended, and its job
   file replaced its segments: the checkpoint's rows are then written once, as one segment).
   A point that restores nothing starts afresh: its first landing removes its earlier rows.
+- in a point of several processes (harness.distributed), learns its place (`rank`,
+  `world_size`); each process lands its own rows (segments of its own, with its rank), and
+  `save`, `restore`, `stopping` and `end` are collectives that every process calls alike: rank
+  0 writes the checkpoint, which records each rank's rows, every rank restores its own from it,
+  and rank 0 writes the job's file from every rank's segments, and the rows it returned.
 - asks `stopping`: SLURM has warned that the task's time is up (or that it is preempted); the
   next `save` is its last, and requeues the task (submitit's checkpointing). One that never
   reads it runs until SLURM kills the task; resume then continues it from its last checkpoint.
@@ -40,6 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from harness import files, store
 
@@ -69,6 +75,7 @@ class Tracker:
         say: Callable[[str], None] | None = None,
         shown: Callable[[dict], str] | None = None,
         sinks=None,
+        group=None,
     ):
         """Rows go to the job's file `path` (its segments beside it), checkpoints to `folder`;
         `prepare` makes a row a stored one (the point's parameters, the harness's columns: the
@@ -76,7 +83,7 @@ class Tracker:
         (columns it may not set), `clock` is the point's start (time.perf_counter) that its
         rows' duration_s counts from; `say` prints what happens, `shown` what a landed row says
         (its step and metrics), on a progress line; `sinks` (harness.sinks.Sinks) get the rows
-        as they land."""
+        as they land; `group` (harness.distributed.Group) is the point's processes, if several."""
         self.path, self.folder, self.prepare = Path(path), Path(folder), prepare
         self.config_hash, self.check, self.clock = config_hash, check, clock
         self.every_rows, self.every_s = every_rows, every_s
@@ -90,10 +97,13 @@ class Tracker:
         self.fresh = True  # nothing restored: the first landing removes the job's earlier rows
         self.sinks, self.sunk = sinks, False  # whether the sinks are open
         self.oldest: float | None = None  # when the oldest row not landed yet was logged
-        self.stopping = False
+        self.group = group
+        self._rank_tag = group.rank if group else None  # its segments' rank (store.segment_file)
+        self.raised = False  # the experiment raised (in a group: which no longer meets)
+        self._warned = False  # SLURM's warning came
         self.store_error: OSError | None = None  # the store could not take rows or a checkpoint
         files.remove_temporaries(self.folder, older_than_s=0)  # killed runs': the job's own
-        self._marker = hold_running(self.path)  # status tells a dead run from a live one
+        self._marker = None if self.rank else hold_running(self.path)  # a dead run from a live
         self._requeue: Callable[[], None] | None = None  # submitit's handler, when deferred
         self._lock = threading.Lock()  # waiting, times, oldest
         self._writing = threading.Lock()  # one write of the job's files at a time
@@ -104,6 +114,22 @@ class Tracker:
         self._thread.start()
 
     # What the experiment calls.
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in the point's group; 0 for a point of one process."""
+        return self.group.rank if self.group else 0
+
+    @property
+    def world_size(self) -> int:
+        """How many processes run the point."""
+        return self.group.world_size if self.group else 1
+
+    @property
+    def stopping(self) -> bool:
+        """SLURM has warned that the task's time is up: save, which requeues. In a group, on
+        every rank once it has warned any (a collective: every rank reads it alike)."""
+        return self.group.any(self._warned) if self.group else self._warned
 
     def log(self, row: dict) -> None:
         """Hand over one row (a flat dict of the experiment's own columns, plain values)."""
@@ -127,56 +153,41 @@ class Tracker:
             self._wake.set()
 
     def save(self, state: dict) -> None:
-        """Checkpoint: land the rows so far, then save `state` with their count. If SLURM has
-        asked the task to stop, requeue it now (this does not return)."""
-        import torch
-
+        """Checkpoint: land the rows so far, then save `state` with their count (in a group:
+        rank 0 saves, with every rank's count). If SLURM has asked the task to stop, requeue it
+        now (this does not return)."""
         self._raise_failed_landing()
         with self._writing:
             count = self._land()
-            saved = {"state": state, "rows": count, "segments": len(self.parts)}
-        buffer = io.BytesIO()  # torch.save's own write errors (a full disk) are no OSError
-        torch.save({**saved, "config_hash": self.config_hash}, buffer)
-        checkpoint = self.folder / CHECKPOINT
-        try:
-            files.replace_atomically(
-                checkpoint, lambda tmp: tmp.write_bytes(buffer.getbuffer()), False
-            )
-        except OSError as error:
-            self.store_error = error
-            raise
+        saved = {"state": state, "rows": count, "segments": len(self.parts)}
+        if self.group:
+            ranks = self.group.gather([count, len(self.parts)])
+            saved = {"state": state, "ranks": ranks, "world_size": self.group.world_size}
+        if not self.rank:
+            self._write_checkpoint(saved)
+        if self.group:
+            self.group.barrier()  # every rank goes on once the checkpoint is in place
         if self.stopping and self._requeue is not None:
             self.say(f"SLURM asked this task to stop: checkpoint at {count} rows saved, requeueing")
             self._requeue_now()
 
     def restore(self) -> dict | None:
         """The state of the point's last checkpoint, or None (a first run, or a checkpoint that
-        does not match the rows that landed). The job's segments past it go."""
-        import torch
-
-        path = self.folder / CHECKPOINT
-        if not path.exists():
+        does not match the rows that landed: in a group, those of any rank). The job's segments
+        past it go."""
+        saved, kept = self._restored()
+        if self.group and not self.group.all(kept is not None):
+            self.parts, self.landed, self.logged, self.fresh = [], 0, 0, True
             return None
-        try:  # tensors and plain values only: unpickling anything else could run code
-            saved = torch.load(path, weights_only=True)
-        except pickle.UnpicklingError:
-            self.say(f"refused the checkpoint {path}: it holds more than tensors and plain "
-                     "values, and loading it could run code; starting over")  # fmt: skip
-            return None
-        except Exception as error:  # a damaged file: whatever reading it raises
-            self.say(f"cannot read the checkpoint {path} ({type(error).__name__}): starting over")
-            return None
-        if not isinstance(saved, dict) or saved.get("config_hash") != self.config_hash:
-            return None
-        with self._writing:
-            kept = self._cut(saved["rows"], saved.get("segments"))
         if kept is None:
             return None
+        if self.group and not self.rank and self.path.exists():  # every rank took its rows
+            self.path.unlink()
         if self.sinks is not None:  # they continue after the checkpoint's last row
             self.sinks.open(store.settled(kept.slice(kept.num_rows - 1).to_pylist())[0]
                             if kept.num_rows else None)  # fmt: skip
             self.sunk = True
-        self.say(f"resumed from the checkpoint at {saved['rows']} rows")
+        self.say(f"resumed from the checkpoint at {self.landed} rows")
         return saved["state"]
 
     # What the harness calls.
@@ -190,13 +201,20 @@ class Tracker:
         """The point has ended: land what waits, stop landing, write the job's file (its rows
         with their own status, then `returned`, the rows the function returned, as prepared),
         which replaces its segments; the sinks get `returned` and close. The rows a summary
-        reads (store.telling)."""
+        reads (store.telling). In a group, rank 0 writes it, from every rank's segments and its
+        own `returned`; where the experiment raised, each rank's `returned` lands as its last
+        segment instead, for the sweep to settle (harness.dispatch.finish)."""
         self.close()
         with self._writing:
             self._land()
             table = store.rows_to_table(returned) if returned else None
             try:
-                told = store.end_segments(self.path, self.parts, table, self.statuses)
+                if not self.group:
+                    told = store.end_segments(self.path, self.parts, table, self.statuses)
+                elif self.raised:  # the others may be gone: wait for none of them
+                    told = self._end_alone(table)
+                else:
+                    told = self._end_group(table)
             except OSError as error:
                 self.store_error = error
                 raise
@@ -211,7 +229,9 @@ class Tracker:
         self._closed = True
         self._wake.set()
         self._thread.join()
-        release_running(self._marker)
+        if self._marker is not None:
+            release_running(self._marker)
+            self._marker = None
 
     @contextlib.contextmanager
     def slurm_signals(self):
@@ -224,7 +244,7 @@ class Tracker:
             return
 
         def warned(signum, frame):  # sets a flag only: printing here could re-enter print
-            self.stopping = True
+            self._warned = True
 
         self._requeue = lambda: handler(signal.SIGUSR2, None)
         signal.signal(signal.SIGUSR2, warned)
@@ -234,7 +254,83 @@ class Tracker:
             signal.signal(signal.SIGUSR2, handler)
             self._requeue = None
 
+    def _write_checkpoint(self, saved: dict) -> None:
+        import torch
+
+        buffer = io.BytesIO()  # torch.save's own write errors (a full disk) are no OSError
+        torch.save({**saved, "config_hash": self.config_hash}, buffer)
+        try:
+            files.replace_atomically(
+                self.folder / CHECKPOINT, lambda tmp: tmp.write_bytes(buffer.getbuffer()), False
+            )
+        except OSError as error:
+            self.store_error = error
+            raise
+
+    def _restored(self) -> tuple[dict | None, pa.Table | None]:
+        """The checkpoint, and this rank's rows cut back to it; (None, None) where there is
+        none that matches this point and its rows."""
+        import torch
+
+        path = self.folder / CHECKPOINT
+        if not path.exists():
+            return None, None
+        try:  # tensors and plain values only: unpickling anything else could run code
+            saved = torch.load(path, weights_only=True)
+        except pickle.UnpicklingError:
+            self.say(f"refused the checkpoint {path}: it holds more than tensors and plain "
+                     "values, and loading it could run code; starting over")  # fmt: skip
+            return None, None
+        except Exception as error:  # a damaged file: whatever reading it raises
+            self.say(f"cannot read the checkpoint {path} ({type(error).__name__}): starting over")
+            return None, None
+        if not isinstance(saved, dict) or saved.get("config_hash") != self.config_hash:
+            return None, None
+        if saved.get("world_size", 1) != self.world_size:
+            self.say(f"the checkpoint {path} is of {saved.get('world_size', 1)} processes, this "
+                     f"run has {self.world_size}: starting over")  # fmt: skip
+            return None, None
+        mine = saved["ranks"][self.rank] if self.group else (saved["rows"], saved.get("segments"))
+        count, numbered = mine
+        with self._writing:
+            return saved, self._cut(count, numbered)
+
     # Under self._writing.
+
+    def _end_group(self, table: pa.Table | None) -> list[dict]:
+        """end's job file in a group: rank 0 writes it from every rank's segments, in rank
+        order, and its own returned rows; the rows it tells, on every rank."""
+        ranks = self.group.gather([[str(part) for part in self.parts], self.statuses, self.landed])
+        told = None
+        if not self.rank:
+            parts, statuses, first = [], {}, 0
+            for listed, own, landed in ranks:
+                parts += [Path(part) for part in listed]
+                statuses |= {first + number: status for number, status in own.items()}
+                first += landed
+            try:
+                told = store.end_segments(self.path, parts, table, statuses)
+            except OSError:
+                self.group.first(None)
+                raise
+        told = self.group.first(told)
+        if told is None:
+            raise OSError(f"rank 0 could not write {self.path}")
+        return told
+
+    def _end_alone(self, table: pa.Table | None) -> list[dict]:
+        """end of a rank whose experiment raised: its returned rows (their status kept) land as
+        its last segment; the rows it tells."""
+        if table is None:
+            return []
+        part = store.segment_file(self.path, len(self.parts) + 1, self._rank_tag)
+        files.write_table(part, table, sync=False)
+        self.parts.append(part)
+        return store.telling(table)
+
+    def _own(self, paths: list[Path]) -> list[Path]:
+        """The segments among `paths` that this process lands (its rank's)."""
+        return [path for path in paths if store.segment_rank(path) == self._rank_tag]
 
     def _land(self) -> int:
         """land(), its caller holding self._writing."""
@@ -246,7 +342,7 @@ class Tracker:
         try:
             self._fresh_start()
             table = self._segment(rows, times)
-            part = store.segment_file(self.path, len(self.parts) + 1)
+            part = store.segment_file(self.path, len(self.parts) + 1, self._rank_tag)
             files.write_table(part, table, sync=False)
         except OSError as error:
             with self._lock:  # they land with the next rows, if the store takes them then
@@ -268,11 +364,18 @@ class Tracker:
         return store.segment_table(rows, self.prepare({}), seconds)
 
     def _fresh_start(self) -> None:
-        """A point that restored nothing: its earlier rows (job file, segments) go, once."""
+        """A point that restored nothing: its earlier rows (job file, segments) go, once. In a
+        group, each rank's own segments; rank 0's, the job file and those no rank owns."""
         if self.fresh:
             self.fresh = False
+            found = store.segments(self.path)
+            if self.rank:
+                gone = self._own(found)
+            else:
+                others = range(1, self.world_size) if self.group else ()
+                gone = [self.path, *(p for p in found if store.segment_rank(p) not in others)]
             with files.uninterrupted():
-                for path in [self.path, *store.segments(self.path)]:
+                for path in gone:
                     path.unlink(missing_ok=True)
 
     def _cut(self, count: int, numbered: int | None) -> pa.Table | None:
@@ -281,7 +384,7 @@ class Tracker:
         did not all land (start afresh)."""
         if self.path.exists():  # the point ended since: its job file holds its rows
             return self._cut_job_file(count)
-        parts = store.segments(self.path)
+        parts = self._own(store.segments(self.path))
         kept = parts[:numbered] if numbered is not None else []
         if [store.segment_number(part) for part in kept] != list(range(1, len(kept) + 1)):
             kept = []
@@ -295,19 +398,24 @@ class Tracker:
         return store.concat(tables)
 
     def _cut_job_file(self, count: int) -> pa.Table | None:
-        """_cut, of an ended point: its first `count` rows as segment 1, then its file goes."""
+        """_cut, of an ended point: its first `count` rows (in a group: of this rank) as segment
+        1, then its file goes (in a group: once every rank has taken its rows, restore)."""
         rows = store.job_table(self.path)
+        if self.group:
+            mine = rows["rank"] if "rank" in rows.column_names else pa.nulls(rows.num_rows)
+            rows = rows.filter(pc.fill_null(pc.equal(mine, self.rank), False))
         if rows.num_rows < count:  # the job's rows are gone or damaged: start afresh
             self.say(f"checkpoint at {count} rows, but {rows.num_rows} landed: starting over")
             return None
         kept = rows.slice(0, count)
         with files.uninterrupted():
-            for part in store.segments(self.path):  # a job file replaced them: out of sight
+            for part in self._own(store.segments(self.path)):  # the job file replaced them
                 part.unlink()
-            parts = [store.segment_file(self.path, 1)] if count else []
+            parts = [store.segment_file(self.path, 1, self._rank_tag)] if count else []
             for part in parts:
                 files.write_table(part, store.as_running(kept), sync=False)
-            self.path.unlink()
+            if not self.group:
+                self.path.unlink()
         self.parts, self.landed, self.logged, self.fresh = parts, count, count, False
         return kept
 
@@ -322,10 +430,18 @@ class Tracker:
             raise RuntimeError(f"rows could not land: {self._failed}") from self._failed
 
     def _requeue_now(self) -> None:
-        """submitit's handler, once: it requeues the task and ends this process."""
+        """submitit's handler, once: it requeues the task and ends this process (Requeued). In
+        a group, rank 0's requeues the job, and the other ranks end."""
         requeue, self._requeue = self._requeue, None
-        if requeue is not None:
+        if requeue is None:
+            return
+        try:
             requeue()
+        except SystemExit as exit:
+            raise Requeued(exit.code) from None
+        if self.rank:  # submitit's handler does nothing on the other ranks: they end here
+            self.close()
+            raise Requeued(0)
 
     def _land_waiting(self) -> None:
         while not self._closed:
@@ -345,6 +461,11 @@ class Tracker:
             except Exception as error:  # raised in the experiment at its next log or save
                 self._failed = error
                 return
+
+
+class Requeued(SystemExit):
+    """The task is requeued, and this process ends: nothing may take it for the experiment's
+    own exit (harness.job.measure lets it through)."""
 
 
 def hold_running(path: Path):

@@ -1,5 +1,6 @@
 """hydra/launcher=local: points in parallel processes here (submitit's local executor), at most
-max_parallel at once, each with a GPU of its own where there are GPUs.
+max_parallel at once, each with a GPU of its own where there are GPUs; with tasks_per_node=N,
+each point as N processes (harness.distributed), with N GPUs where there are GPUs.
 
 gpus are positions among the GPUs this process sees (as torch numbers them: cuda:0 is the first
 entry of CUDA_VISIBLE_DEVICES); each point's CUDA_VISIBLE_DEVICES is that entry, an index or a
@@ -39,17 +40,24 @@ class LocalLauncher(SubmititLauncher):
     def __init__(self, max_parallel: int = 2, gpus: Sequence[int] | None = None, **params):
         visible = visible_gpus()
         self.gpus = visible if gpus is None else [visible[position] for position in gpus]
-        self.max_parallel = min(max_parallel, len(self.gpus)) if self.gpus else max_parallel
+        self.tasks = params.get("tasks_per_node", 1)  # a point's processes, a GPU each
+        fit = len(self.gpus) // self.tasks
+        self.max_parallel = min(max_parallel, fit) if self.gpus else max_parallel
         super().__init__(**params)
 
     @classmethod
     def preflight(cls, settings: dict) -> None:
         super().preflight(settings)
         check_kinds(settings, {"max_parallel": "positive"})
-        gpus = settings.get("gpus")
+        if settings.get("nodes", 1) != 1:
+            raise ValueError(f"nodes={settings['nodes']}: the local launcher runs on this one")
+        gpus, shown = settings.get("gpus"), visible_gpus()
+        tasks, given = settings.get("tasks_per_node", 1), shown if gpus is None else gpus
+        if given and len(given) < tasks:
+            raise ValueError(f"tasks_per_node={tasks} needs a GPU for each process, and "
+                             f"{len(given)} are given here (gpus)")  # fmt: skip
         if gpus is None:
             return
-        shown = visible_gpus()
         if not all(isinstance(g, int) and not isinstance(g, bool) for g in gpus):
             raise ValueError(f"gpus must be GPU indices, got {gpus!r}")
         unknown = [g for g in gpus if not 0 <= g < len(shown)]
@@ -58,8 +66,9 @@ class LocalLauncher(SubmititLauncher):
             raise ValueError(f"gpus {gpus} are not distinct GPUs of the ones visible here: {said}")
 
     def job_threads(self) -> int:
-        """cpus_per_task, else this machine's CPUs shared by the points that run at once."""
-        return super().job_threads() or max(1, len(os.sched_getaffinity(0)) // self.max_parallel)
+        """cpus_per_task, else this machine's CPUs shared by the processes that run at once."""
+        at_once = self.max_parallel * self.tasks
+        return super().job_threads() or max(1, len(os.sched_getaffinity(0)) // at_once)
 
     def executor(self) -> submitit.LocalExecutor:
         """submitit's local executor itself: its visible_gpus is not an AutoExecutor parameter."""
@@ -81,7 +90,8 @@ class LocalLauncher(SubmititLauncher):
             while waiting or running:
                 while waiting and len(running) < self.max_parallel:
                     spec = waiting.pop(0)
-                    gpu = free.pop(0) if self.gpus else None
+                    taken = [free.pop(0) for _ in range(self.tasks)] if self.gpus else []
+                    gpu = ",".join(taken) or None
                     own = os.environ.get("CUDA_VISIBLE_DEVICES", UNSET)
                     with (
                         _output_to(self.controller_log()),
@@ -93,7 +103,7 @@ class LocalLauncher(SubmititLauncher):
                 for job in done:
                     handle, gpu = running.pop(job)
                     if gpu is not None:
-                        free.append(gpu)
+                        free += gpu.split(",")
                     yield job, outcome(handle, None, 0)
                 if not done:
                     time.sleep(POLL_S)

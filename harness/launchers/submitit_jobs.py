@@ -2,6 +2,8 @@
 setup, and the checkpoint through which submitit requeues a job), the executor its parameters
 describe, and what each submitit job runs: its GPU and threads set first, then its pack of
 points (harness.launchers.work), each job number the sweep's own (a resumed subset keeps them).
+With tasks_per_node (and nodes) above 1, each job's tasks are one point's processes
+(harness.distributed), which meet before the point runs.
 """
 
 import os
@@ -18,6 +20,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmitit
 from omegaconf import OmegaConf
 from submitit.core.utils import UncompletedJobError
 
+from harness import distributed
 from harness.errors import with_type
 from harness.launchers import JobSpec, Launcher, check_kinds, work
 
@@ -39,6 +42,15 @@ class SubmititLauncher(BaseSubmititLauncher, Launcher):
     @classmethod
     def preflight(cls, settings: dict) -> None:
         check_kinds(settings, KINDS)
+        tasks, gpus = settings.get("tasks_per_node", 1), settings.get("gpus_per_node")
+        if gpus and gpus < tasks:  # two processes on one GPU: NCCL refuses it
+            raise ValueError(
+                f"tasks_per_node={tasks} with gpus_per_node={gpus}: each process needs a GPU of "
+                f"its own: gpus_per_node={tasks} (or 0 to run on the CPU)"
+            )
+        if tasks * settings.get("nodes", 1) > 1 and settings.get("points_per_task", 1) > 1:
+            raise ValueError("a point of several processes (tasks_per_node, nodes) runs alone in "
+                             "its task: points_per_task must be 1")  # fmt: skip
 
     def __call__(self, pack: list[JobSpec], singleton_state: dict) -> list[dict]:
         """In the job: its GPU, as many threads as CPUs it was given (torch's and OpenMP's, for
@@ -57,7 +69,11 @@ class SubmititLauncher(BaseSubmititLauncher, Launcher):
 
             os.environ["OMP_NUM_THREADS"] = str(threads)
             torch.set_num_threads(threads)
-        return work(self.config, self.task_function, pack, singleton_state)
+        distributed.start(local=self._EXECUTOR == "local")
+        try:
+            return work(self.config, self.task_function, pack, singleton_state)
+        finally:
+            distributed.end()
 
     def job_threads(self) -> int | None:
         """The CPUs a job may use; None: leave torch's default."""
@@ -88,8 +104,8 @@ def outcome(handle: submitit.Job, lost: str | None, position: int) -> dict:
     for it, or why it returned nothing."""
     if lost:
         return {"status": "killed", "error": lost}
-    try:
-        return handle.result()[position]
+    try:  # a point of several processes: its rank 0's summary (harness.distributed)
+        return handle.task(0).result()[position]
     except UncompletedJobError as error:
         return {"status": "killed", "error": with_type(error)}
     except Exception as error:  # the job's process failed outside the task function

@@ -5,6 +5,8 @@ cluster that tests/slurm/cluster.sh starts (two fake GPUs, MaxArraySize 8), and 
 rows back from Parquet.
 """
 
+import os
+import signal
 import time
 from types import SimpleNamespace
 
@@ -244,10 +246,14 @@ def test_a_request_no_node_can_satisfy_is_refused_before_submitting(sweep, setti
     assert sweep.cluster.queue() == []
 
 
-def test_a_training_task_at_its_time_limit_checkpoints_requeues_and_finishes(cluster, harness):
+@pytest.mark.parametrize("tasks", [1, 2])
+def test_a_training_task_at_its_time_limit_checkpoints_requeues_and_finishes(
+    cluster, harness, tasks
+):
     """The trainer probe holds at step 10 until SLURM warns that its two minutes are nearly up
     (USR2, signal_delay_s before the limit); it saves there, submitit requeues the task, and
-    the rerun continues from that checkpoint to the end: each step once. SLURM may send the
+    the rerun continues from that checkpoint to the end: each step once (with 2 tasks, a point
+    of two processes: each step once per rank, both warned, both continued). SLURM may send the
     warning up to 60 s before it is due (sbatch(1), --signal): 40 s before a 2-minute limit
     comes 20 s after the start at the earliest, once submitit's handler is there (a warning
     before it would kill the task)."""
@@ -259,16 +265,17 @@ def test_a_training_task_at_its_time_limit_checkpoints_requeues_and_finishes(clu
         "steps=20", "hold_at=10", "until=stopping", "checkpoint_every=100", "timeout_s=600",
         "stream_s=0.2",
         *limited, "hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=40",
-        "hydra.launcher.max_num_timeout=2", "wait=false",
+        "hydra.launcher.max_num_timeout=2", "wait=false", f"hydra.launcher.tasks_per_node={tasks}",
         env={**environment(cluster), "PYTHONPATH": PROBE_PATH},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     (sweep_,) = store.sweeps(harness.results, "trainer")
     task = wait_for(lambda: _running_task(cluster), 60, "the task to run")
-    wait_for(lambda: held(gate), 60, "the run to hold at step 10")
-    wait_for(lambda: len(store.read(harness.results, "trainer")) == 10, 60, "its 10 rows")
+    wait_for(lambda: len(held(gate)) == tasks, 60, "the run to hold at step 10")
+    wait_for(lambda: len(store.read(harness.results, "trainer")) == 10 * tasks, 60, "its rows")
     landed = store.read(harness.results, "trainer")
-    assert landed["step"].tolist() == list(range(1, 11)) and set(landed["status"]) == {"running"}
+    assert landed["step"].tolist() == list(range(1, 11)) * tasks
+    assert set(landed["status"]) == {"running"}
     runner = SimpleNamespace(harness=harness)  # what status() runs `python -m harness` with
     assert "step=10" in status(runner, sweep_)
 
@@ -278,8 +285,45 @@ def test_a_training_task_at_its_time_limit_checkpoints_requeues_and_finishes(clu
     cluster.release_requeued(task, finished, timeout=240)
     rows = store.read(harness.results, "trainer")
     train = rows[rows["step"] > 0]
-    assert train["step"].tolist() == list(range(1, 21)), "each step once"
+    assert train["step"].tolist() == list(range(1, 21)) * tasks, "each step once (per rank)"
     assert set(rows["status"]) == {"ok"}
-    assert len(held(gate)) == 1, "the rerun resumed past the hold"
-    restarts = train.set_index("step")["slurm_restarts"]
-    assert (restarts.loc[:10] == 0).all() and (restarts.loc[11:] == 1).all()
+    assert len(held(gate)) == tasks, "the rerun resumed past the hold"
+    before, after = train["step"] <= 10, train["step"] > 10
+    restarts = train["slurm_restarts"]
+    assert (restarts[before] == 0).all() and (restarts[after] == 1).all()
+    if tasks > 1:
+        assert train.groupby("rank")["step"].apply(list).to_dict() == {
+            0: list(range(1, 21)), 1: list(range(1, 21))}  # fmt: skip
+
+
+def test_a_two_task_point_with_a_killed_process_resumes_from_its_checkpoint(cluster, harness):
+    """ntasks_per_node=2: both processes hold at step 10 (checkpoint at 8); rank 1's is
+    killed, rank 0's fails at the next all-reduce; resume submits the point again, and both
+    continue from the checkpoint: each step once per rank."""
+    gate = harness.cwd / "gate"
+    gate.mkdir()
+    given = ["--config-dir", str(SUPPORT / "conf"), "+experiment=trainer"]
+    env = {**environment(cluster), "PYTHONPATH": PROBE_PATH}
+    running = harness.start(*given, f"folder={gate}", "steps=16", "hold_at=10", "stream_s=0.1",
+                            *SLURM, "hydra.launcher.tasks_per_node=2", env=env)  # fmt: skip
+    try:
+        wait_for(lambda: len(held(gate)) == 2, 120, "both processes to hold")
+        wait_for(lambda: len(store.read(harness.results, "trainer")) == 20, 60, "their rows")
+        landed = store.read(harness.results, "trainer")
+        victim = int(landed.loc[landed["rank"] == 1, "pid"].iloc[0])
+        os.kill(victim, signal.SIGKILL)  # the cluster's node is this machine
+        (gate / "release").touch()
+        output, _ = running.communicate(timeout=120)
+    finally:
+        running.kill()
+    assert running.returncode == 1 and "1 failed" in output, output
+    (sweep_,) = store.sweeps(harness.results, "trainer")
+    resumed = harness(*given, f"resume={sweep_}", env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    rows = store.read(harness.results, "trainer")
+    train = rows[rows["step"] > 0]
+    assert train.groupby("rank")["step"].apply(list).to_dict() == {
+        0: list(range(1, 17)), 1: list(range(1, 17))}  # fmt: skip
+    assert set(rows["status"]) == {"ok"}
+    kept, reran = train[train["step"] <= 8], train[train["step"] > 8]
+    assert victim in set(kept["pid"]) and not set(kept["pid"]) & set(reran["pid"])

@@ -79,11 +79,14 @@ def trainer(
     holds after step `hold_at` (0: never) until the file `until` exists in `folder`, or, with
     until="stopping", until SLURM asks its task to stop (tracker.stopping); it leaves the file
     "held-PID" there meanwhile. Then one final row (step 0, value -1). Its checkpoints carry
-    `state_kib` KiB of weights besides the step."""
+    `state_kib` KiB of weights besides the step. In a point of several processes each logs its
+    rows, and the processes meet at every step (an all-reduce, as DistributedDataParallel's)."""
     state = tracker.restore() if tracker is not None else None
     first = state["step"] + 1 if state else 1
     rows = []
     for step in range(first, steps + 1):
+        if torch.distributed.is_initialized():
+            torch.distributed.all_reduce(torch.ones(1))  # fails once a process is gone
         row = {"step": step, "value": step * 10 + seed, "pid": os.getpid()}
         tracker.log(row) if tracker is not None else rows.append(row)
         if step == hold_at and state is None:

@@ -1,0 +1,114 @@
+"""One point across several processes: hydra.launcher.tasks_per_node=N (and nodes=M on SLURM)
+runs each point as N x M processes, a group, with torch.distributed initialised from submitit's
+job environment (its ranks, its first host and a port drawn from the job's id) before the point
+starts: gloo on the CPU, and NCCL for CUDA tensors where there is CUDA (each process then sees
+one GPU, the one of its local rank, as cuda:0).
+
+Every process runs the experiment. A training experiment learns its place from its tracker
+(`tracker.rank`, `tracker.world_size`) or from torch.distributed itself; each process lands the
+rows it logs as segments of its own, with columns `rank` and `world_size`; rank 0 writes the
+checkpoints, which every rank restores from, and the job's file when the point ends (with the
+rows its function returns: the point's). An experiment without a tracker writes rank 0's rows.
+A point that raises in one process is taken as a broken group: no process waits on the others
+any more, and the point counts as failed (resume reruns it, from its last checkpoint).
+"""
+
+import os
+from dataclasses import dataclass
+
+LOCAL_HOST = "127.0.0.1"  # the local launcher's processes meet here, whatever the host's name
+
+
+@dataclass(frozen=True)
+class Group:
+    """This process's place in its point's group."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+
+    def gather(self, value) -> list:
+        """Each rank's `value` (picklable), by rank; on every rank."""
+        import torch.distributed as dist
+
+        values = [None] * self.world_size
+        dist.all_gather_object(values, value)
+        return values
+
+    def first(self, value):
+        """Rank 0's `value`, on every rank."""
+        import torch.distributed as dist
+
+        sent = [value]
+        dist.broadcast_object_list(sent, src=0)
+        return sent[0]
+
+    def any(self, flag: bool) -> bool:
+        """Whether `flag` holds on any rank (every rank must ask, as often as the others)."""
+        import torch
+        import torch.distributed as dist
+
+        tensor = torch.tensor([int(flag)])
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return bool(tensor.item())
+
+    def all(self, flag: bool) -> bool:
+        return not self.any(not flag)
+
+    def barrier(self) -> None:
+        self.any(False)  # on the CPU's backend, as every collective here is
+
+
+_group: Group | None = None
+
+
+def current() -> Group | None:
+    """This process's group; None for a point of one process."""
+    return _group
+
+
+def start(local: bool) -> Group | None:
+    """In a submitit task: when its job has several tasks, initialise torch.distributed from
+    submitit's job environment and return this process's place; None for one task. `local`:
+    the tasks run on this machine (the local launcher), and meet on its loopback address."""
+    global _group
+    import submitit
+
+    environment = submitit.JobEnvironment()
+    if environment.num_tasks <= 1:
+        return None
+    exported = submitit.helpers.TorchDistributedEnvironment()
+    exported.export(set_cuda_visible_devices=False, overwrite=True)
+    if local:
+        os.environ["MASTER_ADDR"] = LOCAL_HOST
+    _own_gpu(exported.local_rank)
+    import torch
+    import torch.distributed as dist
+
+    cuda = torch.cuda.is_available()
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if cuda else "gloo")
+    if cuda:
+        torch.cuda.set_device(0)
+    _group = Group(exported.rank, exported.world_size, exported.local_rank)
+    return _group
+
+
+def end() -> None:
+    """Leave the group, if this process is in one."""
+    global _group
+    if _group is None:
+        return
+    _group = None
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _own_gpu(local_rank: int) -> None:
+    """Narrow CUDA_VISIBLE_DEVICES to the entry of this process's local rank, where there is one
+    for each (indices or UUIDs, as the launcher or SLURM listed them), before CUDA starts."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    entries = [entry.strip() for entry in (listed or "").split(",") if entry.strip()]
+    if local_rank < len(entries):
+        os.environ["CUDA_VISIBLE_DEVICES"] = entries[local_rank]

@@ -1,0 +1,128 @@
+"""One point across processes (harness.distributed): hydra.launcher.tasks_per_node=2 on the
+local launcher, two real processes meeting through torch.distributed (gloo, CPU); each logs its
+rows, rank 0 checkpoints, and a kill of one process is continued from the checkpoint, each
+step's rows once per rank. The SLURM side is in tests/slurm/test_harness_slurm.py."""
+
+import os
+import signal
+
+import pyarrow as pa
+import pytest
+from probes import PROBE_PATH, SUPPORT, held, wait_for
+
+from harness import store
+
+TWO = ["hydra/launcher=local", "hydra.launcher.tasks_per_node=2"]
+
+
+def trainer(harness, *args: str, **kwargs):
+    """The trainer probe (tests/support/probes.py) as a point of two processes."""
+    return harness("--config-dir", str(SUPPORT / "conf"), "+experiment=trainer", *args, *TWO,
+                   env={"PYTHONPATH": PROBE_PATH}, **kwargs)  # fmt: skip
+
+
+def steps_by_rank(rows) -> dict:
+    train = rows[rows["step"] > 0]
+    return {int(rank): group["step"].tolist() for rank, group in train.groupby("rank")}
+
+
+def test_segments_of_each_rank_are_named_apart_and_read_in_rank_order(tmp_path):
+    path = store.job_file(tmp_path, "e", "s", 3)
+    path.parent.mkdir(parents=True)
+    for rank, number in [(1, 2), (None, 1), (1, 1), (0, 1), (0, 2)]:
+        part = store.segment_file(path, number, rank)
+        store.write_rows(part, pa.table({"job": [3], "rank": [rank], "n": [number]}))
+    found = store.segments(path)
+    assert [(store.segment_rank(p), store.segment_number(p)) for p in found] == [
+        (None, 1), (0, 1), (0, 2), (1, 1), (1, 2)]  # fmt: skip
+    assert found[1].name == "job-000003.rank-0000.part-00000001.parquet"
+    rows = store.read(tmp_path, "e", "s")
+    assert list(zip(rows["rank"].fillna(-1), rows["n"], strict=True)) == [
+        (-1, 1), (0, 1), (0, 2), (1, 1), (1, 2)]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_two_processes_each_log_their_rows_with_their_rank(harness, gate):
+    result = trainer(harness, f"folder={gate}", "steps=12")
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = store.read(harness.results)
+    assert steps_by_rank(rows) == {0: list(range(1, 13)), 1: list(range(1, 13))}
+    assert set(rows["world_size"]) == {2} and set(rows["status"]) == {"ok"}
+    assert rows.groupby("rank")["pid"].nunique().tolist() == [1, 1]
+    assert rows["pid"].nunique() == 2, "two processes"
+    final = rows[rows["step"] == 0]
+    assert final["rank"].tolist() == [0], "the rows the function returns are rank 0's"
+    (folder,) = {path.parent for path in harness.results.rglob("job-*.parquet")}
+    assert [p.name for p in folder.glob("job-*")] == ["job-000000.parquet"], "merged when done"
+
+
+@pytest.mark.slow
+def test_a_killed_process_ends_the_point_and_resume_continues_the_group_from_its_checkpoint(
+    harness, gate
+):
+    """Both processes hold at step 10 (checkpoint at 8); one is killed; the other fails at the
+    next step's all-reduce once released. Resume restores both from the checkpoint: steps 9 on
+    run again, and each rank has each step once."""
+    args = ["--config-dir", str(SUPPORT / "conf"), "+experiment=trainer", f"folder={gate}",
+            "steps=16", "hold_at=10", "stream_s=0.1", *TWO]  # fmt: skip
+    running = harness.start(*args, env={"PYTHONPATH": PROBE_PATH})
+    try:
+        wait_for(lambda: len(held(gate)) == 2, 120, "both processes to hold")
+        wait_for(lambda: len(store.read(harness.results)) == 20, 60, "their 20 rows to land")
+        landed = store.read(harness.results)
+        victim = int(landed.loc[landed["rank"] == 1, "pid"].iloc[0])
+        os.kill(victim, signal.SIGKILL)
+        (gate / "release").touch()
+        output, _ = running.communicate(timeout=120)
+    finally:
+        running.kill()
+    assert running.returncode == 1, output  # a point failed
+    assert "1 failed" in output and "by peer" in output, output  # gloo: closed, or reset
+    (sweep,) = store.sweeps(harness.results, "trainer")
+    resumed = harness("--config-dir", str(SUPPORT / "conf"), "+experiment=trainer",
+                      f"resume={sweep}", env={"PYTHONPATH": PROBE_PATH})  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    rows = store.read(harness.results)
+    assert steps_by_rank(rows) == {0: list(range(1, 17)), 1: list(range(1, 17))}
+    assert set(rows["status"]) == {"ok"}
+    kept, reran = rows[rows["step"].between(1, 8)], rows[rows["step"].between(9, 16)]
+    assert kept.groupby("rank")["pid"].nunique().tolist() == [1, 1], "kept from the first run"
+    assert reran.groupby("rank")["pid"].nunique().tolist() == [1, 1]
+    assert not set(kept["pid"]) & set(reran["pid"]), "steps 9 on ran again, after step 8"
+    assert victim in set(kept["pid"]) and len(held(gate)) == 2, "the rerun did not hold again"
+
+
+@pytest.mark.slow
+def test_exp017_across_two_processes_trains_as_one_process_and_its_claim_passes(harness):
+    result = harness("+experiment=exp017_recall", "ddp=true", "attention=sdpa", "window=0",
+                     "steps=100", "batch=32", "checkpoint_every=50", *TWO)  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "claim PASS: processes that split the batch train as one" in output
+    assert "claim FAIL: with full attention octlm learns to recall" in output
+    rows = store.read(harness.results)
+    train = rows[rows["phase"] == "train"]
+    assert train["step"].tolist() == list(range(1, 101)) and set(train["rank"]) == {0}
+    assert train["single_loss_diff"].notna().all()
+
+
+@pytest.mark.parametrize(
+    ("launcher", "said"),
+    [
+        (["hydra.launcher.nodes=2"], "nodes=2: the local launcher runs on this one"),
+        (["hydra.launcher.gpus_per_node=1"], "each process needs a GPU of its own"),
+    ],
+)
+def test_settings_a_group_cannot_run_with_are_refused_in_one_line(harness, launcher, said):
+    result = harness("+experiment=exp014_tiled", *TWO, *launcher)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert said in result.stderr and result.stderr.count("\n") == 1
+    assert not (harness.cwd / "outputs").exists()
+
+
+def test_ddp_on_a_point_of_one_process_is_a_failed_row_that_says_how(harness):
+    result = harness("+experiment=exp017_recall", "ddp=true", "steps=2", "attention=sdpa",
+                     "window=0")  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr  # a point failed
+    (row,) = store.read(harness.results).to_dict("records")
+    assert row["status"] == "failed" and "hydra.launcher.tasks_per_node=2" in row["error"]
