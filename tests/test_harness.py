@@ -272,7 +272,11 @@ def test_the_backends_sweep_end_to_end_at_small_lengths(harness, analysis):
     assert rows.loc[("efficient", 128), "status"] == "unsupported"
     assert "No viable backend" in rows.loc[("efficient", 128), "error"]
     ok = rows[rows["status"] == "ok"]
-    assert len(ok) == 4 and (ok["rss_delta_mib"] > 0).all() and "cuda_peak_mib" not in rows
+    assert len(ok) == 4 and "cuda_peak_mib" not in rows
+    # Flash's few KiB at length 128 may fit in pages the process already holds (measured: 0.0
+    # here); the math path's 128 x 128 scores per head, and every length 256, need new ones.
+    rss = ok["rss_delta_mib"]
+    assert (rss >= 0).all() and (rss.drop(("flash", 128)) > 0).all()
     assert (ok["time_ms"] > 0).all() and (ok["repeats"] >= 5).all()
     assert ok["time_samples_ms"].map(len).tolist() == ok["repeats"].tolist()
     assert (ok["pct_of_peak"] > 0).all() and (ok["gflops"] > 0).all()
