@@ -1,4 +1,5 @@
-"""python -m analysis [--check]: regenerate outputs/report/REPORT.md from outputs/results.
+"""python -m analysis [--check] [--sweep ID ...] [--all]: regenerate outputs/report/REPORT.md
+from outputs/results: each experiment's newest sweep, or the sweeps chosen.
 python -m analysis compare SWEEP_A SWEEP_B [--fail-on-regression FACTOR]: two sweeps side by
 side, written to outputs/report/compare-A-vs-B.md."""
 
@@ -10,7 +11,7 @@ from analysis.compare import RULE
 from analysis.report import write_report
 from harness import files
 from harness.claims import FAILING, outcome
-from harness.errors import reader_gone
+from harness.errors import BadInput, reader_gone
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,8 +31,18 @@ def main(argv: list[str] | None = None) -> int:
         "takes it: their report modules load only as their own configs name them",
     )
     parser.add_argument(
-        "--check", action="store_true", help="exit 1 if a claim fails, is incomplete or errs"
+        "--check",
+        action="store_true",
+        help="exit 1 if a claim of a sweep shown fails, is incomplete or errs",
     )
+    parser.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="show this sweep (repeat for several) instead of each experiment's newest",
+    )
+    parser.add_argument("--all", action="store_true", help="show every sweep of every experiment")
     commands = parser.add_subparsers(dest="command", title="commands", metavar="compare")
     compare = commands.add_parser(
         "compare",
@@ -58,12 +69,40 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "compare":
         return _compare(results, args)
     config_dirs = [folder.resolve() for folder in args.config_dir]
-    path, claims = write_report(results, args.out / "report", config_dirs)
+    try:
+        shown = _chosen(results, args.sweep, args.all)
+    except BadInput as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    path, claims = write_report(results, args.out / "report", config_dirs, shown)
+    pairs = claims[["experiment", "sweep"]].drop_duplicates() if len(claims) else claims
+    said = ", ".join(f"{e} {s}" for e, s in pairs.itertuples(index=False)) or "none"
+    print(f"sweeps shown{' and checked' if args.check else ''}: {said}")
     for claim in claims.itertuples():
         print(f"{claim.result:10} {claim.experiment}: {claim.claim} ({outcome(claim)})")
     print(f"report: {path}")
     failing = claims[claims["result"].isin(FAILING)]
     return 1 if args.check and not failing.empty else 0
+
+
+def _chosen(results: Path, sweeps: list[str], every: bool) -> dict[str, list[str]] | None:
+    """experiment -> the sweeps to show, in order (--sweep, --all); None: the newest of each.
+    BadInput for a sweep the store does not hold."""
+    from harness import store
+    from harness.config import check_name
+
+    if every:
+        return {e: store.sweeps(results, e) for e in store.experiments(results)}
+    if not sweeps:
+        return None
+    chosen: dict[str, list[str]] = {}
+    for sweep in dict.fromkeys(sweeps):
+        check_name("--sweep", sweep)
+        experiment = store.experiment_of(results, sweep)
+        if experiment is None:
+            raise BadInput(f"--sweep {sweep}: no such sweep in {results}")
+        chosen.setdefault(experiment, []).append(sweep)
+    return chosen
 
 
 def _compare(results: Path, args: argparse.Namespace) -> int:

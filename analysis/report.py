@@ -6,8 +6,13 @@ tables by name) and `sections(rows, tables, folder)` (the section's Markdown par
 written to folder); and `claims` (analysis.claims), checked over the sweep's planned points.
 Tables and claims see every planned point: one without rows is a "not run" row with its
 parameters, so that it shows as a gap rather than vanishing.
+
+The report shows each experiment's newest sweep by default, or the sweeps chosen (`shown`:
+`python -m analysis --sweep ID`, `--all`), each chosen one's plots in sweeps/ID/; every section
+lists all the sweeps of its experiment, with their points planned and landed.
 """
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -80,10 +85,28 @@ def _untrusted_report(manifest: dict | None, config: dict) -> str | None:
     return None
 
 
+def sweep_list(root: Path, experiment: str, shown: list[str]) -> str:
+    """Every sweep of an experiment, oldest first: its points planned and landed (from the
+    listing and the manifest: nothing is read), and whether this report shows it."""
+    lines = []
+    for sweep in store.sweeps(root, experiment):
+        manifest = store.read_manifest(root, experiment, sweep)
+        planned_points = len(manifest["points"]) if manifest else None
+        landed = len(store.jobs_with_rows(root, experiment, sweep))
+        lines.append({"sweep": sweep, "points": planned_points, "landed": landed,
+                      "shown": "yes" if sweep in shown else ""})  # fmt: skip
+    table = pd.DataFrame(lines).set_index("sweep")
+    return f"Sweeps of {experiment} (`python -m analysis --sweep ID` shows others):\n\n" + markdown(
+        table
+    )
+
+
 def section(
     root: Path, experiment: str, sweep: str, report_dir: Path, config_dirs: list[Path] = ()
 ) -> tuple[str, pd.DataFrame]:
-    """An experiment's REPORT.md section for one sweep, and its claims."""
+    """An experiment's REPORT.md section for one sweep, and its claims; its plots go to
+    `report_dir` (their links are relative to the report's own folder, its parent if
+    report_dir is a sweeps/ID/ one)."""
     manifest = store.read_manifest(root, experiment, sweep)
     compact_if_finished(root, experiment, sweep, manifest)  # one file to read, now and later
     rows = store.as_planned(store.read(root, experiment, sweep), manifest, root)
@@ -103,7 +126,8 @@ def section(
     if table is not None:
         parts.append(f"{table.columns.name}:\n\n{markdown(table)}")
     if module is not None and not rows.empty:
-        parts += module.sections(every, tables, report_dir)
+        report_dir.mkdir(parents=True, exist_ok=True)
+        parts += _linked(module.sections(every, tables, report_dir), report_dir)
     failed = rows[~rows["status"].isin(store.DONE)] if not rows.empty else rows
     failed = failed.drop_duplicates("job")  # a training point's rows: one line for the point
     if not failed.empty:
@@ -111,6 +135,18 @@ def section(
     if not claims.empty:
         parts.append(markdown(claims.set_index("claim")))
     return "\n\n".join(parts) + "\n", claims
+
+
+def _linked(parts: list[str], folder: Path) -> list[str]:
+    """A module's parts, their images (named alone, in `folder`) linked from the report's own
+    folder when `folder` is a sweeps/ID/ one below it."""
+    if folder.parent.name != SWEEPS:
+        return parts
+    prefix = f"{SWEEPS}/{folder.name}/"
+    return [re.sub(r"\]\(([^)/:]+\.png)\)", lambda m: f"]({prefix}{m[1]})", p) for p in parts]
+
+
+SWEEPS = "sweeps"  # the report folder's subfolder of the chosen sweeps' plots
 
 
 def _unknown_plan(root: Path, experiment: str, sweep: str) -> pd.DataFrame:
@@ -122,32 +158,50 @@ def _unknown_plan(root: Path, experiment: str, sweep: str) -> pd.DataFrame:
 
 
 def write_report(
-    root: Path, report_dir: Path, config_dirs: list[Path] = ()
+    root: Path,
+    report_dir: Path,
+    config_dirs: list[Path] = (),
+    shown: dict[str, list[str]] | None = None,
 ) -> tuple[Path, pd.DataFrame]:
-    """REPORT.md with every experiment's latest sweep; returns its path and all claims."""
+    """REPORT.md with the sweeps `shown` (experiment -> its sweeps), by default every
+    experiment's latest; returns its path and the claims of every sweep shown."""
     report_dir.mkdir(parents=True, exist_ok=True)
     generated = f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
     parts = [f"# octlm-harness report\n\nGenerated {generated} from `{root}`.\n"]
     claims = []
-    for experiment in store.experiments(root):
-        sweep, newer = latest_sweep(root, experiment)
-        if sweep is None:
-            continue
-        try:
-            text, checked = section(root, experiment, sweep, report_dir, config_dirs)
-        except Exception as error:  # one sweep that cannot be reported must not sink the rest
-            text = f"## {experiment}\n\nsweep `{sweep}` could not be reported: {error!r}\n"
-            checked = pd.DataFrame(
-                [{"claim": "the sweep can be reported", "result": "ERROR", "worst": repr(error),
-                  "points": MISSING, "missing": ""}]
-            )  # fmt: skip
-        if newer:
-            text += f"\nNewer, with nothing landed yet: {', '.join(f'`{s}`' for s in newer)}.\n"
-        parts.append(text)
-        claims.append(checked.assign(experiment=experiment, sweep=sweep))
+    for experiment in store.experiments(root) if shown is None else list(shown):
+        newer = []
+        if shown is None:
+            sweep, newer = latest_sweep(root, experiment)
+            chosen = [sweep] if sweep is not None else []
+        else:
+            chosen = shown[experiment]
+        for sweep in chosen:
+            folder = report_dir if shown is None else report_dir / SWEEPS / sweep
+            text, checked = _reported(root, experiment, sweep, folder, config_dirs)
+            if newer:
+                text += f"\nNewer, with nothing landed yet: {', '.join(f'`{s}`' for s in newer)}.\n"
+            parts.append(text)
+            claims.append(checked.assign(experiment=experiment, sweep=sweep))
+        if chosen:
+            parts.append(sweep_list(root, experiment, chosen) + "\n")
     path = report_dir / "REPORT.md"
     files.write_text(path, "\n".join(parts))
     all_claims = (
         pd.concat(claims, ignore_index=True) if claims else claims_table(pd.DataFrame(), {})
     )
     return path, all_claims
+
+
+def _reported(root: Path, experiment: str, sweep: str, folder: Path, config_dirs):
+    """section(), or, for a sweep that cannot be reported, a line saying why and an ERROR
+    claim: one sweep must not sink the rest."""
+    try:
+        return section(root, experiment, sweep, folder, config_dirs)
+    except Exception as error:
+        text = f"## {experiment}\n\nsweep `{sweep}` could not be reported: {error!r}\n"
+        checked = pd.DataFrame(
+            [{"claim": "the sweep can be reported", "result": "ERROR", "worst": repr(error),
+              "points": MISSING, "missing": ""}]
+        )  # fmt: skip
+        return text, checked

@@ -107,9 +107,50 @@ def test_report_shows_the_latest_sweep_and_check_fails_on_a_failing_claim(tmp_pa
     assert plain.returncode == 0 and checked.returncode == 1
     assert "FAIL" in checked.stdout
     report = (tmp_path / "outputs" / "report" / "REPORT.md").read_text()
-    assert "20261129-130000-bbbb" in report and "20261129-120000-aaaa" not in report
+    assert "sweep `20261129-130000-bbbb`" in report and "sweep `20261129-120000-aaaa`" not in report
     assert "4 points: 3 ok, 1 not run" in report
     assert "| FAIL" in report and "5e-06" in report
+    assert "sweeps shown and checked: exp014_tiled 20261129-130000-bbbb" in checked.stdout
+
+
+def test_sweep_and_all_choose_the_sweeps_shown_and_checked(tmp_path, analysis):
+    results = tmp_path / "outputs" / "results"
+    write_sweep(results, [1e-7, 2e-7, 3e-7, 4e-7], sweep="20261129-120000-aaaa")
+    write_sweep(results, [1e-7, 5e-6, 3e-7], sweep="20261129-130000-bbbb", total=4)
+    report_file = tmp_path / "outputs" / "report" / "REPORT.md"
+    older = analysis("--check", "--sweep", "20261129-120000-aaaa")
+    assert older.returncode == 0, older.stdout + older.stderr  # the older one passes
+    assert "sweeps shown and checked: exp014_tiled 20261129-120000-aaaa" in older.stdout
+    report = report_file.read_text()
+    assert "sweep `20261129-120000-aaaa`" in report and "sweep `20261129-130000-bbbb`" not in report
+    listed = [line for line in report.splitlines() if "2026112" in line and line.startswith("|")]
+    assert len(listed) == 2, "every sweep of the experiment is listed"
+    assert [line.split("|")[4].strip() for line in listed] == ["yes", ""]
+    every = analysis("--check", "--all")
+    assert every.returncode == 1, every.stdout  # the newer one fails its claim
+    report = report_file.read_text()
+    assert "sweep `20261129-120000-aaaa`" in report and "sweep `20261129-130000-bbbb`" in report
+    assert every.stdout.count("PASS") == 1 and every.stdout.count("FAIL") == 1
+
+
+@pytest.mark.parametrize(
+    ("sweep", "said"),
+    [("20261129-990000-none", "no such sweep"), ("../x", "not a plain name")],
+)
+def test_a_sweep_not_in_the_store_is_one_line_and_exit_code_2(tmp_path, analysis, sweep, said):
+    write_sweep(tmp_path / "outputs" / "results", [1e-7] * 4)
+    result = analysis("--sweep", sweep)
+    assert result.returncode == 2 and said in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_the_plots_of_a_chosen_sweep_are_linked_from_its_subfolder(tmp_path):
+    from analysis.report import SWEEPS, _linked
+
+    parts = ["text ![loss](exp017_recall-curves.png) and ![x](https://e.org/a.png)"]
+    assert _linked(parts, tmp_path) == parts  # the report's own folder: as it is
+    linked = _linked(parts, tmp_path / SWEEPS / "s1")
+    assert linked == ["text ![loss](sweeps/s1/exp017_recall-curves.png) and "
+                      "![x](https://e.org/a.png)"]  # fmt: skip
 
 
 def test_no_store_is_one_line_and_exit_code_2(tmp_path, analysis):
