@@ -1,5 +1,7 @@
 # make run:       set up .venv if needed, run the seeded exp014_tiled sweep here, regenerate the report.
-# make test:      the same set-up, then ruff and the whole test suite (what CI runs).
+# make test:      the same set-up, then ruff and the whole test suite (what CI runs): all but the
+#                 SLURM tests (one cluster) and the serial ones (timings) on up to 4 cores, then
+#                 those one after another.
 # make test-fast: the edit-run loop: everything but the slow and SLURM tests, on every core.
 # make gpu-check: on a machine with one NVIDIA GPU (a few minutes): the GPU tests (pytest -m gpu),
 #                 then SDPA's backends on it (exp015_backends in float16 and bfloat16, head width
@@ -18,7 +20,8 @@ run: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not slurm and not serial" -n auto --maxprocesses 4 --durations 10
+	$(BIN)/python -m pytest -m "slurm or serial" --durations 10
 
 test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest -m "not slow and not slurm" -n auto -q

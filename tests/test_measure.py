@@ -122,6 +122,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.serial
 def test_time_call_agrees_with_torch_benchmark_timer(one_thread):
     # Other processes come and go on a shared machine, so the two timers take turns, one short
     # call each, 200 times: both see the same load, and a short call is rarely preempted (a
@@ -152,6 +153,7 @@ def test_a_cpu_timing_says_how_busy_the_machine_was(one_thread):
     assert result["repeats"] == len(result["time_samples_ms"]) == 6
 
 
+@pytest.mark.serial
 def test_cpu_load_counts_other_processes_on_this_processs_cpus_not_its_own():
     """Pinned to one CPU: while a process spinning there has it, the share others used is
     most of it; while this process itself spins, it is not counted as another's (another
