@@ -64,6 +64,9 @@ def sweep_table(rows: pd.DataFrame, config: dict, params: list[str] = ()) -> pd.
 
 
 def markdown(table: pd.DataFrame, floatfmt: str = ".3g", index: bool = True) -> str:
-    """A table as Markdown, numbers to three digits, gaps as a dash."""
+    """A table as Markdown, numbers to three digits, gaps as a dash; an index of several levels
+    as a column each (not as tuples)."""
+    if index and isinstance(table.index, pd.MultiIndex):
+        table, index = table.reset_index(), False
     cells = table.astype(object).where(table.notna(), None)
     return cells.to_markdown(floatfmt=floatfmt, missingval=MISSING, index=index)

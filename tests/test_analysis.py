@@ -49,6 +49,16 @@ def test_the_table_is_the_declared_pivot_with_gaps_for_failed_points():
     assert "| —" in markdown(table) and "nan" not in markdown(table)
 
 
+def test_an_index_of_several_levels_is_a_column_each_not_tuples():
+    pivot = pd.DataFrame({"device": ["cpu", "cpu"], "dtype": ["bfloat16", "float32"],
+                          "length": [1024, 1024], "flash": ["1.2 (3%)", "0.9 (2%)"]})  # fmt: skip
+    text = markdown(pivot.set_index(["device", "dtype", "length"]))
+    header = text.splitlines()[0]
+    assert [cell.strip() for cell in header.strip("|").split("|")] == [
+        "device", "dtype", "length", "flash"]  # fmt: skip
+    assert "('cpu'" not in text and "| cpu " in text
+
+
 @pytest.mark.parametrize(
     "values, statuses, result, worst",
     [
