@@ -77,6 +77,7 @@ def start(local: bool) -> Group | None:
     environment = submitit.JobEnvironment()
     if environment.num_tasks <= 1:
         return None
+    os.environ.pop("MASTER_PORT", None)  # an inherited one: each job draws its own from its id
     exported = submitit.helpers.TorchDistributedEnvironment()
     exported.export(set_cuda_visible_devices=False, overwrite=True)
     if local:

@@ -36,7 +36,8 @@ VALUES_DIGEST = b"harness_values_sha256"
 GROUPS_DIGEST = b"harness_row_groups_sha256"
 SMALL = 10_000
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # what a merge finishes before obeying
-JOB = re.compile(r"job-(\d+)(?:\.part-\d+)?\.parquet")  # a job's file, or one of its segments
+# a job's file, or one of its segments (of a rank, in a point of several processes)
+JOB = re.compile(r"job-(\d+)(?:\.rank-\d+)?(?:\.part-\d+)?\.parquet")
 
 
 class DamagedFile(Exception):

@@ -153,7 +153,9 @@ def measure(
             else:
                 with tracker.slurm_signals():
                     rows = [dict(row) for row in experiment.run(**params, tracker=tracker) or []]
-        _check_rows(rows, _reserved(params), logged=tracker.logged if tracker else 0)
+        # Rank 0's rows are the point's: the other processes of a group may log and return none.
+        logged = tracker.logged or tracker.rank if tracker else 0
+        _check_rows(rows, _reserved(params), logged=logged)
         return rows
     except tracking.Requeued:  # the task is requeued: this process ends
         raise

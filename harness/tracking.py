@@ -158,10 +158,10 @@ class Tracker:
         now (this does not return)."""
         self._raise_failed_landing()
         with self._writing:
-            count = self._land()
-        saved = {"state": state, "rows": count, "segments": len(self.parts)}
+            count, numbered = self._land(), len(self.parts)
+        saved = {"state": state, "rows": count, "segments": numbered}
         if self.group:
-            ranks = self.group.gather([count, len(self.parts)])
+            ranks = self.group.gather([count, numbered])
             saved = {"state": state, "ranks": ranks, "world_size": self.group.world_size}
         if not self.rank:
             self._write_checkpoint(saved)
@@ -209,12 +209,7 @@ class Tracker:
             self._land()
             table = store.rows_to_table(returned) if returned else None
             try:
-                if not self.group:
-                    told = store.end_segments(self.path, self.parts, table, self.statuses)
-                elif self.raised:  # the others may be gone: wait for none of them
-                    told = self._end_alone(table)
-                else:
-                    told = self._end_group(table)
+                told = self._ended(table)
             except OSError as error:
                 self.store_error = error
                 raise
@@ -297,6 +292,18 @@ class Tracker:
 
     # Under self._writing.
 
+    def _ended(self, table: pa.Table | None) -> list[dict]:
+        """end's job file (or, in a group that no longer meets, this rank's last segment)."""
+        if not self.group:
+            return store.end_segments(self.path, self.parts, table, self.statuses)
+        if not self.raised:
+            try:
+                return self._end_group(table)
+            except RuntimeError as error:  # a process of the group is gone: this one ends alone
+                said = f"a process of the point's group is gone at its end: {error}"
+                table = store.rows_to_table([self.prepare({"status": "failed", "error": said})])
+        return self._end_alone(table)
+
     def _end_group(self, table: pa.Table | None) -> list[dict]:
         """end's job file in a group: rank 0 writes it from every rank's segments, in rank
         order, and its own returned rows; the rows it tells, on every rank."""
@@ -323,6 +330,7 @@ class Tracker:
         its last segment; the rows it tells."""
         if table is None:
             return []
+        self._fresh_start()  # a run that restored nothing: its earlier rows go first
         part = store.segment_file(self.path, len(self.parts) + 1, self._rank_tag)
         files.write_table(part, table, sync=False)
         self.parts.append(part)

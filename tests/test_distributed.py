@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from probes import PROBE_PATH, SUPPORT, held, wait_for
 
-from harness import store
+from harness import store, tracking
 
 TWO = ["hydra/launcher=local", "hydra.launcher.tasks_per_node=2"]
 
@@ -39,6 +39,43 @@ def test_segments_of_each_rank_are_named_apart_and_read_in_rank_order(tmp_path):
     rows = store.read(tmp_path, "e", "s")
     assert list(zip(rows["rank"].fillna(-1), rows["n"], strict=True)) == [
         (-1, 1), (0, 1), (0, 2), (1, 1), (1, 2)]  # fmt: skip
+
+
+class RankOneAlone:
+    """Rank 1 of a group of two whose other process is not there: each collective answers with
+    this process's own value (what the code under test sees when the other agrees)."""
+
+    rank, world_size, local_rank = 1, 2, 1
+
+    def any(self, flag: bool) -> bool:
+        return flag
+
+    all = any
+
+    def gather(self, value) -> list:
+        return [value, value]
+
+    def first(self, value):
+        return value
+
+    def barrier(self) -> None:
+        pass
+
+
+def test_a_rank_that_fails_before_its_first_landing_leaves_none_of_an_earlier_runs_rows(tmp_path):
+    path = store.job_file(tmp_path, "e", "s", 0)
+    path.parent.mkdir(parents=True)
+    for number in (1, 2, 3):  # an earlier run of rank 1, killed without a checkpoint
+        table = pa.table({"job": [0], "status": ["running"], "step": [number]})
+        store.write_rows(store.segment_file(path, number, 1), table)
+    tracker = tracking.Tracker(path, tmp_path / "checkpoints", lambda row: {"job": 0, **row},
+                               config_hash="h", group=RankOneAlone())  # fmt: skip
+    assert tracker.restore() is None
+    tracker.raised = True
+    tracker.end([{"job": 0, "status": "failed", "error": "boom"}])
+    rows = store.read(tmp_path, "e", "s")
+    assert rows["status"].tolist() == ["failed"] and rows["error"].tolist() == ["boom"]
+    assert [store.segment_number(p) for p in store.segments(path)] == [1]
 
 
 @pytest.mark.slow
