@@ -166,12 +166,11 @@ def run(
     model.train()
     for step in range(start + 1, steps + 1):
         rate = schedule(step, steps, lr)
-        for group in optimizer.param_groups:
-            group["lr"] = rate
         tokens, targets = (t.to(used) for t in data.batch(generator, batch))
         clock = time.perf_counter()
         try:
-            logits, loss = train_step(trained, optimizer, tokens[share], targets[share], autocast)
+            logits, loss = train_step(trained, optimizer, rate, tokens[share], targets[share],
+                                      autocast)  # fmt: skip
         except NotImplementedError as error:  # flex on the CPU (torch 2.13): no backward there
             if step > start + 1:
                 raise
@@ -200,8 +199,10 @@ def adamw(model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
     return torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.0)
 
 
-def train_step(model, optimizer, tokens, targets, autocast) -> tuple[torch.Tensor, torch.Tensor]:
-    """One optimizer step on (tokens, targets); the logits and the loss."""
+def train_step(model, optimizer, rate: float, tokens, targets, autocast):
+    """One optimizer step at learning rate `rate` on (tokens, targets); the logits and the loss."""
+    for group in optimizer.param_groups:
+        group["lr"] = rate
     with autocast:
         logits = model(tokens)
     loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
@@ -229,9 +230,7 @@ class Alone:
         self.optimizer = adamw(self.model, lr)
 
     def step(self, tokens, targets, rate: float, autocast) -> float:
-        for group in self.optimizer.param_groups:
-            group["lr"] = rate
-        return train_step(self.model, self.optimizer, tokens, targets, autocast)[1].item()
+        return train_step(self.model, self.optimizer, rate, tokens, targets, autocast)[1].item()
 
     def state(self) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}

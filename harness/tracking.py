@@ -98,7 +98,6 @@ class Tracker:
         self.sinks, self.sunk = sinks, False  # whether the sinks are open
         self.oldest: float | None = None  # when the oldest row not landed yet was logged
         self.group = group
-        self._rank_tag = group.rank if group else None  # its segments' rank (store.segment_file)
         self.raised = False  # the experiment raised (in a group: which no longer meets)
         self._warned = False  # SLURM's warning came
         self.store_error: OSError | None = None  # the store could not take rows or a checkpoint
@@ -124,6 +123,11 @@ class Tracker:
     def world_size(self) -> int:
         """How many processes run the point."""
         return self.group.world_size if self.group else 1
+
+    @property
+    def _rank_tag(self) -> int | None:
+        """The rank its segments are named by (store.segment_file); None for one process."""
+        return self.group.rank if self.group else None
 
     @property
     def stopping(self) -> bool:
@@ -286,7 +290,7 @@ class Tracker:
                      f"run has {self.world_size}: starting over")  # fmt: skip
             return None, None
         mine = saved["ranks"][self.rank] if self.group else (saved["rows"], saved.get("segments"))
-        count, numbered = mine
+        count, numbered = mine  # this rank's rows and the segments that hold them
         with self._writing:
             return saved, self._cut(count, numbered)
 

@@ -8,7 +8,7 @@ import signal
 
 import pyarrow as pa
 import pytest
-from probes import PROBE_PATH, SUPPORT, held, wait_for
+from probes import PROBE_PATH, SUPPORT, held, steps_by_rank, wait_for
 
 from harness import store, tracking
 
@@ -19,11 +19,6 @@ def trainer(harness, *args: str, **kwargs):
     """The trainer probe (tests/support/probes.py) as a point of two processes."""
     return harness("--config-dir", str(SUPPORT / "conf"), "+experiment=trainer", *args, *TWO,
                    env={"PYTHONPATH": PROBE_PATH}, **kwargs)  # fmt: skip
-
-
-def steps_by_rank(rows) -> dict:
-    train = rows[rows["step"] > 0]
-    return {int(rank): group["step"].tolist() for rank, group in train.groupby("rank")}
 
 
 def test_segments_of_each_rank_are_named_apart_and_read_in_rank_order(tmp_path):

@@ -37,7 +37,8 @@ TOOLS = ["harness", "tensorboard", "wandb", "mlflow-file", "aim", "mlflow-sqlite
 OURS = ("harness", "tensorboard")  # under this Python; the rest under --peers
 
 
-def step_row(step: int) -> dict:
+def step_row(step: int) -> dict:  # tracker_log.step_row's: that module needs the harness,
+    # which the peers' Python need not have
     return {"step": step, "loss": 1 / step, "accuracy": 0.5, "tokens_per_s": 1.2e5 + step,
             "learning_rate": 3e-4}  # fmt: skip
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from probes import PROBE_PATH, SUPPORT, arrivals, held
+from probes import PROBE_PATH, SUPPORT, arrivals, held, steps_by_rank
 from slurm_testing import SlurmCluster, skip_module_unless_available, wait_for
 from sweeps import own_file
 
@@ -292,8 +292,7 @@ def test_a_training_task_at_its_time_limit_checkpoints_requeues_and_finishes(
     restarts = train["slurm_restarts"]
     assert (restarts[before] == 0).all() and (restarts[after] == 1).all()
     if tasks > 1:
-        assert train.groupby("rank")["step"].apply(list).to_dict() == {
-            0: list(range(1, 21)), 1: list(range(1, 21))}  # fmt: skip
+        assert steps_by_rank(train) == {0: list(range(1, 21)), 1: list(range(1, 21))}
 
 
 def test_a_two_task_point_with_a_killed_process_resumes_from_its_checkpoint(cluster, harness):
@@ -322,8 +321,7 @@ def test_a_two_task_point_with_a_killed_process_resumes_from_its_checkpoint(clus
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     rows = store.read(harness.results, "trainer")
     train = rows[rows["step"] > 0]
-    assert train.groupby("rank")["step"].apply(list).to_dict() == {
-        0: list(range(1, 17)), 1: list(range(1, 17))}  # fmt: skip
+    assert steps_by_rank(train) == {0: list(range(1, 17)), 1: list(range(1, 17))}
     assert set(rows["status"]) == {"ok"}
     kept, reran = train[train["step"] <= 8], train[train["step"] > 8]
     assert victim in set(kept["pid"]) and not set(kept["pid"]) & set(reran["pid"])

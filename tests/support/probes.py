@@ -102,6 +102,12 @@ def trainer(
     return [*rows, {"step": 0, "value": -1, "pid": os.getpid()}]
 
 
+def steps_by_rank(rows) -> dict[int, list[int]]:
+    """rank -> the steps of the trainer's rows of a point of several processes, in order."""
+    train = rows[rows["step"] > 0]
+    return {int(rank): group["step"].tolist() for rank, group in train.groupby("rank")}
+
+
 def held(folder: Path) -> list[Path]:
     """The "held-PID" files trainer runs left in `folder`."""
     return sorted(Path(folder).glob("held-*"))
