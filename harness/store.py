@@ -552,8 +552,21 @@ def parameter_columns(rows: pd.DataFrame, measured: Iterable[str] = ()) -> list[
     candidates = [c for c in rows if c not in excluded]
     if "job" not in rows or not candidates:
         return []
-    values = rows[candidates].map(repr).groupby(rows["job"]).nunique()  # repr: lists too
-    return [c for c in candidates if (values[c] <= 1).all()]
+    if not rows["job"].is_monotonic_increasing:
+        rows = rows.sort_values("job", kind="stable")
+    same_job = rows["job"].eq(rows["job"].shift()).to_numpy()
+    return [c for c in candidates if not _changes_within_a_job(rows[c], same_job)]
+
+
+def _changes_within_a_job(column: pd.Series, same_job: np.ndarray) -> bool:
+    """Whether a column's value differs between two consecutive rows of one job (rows in job
+    order); missing equals missing, and lists compare as their repr."""
+    if column.dtype == object:
+        column = column.map(repr)
+    previous = column.shift()
+    same = column.eq(previous).fillna(False) | (column.isna() & previous.isna())
+    same = same.to_numpy(dtype=bool)
+    return bool((same_job & ~same).any())
 
 
 def status_counts(statuses: pd.Series, total: int) -> str:
@@ -698,15 +711,17 @@ def as_planned(rows: pd.DataFrame, manifest: dict | None, root: Path) -> pd.Data
         return rows
     planned = {point["job"]: point.get("config_hash") for point in manifest["points"]}
     hashes = rows["config_hash"] if "config_hash" in rows else pd.Series(None, index=rows.index)
-    foreign = [
-        job not in planned or (pd.notna(got) and planned[job] not in (None, got))
-        for job, got in zip(rows["job"], hashes, strict=True)
-    ]
+    expected = rows["job"].map(planned)
+    foreign = ~rows["job"].isin(list(planned)) | (
+        hashes.notna() & expected.notna() & (hashes.astype(object) != expected.astype(object))
+    )
+    if not foreign.any():
+        return rows  # no copy of a sweep's millions of training rows
     for job in sorted(set(rows.loc[foreign, "job"])):
         path = job_file(root, manifest["experiment"], manifest["sweep"], job)
         why = "config_hash differs" if job in planned else "the sweep planned no such job"
         _name_once(path, f"its rows are not this sweep's planned point ({why})")
-    return rows[[not f for f in foreign]]
+    return rows[~foreign.to_numpy()]
 
 
 def skipped(root: Path, experiment: str, sweep: str) -> dict[Path, str]:
