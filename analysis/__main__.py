@@ -1,5 +1,8 @@
-"""python -m analysis [--check] [--sweep ID ...] [--all]: regenerate outputs/report/REPORT.md
-from outputs/results: each experiment's newest sweep, or the sweeps chosen.
+"""python -m analysis [--check] [--sweep ID ...] [--all] [--watch]: regenerate
+outputs/report/REPORT.md and index.html (one page, interactive, with no server or network
+needed) from outputs/results: each experiment's newest sweep, or the sweeps chosen.
+--watch keeps them up to date while sweeps run and serves the page on http://127.0.0.1:PORT
+(the page reloads itself when it changes); Ctrl-C stops it.
 python -m analysis compare SWEEP_A SWEEP_B [--fail-on-regression FACTOR]: two sweeps side by
 side, written to outputs/report/compare-A-vs-B.md."""
 
@@ -43,6 +46,20 @@ def main(argv: list[str] | None = None) -> int:
         help="show this sweep (repeat for several) instead of each experiment's newest",
     )
     parser.add_argument("--all", action="store_true", help="show every sweep of every experiment")
+    parser.add_argument(
+        "--watch",
+        action="store_true",
+        help="rewrite the report whenever rows land (the page reloads itself) until Ctrl-C",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=8000,
+        help="with --watch: serve the report folder here (0: any free port; -1: do not serve)",
+    )
+    parser.add_argument(
+        "--interval", type=float, default=2.0, help="with --watch: seconds between looks"
+    )
     commands = parser.add_subparsers(dest="command", title="commands", metavar="compare")
     compare = commands.add_parser(
         "compare",
@@ -74,13 +91,20 @@ def main(argv: list[str] | None = None) -> int:
     except BadInput as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if args.watch:
+        from analysis.watch import watch
+
+        if not args.interval > 0:
+            print(f"error: --interval takes seconds above 0, got {args.interval}", file=sys.stderr)
+            return 2
+        return watch(results, args.out / "report", config_dirs, shown, args.port, args.interval)
     path, claims = write_report(results, args.out / "report", config_dirs, shown)
     pairs = claims[["experiment", "sweep"]].drop_duplicates() if len(claims) else claims
     said = ", ".join(f"{e} {s}" for e, s in pairs.itertuples(index=False)) or "none"
     print(f"sweeps shown{' and checked' if args.check else ''}: {said}")
     for claim in claims.itertuples():
         print(f"{claim.result:10} {claim.experiment}: {claim.claim} ({outcome(claim)})")
-    print(f"report: {path}")
+    print(f"report: {path} and {path.with_name('index.html')}")
     failing = claims[claims["result"].isin(FAILING)]
     return 1 if args.check and not failing.empty else 0
 

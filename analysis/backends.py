@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.plots import lines
 from analysis.scaling import keys, loglog, per_doubling, speedup_over, with_memory
 from harness.tables import markdown
 
@@ -123,6 +124,33 @@ def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
     for (device, backend), group in refused.groupby(["device_used", "backend"]):
         parts.append(f"{backend} on {device} is unsupported: {group['error'].iloc[0]}")
     return parts
+
+
+def figures(rows: pd.DataFrame, derived: dict) -> list[dict]:
+    """Median time (IQR as error bars) and memory against length, a figure per device, a line
+    per backend and whatever else of the shape varies."""
+    return by_length(derived["measurements"], "backend", _varying(rows))
+
+
+def by_length(data: pd.DataFrame, method: str, shape: list[str]) -> list[dict]:
+    """Time and memory against length, a figure per device_used, a line per `method` and the
+    `shape` columns that vary; hover names each point's job and settings."""
+    shown = []
+    series = [method, *[c for c in shape if c != "device_used"]]
+    for device, group in data.groupby("device_used", dropna=False):
+        kinds = "/".join(group["memory_kind"].dropna().unique()) or "memory"
+        hover = ["job", *series]
+        for column, what in (("time_ms", "median time"), ("memory_mib", kinds)):
+            spread = "time_iqr_ms" if column == "time_ms" else None
+            name = f"{what} against length on {device}"
+            figure = lines(group, "length", column, series, name, hover, spread)
+            if figure is not None:
+                if column == "memory_mib":
+                    figure["layout"]["yaxis"]["title"]["text"] = f"{kinds} (MiB)"
+                else:
+                    figure["layout"]["yaxis"]["title"]["text"] = "median time (ms; bars: IQR)"
+                shown.append(figure)
+    return shown
 
 
 def time_and_memory(rows: pd.DataFrame, by: str = "backend") -> pd.DataFrame:

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis import plots
 from analysis.scaling import keys, loglog, per_doubling, with_memory
 from harness.tables import markdown
 
@@ -18,6 +19,19 @@ def tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
         data, keys(rows, SHAPE, OTHERS) + ["method"], {"memory_mib": "memory_growth"}
     )
     return {"measurements": data, "growth": growth}
+
+
+def figures(rows: pd.DataFrame, derived: dict) -> list[dict]:
+    """Forward + backward memory against length, a line per method and setting that varies."""
+    data = derived["measurements"]
+    kinds = "/".join(data["memory_kind"].dropna().unique()) or "memory"
+    series = ["method", *keys(rows, SHAPE, OTHERS)]
+    name = f"forward + backward memory ({kinds}) against length"
+    figure = plots.lines(data, "length", "memory_mib", series, name, ["job", *series])
+    if figure is None:
+        return []
+    figure["layout"]["yaxis"]["title"]["text"] = f"{kinds} (MiB)"
+    return [figure]
 
 
 def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:

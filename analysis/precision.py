@@ -19,7 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from analysis.recall import training_lines  # noqa: E402
+from analysis.recall import figures_of, training_lines  # noqa: E402
 from harness import store  # noqa: E402
 from harness.tables import markdown  # noqa: E402
 
@@ -156,6 +156,13 @@ def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
     if plot is not None:
         parts.append(f"![training loss per step]({plot.name})")
     return parts
+
+
+def figures(rows: pd.DataFrame, derived: dict) -> list[dict]:
+    """Loss, accuracy and tokens per second against step, a line per point (analysis.recall)."""
+    final = derived["final"]
+    varied = [p for p in parameters(rows) if final[p].nunique(dropna=False) > 1]
+    return figures_of(rows, derived, varied, None)
 
 
 def curves(rows: pd.DataFrame, final: pd.DataFrame, varied: list[str], path: Path):

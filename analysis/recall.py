@@ -14,6 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from analysis import plots  # noqa: E402
 from harness import store  # noqa: E402
 from harness.tables import markdown  # noqa: E402
 
@@ -23,6 +24,7 @@ REFERENCE = "sdpa"  # the path every other one is compared with, from the same s
 NOT_COMPARED = (REFERENCE, "auto")  # auto: sdpa itself at these lengths
 AGREEMENT_STEPS = 100  # the first steps over which two paths' losses are compared
 SMOOTHING = 25  # steps in the running mean the curves draw
+LEGEND = 12  # at most this many lines named in a PNG's legend
 
 
 def parameters(rows: pd.DataFrame) -> list[str]:
@@ -42,7 +44,7 @@ def final_values(rows: pd.DataFrame) -> pd.DataFrame:
     points.insert(0, "status", store.job_statuses(rows))
     phase = rows["phase"] if "phase" in rows else pd.Series(None, index=rows.index)
     evals = rows[phase == "eval"].drop_duplicates("job", keep="last").set_index("job")
-    train = rows[phase == "train"].groupby("job")
+    train = rows.loc[phase == "train", ["job", "step", "tokens_per_s"]].groupby("job")
     for column, values in (
         ("loss", evals.get("loss")),
         ("accuracy", evals.get("accuracy")),
@@ -108,7 +110,7 @@ def across(rows: pd.DataFrame, final: pd.DataFrame) -> pd.DataFrame:
 
 def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
     final = derived["final"]
-    varied = [p for p in parameters(rows) if p in final and final[p].nunique(dropna=False) > 1]
+    varied = _varied(rows, final)
     shown = final[["job", *varied, "status", "loss", "accuracy", "chance", "last_step",
                    "tokens_per_s"]]  # fmt: skip
     parts = ["Final values: held-out loss and accuracy, chance, steps trained, median training "
@@ -141,37 +143,75 @@ def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
 def training_lines(
     rows: pd.DataFrame, final: pd.DataFrame, varied: list[str]
 ) -> list[tuple[str, pd.DataFrame]]:
-    """Each point's training rows in step order, with its label: the parameters that vary in
-    the sweep (`varied`, read from `final`, a line per job), or its job; [] without them."""
+    """Each point's training rows in step order, with its label (labels), [] without them."""
     if "phase" not in rows:
         return []
-    train = rows[rows["phase"] == "train"].sort_values(["job", "step"])
-    labels = final.set_index("job")[varied] if varied else None
+    columns = [c for c in ("job", "step", "loss", "accuracy") if c in rows]
+    train = rows.loc[rows["phase"] == "train", columns].sort_values(["job", "step"], kind="stable")
+    names = labels(final, varied)
+    return [(names[job], points) for job, points in train.groupby("job")]
 
-    def label(job) -> str:
-        if labels is None:
-            return f"job {job}"
-        return " ".join(f"{k}={v}" for k, v in labels.loc[job].items())
 
-    return [(label(job), points) for job, points in train.groupby("job")]
+def labels(final: pd.DataFrame, varied: list[str]) -> dict:
+    """Each job's label: the parameters that vary in the sweep (`varied`), or where none does
+    the settings that name a path (attention, window), as on the command line."""
+    names = varied or [p for p in NAMED_BY if p in final]
+    return {point["job"]: plots.label(point, names) for _, point in final.iterrows()}
+
+
+NAMED_BY = ["attention", "window"]  # a point's label when no parameter varies
+
+
+def figures_of(rows: pd.DataFrame, derived: dict, varied: list[str], held_out) -> list[dict]:
+    """Loss, accuracy and tokens per second against step, a line per point (downsampled,
+    analysis.plots.curves), the held-out loss and accuracy marked."""
+    if "phase" not in rows:
+        return []
+    columns = [c for c in ("job", "step", "loss", "accuracy", "tokens_per_s") if c in rows]
+    train = rows.loc[rows["phase"] == "train", columns].sort_values(["job", "step"], kind="stable")
+    names = labels(derived["final"], varied)
+    shown = [plots.curves(train, names, metric, held_out if metric != "tokens_per_s" else None)
+             for metric in ("loss", "accuracy", "tokens_per_s")]  # fmt: skip
+    return [figure for figure in shown if figure is not None]
+
+
+def figures(rows: pd.DataFrame, derived: dict) -> list[dict]:
+    final = derived["final"]
+    held_out = final.rename(columns={"last_step": "step"})[["job", "step", "loss", "accuracy"]]
+    return figures_of(rows, derived, _varied(rows, final), held_out)
+
+
+def _varied(rows: pd.DataFrame, final: pd.DataFrame) -> list[str]:
+    return [p for p in parameters(rows) if p in final and final[p].nunique(dropna=False) > 1]
 
 
 def curves(rows: pd.DataFrame, final: pd.DataFrame, varied: list[str], path: Path):
     """Training loss and accuracy against step, a line per point (a running mean of SMOOTHING
-    steps), in one PNG; None without training rows."""
+    steps, downsampled as on the page), the held-out values marked, in one PNG; None without
+    training rows."""
     lines = training_lines(rows, final, varied)
     if not lines:
         return None
     figure, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for label, points in lines:
+    held_out = final.set_index("job")
+    for (label, points), job in zip(lines, [p["job"].iloc[0] for _, p in lines], strict=True):
         for axis, column in zip(axes, ("loss", "accuracy"), strict=True):
-            smooth = points[column].rolling(SMOOTHING, min_periods=1).mean()
-            axis.plot(points["step"], smooth, label=label, linewidth=1)
+            smooth = points[column].rolling(SMOOTHING, min_periods=1).mean().to_numpy()
+            steps, values = plots.downsample(points["step"].to_numpy(), smooth)
+            (line,) = axis.plot(steps, values, label=label, linewidth=1)
+            if job in held_out.index and pd.notna(held_out.loc[job, column]):
+                axis.plot([held_out.loc[job, "last_step"]], [held_out.loc[job, column]], "D",
+                          color=line.get_color(), markersize=6)  # fmt: skip
     for axis, column in zip(axes, ("loss", "accuracy"), strict=True):
         axis.set_xlabel("step")
         axis.set_ylabel(f"training {column} (mean of {SMOOTHING} steps)")
+        axis.set_title(f"{column} per step (diamond: held out)")
+        axis.grid(True, alpha=0.3)
     axes[0].set_yscale("log")
-    axes[1].legend(fontsize="x-small")
+    if len(lines) <= LEGEND:
+        axes[1].legend(fontsize="x-small")
+    else:
+        figure.suptitle(f"{len(lines)} points: index.html names each line", fontsize="small")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=100)

@@ -12,13 +12,17 @@ The report shows each experiment's newest sweep by default, or the sweeps chosen
 lists all the sweeps of its experiment, with their points planned and landed.
 """
 
+import json
 import re
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
+from plotly.io.json import to_json_plotly
 
+from analysis import page, plots, summaries
 from harness import files, store
 from harness.claims import claims_of, claims_table, derived_tables, report_module
 from harness.config import available_experiments, experiment_file
@@ -85,56 +89,110 @@ def _untrusted_report(manifest: dict | None, config: dict) -> str | None:
     return None
 
 
-def sweep_list(root: Path, experiment: str, shown: list[str]) -> str:
-    """Every sweep of an experiment, oldest first: its points planned and landed (from the
-    listing and the manifest: nothing is read), and whether this report shows it."""
-    lines = []
-    for sweep in store.sweeps(root, experiment):
-        manifest = store.read_manifest(root, experiment, sweep)
-        planned_points = len(manifest["points"]) if manifest else None
-        landed = len(store.jobs_with_rows(root, experiment, sweep))
-        lines.append({"sweep": sweep, "points": planned_points, "landed": landed,
-                      "shown": "yes" if sweep in shown else ""})  # fmt: skip
-    table = pd.DataFrame(lines).set_index("sweep")
+def sweep_list(experiment: str, states: pd.DataFrame) -> str:
+    """Every sweep of an experiment, oldest first, with its state, points and whether this
+    report shows it (states: the page's sweep list, summaries.sweep_states)."""
+    shown = states[["sweep", "started", "state", "points", "landed", "shown"]]
     return f"Sweeps of {experiment} (`python -m analysis --sweep ID` shows others):\n\n" + markdown(
-        table
+        shown.set_index("sweep")
     )
 
 
 def section(
-    root: Path, experiment: str, sweep: str, report_dir: Path, config_dirs: list[Path] = ()
-) -> tuple[str, pd.DataFrame]:
-    """An experiment's REPORT.md section for one sweep, and its claims; its plots go to
-    `report_dir` (their links are relative to the report's own folder, its parent if
-    report_dir is a sweeps/ID/ one)."""
+    root: Path,
+    experiment: str,
+    sweep: str,
+    report_dir: Path,
+    config_dirs: list[Path] = (),
+    points: pd.DataFrame | None = None,
+) -> tuple[str, pd.DataFrame, dict]:
+    """An experiment's REPORT.md section for one sweep, its claims, and its part of the page
+    (analysis.page.experiment_html's `shown`); its plots go to `report_dir` (their links are
+    relative to the report's own folder, its parent if report_dir is a sweeps/ID/ one).
+    `points`: the sweep's summary (analysis.summaries), else computed here."""
     manifest = store.read_manifest(root, experiment, sweep)
     compact_if_finished(root, experiment, sweep, manifest)  # one file to read, now and later
     rows = store.as_planned(store.read(root, experiment, sweep), manifest, root)
     config = trusted_config(manifest, experiment, config_dirs)
-    points = manifest["points"] if manifest else None
-    every = planned(rows, points)
+    plan = manifest["points"] if manifest else None
+    every = planned(rows, plan)
     tables = derived_tables(every, config)
     claims = claims_of(tables, config) if manifest else _unknown_plan(root, experiment, sweep)
-    parts = [f"## {experiment}", sweep_header(rows, manifest, sweep)]
+    header = sweep_header(rows, manifest, sweep)
+    parts = [f"## {experiment}", header]
     if manifest is None:
         parts.append(f"**Damaged:** {claims['worst'].iloc[0]}: its plan and claims are unknown.")
     parts += [note for note in [_untrusted_report(manifest, config)] if note]
     for path, reason in store.skipped(root, experiment, sweep).items():
         parts.append(f"**Skipped** `{path.name}` ({reason}): its point counts as not run.")
-    params = list(points[0]["params"]) if points else []
+    notes = parts[2:]
+    params = list(plan[0]["params"]) if plan else []
     table, module = sweep_table(every, config, params), report_module(config)
+    module_parts = []
     if table is not None:
-        parts.append(f"{table.columns.name}:\n\n{markdown(table)}")
+        module_parts.append(f"{table.columns.name}:\n\n{markdown(table)}")
     if module is not None and not rows.empty:
         report_dir.mkdir(parents=True, exist_ok=True)
-        parts += _linked(module.sections(every, tables, report_dir), report_dir)
-    failed = rows[~rows["status"].isin(store.DONE)] if not rows.empty else rows
-    failed = failed.drop_duplicates("job")  # a training point's rows: one line for the point
-    if not failed.empty:
-        parts.append(markdown(failed[["job", "status", "error"]].set_index("job")))
+        module_parts += _linked(module.sections(every, tables, report_dir), report_dir)
+    shown = _figures(module if not rows.empty else None, every, tables, config)
+    if module is None and not rows.empty:  # the claims' plots, where no module draws its own
+        plot = plots.png(shown, report_dir / f"{experiment}-claims.png")
+        if plot is not None:
+            module_parts.append(_linked([f"![the claims' metrics against length]({plot.name})"],
+                                        report_dir)[0])  # fmt: skip
+    parts += module_parts
+    points = summaries.compute(root, experiment, sweep) if points is None else points
+    problems = _problems(points, params)
+    if not problems.empty:
+        parts += ["Points without an answer:", markdown(problems, index=False)]
     if not claims.empty:
-        parts.append(markdown(claims.set_index("claim")))
-    return "\n\n".join(parts) + "\n", claims
+        parts.append(claims_list(claims, config))
+    view = {
+        "sweep": sweep,
+        "header": " ".join([header, *notes]),
+        "claims": _with_wheres(claims, config),
+        "problems": problems,
+        "points": points.drop(columns=["sweep"], errors="ignore"),
+        "figures": shown,
+        "html": page.parts_html(module_parts),
+        "metrics": [c["metric"] for c in config.get("claims") or []],
+    }
+    return "\n\n".join(parts) + "\n", claims, view
+
+
+def claims_list(claims: pd.DataFrame, config: dict) -> str:
+    """The claims as Markdown, a line each: result, statement, where, worst, points, missing."""
+    lines = []
+    for claim in _with_wheres(claims, config).itertuples():
+        where = f" where `{claim.where}`" if claim.where else ""
+        missing = f"; missing: {claim.missing}" if claim.missing else ""
+        lines.append(f"- **{claim.result}** {claim.claim}{where}: worst {claim.worst}, "
+                     f"{claim.points} points have a value{missing}")  # fmt: skip
+    return "Claims:\n\n" + "\n".join(lines)
+
+
+def _with_wheres(claims: pd.DataFrame, config: dict) -> pd.DataFrame:
+    """The claims with each one's `where` (its config's, in order), empty where it has none."""
+    listed = config.get("claims") or []
+    wheres = [c.get("where") or "" for c in listed] if len(listed) == len(claims) else ""
+    return claims.assign(where=wheres)
+
+
+def _problems(points: pd.DataFrame, params: list[str]) -> pd.DataFrame:
+    """The points without an answer (failed, killed, oom, timeout, running, not run): their
+    job, the parameters that vary, status and error."""
+    if "status" not in points:
+        return pd.DataFrame()
+    left = points[~points["status"].isin(store.DONE)]
+    shown = ["job", *plots.varying(points, params), "status", "error"]
+    return left.reindex(columns=shown)
+
+
+def _figures(module, every: pd.DataFrame, tables: dict, config: dict) -> list[dict]:
+    """The sweep's plots on the page: the report module's own (its `figures`), then one per
+    claim on the rows against length (analysis.plots.claim_figures)."""
+    own = module.figures(every, tables) if module and hasattr(module, "figures") else []
+    return [*own, *plots.claim_figures(tables, config.get("claims") or [], "length")]
 
 
 def _linked(parts: list[str], folder: Path) -> list[str]:
@@ -162,46 +220,127 @@ def write_report(
     report_dir: Path,
     config_dirs: list[Path] = (),
     shown: dict[str, list[str]] | None = None,
+    stamp: str | None = None,
 ) -> tuple[Path, pd.DataFrame]:
-    """REPORT.md with the sweeps `shown` (experiment -> its sweeps), by default every
-    experiment's latest; returns its path and the claims of every sweep shown."""
+    """REPORT.md and index.html (analysis.page) with the sweeps `shown` (experiment -> its
+    sweeps), by default every experiment's latest; returns REPORT.md's path and the claims of
+    every sweep shown. `stamp`: the page is live (--watch), at this version."""
     report_dir.mkdir(parents=True, exist_ok=True)
     generated = f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
-    parts = [f"# octlm-harness report\n\nGenerated {generated} from `{root}`.\n"]
-    claims = []
+    heading = f"Generated {generated} from `{root}`."
+    parts = [f"# octlm-harness report\n\n{heading} The same with interactive plots: {page.PAGE}.\n"]
+    claims, experiments = [], []
     for experiment in store.experiments(root) if shown is None else list(shown):
+        points = summaries.summaries(root, experiment, report_dir)
         newer = []
         if shown is None:
             sweep, newer = latest_sweep(root, experiment)
             chosen = [sweep] if sweep is not None else []
         else:
             chosen = shown[experiment]
+        views = []
         for sweep in chosen:
             folder = report_dir if shown is None else report_dir / SWEEPS / sweep
-            text, checked = _reported(root, experiment, sweep, folder, config_dirs)
+            own = points[points["sweep"] == sweep].dropna(axis=1, how="all")
+            own = own if "status" in own and len(own) else None
+            text, checked, view = _cached_section(
+                root, experiment, sweep, report_dir, folder, config_dirs, own
+            )
             if newer:
                 text += f"\nNewer, with nothing landed yet: {', '.join(f'`{s}`' for s in newer)}.\n"
             parts.append(text)
             claims.append(checked.assign(experiment=experiment, sweep=sweep))
+            views.append(view)
+        states = summaries.sweep_states(points)
+        if states.empty:
+            continue
+        states["shown"] = np.where(states["sweep"].isin(chosen), "yes", "")
         if chosen:
-            parts.append(sweep_list(root, experiment, chosen) + "\n")
+            parts.append(sweep_list(experiment, states) + "\n")
+        experiments.append(_page_part(experiment, points, states, views))
     path = report_dir / "REPORT.md"
     files.write_text(path, "\n".join(parts))
+    page.write_page(report_dir, heading, experiments, stamp)
     all_claims = (
         pd.concat(claims, ignore_index=True) if claims else claims_table(pd.DataFrame(), {})
     )
     return path, all_claims
 
 
-def _reported(root: Path, experiment: str, sweep: str, folder: Path, config_dirs):
+def _page_part(experiment: str, points: pd.DataFrame, states: pd.DataFrame, views: list) -> dict:
+    """An experiment on the page (analysis.page.experiment_html): its sweeps, the ones shown,
+    the history of its metrics across sweeps, and every sweep's points for the picker."""
+    params = points.attrs.get("params", [])
+    headers = {
+        state.sweep: f"sweep `{state.sweep}` · {state.statuses} · commit `{state.commit}` · "
+        f"torch {state.torch} · {state.device}"
+        for state in states.itertuples()
+    }
+    catalog = page.catalogs(points.drop(columns=summaries.PROVENANCE[1:]), headers)
+    history = []
+    if len(states) > 1:
+        metrics = [m for m in _history_metrics(views, points) if m in points]
+        history = [f for f in (plots.history(points, m, params) for m in metrics) if f]
+    return {"name": experiment, "sweeps": states, "shown": views, "history": history,
+            "catalog": catalog}  # fmt: skip
+
+
+def _history_metrics(views: list[dict], points: pd.DataFrame) -> list[str]:
+    """The metrics a history is drawn of: the shown claims' (those the points have: a claim on
+    a derived table may have none), then every timing (a column X_ms or X_s)."""
+    named = [m for view in views for m in view["metrics"] if m in points]
+    timings = [c for c in points if c.endswith(("_ms", "_s")) and not c.endswith("_iqr_ms")
+               and c != "duration_s" and pd.api.types.is_numeric_dtype(points[c])]  # fmt: skip
+    return list(dict.fromkeys([*named, *timings]))
+
+
+def _cached_section(root, experiment, sweep, report_dir, folder, config_dirs, points):
+    """_reported(), kept in the report folder's cache (analysis.summaries.cached) while the
+    sweep's files, the code and the experiment's config are as they were, and the plots its
+    text links to are still there; a sweep that could not be reported is not kept."""
+    own = experiment_file(experiment, config_dirs) if experiment in available_experiments(
+        config_dirs) else None  # fmt: skip
+    extra = [str(folder), str(own), own.stat().st_mtime_ns if own else None]
+
+    def computed() -> dict:
+        text, claims, view = _reported(root, experiment, sweep, folder, config_dirs, points)
+        tables = {k: _table(view[k]) for k in ("claims", "problems", "points")}
+        kept = {**view, **tables, "figures": json.loads(to_json_plotly(view["figures"]))}
+        return {"text": text, "claims": _table(claims), "view": kept}
+
+    path = report_dir / summaries.CACHE / experiment / f"{sweep}.section.json"
+    value = summaries.cached(path, store.sweep_dir(root, experiment, sweep), computed, extra)
+    linked = re.findall(r"\]\(([^)/:]+(?:/[^)/:]+)*\.png)\)", value["text"])
+    if not all((report_dir / link).exists() for link in linked):
+        path.unlink(missing_ok=True)
+        value = summaries.cached(path, store.sweep_dir(root, experiment, sweep), computed, extra)
+    if value["view"].get("failed"):
+        path.unlink(missing_ok=True)  # tried again next time: the fault may pass
+    view = value["view"] | {k: _frame(value["view"][k]) for k in ("claims", "problems", "points")}
+    return value["text"], _frame(value["claims"]), view
+
+
+def _table(frame: pd.DataFrame) -> dict:
+    return {"columns": [str(c) for c in frame.columns], "rows": summaries.records(frame)}
+
+
+def _frame(table: dict) -> pd.DataFrame:
+    return pd.DataFrame(table["rows"], columns=table["columns"])
+
+
+def _reported(root: Path, experiment: str, sweep: str, folder: Path, config_dirs, points):
     """section(), or, for a sweep that cannot be reported, a line saying why and an ERROR
     claim: one sweep must not sink the rest."""
     try:
-        return section(root, experiment, sweep, folder, config_dirs)
+        return section(root, experiment, sweep, folder, config_dirs, points)
     except Exception as error:
         text = f"## {experiment}\n\nsweep `{sweep}` could not be reported: {error!r}\n"
         checked = pd.DataFrame(
             [{"claim": "the sweep can be reported", "result": "ERROR", "worst": repr(error),
               "points": MISSING, "missing": ""}]
         )  # fmt: skip
-        return text, checked
+        view = {"sweep": sweep, "header": f"sweep `{sweep}` could not be reported: {error!r}",
+                "claims": checked, "problems": pd.DataFrame(), "figures": [], "html": "",
+                "points": points if points is not None else pd.DataFrame(), "metrics": [],
+                "failed": True}  # fmt: skip
+        return text, checked, view

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.backends import measurements, paired_first, time_and_memory
+from analysis.backends import by_length, measurements, paired_first, time_and_memory
 from analysis.scaling import keys, loglog, per_doubling, speedup_over
 from harness.tables import markdown
 
@@ -74,6 +74,13 @@ def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
         parts += [f"{caption}:", markdown(figures.sort_index().reset_index(), ".3g", index=False)]
     parts += _plots(data, folder) + _without_measurement(data)
     return parts
+
+
+def figures(rows: pd.DataFrame, derived: dict) -> list[dict]:
+    """Time (IQR as error bars) and memory against length, a line per method, window and
+    whatever else of the shape varies."""
+    data = derived["measurements"]
+    return by_length(data, "method", keys(data, SHAPE, OTHERS))
 
 
 def _plots(data: pd.DataFrame, folder: Path) -> list[str]:

@@ -119,7 +119,7 @@ def test_report_shows_the_latest_sweep_and_check_fails_on_a_failing_claim(tmp_pa
     report = (tmp_path / "outputs" / "report" / "REPORT.md").read_text()
     assert "sweep `20261129-130000-bbbb`" in report and "sweep `20261129-120000-aaaa`" not in report
     assert "4 points: 3 ok, 1 not run" in report
-    assert "| FAIL" in report and "5e-06" in report
+    assert "**FAIL**" in report and "5e-06" in report
     assert "sweeps shown and checked: exp014_tiled 20261129-130000-bbbb" in checked.stdout
 
 
@@ -135,7 +135,7 @@ def test_sweep_and_all_choose_the_sweeps_shown_and_checked(tmp_path, analysis):
     assert "sweep `20261129-120000-aaaa`" in report and "sweep `20261129-130000-bbbb`" not in report
     listed = [line for line in report.splitlines() if "2026112" in line and line.startswith("|")]
     assert len(listed) == 2, "every sweep of the experiment is listed"
-    assert [line.split("|")[4].strip() for line in listed] == ["yes", ""]
+    assert [line.split("|")[-2].strip() for line in listed] == ["yes", ""]
     every = analysis("--check", "--all")
     assert every.returncode == 1, every.stdout  # the newer one fails its claim
     report = report_file.read_text()

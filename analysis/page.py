@@ -1,0 +1,370 @@
+"""The report as one page: outputs/report/index.html, which needs no server and no network.
+
+plotly.js is its one sibling file (plotly.min.js, from the plotly package, written when it
+differs); everything else is in the page: the tables (sortable by a click on a column's head,
+filtered by the box above them), the claims, the interactive plots (analysis.plots: hover,
+a click on a legend entry hides or shows its series, zoom), each experiment's sweeps (one
+picked from the list shows its points), and the history of its metrics across sweeps. The
+page's data is one JSON block that its script reads.
+
+A page written by `python -m analysis --watch` is live: every POLL_MS it loads STAMP (a script
+of one line, which works over file:// as well as http://, where fetch would not), and when the
+stamp differs from its own it reloads, keeping the reader's scroll position, picked sweeps and
+filters (sessionStorage). Once everything is drawn the page sets data-drawn="yes" on its body.
+"""
+
+import hashlib
+import html
+from pathlib import Path
+
+import markdown as markdown_text
+import numpy as np
+import pandas as pd
+from plotly.io.json import to_json_plotly
+from plotly.offline import get_plotlyjs
+
+from harness import files
+
+PAGE = "index.html"
+PLOTLY = "plotly.min.js"
+STAMP = "stamp.js"
+POLL_MS = 2000
+RESULTS = ("PASS", "FAIL", "INCOMPLETE", "N/A", "ERROR")
+
+
+def write_page(report_dir: Path, heading: str, experiments: list[dict], stamp: str | None) -> Path:
+    """index.html of `experiments` (see `experiment_html` for what each holds); `stamp`: the
+    page is live (--watch) and this is its version, else None."""
+    script = report_dir / PLOTLY
+    plotly = get_plotlyjs()
+    if not script.exists() or script.stat().st_size != len(plotly.encode()):
+        files.write_text(script, plotly)
+    figures: list[dict] = []
+    body = [experiment_html(e, figures) for e in experiments]
+    contents = "".join(f'<li><a href="#{_id(e["name"])}">{html.escape(e["name"])}</a></li>'
+                       for e in experiments)  # fmt: skip
+    data = {"figures": figures, "stamp": stamp, "poll_ms": POLL_MS}
+    catalogs = {e["name"]: e["catalog"] for e in experiments}  # parsed when a sweep is picked
+    page = TEMPLATE.format(
+        heading=_inline(heading),
+        contents=contents,
+        body="".join(body) or "<p>No sweeps in the store yet.</p>",
+        plotly=PLOTLY,
+        data=_json(data),
+        catalogs=_json(catalogs),
+        script=SCRIPT,
+        style=STYLE,
+    )
+    path = report_dir / PAGE
+    files.write_text(path, page)
+    if stamp is not None:
+        files.write_text(report_dir / STAMP, f"window.reportStamp = {stamp!r};\n")
+    return path
+
+
+def _json(data) -> str:
+    """JSON for a <script> block (no "</" to end it early)."""
+    return to_json_plotly(data).replace("</", "<\\/")
+
+
+def stamp_of(*parts: str) -> str:
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def experiment_html(experiment: dict, figures: list[dict]) -> str:
+    """An experiment's section. `experiment`: name; sweeps (the sweep list, a DataFrame with a
+    column "sweep"); shown (a dict per sweep shown: sweep, header, html, claims, problems,
+    points, figures); history (figures); catalog (sweep -> header, columns, rows); the
+    figures' dicts are appended to `figures`, the page's list."""
+    name = experiment["name"]
+    parts = [f'<section id="{_id(name)}"><h2>{html.escape(name)}</h2>']
+    for shown in experiment["shown"]:
+        parts.append(f'<div class="sweep" data-sweep="{html.escape(shown["sweep"])}">')
+        parts.append(f'<p class="provenance">{_inline(shown["header"])}</p>')
+        parts.append(_plots(shown["figures"], figures))
+        if not shown["claims"].empty:
+            parts += ["<h3>Claims</h3>", claims_html(shown["claims"])]
+        if not shown["problems"].empty:
+            parts += ["<h3>Points without an answer</h3>", table_html(shown["problems"])]
+        parts += ["<h3>Points</h3>", table_html(shown["points"])]
+        if shown["html"]:
+            parts += ["<details><summary>Tables</summary>", shown["html"], "</details>"]
+        parts.append("</div>")
+    parts.append(_picker(name, experiment["sweeps"]))
+    if experiment["history"]:
+        parts += ["<h3>History across sweeps</h3>", _plots(experiment["history"], figures)]
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _plots(shown: list[dict], figures: list[dict]) -> str:
+    cells = []
+    for figure in shown:
+        figures.append(figure)
+        cells.append(f'<div class="plot" data-figure="{len(figures) - 1}"></div>')
+    return f'<div class="plots">{"".join(cells)}</div>' if cells else ""
+
+
+def _picker(name: str, sweeps: pd.DataFrame) -> str:
+    options = "".join(
+        f'<option value="{html.escape(s)}">{html.escape(s)}: {html.escape(str(state))}</option>'
+        for s, state in zip(sweeps["sweep"], sweeps["state"], strict=True)
+    )
+    return (
+        f"<h3>Sweeps ({len(sweeps)})</h3>{table_html(sweeps)}"
+        f'<p><label>Show a sweep\'s points: <select class="sweep-picker" data-experiment='
+        f'"{html.escape(name)}"><option value="">pick a sweep</option>{options}</select></label>'
+        f" (<code>python -m analysis --sweep ID</code> for its claims and plots)</p>"
+        f'<div class="picked" data-experiment="{html.escape(name)}"></div>'
+    )
+
+
+def catalogs(points: pd.DataFrame, headers: dict[str, str]) -> dict[str, dict]:
+    """Each sweep for the picker: its header, and its points as columns and rows of text (the
+    columns it has values in). `points`: every sweep's (analysis.summaries), a column "sweep"."""
+    if points.empty:
+        return {}
+    shown = points.drop(columns="sweep")
+    listed = [[_cell(v) for v in row] for row in shown.astype(object).itertuples(index=False)]
+    cells = np.array(listed, dtype=object).reshape(len(shown), len(shown.columns))
+    present = shown.notna().groupby(points["sweep"].to_numpy()).any()
+    names = np.array([str(c) for c in shown.columns], dtype=object)
+    entries = {}
+    for sweep, rows in points.groupby("sweep", sort=False).indices.items():
+        columns = present.loc[sweep].to_numpy()
+        entries[sweep] = {
+            "header": _inline(headers.get(sweep, f"sweep `{sweep}`")),
+            "columns": names[columns].tolist(),
+            "rows": cells[np.ix_(rows, np.flatnonzero(columns))].tolist(),
+        }
+    return entries
+
+
+def table_html(table: pd.DataFrame) -> str:
+    """A DataFrame as a sortable, filterable table: numbers to four digits, gaps as a dash."""
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in row) + "</tr>"
+        for row in table.astype(object).itertuples(index=False)
+    )
+    return f'<table class="data"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+
+
+def claims_html(claims: pd.DataFrame) -> str:
+    """The claims, each result as a coloured badge, its where and its missing points."""
+    columns = [c for c in ("claim", "result", "where", "worst", "points", "missing") if c in claims]
+    head = "".join(f"<th>{c}</th>" for c in columns)
+    rows = []
+    for claim in claims[columns].astype(object).itertuples(index=False):
+        cells = []
+        for column, value in zip(columns, claim, strict=True):
+            text = html.escape(_cell(value))
+            if column == "result":
+                kind = value if value in RESULTS else "ERROR"
+                text = f'<span class="badge r-{kind.replace("/", "")}">{text}</span>'
+            cells.append(f"<td>{text}</td>")
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    return (f'<table class="data claims"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table>")  # fmt: skip
+
+
+def parts_html(parts: list[str]) -> str:
+    """A report module's Markdown parts (captions and tables) as HTML, less its PNG links
+    (the page draws its own plots), its tables sortable and filterable."""
+    text = "\n\n".join(p for p in parts if not p.lstrip().startswith("!["))
+    converted = markdown_text.markdown(text, extensions=["tables"])
+    return converted.replace("<table>", '<table class="data">')
+
+
+def _inline(text: str) -> str:
+    """A line of Markdown (code spans, emphasis) as HTML without its paragraph."""
+    converted = markdown_text.markdown(text)
+    return converted.removeprefix("<p>").removesuffix("</p>")
+
+
+def _cell(value) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, pd.Timestamp):
+        return f"{value:%Y-%m-%d %H:%M}"
+    return str(value)
+
+
+def _id(name: str) -> str:
+    return "exp-" + "".join(c if c.isalnum() or c in "-_" else "-" for c in name)
+
+
+STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 0 2rem 4rem; color: #222; }
+h1 { margin-bottom: .2rem; } h2 { border-top: 2px solid #ddd; padding-top: 1rem; }
+nav ul { display: flex; flex-wrap: wrap; gap: .4rem 1.2rem; padding: 0; list-style: none; }
+table.data { border-collapse: collapse; margin: .3rem 0 1rem; font-size: 13px; }
+table.data th, table.data td { border: 1px solid #ddd; padding: 2px 6px; text-align: left;
+  max-width: 38rem; vertical-align: top; }
+table.data th { background: #f3f3f3; cursor: pointer; user-select: none; position: sticky;
+  top: 0; }
+table.data th.asc::after { content: " \\25B2"; } table.data th.desc::after { content: " \\25BC"; }
+input.filter { margin-top: .4rem; width: 18rem; }
+.badge { padding: 0 6px; border-radius: 3px; color: #fff; font-weight: 600; }
+.r-PASS { background: #1e8449; } .r-FAIL { background: #c0392b; } .r-ERROR { background: #7d3c98; }
+.r-INCOMPLETE { background: #d68910; } .r-NA { background: #7f8c8d; }
+.plots { display: grid; grid-template-columns: repeat(auto-fill, minmax(520px, 1fr)); gap: 1rem; }
+.plot { height: 420px; border: 1px solid #eee; }
+.provenance code, code { background: #f6f6f6; padding: 0 3px; }
+.sweep { margin-bottom: 1rem; } .picked:empty { display: none; }
+.picked { border-left: 3px solid #2471a3; padding-left: 1rem; }
+"""
+
+SCRIPT = r"""
+const DATA = JSON.parse(document.getElementById('report-data').textContent);
+const KEY = 'octlm-report:' + location.pathname;
+let catalogs = null;  // every sweep's points, parsed when first needed
+function catalog(experiment) {
+  catalogs ??= JSON.parse(document.getElementById('report-catalogs').textContent);
+  return catalogs[experiment] || {};
+}
+
+function number(text) {
+  const value = parseFloat(text.replace(/,/g, ''));
+  return isNaN(value) || !/^[\s\d.,eE+-]+$/.test(text) ? null : value;
+}
+
+function sortable(table) {
+  table.querySelectorAll('th').forEach((head, column) => head.addEventListener('click', () => {
+    const body = table.tBodies[0];
+    const down = head.classList.contains('asc');
+    table.querySelectorAll('th').forEach(h => h.classList.remove('asc', 'desc'));
+    head.classList.add(down ? 'desc' : 'asc');
+    const rows = [...body.rows].map(row => [row.cells[column]?.textContent ?? '', row]);
+    rows.sort(([a], [b]) => {
+      const x = number(a), y = number(b);
+      const order = x !== null && y !== null ? x - y
+        : a.localeCompare(b, undefined, {numeric: true});
+      return down ? -order : order;
+    });
+    rows.forEach(([, row]) => body.appendChild(row));
+  }));
+}
+
+function filterable(table) {
+  // Each word must hold: NAME=VALUE, the cell of column NAME is VALUE; any other word appears
+  // somewhere in the row.
+  const box = document.createElement('input');
+  box.className = 'filter';
+  box.placeholder = 'filter: length=1024 sdpa (every word must hold)';
+  const names = [...table.rows[0].cells].map(cell => cell.textContent.trim());
+  box.addEventListener('input', () => {
+    const tests = box.value.trim().split(/\s+/).filter(Boolean).map(word => {
+      const [name, ...rest] = word.split('='), column = names.indexOf(name);
+      if (rest.length && column >= 0) {
+        const value = rest.join('=');
+        return row => (row.cells[column]?.textContent ?? '').trim() === value;
+      }
+      return row => row.textContent.toLowerCase().includes(word.toLowerCase());
+    });
+    for (const row of table.tBodies[0].rows) row.hidden = !tests.every(test => test(row));
+  });
+  table.before(box);
+}
+
+function enhance(root) {
+  root.querySelectorAll('table.data').forEach(table => { sortable(table); filterable(table); });
+}
+
+function element(tag, text) {
+  const made = document.createElement(tag);
+  if (text !== undefined) made.textContent = text;
+  return made;
+}
+
+function showSweep(picker) {
+  const experiment = picker.dataset.experiment;
+  const box = document.querySelector(`.picked[data-experiment="${experiment}"]`);
+  box.replaceChildren();
+  const entry = catalog(experiment)[picker.value];
+  if (!entry) return;
+  const header = element('p');
+  header.className = 'provenance';
+  header.innerHTML = entry.header;
+  const table = element('table');
+  table.className = 'data';
+  const head = table.createTHead().insertRow();
+  entry.columns.forEach(column => head.appendChild(element('th', column)));
+  const body = table.createTBody();
+  entry.rows.forEach(values => {
+    const row = body.insertRow();
+    values.forEach(value => { row.insertCell().textContent = value; });
+  });
+  box.append(header, table);
+  enhance(box);
+}
+
+function state() {
+  const pickers = {}, filters = [];
+  document.querySelectorAll('select.sweep-picker')
+    .forEach(p => { pickers[p.dataset.experiment] = p.value; });
+  document.querySelectorAll('input.filter').forEach(f => filters.push(f.value));
+  return {y: window.scrollY, pickers, filters};
+}
+
+function restore() {
+  const saved = JSON.parse(sessionStorage.getItem(KEY) || 'null');
+  if (!saved) return;
+  sessionStorage.removeItem(KEY);
+  document.querySelectorAll('select.sweep-picker').forEach(p => {
+    const value = saved.pickers[p.dataset.experiment];
+    if (value && catalog(p.dataset.experiment)[value]) { p.value = value; showSweep(p); }
+  });
+  document.querySelectorAll('input.filter').forEach((f, i) => {
+    if (saved.filters[i]) { f.value = saved.filters[i]; f.dispatchEvent(new Event('input')); }
+  });
+  window.scrollTo(0, saved.y);
+}
+
+function poll() {
+  const probe = document.createElement('script');
+  probe.src = 'stamp.js?' + Date.now();
+  probe.onload = () => {
+    probe.remove();
+    if (window.reportStamp && window.reportStamp !== DATA.stamp) {
+      sessionStorage.setItem(KEY, JSON.stringify(state()));
+      location.reload();
+    }
+  };
+  probe.onerror = () => probe.remove();
+  document.head.appendChild(probe);
+}
+
+enhance(document);
+document.querySelectorAll('select.sweep-picker')
+  .forEach(p => p.addEventListener('change', () => showSweep(p)));
+const config = {responsive: true, displaylogo: false};
+const drawn = [...document.querySelectorAll('div.plot')].map(div => {
+  const figure = DATA.figures[+div.dataset.figure];
+  return Plotly.newPlot(div, figure.data, figure.layout, config);
+});
+Promise.all(drawn).then(() => {
+  restore();
+  document.body.dataset.drawn = 'yes';
+  if (DATA.stamp) setInterval(poll, DATA.poll_ms);
+});
+"""
+
+TEMPLATE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>octlm-harness report</title>
+<link rel="icon" href="data:,">
+<style>{style}</style>
+<script src="{plotly}"></script>
+</head><body>
+<h1>octlm-harness report</h1>
+<p>{heading}</p>
+<nav><ul>{contents}</ul></nav>
+{body}
+<script type="application/json" id="report-data">{data}</script>
+<script type="application/json" id="report-catalogs">{catalogs}</script>
+<script>{script}</script>
+</body></html>
+"""

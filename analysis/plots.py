@@ -1,0 +1,357 @@
+"""The report page's plots, as Plotly figures: plain dicts of traces and layout, which plotly.js
+draws as they are (plotly.graph_objects.Figure(figure) validates one; the tests do).
+
+Every figure has a title and axis titles with units, a trace per series named by the settings
+that tell its points apart (never an empty one), hover text with each point's parameters and
+value, error bars from a timing's stored spread, and a log axis where its values span more than
+a decade. Training curves are downsampled for the browser without losing their extremes
+(`downsample`: at most CURVE_POINTS points a curve, each bucket's minimum and maximum).
+"""
+
+import base64
+import math
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness import expressions
+
+CURVE_POINTS = 2000  # at most this many points a training curve (2 per bucket: min and max)
+FIGURE_POINTS = 60_000  # and at most about this many a figure of curves, but 400 a curve
+MARKERS = 200  # a line of more points than this is drawn without markers (hover still works)
+DECADES = 1.0  # values that span more than this many decades get a log axis
+UNITS = {"tokens_per_s": "tokens/s", "_ms": "ms", "_s": "s", "_mib": "MiB"}  # first match
+
+
+def title(column: str) -> str:
+    """An axis title: the column and its unit, e.g. "time_ms (ms)", "memory_mib (MiB)"."""
+    unit = next((unit for suffix, unit in UNITS.items() if column.endswith(suffix)), None)
+    return f"{column} ({unit})" if unit else column
+
+
+def figure(traces: list[dict], name: str, x: str, y: str, xs=(), ys=()) -> dict:
+    """A figure of `traces`, titled, its axes titled and log where their values span decades."""
+    layout = {
+        "title": {"text": name},
+        "xaxis": {"title": {"text": x}, "type": axis_type(xs)},
+        "yaxis": {"title": {"text": y}, "type": axis_type(ys)},
+        "hovermode": "closest",
+        "legend": {"title": {"text": "click to hide or show"}},
+        "margin": {"t": 50, "r": 20},
+    }
+    return {"data": traces, "layout": layout}
+
+
+def axis_type(values) -> str:
+    """log for positive values that span more than DECADES decades, linear for other numbers,
+    "-" (plotly.js's own choice: dates as dates) without any."""
+    if not len(values):
+        return "-"
+    values = pd.to_numeric(pd.Series(list(values), dtype=object), errors="coerce").dropna()
+    values = values[np.isfinite(values.astype(float))]
+    if len(values) < 2 or (values <= 0).any():
+        return "linear"
+    return "log" if math.log10(values.max() / values.min()) > DECADES else "linear"
+
+
+def label(point: pd.Series | dict, names: list[str]) -> str:
+    """A point's settings as on the command line: attention=sdpa window=4."""
+    return " ".join(f"{name}={point[name]}" for name in names) or "all points"
+
+
+def varying(data: pd.DataFrame, columns: list[str]) -> list[str]:
+    """The columns of `columns` that take more than one value in `data`."""
+    return [c for c in columns if c in data and data[c].astype(str).nunique() > 1]
+
+
+def lines(
+    data: pd.DataFrame,
+    x: str,
+    y: str,
+    series: list[str],
+    name: str,
+    hover: list[str] = (),
+    spread: str | None = None,
+) -> dict | None:
+    """`y` against `x`, a line per value of the `series` columns that vary (the others are the
+    same on every line, so they name none); a point's hover text has its `hover` parameters.
+    `spread`: a column of the interquartile range's width, drawn as error bars of half of it
+    either way. None when no point has a value."""
+    data = data.dropna(subset=[y]) if y in data else data.iloc[:0]
+    data = data[pd.to_numeric(data[y], errors="coerce").notna()]
+    if data.empty:
+        return None
+    named = varying(data, series)
+    traces = []
+    for key, line in data.groupby(named, dropna=False, sort=False) if named else [((), data)]:
+        line = line.sort_values(x)
+        trace = {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "name": label(dict(zip(named, _tuple(key), strict=True)), named),
+            "x": line[x].tolist(),
+            "y": line[y].astype(float).tolist(),
+            "text": [label(point, list(hover)) for _, point in line.iterrows()],
+            "hovertemplate": f"%{{text}}<br>{x}=%{{x}}<br>{y}=%{{y:.4g}}<extra>%{{fullData.name}}"
+            "</extra>",
+        }
+        if spread and spread in line and line[spread].notna().any():
+            trace["error_y"] = _error_bars(line, y, spread)
+        traces.append(trace)
+    return figure(traces, name, x, title(y), data[x], data[y])
+
+
+def _error_bars(line: pd.DataFrame, y: str, spread: str) -> dict:
+    """A median's interquartile range as error bars: the repeats' own quartiles where the rows
+    keep them (X_samples_ms beside X_iqr_ms: however lopsided), else half the range's width
+    either way."""
+    half = (line[spread] / 2).to_numpy(dtype=float)
+    above, below = half.copy(), half.copy()
+    samples = spread.replace("_iqr_ms", "_samples_ms")
+    if samples in line:
+        middle = line[y].to_numpy(dtype=float)
+        for i, repeats in enumerate(line[samples]):
+            if _listlike(repeats) and len(repeats):
+                low, high = np.percentile(repeats, [25, 75])
+                above[i], below[i] = high - middle[i], middle[i] - low
+    return {"type": "data", "symmetric": False, "array": above.tolist(),
+            "arrayminus": below.tolist(), "visible": True, "thickness": 1}  # fmt: skip
+
+
+def _listlike(value) -> bool:
+    return isinstance(value, list | tuple | np.ndarray)
+
+
+def with_bounds(fig: dict, data: pd.DataFrame, x: str, bounds: dict[str, list]) -> dict:
+    """A claim's bounds drawn on its figure: a number as a dashed line across, an expression
+    (2 * sdpa_err64 + 1e-6) as a dashed line through its tightest value at each x among the
+    points of `data` (the least of upper bounds, the greatest of lower ones)."""
+    xs = sorted(data[x].dropna().unique().tolist())
+    for side, listed in bounds.items():
+        for bound in listed:
+            if isinstance(bound, str):
+                values = pd.to_numeric(expressions.evaluate(bound, data), errors="coerce")
+                points = pd.DataFrame({x: data[x], "v": values}).groupby(x)["v"]
+                line = points.min() if side == "max" else points.max()
+                xs_here, ys = line.index.tolist(), line.astype(float).tolist()
+            else:
+                xs_here, ys = xs, [float(bound)] * len(xs)
+            fig["data"].append({"type": "scatter", "mode": "lines", "name": f"{side} {bound}",
+                                "x": xs_here, "y": ys, "line": {"dash": "dash", "color": "#c0392b"},
+                                "hovertemplate": f"{side} {bound}: %{{y:.3g}}<extra></extra>",
+                                })  # fmt: skip
+    every = [y for trace in fig["data"] for y in trace["y"]]
+    fig["layout"]["yaxis"]["type"] = axis_type(every)
+    return fig
+
+
+def downsample(steps: np.ndarray, values: np.ndarray, points: int = CURVE_POINTS):
+    """A curve of at most `points` points that keeps its extremes: the steps cut into
+    points // 2 buckets of consecutive rows, each drawn as its minimum and its maximum at the
+    steps where they occur (in step order). Curves that short already are returned whole.
+    NaN values are dropped first."""
+    keep = ~np.isnan(values)
+    steps, values = steps[keep], values[keep]
+    if len(values) <= points:
+        return steps, values
+    buckets = points // 2
+    starts = np.linspace(0, len(values), buckets, endpoint=False).astype(np.int64)
+    low, high = np.minimum.reduceat(values, starts), np.maximum.reduceat(values, starts)
+    sizes = np.diff(np.append(starts, len(values)))
+    bucket = np.repeat(np.arange(buckets), sizes)
+    at_low = _first(values == np.repeat(low, sizes), bucket, buckets)
+    at_high = _first(values == np.repeat(high, sizes), bucket, buckets)
+    chosen = np.unique(np.concatenate([at_low, at_high]))  # sorted: in step order
+    return steps[chosen], values[chosen]
+
+
+def typed(values, dtype: str = "f4") -> dict:
+    """A long array as plotly.js's typed array: its little-endian bytes in base64 (float32:
+    about 5 bytes a value, where JSON text takes up to 20), as plotly.py itself writes numpy
+    arrays."""
+    data = np.ascontiguousarray(values, dtype=np.dtype(dtype).newbyteorder("<"))
+    return {"dtype": dtype, "bdata": base64.b64encode(data.tobytes()).decode("ascii")}
+
+
+def _steps(steps: np.ndarray) -> dict:
+    return typed(steps, "i4" if len(steps) and steps.max() < 2**31 else "f8")
+
+
+def _first(hits: np.ndarray, bucket: np.ndarray, buckets: int) -> np.ndarray:
+    """The index of each bucket's first hit (every bucket has one)."""
+    where = np.flatnonzero(hits)
+    return where[np.searchsorted(bucket[where], np.arange(buckets))]
+
+
+def curves(
+    train: pd.DataFrame, labels: dict, metric: str, held_out: pd.DataFrame | None = None
+) -> dict | None:
+    """A training metric against step, a line per job (`labels`: job -> its settings), each
+    downsampled (`downsample`), hover giving the step and value; the held-out value of each
+    job (`held_out`: job, step, metric) marked as a diamond at its step. None without values."""
+    if metric not in train or train[metric].isna().all():
+        return None
+    traces, shown = [], []
+    jobs = train.groupby("job", sort=True)
+    budget = min(CURVE_POINTS, max(400, FIGURE_POINTS // max(jobs.ngroups, 1)))
+    for job, rows in jobs:
+        steps, values = downsample(rows["step"].to_numpy(), rows[metric].to_numpy(dtype=float),
+                                   budget)  # fmt: skip
+        if not len(values):
+            continue
+        name = labels.get(job, f"job {job}")
+        traces.append({"type": "scatter", "mode": "lines", "name": name, "legendgroup": name,
+                       "x": _steps(steps), "y": typed(values),
+                       "hovertemplate": f"{name}<br>step %{{x}}<br>{metric} %{{y:.4g}}"
+                                        "<extra></extra>"})  # fmt: skip
+        shown.append(values)
+    if held_out is not None and metric in held_out:
+        marked = held_out.dropna(subset=[metric])
+        for job, row in marked.set_index("job").iterrows():
+            name = labels.get(job, f"job {job}")
+            traces.append({"type": "scatter", "mode": "markers", "name": f"{name}, held out",
+                           "legendgroup": name, "showlegend": False, "x": [row["step"]],
+                           "y": [float(row[metric])],
+                           "marker": {"symbol": "diamond", "size": 10, "line": {"width": 1}},
+                           "hovertemplate": f"{name}<br>held-out {metric} %{{y:.4g}} after step "
+                                            f"%{{x}}<extra></extra>"})  # fmt: skip
+            shown.append(np.array([row[metric]], dtype=float))
+    if not shown:
+        return None
+    values = np.concatenate(shown)
+    name = f"training {metric} per step" + (" (diamonds: held out)" if held_out is not None else "")
+    return figure(traces, name, "step", title(metric), (), values)
+
+
+def history(summaries: pd.DataFrame, metric: str, params: list[str]) -> dict | None:
+    """A metric across an experiment's sweeps by the sweep's start time, a line per point (its
+    varying `params`), as in asv; the hover at a sweep lists every line's value there under
+    the sweep's id, commit, torch version and device (an unlabelled trace of one text per
+    sweep, not one per point). `summaries`: a line per point of each sweep (sweep,
+    started_at, provenance, parameters, metrics)."""
+    if metric not in summaries:
+        return None
+    data = summaries[summaries["status"] == "ok"].dropna(subset=[metric, "started_at"])
+    if data.empty:
+        return None
+    data = data.assign(when=data["started_at"].dt.strftime("%Y-%m-%d %H:%M:%S"))
+    named = varying(data, params)
+    traces = []
+    for key, line in data.groupby(named, dropna=False, sort=True) if named else [((), data)]:
+        line = line.sort_values("started_at")
+        said = dict(zip(named, _tuple(key), strict=True))
+        traces.append({"type": "scatter", "mode": "lines+markers" if len(line) <= MARKERS
+                       else "lines", "name": label(said, named), "x": line["when"].tolist(),
+                       "y": typed(line[metric], "f8"),
+                       "hovertemplate": "%{y:.4g}"})  # fmt: skip
+    sweeps = data.drop_duplicates("sweep").sort_values("started_at")
+    text = [
+        f"sweep {s} · commit {str(c)[:10]} · torch {t} · {d}"
+        for s, c, t, d in zip(sweeps["sweep"], sweeps.get("git_commit", [None] * len(sweeps)),
+                              sweeps.get("torch_version", [None] * len(sweeps)),
+                              sweeps.get("device_name", [None] * len(sweeps)), strict=True)
+    ]  # fmt: skip
+    low = float(data[metric].min())
+    traces.append({"type": "scatter", "mode": "markers", "name": "sweep", "showlegend": False,
+                   "x": sweeps["when"].tolist(), "y": typed(np.full(len(sweeps), low), "f8"),
+                   "text": text, "marker": {"opacity": 0}, "hovertemplate": "%{text}"})  # fmt: skip
+    fig = figure(traces, f"{metric} across sweeps", "sweep started (UTC)", title(metric), (),
+                 data[metric])  # fmt: skip
+    fig["layout"]["hovermode"] = "x unified"
+    return fig
+
+
+def claim_figures(tables: dict[str, pd.DataFrame], claims: list[dict], x: str) -> list[dict]:
+    """A figure per claim on a metric of the rows (not a derived table): the metric against
+    `x` over the points its `where` selects, a line per setting that varies there, its bounds
+    drawn (with_bounds)."""
+    rows, shown = tables.get("rows", pd.DataFrame()), []
+    if x not in rows:
+        return []
+    for claim in claims:
+        if claim.get("table", "rows") != "rows" or claim["metric"] not in rows:
+            continue
+        where = claim.get("where")
+        try:
+            data = expressions.select(rows, where) if where else rows
+        except Exception:  # the claim's own line says why (claims.check: ERROR)
+            continue
+        data = data[data["status"] == "ok"] if "status" in data else data
+        settings = _settings(data, x)
+        name = claim.get("text") or claim["metric"]
+        fig = lines(data, x, claim["metric"], settings, name, hover=settings)
+        if fig is None:
+            continue
+        bounds = {side: _listed(claim[side]) for side in ("min", "max") if side in claim}
+        try:
+            shown.append(with_bounds(fig, data, x, bounds))
+        except Exception:  # a bound outside the grammar: the claim's own line says ERROR
+            continue
+    return shown
+
+
+def _settings(data: pd.DataFrame, x: str) -> list[str]:
+    """The columns that tell a sweep's points apart besides `x`: those with one value per job
+    that vary, other than the harness's and the measurements (floats)."""
+    from harness.store import HARNESS_COLUMNS
+
+    skip = {x, "experiment", "sweep", *HARNESS_COLUMNS}
+    return [c for c in data if c not in skip and not pd.api.types.is_float_dtype(data[c])]
+
+
+def _tuple(key) -> tuple:
+    """A groupby key as a tuple, whether it grouped by one column or several."""
+    return key if isinstance(key, tuple) else (key,)
+
+
+def _listed(bound) -> list:
+    return list(bound) if isinstance(bound, list | tuple) else [bound]
+
+
+def png(figures: list[dict], path: Path) -> Path | None:
+    """Figures (as this module makes them) drawn with matplotlib into one PNG, a panel each:
+    for REPORT.md, where the page's plots cannot go. None without figures."""
+    if not figures:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels, axes = plt.subplots(1, len(figures), figsize=(6 * len(figures), 4.2), squeeze=False)
+    for axis, fig in zip(axes[0], figures, strict=True):
+        layout = fig["layout"]
+        for trace in fig["data"]:
+            if trace.get("showlegend") is False:
+                continue
+            xs, ys = _values(trace["x"]), _values(trace["y"])
+            if trace.get("line", {}).get("dash") == "dash":  # a claim's bound
+                if len(set(np.asarray(ys).tolist())) == 1:
+                    axis.axhline(ys[0], linestyle="--", label=trace["name"], linewidth=1,
+                                 color=trace["line"].get("color"))  # fmt: skip
+                else:
+                    axis.plot(xs, ys, "--", label=trace["name"], linewidth=1)
+                continue
+            marker = "o" if "markers" in trace.get("mode", "") else None
+            axis.plot(xs, ys, marker=marker, label=trace["name"], linewidth=1)
+        for name, scale in (("x", axis.set_xscale), ("y", axis.set_yscale)):
+            if layout[f"{name}axis"]["type"] == "log":
+                scale("log")
+        axis.set(xlabel=layout["xaxis"]["title"]["text"], ylabel=layout["yaxis"]["title"]["text"])
+        axis.set_title(textwrap.fill(layout["title"]["text"], 60), fontsize="small")
+        axis.grid(True, which="both", alpha=0.3)
+        axis.legend(fontsize="x-small")
+    panels.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    panels.savefig(path, dpi=100)
+    plt.close(panels)
+    return path
+
+
+def _values(values) -> np.ndarray | list:
+    """A trace's array, a typed one (`typed`) decoded."""
+    if isinstance(values, dict):
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=np.dtype(values["dtype"]))
+    return values

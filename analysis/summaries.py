@@ -1,0 +1,170 @@
+"""Each sweep's points in one line each, for the report page's sweep list, its picker and its
+history across sweeps: a point's parameters (from the manifest), its status and error, its
+provenance (start time, commit, torch, device) and the metrics of its last row (a training
+point's held-out evaluation), a planned point without rows as "not run".
+
+Summaries are cached in the report folder (CACHE/EXPERIMENT/SWEEP.json), each with the sweep's
+signature (its files' names, sizes and modification times) and that of the code and configs
+that make it (`code_version`): a sweep whose files have not changed since is not read again,
+so the page of a store of thousands of finished sweeps reads one small JSON file per sweep
+(analysis.report caches each sweep's section so too). The cache is JSON, never pickle:
+whatever is in it is data.
+"""
+
+import functools
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness import files, store
+from harness.config import CONF
+
+CACHE = ".summaries"
+PROVENANCE = ["started_at", "git_commit", "torch_version", "device_name"]
+KEPT = {"job", "status", "error", *PROVENANCE}  # the harness's columns a summary keeps
+VERSION = 1  # of the caches' layout: a cache of another is recomputed
+
+
+def summaries(root: Path, experiment: str, report_dir: Path) -> pd.DataFrame:
+    """Every sweep of the experiment, a line per planned point (summary), oldest sweep first;
+    attrs["params"]: the parameters' names."""
+    kept = [
+        summary(root, experiment, sweep, report_dir) for sweep in store.sweeps(root, experiment)
+    ]
+    table = pd.DataFrame([point for one in kept for point in one["points"]])  # one construction
+    for column in ("sweep", "job", "status", *PROVENANCE):
+        if column not in table:
+            table[column] = None
+    table["started_at"] = pd.to_datetime(table["started_at"], utc=True, errors="coerce")
+    table.attrs["params"] = list(dict.fromkeys(p for one in kept for p in one["params"]))
+    return table
+
+
+def summary(root: Path, experiment: str, sweep: str, report_dir: Path) -> dict:
+    """One sweep's points ({"params": names, "points": records}), from the cache when its
+    signature still holds."""
+
+    def computed() -> dict:
+        points = compute(root, experiment, sweep)
+        return {"params": points.attrs.get("params", []), "points": records(points)}
+
+    path = report_dir / CACHE / experiment / f"{sweep}.json"
+    return cached(path, store.sweep_dir(root, experiment, sweep), computed)
+
+
+def cached(path: Path, folder: Path, compute, extra=None) -> dict:
+    """compute()'s JSON-able dict, kept in `path` with the signature of the sweep `folder`,
+    the code's version and `extra`: read from there while all three still hold. The signature
+    is taken after compute() too (a report compacts a finished sweep as it reads it)."""
+    key = {"version": VERSION, "code": code_version(), "extra": extra}
+    try:
+        kept = files.read_json(path)
+        if kept.get("key") == key and kept.get("signature") == _signature(folder):
+            return kept["value"]
+    except (OSError, ValueError, KeyError, AttributeError):
+        pass  # none yet, or unreadable: computed again
+    value = compute()
+    kept = {"key": key, "signature": _signature(folder), "value": value}
+    files.write_text(path, json.dumps(kept, separators=(",", ":"), default=str))
+    return value
+
+
+def records(frame: pd.DataFrame) -> list[dict]:
+    """A DataFrame as JSON's records (times as ISO text, NaN as null)."""
+    return json.loads(frame.to_json(orient="records", date_format="iso"))
+
+
+@functools.cache
+def code_version() -> str:
+    """The names, sizes and modification times of the code and configs a report is made by
+    (the analysis and harness packages, conf/), as a digest: an edit of any recomputes."""
+    here = Path(__file__).resolve().parent
+    listed = [
+        f"{path} {path.stat().st_size} {path.stat().st_mtime_ns}"
+        for folder in (here, here.parent / "harness", CONF)
+        for path in sorted(folder.rglob("*"))
+        if path.suffix in (".py", ".yaml")
+    ]
+    return hashlib.sha256("\n".join(listed).encode()).hexdigest()[:16]
+
+
+def compute(root: Path, experiment: str, sweep: str) -> pd.DataFrame:
+    """A sweep's points read from the store: a line per planned point (or per job when the
+    manifest is unreadable)."""
+    manifest = store.read_manifest(root, experiment, sweep)
+    rows = store.as_planned(store.read(root, experiment, sweep), manifest, root)
+    params = [p.get("params", {}) | {"job": p["job"]} for p in (manifest or {}).get("points", [])]
+    plan = pd.DataFrame(params)
+    if rows.empty or "job" not in rows:
+        last = pd.DataFrame(columns=["job"])
+    else:
+        last = rows.drop_duplicates("job", keep="last").set_index("job")
+        last["status"] = store.job_statuses(rows)
+        errors = rows.dropna(subset=["error"]) if "error" in rows else rows.iloc[:0]
+        last["error"] = errors.drop_duplicates("job").set_index("job").get("error")
+        measured = [c for c in last if _is_metric(last[c]) and c not in plan]
+        kept = [c for c in last if c in KEPT]
+        last = last[[*kept, *measured]].reset_index()
+    points = plan.merge(last, on="job", how="outer") if not plan.empty else last
+    if points.empty:
+        return pd.DataFrame()
+    points["status"] = points.get("status", pd.Series(index=points.index)).fillna("not run")
+    points.insert(0, "sweep", sweep)
+    points = points.sort_values("job", ignore_index=True)
+    points.attrs["params"] = [c for c in plan if c != "job"]
+    return points
+
+
+def _is_metric(column: pd.Series) -> bool:
+    return pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
+
+
+def _signature(folder: Path) -> list:
+    """The sweep's files as [name, size, mtime_ns], sorted: what a change of its rows changes."""
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+    said = []
+    for entry in entries:
+        if entry.name.endswith(".parquet") or entry.name == store.MANIFEST:
+            try:
+                stat = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:  # gone since the listing (a compaction)
+                continue
+            said.append([entry.name, stat.st_size, stat.st_mtime_ns])
+    return said
+
+
+def sweep_states(points: pd.DataFrame) -> pd.DataFrame:
+    """A line per sweep: its start, state (complete, running, failed, incomplete), points,
+    landed (with rows), the counts of its statuses, and its commit, torch and device.
+    `points`: summaries()."""
+    if points.empty:
+        return pd.DataFrame(columns=["sweep", "started", "state", "points", "landed", "statuses"])
+    by = points.groupby("sweep", sort=True)
+    status = points["status"]
+    counts = status.groupby(points["sweep"]).value_counts()
+    said = counts.groupby(level=0).apply(
+        lambda c: ", ".join(f"{n} {s}" for s, n in c.droplevel(0).items())
+    )
+    flags = pd.DataFrame({
+        "done": status.isin(store.DONE), "running": status == store.RUNNING,
+        "failed": ~status.isin(store.DONE) & ~status.isin(["not run", store.RUNNING]),
+        "landed": status != "not run", "sweep": points["sweep"]}).groupby("sweep")  # fmt: skip
+    every, anyone = flags.all(), flags.any()
+    state = np.select([every["done"], anyone["running"], anyone["failed"]],
+                      ["complete", "running", "failed"], "incomplete")  # fmt: skip
+    first = by[["git_commit", "torch_version", "device_name"]].first()
+    commit = first["git_commit"]
+    return pd.DataFrame({
+        "sweep": every.index, "started": by["started_at"].min().to_numpy(), "state": state,
+        "points": by.size().to_numpy(), "landed": flags["landed"].sum().to_numpy(),
+        "statuses": said.reindex(every.index).to_numpy(),
+        "commit": commit.astype(str).str[:10].where(commit.notna()).to_numpy(),
+        "torch": first["torch_version"].to_numpy(), "device": first["device_name"].to_numpy(),
+    })  # fmt: skip

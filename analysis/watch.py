@@ -1,0 +1,94 @@
+"""python -m analysis --watch: the report rewritten whenever the store changes, and served.
+
+Every `interval` seconds it lists the store (each sweep folder's files, their sizes and
+modification times: what a landing row, a new sweep or a compaction changes) and, when that
+differs, rewrites REPORT.md and index.html with a stamp of the listing (analysis.page: the
+page loads stamp.js every few seconds and reloads itself when the stamp changes, keeping the
+reader's place). A sweep whose files did not change is not read again (analysis.summaries).
+The report folder is served on http://127.0.0.1:PORT meanwhile (a thread of http.server;
+port 0: any free one); the page works as well opened from the disk. Ctrl-C stops it between
+two writes or during one, whose files are written whole or not at all (harness.files).
+"""
+
+import functools
+import os
+import sys
+import threading
+import time
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from analysis.page import PAGE, stamp_of
+from analysis.report import write_report
+
+
+def watch(
+    results: Path,
+    report_dir: Path,
+    config_dirs: list[Path],
+    shown: dict | None,
+    port: int,
+    interval: float,
+) -> int:
+    report_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        server = _serve(report_dir, port) if port >= 0 else None
+    except OSError as error:  # the port is taken, or not ours to take
+        print(f"error: cannot serve on port {port}: {error.strerror}", file=sys.stderr)
+        return 2
+    where = (f"http://127.0.0.1:{server.server_address[1]}/{PAGE}" if server
+             else (report_dir / PAGE).resolve().as_uri())  # fmt: skip
+    print(f"watching {results}; the page: {where} (Ctrl-C stops)", flush=True)
+    seen = None
+    try:
+        while True:
+            listing = listed(results)
+            if listing != seen:
+                began = time.perf_counter()
+                write_report(results, report_dir, config_dirs, shown, stamp_of(*listing))
+                seen = listing
+                print(f"{time.strftime('%H:%M:%S')} report written in "
+                      f"{time.perf_counter() - began:.1f} s", flush=True)  # fmt: skip
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        print("\nstopped", file=sys.stderr)
+        return 0
+    finally:
+        if server:
+            server.shutdown()
+
+
+def listed(results: Path) -> list[str]:
+    """Every file of every sweep folder with its size and modification time, sorted."""
+    lines = []
+    for experiment in sorted(os.scandir(results), key=lambda e: e.name):
+        if not experiment.is_dir():
+            continue
+        for sweep in sorted(os.scandir(experiment.path), key=lambda e: e.name):
+            if not sweep.is_dir():
+                continue
+            for entry in os.scandir(sweep.path):
+                if entry.name.startswith(".") or entry.name == "_compact.lock":
+                    continue
+                try:
+                    stat = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:  # gone since the listing (a compaction)
+                    continue
+                lines.append(f"{sweep.path}/{entry.name} {stat.st_size} {stat.st_mtime_ns}")
+    return sorted(lines)
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # the page polls every few seconds: no log per poll
+        pass
+
+    def end_headers(self) -> None:
+        self.send_header("Cache-Control", "no-store")
+        super().end_headers()
+
+
+def _serve(folder: Path, port: int) -> ThreadingHTTPServer:
+    handler = functools.partial(_Quiet, directory=str(folder))
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server

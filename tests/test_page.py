@@ -1,0 +1,272 @@
+"""The report page (analysis.page): index.html from real sweeps, opened in headless Chromium
+(tests/support/browser.py) from the disk and through --watch; its plots (analysis.plots)
+checked by Plotly's own validator; its per-sweep summaries' cache (analysis.summaries)."""
+
+import base64
+import json
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+from browser import Browser, chromium
+from commands import run_command, start_command
+from sweeps import write_jobs, write_plan
+
+from analysis import plots, summaries
+from harness import store
+
+if chromium() is None and os.environ.get("HARNESS_REQUIRE_CHROMIUM") != "1":
+    needs_browser = pytest.mark.skip(reason="no chromium (Debian: apt-get install chromium)")
+else:
+    needs_browser = pytest.mark.slow
+
+TILED = ["+experiment=exp014_tiled", "length=16,64", "block=8,16"]
+RECALL = ["+experiment=exp017_recall", "steps=30", "checkpoint_every=10", "reference_steps=5",
+          "attention=sdpa,tiled", "window=0", "batch=16"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def store_dir(tmp_path_factory) -> Path:
+    """Two exp014_tiled sweeps (so a history and a sweep to pick) and an exp017_recall one of
+    two short training points, run for real, then the report."""
+    cwd = tmp_path_factory.mktemp("page")
+    for args in (TILED, TILED, RECALL):
+        ran = run_command("harness", *args, cwd=cwd)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+    made = run_command("analysis", cwd=cwd)
+    assert made.returncode == 0, made.stdout + made.stderr
+    return cwd
+
+
+def page_data(path: Path, block: str = "report-data") -> dict:
+    text = path.read_text()
+    found = re.search(rf'<script type="application/json" id="{block}">(.*?)</script>', text, re.S)
+    return json.loads(found[1])
+
+
+def length(values) -> int:
+    """An array's length, plain or plotly.js's typed array (base64 of its bytes)."""
+    if isinstance(values, dict):
+        return len(base64.b64decode(values["bdata"])) // np.dtype(values["dtype"]).itemsize
+    return len(values)
+
+
+def test_the_page_is_self_contained_and_its_figures_are_valid_plotly(store_dir):
+    report = store_dir / "outputs" / "report"
+    text = (report / "index.html").read_text()
+    sources = re.findall(r'<script src="([^"]+)"', text)
+    assert sources == ["plotly.min.js"] and (report / "plotly.min.js").stat().st_size > 1e6
+    assert not re.search(r'(src|href)="(https?:)?//', text), "nothing from the network"
+    figures = page_data(report / "index.html")["figures"]
+    titles = [f["layout"]["title"]["text"] for f in figures]
+    for figure in figures:
+        go.Figure(figure)  # raises on a property plotly.js does not have
+        assert figure["layout"]["xaxis"]["title"]["text"] and figure["layout"]["yaxis"]["title"]
+        assert figure["data"] and all(length(t["y"]) for t in figure["data"]), "no empty series"
+    assert any("training loss per step" in t for t in titles)
+    assert any("tokens_per_s" in t for t in titles)
+    assert any("across sweeps" in t for t in titles), "a history: exp014_tiled has two sweeps"
+    claim = next(f for f in figures if f["layout"]["title"]["text"].startswith("tiled is as"))
+    assert claim["layout"]["yaxis"]["type"] == "log", "errors and bounds span decades"
+    assert any(t["name"].startswith("max 2 * sdpa_err64") for t in claim["data"]), "bound drawn"
+    names = {
+        t["name"] for f in figures for t in f["data"] if "per step" in f["layout"]["title"]["text"]
+    }
+    assert {"attention=sdpa", "attention=tiled"} <= names, "a line per point, by its settings"
+
+
+@needs_browser
+def test_the_page_in_chromium_draws_hovers_toggles_sorts_filters_and_picks(store_dir, tmp_path):
+    page = store_dir / "outputs" / "report" / "index.html"
+    expected = len(page_data(page)["figures"])
+    with Browser() as browser:
+        browser.open(page.as_uri())
+        drawn = browser.evaluate(
+            "[...document.querySelectorAll('div.plot')].filter(d => d.querySelector("
+            "'svg.main-svg .scatterlayer .trace')).length"
+        )
+        assert drawn == expected > 0
+        # Hover over a point of the first plot with markers: its label appears.
+        x, y = browser.evaluate(
+            "(() => { const p = document.querySelector('div.plot .scatterlayer path.point');"
+            " p.scrollIntoView({block: 'center'}); const r = p.getBoundingClientRect();"
+            " return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+        )
+        browser.mouse("move", x, y)
+        label = browser.wait_until("document.querySelector('.hoverlayer .hovertext')?.textContent")
+        assert "length=" in label
+        # A click on a legend entry hides its series.
+        x, y = browser.evaluate(
+            "(() => { const t = document.querySelector('div.plot .legend .traces');"
+            " t.scrollIntoView({block: 'center'}); const r = t.getBoundingClientRect();"
+            " return [r.x + 20, r.y + r.height / 2]; })()"
+        )
+        browser.mouse("click", x, y)
+        hidden = browser.wait_until(
+            "document.querySelector('div.plot').data.filter(t => t.visible === 'legendonly').length"
+        )
+        assert hidden == 1
+        # Sorting by a column's head, descending on a second click; filtering by a word.
+        column = "[...document.querySelectorAll('section table.data')].find(t => t.rows[0]" \
+                 ".textContent.includes('length'))"  # fmt: skip
+        lengths = (f"[...{column}.tBodies[0].rows].filter(r => !r.hidden).map(r => +r.cells[0]"
+                   ".textContent)")  # fmt: skip
+        browser.evaluate(f"{column}.rows[0].cells[0].click(); {column}.rows[0].cells[0].click()")
+        shown = browser.evaluate(lengths)
+        assert shown == sorted(shown, reverse=True) and len(set(shown)) == 2
+        browser.evaluate(
+            f"(() => {{ const box = {column}.previousElementSibling; box.value = 'block=8 FLOAT32';"
+            " box.dispatchEvent(new Event('input')); })()"
+        )
+        assert sorted(browser.evaluate(lengths)) == [16, 64], "a column's value, and any text"
+        browser.evaluate(
+            f"(() => {{ const box = {column}.previousElementSibling;"
+            " box.value = 'length=64 block=8'; box.dispatchEvent(new Event('input')); })()"
+        )
+        assert browser.evaluate(lengths) == [64]
+        # Picking the older exp014_tiled sweep shows its points.
+        sweeps = store.sweeps(store_dir / "outputs" / "results", "exp014_tiled")
+        picked = browser.evaluate(
+            "(() => { const p = document.querySelector('select.sweep-picker[data-experiment="
+            f"\"exp014_tiled\"]'); p.value = '{sweeps[0]}'; p.dispatchEvent(new Event('change'));"
+            " const box = document.querySelector('.picked[data-experiment=\"exp014_tiled\"]');"
+            " return [box.querySelector('.provenance').textContent,"
+            " box.querySelectorAll('tbody tr').length]; })()"
+        )
+        assert sweeps[0] in picked[0] and picked[1] == 4
+        assert browser.errors() == []
+        browser.screenshot(tmp_path / "page.png")
+
+
+@needs_browser
+def test_watch_serves_a_page_that_reloads_itself_when_rows_land(store_dir):
+    watcher = start_command(
+        "analysis", "--watch", "--port", "0", "--interval", "0.3", cwd=store_dir
+    )
+    try:
+        first = watcher.stdout.readline()
+        url = re.search(r"(http://127\.0\.0\.1:\d+/index\.html)", first)
+        assert url, first
+        assert "report written" in watcher.stdout.readline()
+        with Browser() as browser:
+            browser.open(url[1])
+            browser.evaluate("window.scrollTo(0, 600)")
+            before = browser.evaluate("JSON.parse(document.getElementById('report-data')"
+                                      ".textContent).stamp")  # fmt: skip
+            ran = run_command("harness", "+experiment=exp014_tiled", "length=32", "block=8",
+                              "hydra.sweeper.params={}", cwd=store_dir)  # fmt: skip
+            assert ran.returncode == 0, ran.stderr
+            newest = store.sweeps(store_dir / "outputs" / "results", "exp014_tiled")[-1]
+            shown = (f"document.body?.dataset.drawn === 'yes' && document.querySelector("
+                     f"'.sweep[data-sweep=\"{newest}\"]') !== null")  # fmt: skip
+            browser.wait_until(shown, timeout_s=60)
+            stamp = browser.evaluate("JSON.parse(document.getElementById('report-data')"
+                                     ".textContent).stamp")  # fmt: skip
+            assert stamp != before
+            assert browser.evaluate("window.scrollY") == 600, "the reader's place is kept"
+            assert browser.errors() == []
+    finally:
+        watcher.send_signal(signal.SIGINT)
+        said, _ = watcher.communicate(timeout=60)
+    assert watcher.returncode == 0 and "stopped" in said
+
+
+def test_downsample_keeps_every_extreme_in_step_order():
+    steps = np.arange(1, 100_001)
+    values = np.sin(steps / 500.0)
+    values[31_337], values[77_777] = 9.0, -9.0  # one step each: must survive
+    kept_steps, kept = plots.downsample(steps, values)
+    assert len(kept) <= plots.CURVE_POINTS and len(kept) > plots.CURVE_POINTS // 2
+    assert list(kept_steps) == sorted(kept_steps)
+    assert 31_338 in kept_steps and 77_778 in kept_steps
+    assert kept.max() == 9.0 and kept.min() == -9.0
+    np.testing.assert_array_equal(values[kept_steps - 1], kept)  # each value at its own step
+    short_steps, short = plots.downsample(steps[:500], values[:500])
+    assert len(short) == 500
+    with_gaps = values.copy()
+    with_gaps[::2] = np.nan
+    assert not np.isnan(plots.downsample(steps, with_gaps)[1]).any()
+
+
+def test_axes_are_log_only_where_values_span_decades():
+    assert plots.axis_type([1e-7, 1e-5]) == "log"
+    assert plots.axis_type([1.0, 5.0]) == "linear"
+    assert plots.axis_type([0.0, 1e3]) == "linear", "a zero has no place on a log axis"
+    assert plots.axis_type([]) == "-"
+
+
+CONFIG = {"name": "exp014_tiled", "claims": [{"metric": "max_abs_diff", "max": 1e-6}]}
+
+
+def test_points_without_an_answer_are_listed_and_the_summaries_cache_follows_the_store(
+    tmp_path, analysis
+):
+    results = tmp_path / "outputs" / "results"
+    sweep = "20261129-120000-aaaa"
+    params = [{"length": length} for length in (128, 256, 512)]
+    write_plan(results, "exp014_tiled", sweep, params, CONFIG)
+    write_jobs(results, "exp014_tiled", sweep, [
+        {"job": 0, "status": "ok", "length": 128, "max_abs_diff": 1e-7},
+        {"job": 1, "status": "failed", "length": 256, "error": "RuntimeError: boom"},
+    ])  # fmt: skip
+    assert analysis().returncode == 0
+    report = tmp_path / "outputs" / "report"
+    entry = page_data(report / "index.html", "report-catalogs")["exp014_tiled"][sweep]
+    statuses = [row[entry["columns"].index("status")] for row in entry["rows"]]
+    assert statuses == ["ok", "failed", "not run"]
+    text = (report / "index.html").read_text()
+    problems = text.split("Points without an answer")[1].split("</table>")[0]
+    assert "RuntimeError: boom" in problems and "not run" in problems and ">128<" not in problems
+    assert "Points without an answer" in (report / "REPORT.md").read_text()
+    cached = report / summaries.CACHE / "exp014_tiled" / f"{sweep}.json"
+    first = json.loads(cached.read_text())
+    assert [p["status"] for p in first["value"]["points"]] == ["ok", "failed", "not run"]
+    write_jobs(results, "exp014_tiled", sweep, [
+        {"job": 2, "status": "ok", "length": 512, "max_abs_diff": 2e-7}])  # fmt: skip
+    time.sleep(0.01)  # a later modification time on filesystems of coarse clocks
+    assert analysis().returncode == 0
+    again = json.loads(cached.read_text())
+    assert [p["status"] for p in again["value"]["points"]] == ["ok", "failed", "ok"], "new row"
+    assert "3 points: 2 ok, 1 failed" in (report / "REPORT.md").read_text(), "the section too"
+    cached.write_text("{not json")
+    assert analysis().returncode == 0
+    assert json.loads(cached.read_text())["value"] == again["value"], "unreadable: read again"
+    assert "RuntimeError: boom" in (report / "REPORT.md").read_text()
+
+
+def test_a_summary_is_a_line_per_planned_point_with_its_last_row(tmp_path):
+    results = tmp_path / "results"
+    sweep = "20261129-120000-bbbb"
+    write_plan(results, "exp017_recall", sweep, [{"lr": 0.1}, {"lr": 0.2}], {"name": "x"})
+    train = [{"job": 0, "status": "ok", "lr": 0.1, "phase": "train", "step": s, "loss": 1.0 / s}
+             for s in (1, 2, 3)]  # fmt: skip
+    evaluation = {"job": 0, "status": "ok", "lr": 0.1, "phase": "eval", "step": 3, "loss": 0.25}
+    write_jobs(results, "exp017_recall", sweep, [*train, evaluation])
+    points = summaries.compute(results, "exp017_recall", sweep)
+    assert points["status"].tolist() == ["ok", "not run"]
+    assert points.loc[0, "loss"] == 0.25 and pd.isna(points.loc[1, "loss"])
+    assert points.attrs["params"] == ["lr"]
+
+
+def test_error_bars_are_the_repeats_quartiles_and_a_bound_is_the_tightest_at_each_length():
+    data = pd.DataFrame({
+        "length": [64, 64, 128], "backend": ["math", "flash", "math"],
+        "time_ms": [2.0, 1.0, 8.0], "time_iqr_ms": [2.0, 0.5, 1.0],
+        "time_samples_ms": [[1.0, 2.0, 2.0, 5.0, 9.0], [1.0, 1.0, 1.0], None],
+        "bound": [3.0, 1.5, 9.0],
+    })  # fmt: skip
+    figure = plots.lines(data, "length", "time_ms", ["backend"], "time", spread="time_iqr_ms")
+    math_ = next(t for t in figure["data"] if t["name"] == "backend=math")
+    bars = math_["error_y"]
+    assert bars["array"][0] == 5.0 - 2.0 and bars["arrayminus"][0] == 2.0 - 2.0, "quartiles"
+    assert bars["array"][1] == bars["arrayminus"][1] == 0.5, "no repeats: half the IQR each way"
+    bounded = plots.with_bounds(figure, data, "length", {"max": ["bound"]})
+    line = bounded["data"][-1]
+    assert line["x"] == [64, 128] and line["y"] == [1.5, 9.0], "the least upper bound"
+    go.Figure(bounded)
