@@ -97,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.interval > 0:
             print(f"error: --interval takes seconds above 0, got {args.interval}", file=sys.stderr)
             return 2
-        return watch(results, args.out / "report", config_dirs, shown, args.port, args.interval)
+        def choose():  # again each time: --all takes the sweeps that start meanwhile
+            return _chosen(results, args.sweep, args.all)
+
+        return watch(results, args.out / "report", config_dirs, choose, args.port, args.interval)
     path, claims = write_report(results, args.out / "report", config_dirs, shown)
     pairs = claims[["experiment", "sweep"]].drop_duplicates() if len(claims) else claims
     said = ", ".join(f"{e} {s}" for e, s in pairs.itertuples(index=False)) or "none"

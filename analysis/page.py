@@ -15,6 +15,7 @@ filters (sessionStorage). Once everything is drawn the page sets data-drawn="yes
 
 import hashlib
 import html
+import re
 from pathlib import Path
 
 import markdown as markdown_text
@@ -86,11 +87,14 @@ def experiment_html(experiment: dict, figures: list[dict]) -> str:
             parts += ["<h3>Claims</h3>", claims_html(shown["claims"])]
         if not shown["problems"].empty:
             parts += ["<h3>Points without an answer</h3>", table_html(shown["problems"])]
-        parts += ["<h3>Points</h3>", table_html(shown["points"])]
+        parts += [
+            "<h3>Points</h3>",
+            table_html(shown["points"].drop(columns="sweep", errors="ignore")),
+        ]
         if shown["html"]:
             parts += ["<details><summary>Tables</summary>", shown["html"], "</details>"]
         parts.append("</div>")
-    parts.append(_picker(name, experiment["sweeps"]))
+    parts.append(_picker(name, experiment["sweeps"], experiment["every"]))
     if experiment["history"]:
         parts += ["<h3>History across sweeps</h3>", _plots(experiment["history"], figures)]
     parts.append("</section>")
@@ -105,18 +109,24 @@ def _plots(shown: list[dict], figures: list[dict]) -> str:
     return f'<div class="plots">{"".join(cells)}</div>' if cells else ""
 
 
-def _picker(name: str, sweeps: pd.DataFrame) -> str:
+def _picker(name: str, sweeps: pd.DataFrame, every: int) -> str:
     options = "".join(
         f'<option value="{html.escape(s)}">{html.escape(s)}: {html.escape(str(state))}</option>'
         for s, state in zip(sweeps["sweep"], sweeps["state"], strict=True)
     )
     return (
-        f"<h3>Sweeps ({len(sweeps)})</h3>{table_html(sweeps)}"
+        f"<h3>Sweeps ({_count(len(sweeps), every)})</h3>{table_html(sweeps)}"
         f'<p><label>Show a sweep\'s points: <select class="sweep-picker" data-experiment='
         f'"{html.escape(name)}"><option value="">pick a sweep</option>{options}</select></label>'
         f" (<code>python -m analysis --sweep ID</code> for its claims and plots)</p>"
         f'<div class="picked" data-experiment="{html.escape(name)}"></div>'
     )
+
+
+def _count(listed: int, every: int) -> str:
+    if listed == every:
+        return str(every)
+    return f"{listed} of {every}: the newest and those shown; REPORT.md lists every one"
 
 
 def catalogs(points: pd.DataFrame, headers: dict[str, str]) -> dict[str, dict]:
@@ -172,21 +182,23 @@ def parts_html(parts: list[str]) -> str:
     """A report module's Markdown parts (captions and tables) as HTML, less its PNG links
     (the page draws its own plots), its tables sortable and filterable."""
     text = "\n\n".join(p for p in parts if not p.lstrip().startswith("!["))
-    converted = markdown_text.markdown(text, extensions=["tables"])
+    converted = markdown_text.markdown(html.escape(text, quote=False), extensions=["tables"])
     return converted.replace("<table>", '<table class="data">')
 
 
 def _inline(text: str) -> str:
-    """A line of Markdown (code spans, emphasis) as HTML without its paragraph."""
-    converted = markdown_text.markdown(text)
-    return converted.removeprefix("<p>").removesuffix("</p>")
+    """A line of the report's Markdown as HTML: everything escaped, then its `code` spans and
+    **strong** words marked (a sweep's error or a device name is text, never markup)."""
+    escaped = html.escape(text, quote=False)
+    escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
+    return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", escaped)
 
 
 def _cell(value) -> str:
     if value is None or (isinstance(value, float) and value != value):
         return "–"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else f"{value:.4g}"
     if isinstance(value, pd.Timestamp):
         return f"{value:%Y-%m-%d %H:%M}"
     return str(value)
@@ -345,7 +357,7 @@ const drawn = [...document.querySelectorAll('div.plot')].map(div => {
   const figure = DATA.figures[+div.dataset.figure];
   return Plotly.newPlot(div, figure.data, figure.layout, config);
 });
-Promise.all(drawn).then(() => {
+Promise.allSettled(drawn).then(() => {
   restore();
   document.body.dataset.drawn = 'yes';
   if (DATA.stamp) setInterval(poll, DATA.poll_ms);

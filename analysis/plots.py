@@ -62,8 +62,15 @@ def label(point: pd.Series | dict, names: list[str]) -> str:
 
 
 def varying(data: pd.DataFrame, columns: list[str]) -> list[str]:
-    """The columns of `columns` that take more than one value in `data`."""
-    return [c for c in columns if c in data and data[c].astype(str).nunique() > 1]
+    """The columns of `columns` that take more than one value in `data`, less those holding
+    lists (a series cannot be keyed by one)."""
+    return [
+        c
+        for c in columns
+        if c in data
+        and data[c].astype(str).nunique() > 1
+        and not data[c].map(lambda v: isinstance(v, list | tuple | np.ndarray | dict)).any()
+    ]
 
 
 def lines(
@@ -263,10 +270,12 @@ def history(summaries: pd.DataFrame, metric: str, params: list[str]) -> dict | N
     return fig
 
 
-def claim_figures(tables: dict[str, pd.DataFrame], claims: list[dict], x: str) -> list[dict]:
+def claim_figures(
+    tables: dict[str, pd.DataFrame], claims: list[dict], x: str, params: list[str]
+) -> list[dict]:
     """A figure per claim on a metric of the rows (not a derived table): the metric against
-    `x` over the points its `where` selects, a line per setting that varies there, its bounds
-    drawn (with_bounds)."""
+    `x` over the points its `where` selects, a line per parameter (of `params`) that varies
+    there, its bounds drawn (with_bounds)."""
     rows, shown = tables.get("rows", pd.DataFrame()), []
     if x not in rows:
         return []
@@ -279,7 +288,7 @@ def claim_figures(tables: dict[str, pd.DataFrame], claims: list[dict], x: str) -
         except Exception:  # the claim's own line says why (claims.check: ERROR)
             continue
         data = data[data["status"] == "ok"] if "status" in data else data
-        settings = _settings(data, x)
+        settings = [p for p in params if p != x and p in data]
         name = claim.get("text") or claim["metric"]
         fig = lines(data, x, claim["metric"], settings, name, hover=settings)
         if fig is None:
@@ -290,15 +299,6 @@ def claim_figures(tables: dict[str, pd.DataFrame], claims: list[dict], x: str) -
         except Exception:  # a bound outside the grammar: the claim's own line says ERROR
             continue
     return shown
-
-
-def _settings(data: pd.DataFrame, x: str) -> list[str]:
-    """The columns that tell a sweep's points apart besides `x`: those with one value per job
-    that vary, other than the harness's and the measurements (floats)."""
-    from harness.store import HARNESS_COLUMNS
-
-    skip = {x, "experiment", "sweep", *HARNESS_COLUMNS}
-    return [c for c in data if c not in skip and not pd.api.types.is_float_dtype(data[c])]
 
 
 def _tuple(key) -> tuple:

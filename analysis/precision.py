@@ -19,7 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from analysis.recall import figures_of, training_lines  # noqa: E402
+from analysis.recall import figures_of, training_lines, varied  # noqa: E402
 from harness import store  # noqa: E402
 from harness.tables import markdown  # noqa: E402
 
@@ -131,9 +131,9 @@ def _ratio(point: pd.Series, base: pd.Series, column: str) -> float:
 
 def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
     final = derived["final"]
-    varied = [p for p in parameters(rows) if final[p].nunique(dropna=False) > 1]
+    varying = varied(final, parameters(rows))
     memory = [c for c in ("rss_delta_mib", "cuda_peak_mib") if final[c].notna().any()]
-    shown = final[["job", *varied, "status", "tokens_per_s", "tokens_per_s_iqr", *memory,
+    shown = final[["job", *varying, "status", "tokens_per_s", "tokens_per_s_iqr", *memory,
                    "zero_grad_fraction", "final_scale", "skipped_steps", "eval_accuracy",
                    "sdpa_forward", "sdpa_backward", "matmul_share"]]  # fmt: skip
     parts = ["Final values: median training tokens per second after the warm-up steps and its "
@@ -145,14 +145,14 @@ def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
     versus = derived["versus_float32"]
     if not versus.empty:
         ratios = [c for c in ("rss_delta_ratio", "cuda_peak_ratio") if versus[c].notna().any()]
-        columns = [c for c in varied if c in versus and c != "precision"]
+        columns = [c for c in varying if c in versus and c != "precision"]
         table = versus[[*columns, "precision", "speedup", *ratios, "zero_grad_fraction",
                         "float32_zero_grad_fraction", "max_loss_diff"]]  # fmt: skip
         parts += [f"Against float32 from the same seed: tokens per second and memory over "
                   f"float32's, the gradients' zero shares, the largest difference of the "
                   f"training loss over the first {AGREEMENT_STEPS} steps:",
                   markdown(table, ".3g", index=False)]  # fmt: skip
-    plot = curves(rows, final, varied, folder / "exp019_precision-loss.png")
+    plot = curves(rows, final, varying, folder / "exp019_precision-loss.png")
     if plot is not None:
         parts.append(f"![training loss per step]({plot.name})")
     return parts
@@ -161,8 +161,8 @@ def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
 def figures(rows: pd.DataFrame, derived: dict) -> list[dict]:
     """Loss, accuracy and tokens per second against step, a line per point (analysis.recall)."""
     final = derived["final"]
-    varied = [p for p in parameters(rows) if final[p].nunique(dropna=False) > 1]
-    return figures_of(rows, derived, varied, None)
+    varying = varied(final, parameters(rows))
+    return figures_of(rows, derived, varying, None)
 
 
 def curves(rows: pd.DataFrame, final: pd.DataFrame, varied: list[str], path: Path):

@@ -44,13 +44,14 @@ def final_values(rows: pd.DataFrame) -> pd.DataFrame:
     points.insert(0, "status", store.job_statuses(rows))
     phase = rows["phase"] if "phase" in rows else pd.Series(None, index=rows.index)
     evals = rows[phase == "eval"].drop_duplicates("job", keep="last").set_index("job")
-    train = rows.loc[phase == "train", ["job", "step", "tokens_per_s"]].groupby("job")
+    kept = [c for c in ("job", "step", "tokens_per_s") if c in rows]
+    train = rows.loc[phase == "train", kept].groupby("job")
     for column, values in (
         ("loss", evals.get("loss")),
         ("accuracy", evals.get("accuracy")),
         ("chance", evals.get("chance")),
-        ("last_step", train["step"].max() if len(train) else None),
-        ("tokens_per_s", train["tokens_per_s"].median() if len(train) else None),
+        ("last_step", train["step"].max() if len(train) and "step" in kept else None),
+        ("tokens_per_s", train["tokens_per_s"].median() if "tokens_per_s" in kept else None),
     ):
         points[column] = values if values is not None else float("nan")
     return points.reset_index()
@@ -110,8 +111,8 @@ def across(rows: pd.DataFrame, final: pd.DataFrame) -> pd.DataFrame:
 
 def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
     final = derived["final"]
-    varied = _varied(rows, final)
-    shown = final[["job", *varied, "status", "loss", "accuracy", "chance", "last_step",
+    varying = varied(final, parameters(rows))
+    shown = final[["job", *varying, "status", "loss", "accuracy", "chance", "last_step",
                    "tokens_per_s"]]  # fmt: skip
     parts = ["Final values: held-out loss and accuracy, chance, steps trained, median training "
              "tokens per second:", markdown(shown, ".3g", index=False)]  # fmt: skip
@@ -121,20 +122,20 @@ def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
                   markdown(speed.to_frame(), ".4g")]  # fmt: skip
     agree = derived["agreement"]
     if not agree.empty:
-        columns = [c for c in varied if c in agree and c != "attention"]
+        columns = [c for c in varying if c in agree and c != "attention"]
         caption = (f"Agreement with {REFERENCE} from the same seed: the largest difference of "
                    f"the training loss over the first {AGREEMENT_STEPS} steps")  # fmt: skip
         table = agree[[*columns, "attention", "compared_steps", "max_loss_diff"]]
         parts += [f"{caption}:", markdown(table, ".3g", index=False)]
     ddp = derived["ddp"]
     if not ddp.empty:
-        columns = [c for c in varied if c in ddp]
+        columns = [c for c in varying if c in ddp]
         caption = ("Across processes (ddp) against one process alone on the whole batch, from "
                    "the same weights: the largest difference of the training loss over the "
                    f"first {AGREEMENT_STEPS} steps")  # fmt: skip
         table = ddp[[*columns, "world_size", "compared_steps", "max_loss_diff"]]
         parts += [f"{caption}:", markdown(table, ".3g", index=False)]
-    plot = curves(rows, final, varied, folder / "exp017_recall-curves.png")
+    plot = curves(rows, final, varying, folder / "exp017_recall-curves.png")
     if plot is not None:
         parts.append(f"![loss and accuracy per step]({plot.name})")
     return parts
@@ -178,11 +179,12 @@ def figures_of(rows: pd.DataFrame, derived: dict, varied: list[str], held_out) -
 def figures(rows: pd.DataFrame, derived: dict) -> list[dict]:
     final = derived["final"]
     held_out = final.rename(columns={"last_step": "step"})[["job", "step", "loss", "accuracy"]]
-    return figures_of(rows, derived, _varied(rows, final), held_out)
+    return figures_of(rows, derived, varied(final, parameters(rows)), held_out)
 
 
-def _varied(rows: pd.DataFrame, final: pd.DataFrame) -> list[str]:
-    return [p for p in parameters(rows) if p in final and final[p].nunique(dropna=False) > 1]
+def varied(final: pd.DataFrame, params: list[str]) -> list[str]:
+    """The parameters whose values differ between the points (lists compared as text)."""
+    return [p for p in params if p in final and final[p].astype(str).nunique() > 1]
 
 
 def curves(rows: pd.DataFrame, final: pd.DataFrame, varied: list[str], path: Path):

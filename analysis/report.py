@@ -12,8 +12,10 @@ The report shows each experiment's newest sweep by default, or the sweeps chosen
 lists all the sweeps of its experiment, with their points planned and landed.
 """
 
+import importlib.util
 import json
 import re
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -104,12 +106,11 @@ def section(
     sweep: str,
     report_dir: Path,
     config_dirs: list[Path] = (),
-    points: pd.DataFrame | None = None,
 ) -> tuple[str, pd.DataFrame, dict]:
     """An experiment's REPORT.md section for one sweep, its claims, and its part of the page
-    (analysis.page.experiment_html's `shown`); its plots go to `report_dir` (their links are
-    relative to the report's own folder, its parent if report_dir is a sweeps/ID/ one).
-    `points`: the sweep's summary (analysis.summaries), else computed here."""
+    (analysis.page.experiment_html's `shown`, its points those of analysis.summaries); its
+    plots go to `report_dir` (their links are relative to the report's own folder, its parent
+    if report_dir is a sweeps/ID/ one)."""
     manifest = store.read_manifest(root, experiment, sweep)
     compact_if_finished(root, experiment, sweep, manifest)  # one file to read, now and later
     rows = store.as_planned(store.read(root, experiment, sweep), manifest, root)
@@ -134,14 +135,18 @@ def section(
     if module is not None and not rows.empty:
         report_dir.mkdir(parents=True, exist_ok=True)
         module_parts += _linked(module.sections(every, tables, report_dir), report_dir)
-    shown = _figures(module if not rows.empty else None, every, tables, config)
+    try:
+        shown = _figures(module if not rows.empty else None, every, tables, config, params)
+    except Exception as error:  # a plot must not sink the section: its tables stand
+        shown = []
+        parts.append(f"**Not drawn:** the plots failed ({error!r}).")
     if module is None and not rows.empty:  # the claims' plots, where no module draws its own
         plot = plots.png(shown, report_dir / f"{experiment}-claims.png")
         if plot is not None:
             module_parts.append(_linked([f"![the claims' metrics against length]({plot.name})"],
                                         report_dir)[0])  # fmt: skip
     parts += module_parts
-    points = summaries.compute(root, experiment, sweep) if points is None else points
+    points = summaries.of_rows(rows, manifest, sweep)
     problems = _problems(points, params)
     if not problems.empty:
         parts += ["Points without an answer:", markdown(problems, index=False)]
@@ -152,7 +157,7 @@ def section(
         "header": " ".join([header, *notes]),
         "claims": _with_wheres(claims, config),
         "problems": problems,
-        "points": points.drop(columns=["sweep"], errors="ignore"),
+        "points": points,
         "figures": shown,
         "html": page.parts_html(module_parts),
         "metrics": [c["metric"] for c in config.get("claims") or []],
@@ -188,11 +193,12 @@ def _problems(points: pd.DataFrame, params: list[str]) -> pd.DataFrame:
     return left.reindex(columns=shown)
 
 
-def _figures(module, every: pd.DataFrame, tables: dict, config: dict) -> list[dict]:
+def _figures(module, every: pd.DataFrame, tables: dict, config: dict, params) -> list[dict]:
     """The sweep's plots on the page: the report module's own (its `figures`), then one per
     claim on the rows against length (analysis.plots.claim_figures)."""
     own = module.figures(every, tables) if module and hasattr(module, "figures") else []
-    return [*own, *plots.claim_figures(tables, config.get("claims") or [], "length")]
+    claims = config.get("claims") or []
+    return [*own, *plots.claim_figures(tables, claims, "length", params)]
 
 
 def _linked(parts: list[str], folder: Path) -> list[str]:
@@ -231,7 +237,6 @@ def write_report(
     parts = [f"# octlm-harness report\n\n{heading} The same with interactive plots: {page.PAGE}.\n"]
     claims, experiments = [], []
     for experiment in store.experiments(root) if shown is None else list(shown):
-        points = summaries.summaries(root, experiment, report_dir)
         newer = []
         if shown is None:
             sweep, newer = latest_sweep(root, experiment)
@@ -241,21 +246,18 @@ def write_report(
         views = []
         for sweep in chosen:
             folder = report_dir if shown is None else report_dir / SWEEPS / sweep
-            own = points[points["sweep"] == sweep].dropna(axis=1, how="all")
-            own = own if "status" in own and len(own) else None
             text, checked, view = _cached_section(
-                root, experiment, sweep, report_dir, folder, config_dirs, own
+                root, experiment, sweep, report_dir, folder, config_dirs
             )
             if newer:
                 text += f"\nNewer, with nothing landed yet: {', '.join(f'`{s}`' for s in newer)}.\n"
             parts.append(text)
             claims.append(checked.assign(experiment=experiment, sweep=sweep))
             views.append(view)
+        points = summaries.summaries(root, experiment, report_dir)  # the shown ones: kept
         states = summaries.sweep_states(points)
-        if states.empty:
-            continue
         states["shown"] = np.where(states["sweep"].isin(chosen), "yes", "")
-        if chosen:
+        if chosen and not states.empty:
             parts.append(sweep_list(experiment, states) + "\n")
         experiments.append(_page_part(experiment, points, states, views))
     path = report_dir / "REPORT.md"
@@ -269,20 +271,37 @@ def write_report(
 
 def _page_part(experiment: str, points: pd.DataFrame, states: pd.DataFrame, views: list) -> dict:
     """An experiment on the page (analysis.page.experiment_html): its sweeps, the ones shown,
-    the history of its metrics across sweeps, and every sweep's points for the picker."""
+    the history of its metrics across sweeps, and the sweeps' points for the picker: of its
+    newest PAGE_SWEEPS sweeps and those shown (REPORT.md lists every one), so that the page
+    stays the same size however many sweeps the store keeps."""
     params = points.attrs.get("params", [])
-    headers = {
-        state.sweep: f"sweep `{state.sweep}` · {state.statuses} · commit `{state.commit}` · "
-        f"torch {state.torch} · {state.device}"
-        for state in states.itertuples()
-    }
+    listed = states[states.index >= len(states) - PAGE_SWEEPS] if len(states) else states
+    listed = pd.concat([states[(states["shown"] == "yes") & ~states.index.isin(listed.index)],
+                        listed])  # fmt: skip
+    points = points[points["sweep"].isin(listed["sweep"])]
+    headers = {state.sweep: _header_line(state) for state in listed.itertuples()}
     catalog = page.catalogs(points.drop(columns=summaries.PROVENANCE[1:]), headers)
     history = []
-    if len(states) > 1:
-        metrics = [m for m in _history_metrics(views, points) if m in points]
-        history = [f for f in (plots.history(points, m, params) for m in metrics) if f]
-    return {"name": experiment, "sweeps": states, "shown": views, "history": history,
-            "catalog": catalog}  # fmt: skip
+    if len(listed) > 1:
+        try:
+            metrics = [m for m in _history_metrics(views, points) if m in points]
+            history = [f for f in (plots.history(points, m, params) for m in metrics) if f]
+        except Exception as error:  # the rest of the page stands
+            print(f"warning: {experiment}'s history could not be drawn: {error!r}", file=sys.stderr)
+    return {"name": experiment, "sweeps": listed, "every": len(states), "shown": views,
+            "history": history, "catalog": catalog}  # fmt: skip
+
+
+PAGE_SWEEPS = 500  # the newest sweeps of an experiment whose points and history the page has
+
+
+def _header_line(state) -> str:
+    """A sweep's line in the picker: its id, statuses, and the provenance it has."""
+    known = [(label, value) for label, value in (("commit", state.commit), ("torch", state.torch),
+             ("", state.device)) if isinstance(value, str) and value]  # fmt: skip
+    said = [f"{label} `{value}`" if label == "commit" else f"{label} {value}".strip()
+            for label, value in known]  # fmt: skip
+    return " · ".join([f"sweep `{state.sweep}`", str(state.statuses), *said])
 
 
 def _history_metrics(views: list[dict], points: pd.DataFrame) -> list[str]:
@@ -294,16 +313,26 @@ def _history_metrics(views: list[dict], points: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys([*named, *timings]))
 
 
-def _cached_section(root, experiment, sweep, report_dir, folder, config_dirs, points):
+def _cached_section(root, experiment, sweep, report_dir, folder, config_dirs):
     """_reported(), kept in the report folder's cache (analysis.summaries.cached) while the
     sweep's files, the code and the experiment's config are as they were, and the plots its
     text links to are still there; a sweep that could not be reported is not kept."""
+    manifest = store.read_manifest(root, experiment, sweep)
+    compact_if_finished(root, experiment, sweep, manifest)  # before its signature is taken
     own = experiment_file(experiment, config_dirs) if experiment in available_experiments(
         config_dirs) else None  # fmt: skip
-    extra = [str(folder), str(own), own.stat().st_mtime_ns if own else None]
+    module = trusted_config(manifest, experiment, config_dirs).get("report")
+    try:
+        spec = importlib.util.find_spec(module) if module else None
+    except (ImportError, ValueError):  # not importable: the section says so
+        spec = None
+    origin = Path(spec.origin) if spec and spec.origin else None
+    extra = [str(folder), summaries.file_version(own), summaries.file_version(origin)]
 
     def computed() -> dict:
-        text, claims, view = _reported(root, experiment, sweep, folder, config_dirs, points)
+        text, claims, view = _reported(root, experiment, sweep, folder, config_dirs)
+        if not view.get("failed"):  # its points, from the rows it read: not read twice
+            summaries.keep(root, experiment, sweep, report_dir, view["points"])
         tables = {k: _table(view[k]) for k in ("claims", "problems", "points")}
         kept = {**view, **tables, "figures": json.loads(to_json_plotly(view["figures"]))}
         return {"text": text, "claims": _table(claims), "view": kept}
@@ -325,14 +354,17 @@ def _table(frame: pd.DataFrame) -> dict:
 
 
 def _frame(table: dict) -> pd.DataFrame:
-    return pd.DataFrame(table["rows"], columns=table["columns"])
+    frame = pd.DataFrame(table["rows"], columns=table["columns"])
+    if "started_at" in frame:  # ISO text in JSON
+        frame["started_at"] = pd.to_datetime(frame["started_at"], utc=True, errors="coerce")
+    return frame
 
 
-def _reported(root: Path, experiment: str, sweep: str, folder: Path, config_dirs, points):
+def _reported(root: Path, experiment: str, sweep: str, folder: Path, config_dirs):
     """section(), or, for a sweep that cannot be reported, a line saying why and an ERROR
     claim: one sweep must not sink the rest."""
     try:
-        return section(root, experiment, sweep, folder, config_dirs, points)
+        return section(root, experiment, sweep, folder, config_dirs)
     except Exception as error:
         text = f"## {experiment}\n\nsweep `{sweep}` could not be reported: {error!r}\n"
         checked = pd.DataFrame(
@@ -341,6 +373,6 @@ def _reported(root: Path, experiment: str, sweep: str, folder: Path, config_dirs
         )  # fmt: skip
         view = {"sweep": sweep, "header": f"sweep `{sweep}` could not be reported: {error!r}",
                 "claims": checked, "problems": pd.DataFrame(), "figures": [], "html": "",
-                "points": points if points is not None else pd.DataFrame(), "metrics": [],
+                "points": pd.DataFrame(), "metrics": [],
                 "failed": True}  # fmt: skip
         return text, checked, view

@@ -15,6 +15,7 @@ import functools
 import hashlib
 import json
 import os
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -56,19 +57,29 @@ def summary(root: Path, experiment: str, sweep: str, report_dir: Path) -> dict:
     return cached(path, store.sweep_dir(root, experiment, sweep), computed)
 
 
-def cached(path: Path, folder: Path, compute, extra=None) -> dict:
-    """compute()'s JSON-able dict, kept in `path` with the signature of the sweep `folder`,
-    the code's version and `extra`: read from there while all three still hold. The signature
-    is taken after compute() too (a report compacts a finished sweep as it reads it)."""
+def keep(root: Path, experiment: str, sweep: str, report_dir: Path, points: pd.DataFrame) -> None:
+    """A sweep's points computed elsewhere (a report section, from the rows it read) kept as
+    `summary` would keep them, so that they are not read again."""
+    value = {"params": points.attrs.get("params", []), "points": records(points)}
+    path = report_dir / CACHE / experiment / f"{sweep}.json"
+    cached(path, store.sweep_dir(root, experiment, sweep), lambda: value, fresh=True)
+
+
+def cached(path: Path, folder: Path, compute, extra=None, fresh: bool = False) -> dict:
+    """compute()'s JSON-able dict, kept in `path` with the signature of the sweep `folder`
+    (taken before computing), the code's version and `extra`: read from there while all three
+    still hold (unless `fresh`)."""
     key = {"version": VERSION, "code": code_version(), "extra": extra}
+    before = _signature(folder)
     try:
-        kept = files.read_json(path)
-        if kept.get("key") == key and kept.get("signature") == _signature(folder):
+        kept = {} if fresh else files.read_json(path)
+        if kept.get("key") == key and kept.get("signature") == before:
             return kept["value"]
     except (OSError, ValueError, KeyError, AttributeError):
         pass  # none yet, or unreadable: computed again
     value = compute()
-    kept = {"key": key, "signature": _signature(folder), "value": value}
+    # Kept under the signature from before: rows that landed while it read are read next time.
+    kept = {"key": key, "signature": before, "value": value}
     files.write_text(path, json.dumps(kept, separators=(",", ":"), default=str))
     return value
 
@@ -81,7 +92,8 @@ def records(frame: pd.DataFrame) -> list[dict]:
 @functools.cache
 def code_version() -> str:
     """The names, sizes and modification times of the code and configs a report is made by
-    (the analysis and harness packages, conf/), as a digest: an edit of any recomputes."""
+    (the analysis and harness packages, conf/) and the versions of the libraries it uses, as a
+    digest: an edit or an upgrade of any recomputes."""
     here = Path(__file__).resolve().parent
     listed = [
         f"{path} {path.stat().st_size} {path.stat().st_mtime_ns}"
@@ -89,14 +101,32 @@ def code_version() -> str:
         for path in sorted(folder.rglob("*"))
         if path.suffix in (".py", ".yaml")
     ]
+    listed += [f"{name} {metadata.version(name)}" for name in LIBRARIES]
     return hashlib.sha256("\n".join(listed).encode()).hexdigest()[:16]
 
 
+LIBRARIES = ("pandas", "pyarrow", "numpy", "plotly", "markdown", "matplotlib", "omegaconf")
+
+
+def file_version(path: Path | None) -> list | None:
+    """A file's name, size and modification time (a report module of one's own), or None."""
+    if path is None or not path.exists():
+        return None
+    stat = path.stat()
+    return [str(path), stat.st_size, stat.st_mtime_ns]
+
+
 def compute(root: Path, experiment: str, sweep: str) -> pd.DataFrame:
-    """A sweep's points read from the store: a line per planned point (or per job when the
-    manifest is unreadable)."""
+    """A sweep's points read from the store (of_rows)."""
     manifest = store.read_manifest(root, experiment, sweep)
-    rows = store.as_planned(store.read(root, experiment, sweep), manifest, root)
+    return of_rows(
+        store.as_planned(store.read(root, experiment, sweep), manifest, root), manifest, sweep
+    )
+
+
+def of_rows(rows: pd.DataFrame, manifest: dict | None, sweep: str) -> pd.DataFrame:
+    """A sweep's points from its rows (store.as_planned's): a line per planned point (or per
+    job when the manifest is unreadable), attrs["params"] the parameters' names."""
     params = [p.get("params", {}) | {"job": p["job"]} for p in (manifest or {}).get("points", [])]
     plan = pd.DataFrame(params)
     if rows.empty or "job" not in rows:
@@ -148,10 +178,9 @@ def sweep_states(points: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["sweep", "started", "state", "points", "landed", "statuses"])
     by = points.groupby("sweep", sort=True)
     status = points["status"]
-    counts = status.groupby(points["sweep"]).value_counts()
-    said = counts.groupby(level=0).apply(
-        lambda c: ", ".join(f"{n} {s}" for s, n in c.droplevel(0).items())
-    )
+    counts = status.groupby(points["sweep"]).value_counts().rename("n").reset_index()
+    counts["said"] = counts["n"].astype(str) + " " + counts["status"].astype(str)
+    said = counts.groupby("sweep", sort=True)["said"].agg(", ".join)
     flags = pd.DataFrame({
         "done": status.isin(store.DONE), "running": status == store.RUNNING,
         "failed": ~status.isin(store.DONE) & ~status.isin(["not run", store.RUNNING]),

@@ -20,13 +20,14 @@ from pathlib import Path
 
 from analysis.page import PAGE, stamp_of
 from analysis.report import write_report
+from harness.errors import BadInput
 
 
 def watch(
     results: Path,
     report_dir: Path,
     config_dirs: list[Path],
-    shown: dict | None,
+    choose,
     port: int,
     interval: float,
 ) -> int:
@@ -39,13 +40,14 @@ def watch(
     where = (f"http://127.0.0.1:{server.server_address[1]}/{PAGE}" if server
              else (report_dir / PAGE).resolve().as_uri())  # fmt: skip
     print(f"watching {results}; the page: {where} (Ctrl-C stops)", flush=True)
+    # choose(): the sweeps to show (as --sweep and --all say), asked again at every write
     seen = None
     try:
         while True:
             listing = listed(results)
             if listing != seen:
                 began = time.perf_counter()
-                write_report(results, report_dir, config_dirs, shown, stamp_of(*listing))
+                write_report(results, report_dir, config_dirs, choose(), stamp_of(*listing))
                 seen = listing
                 print(f"{time.strftime('%H:%M:%S')} report written in "
                       f"{time.perf_counter() - began:.1f} s", flush=True)  # fmt: skip
@@ -53,6 +55,9 @@ def watch(
     except KeyboardInterrupt:
         print("\nstopped", file=sys.stderr)
         return 0
+    except BadInput as error:  # a --sweep that is gone
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     finally:
         if server:
             server.shutdown()

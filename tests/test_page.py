@@ -6,6 +6,8 @@ import base64
 import json
 import os
 import re
+import select
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -57,6 +59,7 @@ def length(values) -> int:
     return len(values)
 
 
+@pytest.mark.slow
 def test_the_page_is_self_contained_and_its_figures_are_valid_plotly(store_dir):
     report = store_dir / "outputs" / "report"
     text = (report / "index.html").read_text()
@@ -67,7 +70,8 @@ def test_the_page_is_self_contained_and_its_figures_are_valid_plotly(store_dir):
     titles = [f["layout"]["title"]["text"] for f in figures]
     for figure in figures:
         go.Figure(figure)  # raises on a property plotly.js does not have
-        assert figure["layout"]["xaxis"]["title"]["text"] and figure["layout"]["yaxis"]["title"]
+        assert figure["layout"]["xaxis"]["title"]["text"]
+        assert figure["layout"]["yaxis"]["title"]["text"]
         assert figure["data"] and all(length(t["y"]) for t in figure["data"]), "no empty series"
     assert any("training loss per step" in t for t in titles)
     assert any("tokens_per_s" in t for t in titles)
@@ -126,6 +130,11 @@ def test_the_page_in_chromium_draws_hovers_toggles_sorts_filters_and_picks(store
         )
         assert sorted(browser.evaluate(lengths)) == [16, 64], "a column's value, and any text"
         browser.evaluate(
+            f"(() => {{ const box = {column}.previousElementSibling; box.value = 'block=8 nowhere';"
+            " box.dispatchEvent(new Event('input')); })()"
+        )
+        assert browser.evaluate(lengths) == [], "a word in no row hides every row"
+        browser.evaluate(
             f"(() => {{ const box = {column}.previousElementSibling;"
             " box.value = 'length=64 block=8'; box.dispatchEvent(new Event('input')); })()"
         )
@@ -144,16 +153,24 @@ def test_the_page_in_chromium_draws_hovers_toggles_sorts_filters_and_picks(store
         browser.screenshot(tmp_path / "page.png")
 
 
+def line_within(stream, timeout_s: float = 120.0) -> str:
+    """The next line a child process prints, or a failure after `timeout_s`."""
+    ready, _, _ = select.select([stream], [], [], timeout_s)
+    assert ready, f"nothing printed within {timeout_s} s"
+    return stream.readline()
+
+
 @needs_browser
-def test_watch_serves_a_page_that_reloads_itself_when_rows_land(store_dir):
+def test_watch_serves_a_page_that_reloads_itself_when_rows_land(store_dir, tmp_path):
+    store_dir = Path(shutil.copytree(store_dir, tmp_path / "copy"))  # the others' store stays
     watcher = start_command(
         "analysis", "--watch", "--port", "0", "--interval", "0.3", cwd=store_dir
     )
     try:
-        first = watcher.stdout.readline()
+        first = line_within(watcher.stdout)
         url = re.search(r"(http://127\.0\.0\.1:\d+/index\.html)", first)
         assert url, first
-        assert "report written" in watcher.stdout.readline()
+        assert "report written" in line_within(watcher.stdout)
         with Browser() as browser:
             browser.open(url[1])
             browser.evaluate("window.scrollTo(0, 600)")
@@ -234,6 +251,11 @@ def test_points_without_an_answer_are_listed_and_the_summaries_cache_follows_the
     again = json.loads(cached.read_text())
     assert [p["status"] for p in again["value"]["points"]] == ["ok", "failed", "ok"], "new row"
     assert "3 points: 2 ok, 1 failed" in (report / "REPORT.md").read_text(), "the section too"
+    kept = json.loads(cached.read_text())
+    kept["value"]["points"][1]["error"] = "planted in the cache"  # the store unchanged: a hit
+    cached.write_text(json.dumps(kept))
+    assert analysis().returncode == 0
+    assert "planted in the cache" in (report / "index.html").read_text()
     cached.write_text("{not json")
     assert analysis().returncode == 0
     assert json.loads(cached.read_text())["value"] == again["value"], "unreadable: read again"
@@ -270,3 +292,33 @@ def test_error_bars_are_the_repeats_quartiles_and_a_bound_is_the_tightest_at_eac
     line = bounded["data"][-1]
     assert line["x"] == [64, 128] and line["y"] == [1.5, 9.0], "the least upper bound"
     go.Figure(bounded)
+
+
+def test_the_page_stands_for_odd_sweeps_and_shows_their_text_as_text(tmp_path, analysis):
+    results = tmp_path / "outputs" / "results"
+    recall = {"name": "exp017_recall", "report": "analysis.recall",
+              "claims": [{"table": "final", "metric": "accuracy", "min": 0.95}]}  # fmt: skip
+    # A training sweep whose every point failed before its first step, a list parameter in
+    # two sweeps, and an error that is markup.
+    for sweep in ("20261129-120000-aaaa", "20261129-130000-bbbb"):
+        write_plan(results, "exp017_recall", sweep,
+                   [{"attention": "sdpa", "dims": [64, 128]}, {"attention": "tiled", "dims": [32]}],
+                   recall)  # fmt: skip
+        write_jobs(results, "exp017_recall", sweep, [
+            {"job": 0, "status": "failed", "attention": "sdpa", "dims": [64, 128],
+             "error": "<img src=x onerror=alert(1)> __init__ failed"},
+            {"job": 1, "status": "oom", "attention": "tiled", "dims": [32], "error": "OOM"},
+        ])  # fmt: skip
+    # A sweep whose manifest is damaged and that has no rows.
+    damaged = store.sweep_dir(results, "exp014_tiled", "20261129-140000-cccc")
+    damaged.mkdir(parents=True)
+    (damaged / store.MANIFEST).write_text("{not json")
+    made = analysis()
+    assert made.returncode == 0, made.stderr
+    text = (tmp_path / "outputs" / "report" / "index.html").read_text()
+    assert "<img src=x" not in text and "&lt;img src=x onerror=alert(1)&gt; __init__" in text
+    assert 'id="exp-exp014_tiled"' in text, "the damaged sweep's experiment is on the page"
+    assert "the sweep&#x27;s plan and claims can be read" in text or "plan and claims" in text
+    recall_part = text.split('id="exp-exp017_recall"')[1]
+    assert "Points without an answer" in recall_part and "oom" in recall_part
+    assert "could not be reported" not in text
