@@ -34,7 +34,7 @@ def title(column: str) -> str:
 def figure(traces: list[dict], name: str, x: str, y: str, xs=(), ys=()) -> dict:
     """A figure of `traces`, titled, its axes titled and log where their values span decades."""
     layout = {
-        "title": {"text": name},
+        "title": {"text": name, "x": 0.01, "xanchor": "left"},  # clear of the tool bar
         "xaxis": {"title": {"text": x}, "type": axis_type(xs)},
         "yaxis": {"title": {"text": y}, "type": axis_type(ys)},
         "hovermode": "closest",
