@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.interval > 0:
             print(f"error: --interval takes seconds above 0, got {args.interval}", file=sys.stderr)
             return 2
+
         def choose():  # again each time: --all takes the sweeps that start meanwhile
             return _chosen(results, args.sweep, args.all)
 
