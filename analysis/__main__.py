@@ -97,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.interval > 0:
             print(f"error: --interval takes seconds above 0, got {args.interval}", file=sys.stderr)
             return 2
+        if not -1 <= args.port <= 65535:
+            print(f"error: --port takes -1 to 65535, got {args.port}", file=sys.stderr)
+            return 2
 
         def choose():  # again each time: --all takes the sweeps that start meanwhile
             return _chosen(results, args.sweep, args.all)

@@ -322,3 +322,11 @@ def test_the_page_stands_for_odd_sweeps_and_shows_their_text_as_text(tmp_path, a
     recall_part = text.split('id="exp-exp017_recall"')[1]
     assert "Points without an answer" in recall_part and "oom" in recall_part
     assert "could not be reported" not in text
+
+
+@pytest.mark.parametrize("given", [["--port", "70000"], ["--interval", "0"], ["--interval", "nan"]])
+def test_watch_refuses_a_bad_port_or_interval_in_one_line(tmp_path, analysis, given):
+    (tmp_path / "outputs" / "results").mkdir(parents=True)
+    refused = analysis("--watch", *given)
+    assert refused.returncode == 2 and refused.stderr.startswith("error: --")
+    assert len(refused.stderr.splitlines()) == 1 and not (tmp_path / "outputs" / "report").exists()
