@@ -64,8 +64,9 @@ def write_page(report_dir: Path, heading: str, experiments: list[dict], stamp: s
 
 
 def _json(data) -> str:
-    """JSON for a <script> block (no "</" to end it early)."""
-    return to_json_plotly(data).replace("</", "<\\/")
+    """JSON for a <script> block: plotly's encoder writes < and / as \\u escapes, so no
+    text in it can end the block early."""
+    return to_json_plotly(data)
 
 
 def stamp_of(*parts: str) -> str:

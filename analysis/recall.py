@@ -147,10 +147,15 @@ def training_lines(
     """Each point's training rows in step order, with its label (labels), [] without them."""
     if "phase" not in rows:
         return []
-    columns = [c for c in ("job", "step", "loss", "accuracy") if c in rows]
-    train = rows.loc[rows["phase"] == "train", columns].sort_values(["job", "step"], kind="stable")
+    train = _train(rows, ["loss", "accuracy"])
     names = labels(final, varied)
     return [(names[job], points) for job, points in train.groupby("job")]
+
+
+def _train(rows: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+    """The training rows' job, step and those of `metrics` they have, in job and step order."""
+    columns = [c for c in ("job", "step", *metrics) if c in rows]
+    return rows.loc[rows["phase"] == "train", columns].sort_values(["job", "step"], kind="stable")
 
 
 def labels(final: pd.DataFrame, varied: list[str]) -> dict:
@@ -168,8 +173,7 @@ def figures_of(rows: pd.DataFrame, derived: dict, varied: list[str], held_out) -
     analysis.plots.curves), the held-out loss and accuracy marked."""
     if "phase" not in rows:
         return []
-    columns = [c for c in ("job", "step", "loss", "accuracy", "tokens_per_s") if c in rows]
-    train = rows.loc[rows["phase"] == "train", columns].sort_values(["job", "step"], kind="stable")
+    train = _train(rows, ["loss", "accuracy", "tokens_per_s"])
     names = labels(derived["final"], varied)
     shown = [plots.curves(train, names, metric, held_out if metric != "tokens_per_s" else None)
              for metric in ("loss", "accuracy", "tokens_per_s")]  # fmt: skip

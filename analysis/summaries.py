@@ -49,20 +49,22 @@ def summary(root: Path, experiment: str, sweep: str, report_dir: Path) -> dict:
     """One sweep's points ({"params": names, "points": records}), from the cache when its
     signature still holds."""
 
-    def computed() -> dict:
-        points = compute(root, experiment, sweep)
-        return {"params": points.attrs.get("params", []), "points": records(points)}
-
     path = report_dir / CACHE / experiment / f"{sweep}.json"
-    return cached(path, store.sweep_dir(root, experiment, sweep), computed)
+    folder = store.sweep_dir(root, experiment, sweep)
+    return cached(path, folder, lambda: _kept(compute(root, experiment, sweep)))
 
 
 def keep(root: Path, experiment: str, sweep: str, report_dir: Path, points: pd.DataFrame) -> None:
     """A sweep's points computed elsewhere (a report section, from the rows it read) kept as
     `summary` would keep them, so that they are not read again."""
-    value = {"params": points.attrs.get("params", []), "points": records(points)}
     path = report_dir / CACHE / experiment / f"{sweep}.json"
-    cached(path, store.sweep_dir(root, experiment, sweep), lambda: value, fresh=True)
+    folder = store.sweep_dir(root, experiment, sweep)
+    cached(path, folder, lambda: _kept(points), fresh=True)
+
+
+def _kept(points: pd.DataFrame) -> dict:
+    """A sweep's points as its cache keeps them."""
+    return {"params": points.attrs.get("params", []), "points": records(points)}
 
 
 def cached(path: Path, folder: Path, compute, extra=None, fresh: bool = False) -> dict:
@@ -70,7 +72,7 @@ def cached(path: Path, folder: Path, compute, extra=None, fresh: bool = False) -
     (taken before computing), the code's version and `extra`: read from there while all three
     still hold (unless `fresh`)."""
     key = {"version": VERSION, "code": code_version(), "extra": extra}
-    before = _signature(folder)
+    before = signature(folder)
     try:
         kept = {} if fresh else files.read_json(path)
         if kept.get("key") == key and kept.get("signature") == before:
@@ -153,7 +155,7 @@ def _is_metric(column: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
 
 
-def _signature(folder: Path) -> list:
+def signature(folder: Path) -> list:
     """The sweep's files as [name, size, mtime_ns], sorted: what a change of its rows changes."""
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)

@@ -1,7 +1,7 @@
 """python -m analysis --watch: the report rewritten whenever the store changes, and served.
 
-Every `interval` seconds it lists the store (each sweep folder's files, their sizes and
-modification times: what a landing row, a new sweep or a compaction changes) and, when that
+Every `interval` seconds it lists the store (each sweep's row files and manifest, their sizes
+and modification times: what a landing row, a new sweep or a compaction changes) and, when that
 differs, rewrites REPORT.md and index.html with a stamp of the listing (analysis.page: the
 page loads stamp.js every few seconds and reloads itself when the stamp changes, keeping the
 reader's place). A sweep whose files did not change is not read again (analysis.summaries).
@@ -11,7 +11,6 @@ two writes or during one, whose files are written whole or not at all (harness.f
 """
 
 import functools
-import os
 import sys
 import threading
 import time
@@ -20,6 +19,8 @@ from pathlib import Path
 
 from analysis.page import PAGE, stamp_of
 from analysis.report import write_report
+from analysis.summaries import signature
+from harness import store
 from harness.errors import BadInput
 
 
@@ -64,23 +65,14 @@ def watch(
 
 
 def listed(results: Path) -> list[str]:
-    """Every file of every sweep folder with its size and modification time, sorted."""
-    lines = []
-    for experiment in sorted(os.scandir(results), key=lambda e: e.name):
-        if not experiment.is_dir():
-            continue
-        for sweep in sorted(os.scandir(experiment.path), key=lambda e: e.name):
-            if not sweep.is_dir():
-                continue
-            for entry in os.scandir(sweep.path):
-                if entry.name.startswith(".") or entry.name == "_compact.lock":
-                    continue
-                try:
-                    stat = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:  # gone since the listing (a compaction)
-                    continue
-                lines.append(f"{sweep.path}/{entry.name} {stat.st_size} {stat.st_mtime_ns}")
-    return sorted(lines)
+    """Every sweep's row files and manifest with their sizes and modification times
+    (analysis.summaries.signature: what a report reads), sorted."""
+    return [
+        f"{experiment}/{sweep}/{name} {size} {mtime}"
+        for experiment in store.experiments(results)
+        for sweep in store.sweeps(results, experiment)
+        for name, size, mtime in signature(store.sweep_dir(results, experiment, sweep))
+    ]
 
 
 class _Quiet(SimpleHTTPRequestHandler):
