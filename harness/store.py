@@ -34,11 +34,14 @@ name no Parquet reader lists, and reruns their points.
 """
 
 import contextlib
+import errno
 import fcntl
 import glob
 import json
 import os
 import re
+import secrets
+import shutil
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -382,12 +385,39 @@ def write_manifest(root: Path, manifest: dict, new: bool = False) -> None:
     (an indented dump is pure Python: seconds for 100,000 points). `new`: a new sweep's, whose
     folder must not exist yet (FileExistsError: the id is another sweep's)."""
     path = sweep_dir(root, manifest["experiment"], manifest["sweep"]) / MANIFEST
-    if new:
-        path.parent.parent.mkdir(parents=True, exist_ok=True)
-        path.parent.mkdir()
     header = json.dumps({k: v for k, v in manifest.items() if k != "points"}, indent=2, default=str)
     points = ",\n".join(json.dumps(point, default=str) for point in manifest["points"])
-    files.write_text(path, f'{header[:-2]},\n  "points": [\n{points}\n]}}\n')
+    text = f'{header[:-2]},\n  "points": [\n{points}\n]}}\n'
+    if new:
+        _create_sweep(path.parent, text)
+    else:
+        files.write_text(path, text)
+
+
+def _create_sweep(folder: Path, manifest: str) -> None:
+    """A new sweep's folder appears with its manifest in it, never without (a kill between
+    the two would leave a sweep that cannot be resumed): both are written in a hidden folder,
+    which is renamed into place. The rename fails onto a folder that holds anything, so two
+    sweeps never share an id; a killed creator's hidden folder goes an hour later."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    for stale in folder.parent.glob(".sweep=*.tmp"):
+        with contextlib.suppress(OSError):
+            if time.time() - stale.stat().st_mtime > files.STALE_S:
+                shutil.rmtree(stale)
+    staging = folder.with_name(f".{folder.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    staging.mkdir()
+    try:
+        files.write_text(staging / MANIFEST, manifest)
+        try:
+            os.rename(staging, folder)
+        except OSError as error:
+            if error.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                raise FileExistsError(errno.EEXIST, "the sweep id is taken", str(folder)) from None
+            raise
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    files.fsync_dir(folder.parent)
 
 
 def sweeps(root: Path, experiment: str) -> list[str]:

@@ -127,6 +127,39 @@ def test_a_writer_killed_mid_write_leaves_no_partial_file(tmp_path):
     assert seen_whole and seen_mid_write, (seen_whole, seen_mid_write)
 
 
+def _manifest(sweep):
+    return {"experiment": "exp", "sweep": sweep, "points": [{"job": 0, "params": {}}]}
+
+
+def test_a_new_sweep_appears_with_its_manifest_or_not_at_all(tmp_path, monkeypatch):
+    """A sweep folder never exists without its manifest (a kill between the two would leave a
+    sweep that resume refuses): a write that fails leaves nothing; a taken id is refused, and
+    the sweep holding it is left as it was; a killed creator's hidden folder goes later."""
+    store.write_manifest(tmp_path, _manifest("s1"), new=True)
+    assert store.sweeps(tmp_path, "exp") == ["s1"]
+    assert store.read_manifest(tmp_path, "exp", "s1")["points"] == [{"job": 0, "params": {}}]
+    with pytest.raises(FileExistsError):
+        store.write_manifest(tmp_path, {**_manifest("s1"), "points": []}, new=True)
+    assert store.read_manifest(tmp_path, "exp", "s1")["points"] == [{"job": 0, "params": {}}]
+
+    def fails(path, text):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files, "write_text", fails)
+    with pytest.raises(OSError, match="No space"):
+        store.write_manifest(tmp_path, _manifest("s2"), new=True)
+    monkeypatch.undo()
+    experiment = tmp_path / "experiment=exp"
+    assert sorted(p.name for p in experiment.iterdir()) == ["sweep=s1"]
+
+    stale = experiment / ".sweep=s3.123.abcd.tmp"  # a creator killed an hour ago
+    stale.mkdir()
+    (stale / store.MANIFEST).write_text("{")
+    os.utime(stale, (time.time() - files.STALE_S - 60,) * 2)
+    store.write_manifest(tmp_path, _manifest("s4"), new=True)
+    assert sorted(p.name for p in experiment.iterdir()) == ["sweep=s1", "sweep=s4"]
+
+
 @pytest.mark.parametrize("ids", [["20261129-101500-aaaa", "20261129-091500-bbbb"]])
 def test_sweeps_sort_by_their_start_time(tmp_path, ids):
     for sweep in ids:
