@@ -24,7 +24,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 from plotly.io.json import to_json_plotly
 
-from analysis import page, plots, summaries
+from analysis import page, plots, search, summaries
 from harness import files, store
 from harness.claims import claims_of, claims_table, derived_tables, report_module
 from harness.config import available_experiments, experiment_file
@@ -145,6 +145,15 @@ def section(
         if plot is not None:
             module_parts.append(_linked([f"![the claims' metrics against length]({plot.name})"],
                                         report_dir)[0])  # fmt: skip
+    searched = config.get("search")
+    if searched and not rows.empty:  # each cell's best trial, the studies' own plots
+        best = search.best_table(tables["best"], searched, params)
+        said = f"Best trial per cell ({searched['direction']} {searched['objective']})"
+        module_parts.append(f"{said}:\n\n{markdown(best, index=False)}")
+        try:
+            shown += search.figures(root, experiment, sweep)
+        except Exception as error:  # a study that cannot be read: the table stands
+            parts.append(f"**Not drawn:** the search's plots failed ({error!r}).")
     parts += module_parts
     points = summaries.of_rows(rows, manifest, sweep)
     problems = _problems(points, params)

@@ -42,14 +42,14 @@ from experiments.model import ModelConfig, OctLM, check_attention
 IGNORE = -100  # a position without a target
 EVAL_SEED = 1_000_003  # the held-out set's generator: seed + this
 EVAL_BATCHES = 8
-WARMUP = 300  # steps of linear warm-up, then a cosine decay to a tenth of lr
+WARMUP = 300  # steps of linear warm-up (warmup), then a cosine decay to a tenth of lr
 
 
 def check(
     task: str, attention: str, window: int, kv_heads: int, heads: int, width: int, layers: int,
     block: int, steps: int, batch: int, lr: float, pairs: int, queries: int, gap: int, keys: int,
     values: int, length: int, text_file: str | None, checkpoint_every: int, device: str,
-    reference_steps: int,
+    reference_steps: int, warmup: int,
 ) -> None:  # fmt: skip
     check_attention(attention)
     checks.window(window, causal=True)
@@ -58,7 +58,7 @@ def check(
     checks.positive(layers=layers, block=block, steps=steps, batch=batch, lr=lr, pairs=pairs,
                     queries=queries, keys=keys, values=values, length=length,
                     checkpoint_every=checkpoint_every)  # fmt: skip
-    checks.not_negative(gap=gap, reference_steps=reference_steps)
+    checks.not_negative(gap=gap, reference_steps=reference_steps, warmup=warmup)
     checks.device(device, auto=True)
     if pairs > keys:
         raise ValueError(f"pairs={pairs} needs at least as many distinct keys, got keys={keys}")
@@ -102,6 +102,7 @@ def run(
     steps: int = 800,
     batch: int = 128,
     lr: float = 5e-3,
+    warmup: int = WARMUP,
     pairs: int = 8,
     queries: int = 4,
     gap: int = 8,
@@ -165,7 +166,7 @@ def run(
     autocast = torch.autocast(used.type, dtype=torch.bfloat16, enabled=dtype == "bfloat16")
     model.train()
     for step in range(start + 1, steps + 1):
-        rate = schedule(step, steps, lr)
+        rate = schedule(step, steps, lr, warmup)
         tokens, targets = (t.to(used) for t in data.batch(generator, batch))
         clock = time.perf_counter()
         try:
@@ -244,9 +245,9 @@ class Alone:
         return self
 
 
-def schedule(step: int, steps: int, lr: float) -> float:
-    """Linear warm-up over WARMUP steps, then a cosine decay from lr to lr / 10 at `steps`."""
-    warm = min(1.0, step / WARMUP)
+def schedule(step: int, steps: int, lr: float, warmup: int = WARMUP) -> float:
+    """Linear warm-up over `warmup` steps, then a cosine decay from lr to lr / 10 at `steps`."""
+    warm = min(1.0, step / warmup) if warmup else 1.0
     return lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
 
 

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from harness import expressions
+from harness import expressions, search
 from harness.tables import MISSING, planned
 
 FAILING = ("FAIL", "INCOMPLETE", "ERROR")  # the results that make --check exit 1
@@ -44,7 +44,10 @@ def report_module(config: dict):
 def derived_tables(rows: pd.DataFrame, config: dict) -> dict[str, pd.DataFrame]:
     """The rows, and the tables the experiment's report module derives from them, by name."""
     module = report_module(config)
-    return {"rows": rows, **(module.tables(rows) if module and not rows.empty else {})}
+    tables = {"rows": rows, **(module.tables(rows) if module and not rows.empty else {})}
+    if config.get("search"):  # each cell's best trial (harness.search)
+        tables["best"] = search.best_rows(rows, config["search"])
+    return tables
 
 
 def claims_table(

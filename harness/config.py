@@ -25,7 +25,7 @@ from harness.errors import BadInput, one_line
 HERE = Path(__file__).resolve().parent
 CONF = HERE / "conf" if (HERE / "conf").is_dir() else HERE.parent / "conf"  # installed; checkout
 USER_KEYS = ("out", "resume", "wait", "seed", "max_points", "stream_rows", "stream_s")  # for users
-HARNESS_KEYS = (*USER_KEYS, "sinks", "sweep_id", "job")  # config.yaml (sinks: conf/sinks/)
+HARNESS_KEYS = (*USER_KEYS, "sinks", "search", "sweep_id", "job")  # config.yaml; conf/sinks/
 SET_BY_HARNESS = ("out", "sweep_id", "job")  # given to every job by the harness
 # What an experiment's name or a sweep id may be: it becomes a folder name and part of a glob.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")

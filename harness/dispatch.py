@@ -168,6 +168,7 @@ class Progress:
         if summary["status"] != "ok":
             detail = shorten(summary.get("error") or "")
         width = len(str(self.total))
-        line = f"[{self.done:>{width}}/{self.total}] job {point.job} {' '.join(point.overrides)}:"
+        named = " ".join([*point.overrides, *([summary["trial"]] if summary.get("trial") else [])])
+        line = f"[{self.done:>{width}}/{self.total}] job {point.job} {named}:"
         line = f"{line} {summary['status']} {detail}".rstrip()
         print(f"{line}  ({elapsed:.1f} s, ~{left:.0f} s left)", flush=True)

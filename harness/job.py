@@ -15,7 +15,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from harness import distributed, files, provenance, store, tracking
+from harness import distributed, files, provenance, search, store, tracking
 from harness.signature import Experiment, config_hash, config_values
 from harness.sinks import PointInfo, Sinks
 from harness.tracking import Tracker
@@ -60,6 +60,9 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
     path = store.job_file(root, experiment.name, sweep, job)
     started, clock = datetime.now(UTC), time.perf_counter()
     digest = planned["config_hash"] if planned else config_hash(experiment.name, params)
+    trial = _trial(root, experiment, sweep, job, planned, values["seed"])
+    if trial is not None:  # a search's trial: the parameters its study asked for
+        params = {**params, **trial.params}
     shared: dict = {}  # the harness's columns, taken once the experiment has started
     group = distributed.current()
     ranked = {"rank": group.rank, "world_size": group.world_size} if group else {}
@@ -74,6 +77,7 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
                 run_dir=run_dir,
                 **provenance.provenance(str(params.get("device", "cpu"))),
                 **ranked,
+                **({"cell": trial.cell, "trial": trial.number} if trial else {}),
             )
         return _row(row, params, {**shared, "duration_s": time.perf_counter() - clock})
 
@@ -86,7 +90,7 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
             path,
             tracking.checkpoint_dir(values["out"], experiment.name, sweep, job),
             prepare,
-            config_hash=digest,
+            config_hash=digest if trial is None else f"{digest}.trial-{trial.number}",
             check=_row_check(_reserved(params)),
             clock=clock,
             every_rows=values.get("stream_rows", 1000),
@@ -95,9 +99,12 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
             shown=lambda row: first_numbers(row, params),
             sinks=sinks,
             group=group,
+            observe=trial.observe if trial else None,
         )
     returned = measure(experiment, params, params.get("seed", values["seed"]), tracker)
     rows = [prepare(row) for row in returned]
+    if trial is not None:  # told before the rows are written: a restart takes the trial back
+        trial.tell(rows, next((row["status"] for row in rows if row["status"] != "ok"), "ok"))
     if tracker is not None:  # its job file replaces its segments; the sinks get the rest
         rows = tracker.end(rows)
     elif group and group.rank:  # every process of the group ran it: rank 0's rows are kept
@@ -107,26 +114,44 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
         if sinks is not None:  # a point without a tracker: its rows once they are stored
             sinks.send(rows)
     _keep_package_list(store.sweep_dir(root, experiment.name, sweep))
-    return summary(rows, params, last=tracker is not None)
+    told = summary(rows, params, last=tracker is not None)
+    return {**told, "trial": trial.label()} if trial else told
 
 
 def planned_point(root: Path, experiment: str, sweep: str, job: int) -> dict | None:
     """The manifest's point of this job (params, config_hash); None where the manifest cannot
     tell (a job run outside a sweep: its config's values run)."""
+    return _planned(root, experiment, sweep)[0].get(job)
+
+
+def _planned(root: Path, experiment: str, sweep: str) -> tuple[dict[int, dict], dict | None]:
+    """job -> its planned point, and the sweep's search (harness.search), from its manifest."""
     path = store.sweep_dir(root, experiment, sweep) / store.MANIFEST
     try:
         stat = path.stat()
     except OSError:
-        return None
-    return _planned(root, experiment, sweep, (stat.st_ino, stat.st_mtime_ns)).get(job)
+        return {}, None
+    return _read_plan(root, experiment, sweep, (stat.st_ino, stat.st_mtime_ns))
 
 
 @functools.lru_cache(maxsize=4)
-def _planned(root: Path, experiment: str, sweep: str, version: tuple) -> dict[int, dict]:
-    """job -> its planned point, read once per version of the manifest in this process (a
-    SLURM task's pack of points reads it once)."""
+def _read_plan(root: Path, experiment: str, sweep: str, version: tuple) -> tuple[dict, dict | None]:
+    """_planned, read once per version of the manifest in this process (a SLURM task's pack of
+    points reads it once)."""
     manifest = store.read_manifest(root, experiment, sweep) or {"points": []}
-    return {point["job"]: point for point in manifest["points"]}
+    searched = (manifest.get("experiment_config") or {}).get("search")
+    return {point["job"]: point for point in manifest["points"]}, searched
+
+
+def _trial(root: Path, experiment: Experiment, sweep: str, job: int, planned, seed: int):
+    """The search's trial that this job runs (harness.search.Trial), or None: a grid's point."""
+    if not planned or planned.get("cell") is None:
+        return None
+    searched = _planned(root, experiment.name, sweep)[1]
+    if not searched:
+        raise ValueError(f"job {job} is a trial of a search that the sweep's manifest lacks")
+    folder = store.sweep_dir(root, experiment.name, sweep)
+    return search.Trial(folder, searched, planned, job, seed, experiment.hints)
 
 
 def _note_changes(params: dict, values: dict) -> None:
@@ -159,6 +184,8 @@ def measure(
         return rows
     except tracking.Requeued:  # the task is requeued: this process ends
         raise
+    except search.Pruned as stop:  # a search's pruner stopped the trial: an answer
+        return [{"status": "pruned", "error": str(stop)}]
     except (Exception, SystemExit) as error:
         if tracker is not None and tracker.store_error is not None:
             raise tracker.store_error from None

@@ -8,7 +8,7 @@ import itertools
 import math
 import secrets
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,7 +17,7 @@ from hydra.core.override_parser.types import ChoiceSweep, Override, QuotedString
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from harness import store
+from harness import search, store
 from harness.claims import validate as validate_claims
 from harness.config import HARNESS_KEYS, SET_BY_HARNESS, check_name, key_of
 from harness.errors import BadInput, one_line
@@ -33,10 +33,14 @@ class Point:
     overrides: list[str]  # this point's grid values, as Hydra overrides
     params: dict  # the experiment function's keyword arguments: what the point computes
     config_hash: str  # their digest (experiment.config_hash), which the point's rows carry
+    cell: int | None = None  # a search's trial: its cell of the grid, and its place in it
+    slot: int | None = None
 
     def planned(self) -> dict:
-        """What the point's job runs (its manifest entry's params and config_hash)."""
-        return {"params": self.params, "config_hash": self.config_hash}
+        """What the point's job runs (its manifest entry's params and config_hash; a trial's
+        cell and slot)."""
+        trial = {"cell": self.cell, "slot": self.slot} if self.cell is not None else {}
+        return {"params": self.params, "config_hash": self.config_hash, **trial}
 
 
 @dataclass
@@ -87,7 +91,26 @@ def plan(cfg: DictConfig, sweeps: list[Override], added: list[str] = ()) -> Swee
     if not points:
         empty = " ".join(f"{key}=[]" for key, values in axes.items() if not values)
         raise BadInput(f"the grid has no points ({empty})")
+    searched = search.spec(values, experiment, list(axes))
+    if searched:
+        launcher = cfg.hydra.launcher
+        if launcher.get("tasks_per_node", 1) * launcher.get("nodes", 1) > 1:
+            raise BadInput("a search's trials run as one process each: tasks_per_node=1, nodes=1")
+        points = search.slots(points, searched, _trial_point)
+        if len(points) > values["max_points"]:
+            raise BadInput(
+                f"{len(points):,} trials in all, more than max_points={values['max_points']:,}: "
+                "narrow the grid or search.trials"
+            )
+        experiment = replace(experiment, config={**experiment.config, "search": searched})
     return sweep_of(cfg, experiment, points)
+
+
+def _trial_point(point: Point, job: int, cell: int, slot: int) -> Point:
+    """A search's trial of the cell `point`: its own job and config_hash (each trial's rows and
+    checkpoint are its own)."""
+    digest = config_hash("", {"cell_hash": point.config_hash, "slot": slot})
+    return Point(job, point.overrides, point.params, digest, cell, slot)
 
 
 def _check_name(cfg: DictConfig, node: dict) -> None:
@@ -262,6 +285,7 @@ def write_manifest(sweep: Sweep) -> None:
                 "overrides": p.overrides,
                 "params": p.params,
                 "config_hash": p.config_hash,
+                **({"cell": p.cell, "slot": p.slot} if p.cell is not None else {}),
             }
             for p in sweep.points
         ],

@@ -2,6 +2,7 @@
 
 import re
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from hydra.core.override_parser.types import Override
@@ -67,6 +68,9 @@ def resumed(
     )
     values = config_values(cfg)
     experiment_ = Experiment.load(values["experiment"])
+    searched = manifest.get("experiment_config", {}).get("search")
+    if searched:  # the sweep's own search, as planned
+        experiment_ = replace(experiment_, config={**experiment_.config, "search": searched})
     sweep = sweep_of(cfg, experiment_, [])
     sweep.command, sweep.config_dirs = manifest.get("command"), config_dirs
     scheduled = set(still_scheduled(manifest))
@@ -77,7 +81,8 @@ def resumed(
     if changed:  # the manifest says what each point runs with, so its rerun's rows match it
         for point in sweep.points:
             point.params = experiment_.params({**point.params, **changed})
-            point.config_hash = config_hash(experiment, point.params)
+            if point.cell is None:  # a trial's digest is its cell's and slot's
+                point.config_hash = config_hash(experiment, point.params)
         rerun = {point.job: point for point in sweep.points}
         for entry in manifest["points"]:
             if entry["job"] in rerun:
@@ -172,7 +177,7 @@ def _unfinished(sweep: Sweep, manifest: dict, scheduled: set[int]) -> list[Point
     name = sweep.experiment.name
     points = [
         Point(p["job"], p.get("overrides", []), p["params"],
-              p.get("config_hash") or config_hash(name, p["params"]))
+              p.get("config_hash") or config_hash(name, p["params"]), p.get("cell"), p.get("slot"))
         for p in manifest["points"]
         if p["job"] not in done and p["job"] not in scheduled
     ]  # fmt: skip

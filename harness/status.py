@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import launchers, store, tracking
+from harness import launchers, search, store, tracking
 from harness.config import command
 from harness.errors import BadInput, shorten
 from harness.job import first_numbers
@@ -34,6 +34,10 @@ def status(sweep_id: str, out: str = "outputs") -> int:
     print(f"sweep {sweep_id} ({experiment}): {manifest.get('command', '')}")
     print(pipe_table(table.assign(detail=table["detail"].map(shorten))))
     print(", ".join(f"{n} {state}" for state, n in table["state"].value_counts().items()))
+    searched = (manifest.get("experiment_config") or {}).get("search")
+    if searched:
+        for line in search.progress(store.sweep_dir(results, experiment, sweep_id), searched):
+            print(line)
     unfinished = ~table["state"].isin(store.DONE)
     if not unfinished.any() or table["state"].isin(["pending", "running"]).any():
         return 0

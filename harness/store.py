@@ -65,7 +65,7 @@ JOB = re.compile(r"job-(\d+)\.parquet")
 SEGMENT = re.compile(r"job-(\d+)\.(?:rank-(\d+)\.)?part-(\d+)\.parquet")
 READ_ATTEMPTS = 50  # a read retries while compactions change the folder under it
 # A point's answer: resume skips these. Other statuses (failed, killed, oom, timeout) rerun.
-DONE = ("ok", "unsupported")
+DONE = ("ok", "unsupported", "pruned")  # pruned: a search's trial that its pruner stopped
 RUNNING = "running"  # the rows a training job lands before it ends (harness.tracking)
 PARTITIONS = pa.schema([("experiment", pa.string()), ("sweep", pa.string())])
 SET_ASIDE = "_damaged-"  # the prefix of a damaged file moved aside: neither "." nor ".parquet"
@@ -99,6 +99,8 @@ HARNESS_COLUMNS = {
     "run_dir": pa.string(),
     "rank": pa.int64(),  # of a point that runs as several processes (harness.distributed)
     "world_size": pa.int64(),
+    "cell": pa.int64(),  # a search's trial (harness.search): its cell of the grid
+    "trial": pa.int64(),  #   and its number in that cell's study
 }
 
 

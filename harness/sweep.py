@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 from hydra import initialize_config_dir
 
-from harness import store
+from harness import search, store
 from harness.config import (
     CONF,
     check_harness_keys,
@@ -95,7 +95,8 @@ def _new_sweep(argv: list[str], overrides: list, experiment: str, config_dirs: l
     """A new sweep's plan, written to its manifest under an id of its own; its config and
     launcher."""
     command = shlex.join(["python", "-m", "harness", *argv])
-    fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
+    overrides, space = search.command_line(overrides)
+    fixed = [*(o.input_line for o in overrides if not o.is_sweep_override()), *space]
     grid = [o for o in overrides if o.is_sweep_override()]
     for _ in range(ID_ATTEMPTS):
         cfg = compose_config([*fixed, f"sweep_id={new_sweep_id()}"], experiment, config_dirs)

@@ -15,12 +15,17 @@ def planned(rows: pd.DataFrame, points: list[dict] | None) -> pd.DataFrame:
     point that has none: what claims and derived tables are computed over."""
     landed = set(rows["job"]) if "job" in rows and not rows.empty else set()
     absent = [
-        {"job": point["job"], "status": "not run", **point.get("params", {})}
+        {"job": point["job"], "status": "not run", **_cell(point), **point.get("params", {})}
         for point in points or []
         if point["job"] not in landed
     ]
     frames = [frame for frame in (rows, pd.DataFrame(absent)) if not frame.empty]
     return pd.concat(frames, ignore_index=True) if len(frames) > 1 else (frames or [rows])[0]
+
+
+def _cell(point: dict) -> dict:
+    """A search's trial's cell (harness.search), for its "not run" row."""
+    return {"cell": point["cell"]} if point.get("cell") is not None else {}
 
 
 def validate_table(spec) -> None:

@@ -76,6 +76,7 @@ class Tracker:
         shown: Callable[[dict], str] | None = None,
         sinks=None,
         group=None,
+        observe: Callable[[dict], None] | None = None,
     ):
         """Rows go to the job's file `path` (its segments beside it), checkpoints to `folder`;
         `prepare` makes a row a stored one (the point's parameters, the harness's columns: the
@@ -83,7 +84,8 @@ class Tracker:
         (columns it may not set), `clock` is the point's start (time.perf_counter) that its
         rows' duration_s counts from; `say` prints what happens, `shown` what a landed row says
         (its step and metrics), on a progress line; `sinks` (harness.sinks.Sinks) get the rows
-        as they land; `group` (harness.distributed.Group) is the point's processes, if several."""
+        as they land; `group` (harness.distributed.Group) is the point's processes, if several;
+        `observe` sees each row as it is logged (a search's pruner: it may raise to stop)."""
         self.path, self.folder, self.prepare = Path(path), Path(folder), prepare
         self.config_hash, self.check, self.clock = config_hash, check, clock
         self.every_rows, self.every_s = every_rows, every_s
@@ -97,7 +99,7 @@ class Tracker:
         self.fresh = True  # nothing restored: the first landing removes the job's earlier rows
         self.sinks, self.sunk = sinks, False  # whether the sinks are open
         self.oldest: float | None = None  # when the oldest row not landed yet was logged
-        self.group = group
+        self.group, self.observe = group, observe
         self.raised = False  # the experiment raised (in a group: which no longer meets)
         self._warned = False  # SLURM's warning came
         self.store_error: OSError | None = None  # the store could not take rows or a checkpoint
@@ -155,6 +157,8 @@ class Tracker:
             self.land()
         elif first:
             self._wake.set()
+        if self.observe is not None:
+            self.observe(row)
 
     def save(self, state: dict) -> None:
         """Checkpoint: land the rows so far, then save `state` with their count (in a group:

@@ -16,7 +16,7 @@ from probes import PROBE_PATH, SUPPORT, arrivals, held, steps_by_rank
 from slurm_testing import SlurmCluster, skip_module_unless_available, wait_for
 from sweeps import own_file
 
-from harness import store
+from harness import search, store
 
 pytestmark = pytest.mark.slurm
 skip_module_unless_available()
@@ -325,3 +325,40 @@ def test_a_two_task_point_with_a_killed_process_resumes_from_its_checkpoint(clus
     assert set(rows["status"]) == {"ok"}
     kept, reran = train[train["step"] <= 8], train[train["step"] > 8]
     assert victim in set(kept["pid"]) and not set(kept["pid"]) & set(reran["pid"])
+
+
+def test_a_search_on_slurm_killed_mid_run_resumes_the_same_trials(cluster, harness, tmp_path):
+    """A search as a SLURM array of trials, two at once (array_parallelism): scancel the array
+    while both hold mid-run, then resume: the killed trials come back with their numbers and
+    parameters, continue from their checkpoints, and the study ends with a trial per point."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    env = {**environment(cluster), "PYTHONPATH": PROBE_PATH}
+    given = ["--config-dir", str(SUPPORT / "conf"), "+experiment=tuned", "variant=a"]
+    args = ["search.params.lr=tag(log, interval(1e-4, 1))", "search.trials=4", "search.pruner=none"]
+    args += [f"folder={gate}", "hold_at=5", *SLURM, "hydra.launcher.array_parallelism=2"]
+    submitted = harness(*given, *args, "wait=false", env=env)
+    assert submitted.returncode == 0, submitted.stderr
+    wait_for(lambda: len(held(gate)) == 2, 120, "two trials holding at step 5")
+    array = _running_task(cluster).partition("_")[0]
+    cluster.run("scancel", array)
+    wait_for(lambda: _running_task(cluster) is None, 60, "the array to go")
+    (sweep_,) = store.sweeps(harness.results, "tuned")
+    folder = store.sweep_dir(harness.results, "tuned", sweep_)
+    before = {t.user_attrs["job"]: (t.number, t.params) for t in search.studies(folder)[0].trials}
+    assert len(before) == 2
+    (gate / "release").touch()
+    resumed = harness(*given[:3], f"resume={sweep_}", env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    trials = search.studies(folder)[0].trials
+    after = {t.user_attrs["job"]: t for t in trials}
+    assert sorted(after) == [0, 1, 2, 3] and len(trials) == 4
+    assert {t.state.name for t in trials} == {"COMPLETE"}
+    rows = store.read(harness.results, "tuned", sweep_)
+    for job, (number, params) in before.items():
+        assert (after[job].number, after[job].params) == (number, params)
+        train = rows[(rows["job"] == job) & (rows["phase"] == "train")]
+        assert train["step"].tolist() == list(range(1, 21))
+    assert "cell 0: 4 trials asked of 4 (4 complete)" in status(
+        SimpleNamespace(harness=harness), sweep_
+    )

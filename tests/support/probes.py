@@ -3,6 +3,7 @@ for the test, so that a test can prove two points ran at once, or act while a po
 without resting on timing."""
 
 import base64
+import math
 import os
 import sys
 import time
@@ -174,3 +175,43 @@ class BrokenSink:
 
     def close(self) -> None:
         pass
+
+
+def tuned(
+    *,
+    lr: float,
+    variant: str = "a",
+    steps: int = 20,
+    folder: str = "",
+    hold_at: int = 0,
+    checkpoint_every: int = 2,
+    timeout_s: float = 120.0,
+    tracker=None,
+) -> list[dict]:
+    """A search's probe: a training run without a model whose score peaks at lr = 1e-2 (variant
+    b: 1e-3): 1 - (log10 lr - log10 best)^2, reached linearly over the steps (phase "train",
+    a row each), then one held-out row (phase "eval"). A run that restored nothing holds after
+    step `hold_at` (0: never) until the file "release" exists in `folder` ("held-PID" there
+    meanwhile); it checkpoints every `checkpoint_every` steps."""
+    best = {"a": -2.0, "b": -3.0}[variant]
+    score = 1.0 - (math.log10(lr) - best) ** 2
+    state = tracker.restore() if tracker is not None else None
+    rows = []
+    for step in range((state["step"] if state else 0) + 1, steps + 1):
+        row = {"phase": "train", "step": step, "score": score * step / steps, "pid": os.getpid()}
+        tracker.log(row) if tracker is not None else rows.append(row)
+        if step == hold_at and state is None:
+            (Path(folder) / f"held-{os.getpid()}").touch()
+            deadline = time.monotonic() + timeout_s
+            while not (Path(folder) / "release").exists():
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"held at step {step} for {timeout_s:g} s")
+                time.sleep(0.05)
+        if tracker is not None and step % checkpoint_every == 0:
+            tracker.save({"step": step})
+    return [*rows, {"phase": "eval", "step": steps, "score": score, "pid": os.getpid()}]
+
+
+def check_tuned(lr: float) -> None:
+    if not lr > 0:
+        raise ValueError(f"lr must be above 0, got {lr}")

@@ -1,0 +1,353 @@
+"""A search within each cell of the grid: Optuna trials as the sweep's points.
+
+The config's `search` (conf/config.yaml) gives a space in Hydra's sweeper grammar (interval,
+tag(log, interval), range, choice), an objective (a metric of the point's rows), its direction,
+a number of trials, a sampler and a pruner. Each cell of the grid (a point it would run) becomes
+`trials` points, one per trial: job cell * trials + slot, planned as any point, so every launcher
+runs them as it runs a grid, as many at once as it allows, a new one as soon as one ends. Each
+cell is an Optuna study (named cell-N) in the sweep's journal (_study.journal, Optuna's journal
+file storage: appends under a file lock, which processes on a shared file system can share).
+
+A trial's point asks its study for parameters when it starts (study.ask: the sampler sees every
+trial told so far) and records its job in the trial; run again (resume, a requeue) it takes the
+same trial back, and so the same parameters and checkpoint, unless that trial failed: then it
+asks for a new one. While it trains, the objective of each row that matches `prune_on` is
+reported to the pruner every `report_every` such rows; a pruned trial stops at that row, and
+its point ends with a row of status "pruned" (an answer: resume does not rerun it). When it ends,
+the objective of its last row that matches `where` is told to the study (a point that failed,
+or has no such value, is a failed trial). Its rows carry `cell` and `trial` (the trial's number
+in its cell's study) and the trial's parameters as their columns.
+"""
+
+import math
+from pathlib import Path
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, RangeSweep
+from hydra.errors import HydraException
+
+from harness.config import key_of, override
+from harness.errors import BadInput, one_line
+
+JOURNAL = "_study.journal"
+PARAMS = "search.params."  # the command line's search space: search.params.KEY=interval(...)
+SAMPLERS = ("tpe", "random")
+PRUNERS = ("median", "successive_halving", "hyperband", "none")
+DIRECTIONS = ("maximize", "minimize")
+GRAMMAR = "interval(a, b), tag(log, interval(a, b)), range(a, b, step) or choice(a, b, ...)"
+
+
+class Pruned(Exception):
+    """The pruner stopped the trial: its point ends with a row of status "pruned"."""
+
+
+def command_line(overrides: list[Override]) -> tuple[list[Override], list[str]]:
+    """The command line's overrides without its search space, and the space as plain lines
+    (++search.params.lr='tag(log, interval(1e-4, 1e-2))'): a sweep override there is the space
+    of a search, not an axis of the grid, and a key the config may not have yet."""
+    others, lines = [], []
+    for given in overrides:
+        key = key_of(given.input_line)
+        if key.startswith(PARAMS):
+            lines.append(f"++{override(key, given.input_line.partition('=')[2])}")
+        else:
+            others.append(given)
+    return others, lines
+
+
+def spec(values: dict, experiment, grid: list[str]) -> dict | None:
+    """The config's search, checked (one line of BadInput for what cannot work) and plain;
+    None where it has no params (a grid alone)."""
+    node = values.get("search") or {}
+    params = node.get("params") or {}
+    if not params:
+        return None
+    for key in params:
+        if key not in experiment.parameters:
+            raise BadInput(f"search.params.{key}: {experiment.name} takes no parameter {key}")
+        if key in grid:
+            raise BadInput(f"{key} is both an axis of the grid and searched: give it to one")
+    trials = node.get("trials")
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise BadInput(f"search.trials must be a positive integer, got {trials!r}")
+    every = node.get("report_every")
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise BadInput(f"search.report_every must be a positive integer, got {every!r}")
+    if not isinstance(node.get("objective"), str) or not node["objective"]:
+        raise BadInput("search.objective must name a metric of the point's rows (accuracy)")
+    for key in ("where", "prune_on"):
+        if not isinstance(node.get(key) or {}, dict):
+            raise BadInput(f"search.{key} must be a mapping of columns to values (phase: eval)")
+    for key, allowed in (("direction", DIRECTIONS), ("sampler", SAMPLERS), ("pruner", PRUNERS)):
+        if node.get(key) not in allowed:
+            raise BadInput(
+                f"search.{key} must be one of {', '.join(allowed)}, got {node.get(key)!r}"
+            )
+    for key in ("sampler_options", "pruner_options"):
+        if not isinstance(node.get(key) or {}, dict):
+            raise BadInput(f"search.{key} must be a mapping of keyword arguments")
+    checked = {**node, "params": {key: str(text) for key, text in params.items()}}
+    for key in ("sampler_options", "pruner_options"):
+        checked[key] = dict(node.get(key) or {})
+    if "seed" in checked["sampler_options"]:
+        raise BadInput("search.sampler_options.seed: each trial's sampler is seeded from seed")
+    try:
+        _sampler(checked, 0), _pruner(checked)
+    except (TypeError, ValueError) as error:
+        said = f"sampler={checked['sampler']}, pruner={checked['pruner']}"
+        raise BadInput(f"search: {said}: {one_line(error)}") from None
+    checked["where"], checked["prune_on"] = (
+        dict(node.get("where") or {}),
+        dict(node.get("prune_on") or {}),
+    )
+    for key, text in checked["params"].items():
+        _check_bounds(experiment, values, key, distribution(key, text, experiment.hints.get(key)))
+    return checked
+
+
+def distribution(key: str, text: str, hint=None):
+    """The Optuna distribution of a search.params value; an int parameter's interval and range
+    are of whole numbers."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    try:
+        value = OverridesParser.create().parse_override(f"{key}={text}").value()
+    except HydraException as error:
+        raise BadInput(f"search.params.{key}={text}: {one_line(error)}") from None
+    whole = hint is int
+    log = "log" in getattr(value, "tags", set())
+    try:
+        if isinstance(value, IntervalSweep):
+            kind = IntDistribution if whole else FloatDistribution
+            low, high = (int(v) if whole else float(v) for v in (value.start, value.end))
+            return kind(low, high, log=log)
+        if isinstance(value, RangeSweep) and not log:
+            last = (
+                value.start + (math.ceil((value.stop - value.start) / value.step) - 1) * value.step
+            )
+            if whole or all(isinstance(v, int) for v in (value.start, value.stop, value.step)):
+                return IntDistribution(int(value.start), int(last), step=int(value.step))
+            return FloatDistribution(float(value.start), float(last), step=float(value.step))
+        if isinstance(value, ChoiceSweep) and not log:
+            return CategoricalDistribution(value.list)
+    except (ValueError, TypeError) as error:
+        raise BadInput(f"search.params.{key}={text}: {error}") from None
+    raise BadInput(f"search.params.{key}={text}: give {GRAMMAR}")
+
+
+def _check_bounds(experiment, values: dict, key: str, space) -> None:
+    """The space's ends (each choice) are values the experiment takes: one line before any
+    trial runs, not a failed trial each."""
+    ends = getattr(space, "choices", None) or (space.low, space.high)
+    for end in ends:
+        try:
+            experiment.params({**values, key: end})
+        except BadInput as error:
+            raise BadInput(f"search.params.{key}: {end!r} is out of its domain: {error}") from None
+
+
+def slots(points: list, search: dict, renumber) -> list:
+    """Each cell's `trials` points, in cell order: renumber(point, job, cell, slot) makes one."""
+    trials = search["trials"]
+    return [
+        renumber(point, cell * trials + slot, cell, slot)
+        for cell, point in enumerate(points)
+        for slot in range(trials)
+    ]
+
+
+def storage(folder: Path):
+    """The sweep's studies: Optuna's journal file storage in its folder."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    return JournalStorage(JournalFileBackend(str(Path(folder) / JOURNAL)))
+
+
+def study(folder: Path, search: dict, cell: int, seed: int | None = None):
+    """The cell's study (created by the first trial that asks), with the search's sampler
+    (seeded: `seed`) and pruner."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(
+        storage=storage(folder),
+        study_name=f"cell-{cell}",
+        direction=search["direction"],
+        sampler=_sampler(search, seed),
+        pruner=_pruner(search),
+        load_if_exists=True,
+    )
+
+
+def _sampler(search: dict, seed: int | None):
+    import optuna
+
+    kind = {"tpe": optuna.samplers.TPESampler, "random": optuna.samplers.RandomSampler}
+    return kind[search["sampler"]](seed=seed, **search.get("sampler_options", {}))
+
+
+def _pruner(search: dict):
+    import optuna
+
+    kind = {
+        "median": optuna.pruners.MedianPruner,
+        "successive_halving": optuna.pruners.SuccessiveHalvingPruner,
+        "hyperband": optuna.pruners.HyperbandPruner,
+        "none": optuna.pruners.NopPruner,
+    }
+    return kind[search["pruner"]](**search.get("pruner_options", {}))
+
+
+def studies(folder: Path) -> dict[int, object]:
+    """cell -> its study, of those the sweep's journal holds (none before a trial asked)."""
+    import optuna
+
+    if not (Path(folder) / JOURNAL).exists():
+        return {}
+    held = storage(folder)
+    return {
+        int(s.study_name.removeprefix("cell-")): optuna.load_study(
+            study_name=s.study_name, storage=held
+        )
+        for s in optuna.get_all_study_summaries(held)
+        if s.study_name.startswith("cell-")
+    }
+
+
+def progress(folder: Path, search: dict) -> list[str]:
+    """A line per cell's study: its trials by state (Optuna's: running, complete, pruned,
+    fail), and the best so far with its parameters."""
+    lines = []
+    for cell, held in sorted(studies(folder).items()):
+        trials = held.get_trials(deepcopy=False)
+        states = {}
+        for trial in trials:
+            states[trial.state.name.lower()] = states.get(trial.state.name.lower(), 0) + 1
+        counts = ", ".join(f"{n} {state}" for state, n in states.items())
+        line = f"cell {cell}: {len(trials)} trials asked of {search['trials']} ({counts})"
+        done = [t for t in trials if t.state.name == "COMPLETE"]
+        if done:
+            best = held.best_trial
+            said = f"trial {best.number} ({_values(best.params)})"
+            line += f"; best {search['objective']}={best.value:.4g}, {said}"
+        lines.append(line)
+    return lines
+
+
+class Trial:
+    """A trial's point as it runs: its parameters, the pruner's reports, what it tells."""
+
+    def __init__(self, folder: Path, search: dict, planned: dict, job: int, seed: int, hints: dict):
+        import optuna
+
+        self.search, self.cell = search, planned["cell"]
+        self.study = study(folder, search, self.cell, seed=seed * 1_000_003 + job)
+        own = [t for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get("job") == job]
+        last = own[-1] if own else None
+        if last is not None and last.state != optuna.trial.TrialState.FAIL:
+            self.trial = optuna.trial.Trial(self.study, last._trial_id)
+            self.params = dict(last.params)
+            self.ended = last.state if last.state.is_finished() else None
+        else:
+            spaces = {k: distribution(k, t, hints.get(k)) for k, t in search["params"].items()}
+            self.trial = self.study.ask(spaces)
+            self.trial.set_user_attr("job", job)
+            self.params, self.ended = dict(self.trial.params), None
+        self.number = self.trial.number
+        self.metric, self.every = search["objective"], search["report_every"]
+        self.matched, self.found = 0, None  # rows matching prune_on; the last `where` value
+
+    def label(self) -> str:
+        """trial 3 (lr=0.0042 warmup=50), for a progress line."""
+        return f"trial {self.number} ({_values(self.params)})"
+
+    def observe(self, row: dict) -> None:
+        """A logged row: the objective of a `where` row is kept; of a `prune_on` row, reported
+        every report_every such rows (Pruned when the pruner stops the trial)."""
+        import optuna
+
+        value = row.get(self.metric)
+        if value is None:
+            return
+        if _matches(row, self.search["where"]):
+            self.found = value
+        if not self.search["prune_on"] or not _matches(row, self.search["prune_on"]):
+            return
+        self.matched += 1
+        if self.matched % self.every:
+            return
+        step = row.get("step", self.matched)
+        if self.ended == optuna.trial.TrialState.PRUNED:  # told before its rows landed
+            raise Pruned(f"pruned at step {step} (told so before a restart)")
+        if self.ended is not None or not math.isfinite(value):
+            return
+        self.trial.report(float(value), int(step))
+        if self.trial.should_prune():
+            raise Pruned(f"pruned at step {step}: {self.metric}={value:.4g}")
+
+    def tell(self, rows: list[dict], status: str) -> float | None:
+        """Tell the study how the trial ended (its value, pruned, or failed): the objective of
+        its last `where` row among `rows` (those returned), else among those it logged."""
+        import optuna
+
+        for row in reversed(rows):
+            if _matches(row, self.search["where"]) and row.get(self.metric) is not None:
+                self.found = row[self.metric]
+                break
+        value = self.found
+        number = float(value) if isinstance(value, int | float) else math.nan
+        if self.ended is not None:  # told already: a point restarted after its tell
+            return number if self.ended == optuna.trial.TrialState.COMPLETE else None
+        State = optuna.trial.TrialState
+        if status == "pruned":
+            self.study.tell(self.trial, state=State.PRUNED)
+        elif status == "ok" and math.isfinite(number):
+            self.study.tell(self.trial, number)
+            return number
+        else:
+            self.study.tell(self.trial, state=State.FAIL)
+        return None
+
+
+def _values(params: dict) -> str:
+    return " ".join(
+        f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()
+    )
+
+
+def _matches(row: dict, where: dict) -> bool:
+    return all(row.get(key) == value for key, value in where.items())
+
+
+def best_rows(rows, search: dict):
+    """Each cell's best trial's `where` row (the objective's), with status "ok" only where
+    every trial of the cell has an answer (store.DONE: ok, unsupported, pruned), else
+    "running": a claim on it is INCOMPLETE until then. A cell without a value yet is a row of
+    its parameters alone, "not run"."""
+    import pandas as pd
+
+    from harness import store
+
+    if rows.empty or "cell" not in rows:
+        return rows.iloc[0:0]
+    metric, maximize = search["objective"], search["direction"] == "maximize"
+    kept = []
+    for _, trials in rows.groupby("cell", sort=True):
+        ended = store.job_statuses(trials).isin(store.DONE).all()
+        chosen = trials[trials["status"] == "ok"]
+        for key, value in search["where"].items():
+            chosen = chosen[chosen[key] == value] if key in chosen else chosen.iloc[0:0]
+        values = pd.to_numeric(chosen.get(metric, pd.Series(dtype=float)), errors="coerce")
+        if values.notna().any():
+            best = chosen.loc[[values.idxmax() if maximize else values.idxmin()]]
+            kept.append(best if ended else best.assign(status="running"))
+        else:
+            kept.append(trials.iloc[:1][["cell", *_params_of(trials)]].assign(status="not run"))
+    return pd.concat(kept, ignore_index=True)
+
+
+def _params_of(rows) -> list[str]:
+    from harness import store
+
+    return [c for c in store.parameter_columns(rows) if c in rows]

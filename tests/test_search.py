@@ -1,0 +1,152 @@
+"""A search within each cell of the grid (harness.search), run for real: Optuna's journal in the
+sweep's folder, trials as points on the local launcher's two workers, pruning on the rows they
+stream, a kill mid-search and a resume that continues the study."""
+
+import os
+import signal
+
+import optuna
+import pandas as pd
+import pytest
+from commands import ROOT, SUPPORT, run_command
+from probes import held, wait_for
+
+from harness import search, store
+
+SEARCH = [
+    "search.params.lr=tag(log, interval(1e-4, 1))",
+    "+search.pruner_options.n_startup_trials=2",
+]
+LOCAL = ["hydra/launcher=local", "hydra.launcher.max_parallel=2"]
+
+
+@pytest.fixture
+def tuned(harness):
+    """`python -m harness --config-dir tests/support/conf +experiment=tuned ARGS`."""
+    given = ["--config-dir", str(SUPPORT / "conf"), "+experiment=tuned"]
+    path = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(SUPPORT)])}
+
+    def run(*args, **kwargs):
+        return harness(*given, *args, env=path, **kwargs)
+
+    run.start = lambda *args: harness.start(*given, *args, env=path)
+    run.results, run.cwd, run.harness = harness.results, harness.cwd, harness
+    return run
+
+
+def _sweep(results) -> tuple[str, dict, pd.DataFrame, dict]:
+    (sweep,) = store.sweeps(results, "tuned")
+    manifest = store.read_manifest(results, "tuned", sweep)
+    studies = search.studies(store.sweep_dir(results, "tuned", sweep))
+    return sweep, manifest, store.read(results, "tuned", sweep), studies
+
+
+def _trials_by_job(studies: dict) -> dict[int, optuna.trial.FrozenTrial]:
+    return {t.user_attrs["job"]: t for s in studies.values() for t in s.get_trials()}
+
+
+@pytest.mark.slow
+def test_a_search_runs_each_cells_trials_on_two_workers_and_prunes_on_streamed_rows(tuned):
+    done = tuned(*SEARCH, "search.trials=6", *LOCAL)
+    assert done.returncode == 0, done.stderr
+    sweep, manifest, rows, studies = _sweep(tuned.results)
+    assert [(p["job"], p["cell"], p["slot"]) for p in manifest["points"]] == [
+        (cell * 6 + slot, cell, slot) for cell in range(2) for slot in range(6)
+    ]
+    statuses = store.job_statuses(rows)
+    assert sorted(statuses.index) == list(range(12))
+    assert set(statuses) <= {"ok", "pruned"} and "pruned" in set(statuses), statuses.to_dict()
+    assert sorted(studies) == [0, 1]
+    trials = _trials_by_job(studies)
+    assert sorted(trials) == list(range(12))  # each job one trial: none twice, none lost
+    for study in studies.values():
+        assert sorted(t.number for t in study.get_trials()) == list(range(6))
+    state = {"ok": "COMPLETE", "pruned": "PRUNED"}
+    for job, trial in trials.items():
+        own = rows[rows["job"] == job]
+        assert trial.state.name == state[statuses[job]]
+        assert set(own["trial"]) == {trial.number} and set(own["cell"]) == {job // 6}
+        assert set(own["lr"]) == {trial.params["lr"]}  # the trial's parameters are its columns
+        assert set(own["variant"]) == {"ab"[job // 6]}
+        train = own[own["phase"] == "train"]
+        if statuses[job] == "pruned":
+            (said,) = own.loc[own["status"] == "pruned", "error"]
+            assert said.startswith("pruned at step")
+            assert train["step"].max() < 20 and "eval" not in set(own["phase"])
+            # Pruned where it was worse than the median of the trials complete by then.
+            step = int(said.split()[3].rstrip(":"))
+            assert trial.intermediate_values[step] == pytest.approx(train["score"].iloc[-1])
+        else:
+            assert train["step"].tolist() == list(range(1, 21))
+            (value,) = own.loc[own["phase"] == "eval", "score"]
+            assert trial.value == pytest.approx(value)
+    # The best trial per cell: the claim on it, the report's table and plots.
+    for cell, study in studies.items():
+        best = rows[(rows["cell"] == cell) & (rows["phase"] == "eval")]["score"].max()
+        assert study.best_value == pytest.approx(best)
+    assert "claim PASS: each variant's best trial" in done.stdout
+    shown = tuned.harness("status", sweep)
+    assert "cell 0: 6 trials asked of 6" in shown.stdout and "best score=" in shown.stdout
+    again = tuned(f"resume={sweep}")
+    assert again.returncode == 0 and "0 points to run" in again.stdout  # pruned is an answer
+    analysis = run_command("analysis", cwd=tuned.cwd)
+    assert analysis.returncode == 0, analysis.stderr
+    report = (tuned.cwd / "outputs" / "report" / "REPORT.md").read_text()
+    assert "Best trial per cell (maximize score)" in report
+    page = (tuned.cwd / "outputs" / "report" / "index.html").read_text()
+    assert "cell 1: optimization history" in page and "cell 1: parameter importance" in page
+
+
+@pytest.mark.slow
+def test_a_killed_search_resumes_its_trials_from_their_checkpoints(tuned):
+    """SIGKILL the sweep while two trials hold mid-run: the resume takes the same trials back
+    (same numbers, same parameters), each continues from its checkpoint, and the study ends
+    with one trial per point."""
+    gate = tuned.cwd / "gate"
+    gate.mkdir()
+    args = [SEARCH[0], "search.trials=4", "search.pruner=none", "variant=a", f"folder={gate}"]
+    running = tuned.start(*args, "hold_at=5", *LOCAL)
+    try:
+        wait_for(lambda: len(held(gate)) == 2 or running.poll() is not None, 120, "two trials")
+        assert running.poll() is None, running.communicate()
+    finally:
+        os.killpg(running.pid, signal.SIGKILL)
+        running.wait()
+    sweep, _, _, studies = _sweep(tuned.results)
+    before = {job: (t.number, t.params) for job, t in _trials_by_job(studies).items()}
+    assert len(before) == 2 and all(t.state.name == "RUNNING" for t in studies[0].get_trials())
+    (gate / "release").touch()
+    resumed = tuned(f"resume={sweep}", *LOCAL)
+    assert resumed.returncode == 0, resumed.stderr
+    _, _, rows, studies = _sweep(tuned.results)
+    after = _trials_by_job(studies)
+    assert sorted(after) == [0, 1, 2, 3] and len(studies[0].get_trials()) == 4
+    assert all(t.state.name == "COMPLETE" for t in after.values())
+    for job, (number, params) in before.items():
+        assert (after[job].number, after[job].params) == (number, params)
+        train = rows[(rows["job"] == job) & (rows["phase"] == "train")]
+        assert train["step"].tolist() == list(range(1, 21))  # each step once
+        # Steps up to the checkpoint at 4 are the killed run's; the rest the resumed one's.
+        assert train["pid"].iloc[0] != train["pid"].iloc[-1]
+        assert train.loc[train["step"] <= 4, "pid"].nunique() == 1
+
+
+@pytest.mark.parametrize(
+    "given, said",
+    [
+        (["search.params.lr=3"], "search.params.lr=3: give interval(a, b)"),
+        (["search.params.nope=interval(0, 1)"], "takes no parameter nope"),
+        (["search.params.variant=choice(a, b)"], "both an axis of the grid and searched"),
+        (["search.params.lr=interval(0, 1)"], "0.0 is out of its domain"),
+        (["search.params.lr=interval(0.1, 1)", "search.trials=0"], "search.trials must be"),
+        (["search.params.lr=interval(0.1, 1)", "search.pruner=best"], "search.pruner must be"),
+        (["search.params.lr=interval(0.1, 1)", "+search.pruner_options.x=1"], "unexpected"),
+        (["search.params.lr=interval(0.1, 1)", "search.trials=60000"], "more than max_points"),
+    ],
+)
+def test_a_search_that_cannot_work_is_one_line_before_anything_runs(tuned, given, said):
+    done = tuned(*given)
+    assert done.returncode == 2, done.stderr
+    assert said in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not store.sweeps(tuned.results, "tuned")
