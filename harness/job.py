@@ -61,8 +61,9 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
     started, clock = datetime.now(UTC), time.perf_counter()
     digest = planned["config_hash"] if planned else config_hash(experiment.name, params)
     trial = _trial(root, experiment, sweep, job, planned, values["seed"])
-    if trial is not None:  # a search's trial: the parameters its study asked for
-        params = {**params, **trial.params}
+    if trial is not None:  # a search's trial: the parameters its study asked for, typed
+        params = {**params, **{k: experiment._typed(k, v) for k, v in trial.params.items()}}
+        trial.fixed = params
     shared: dict = {}  # the harness's columns, taken once the experiment has started
     group = distributed.current()
     ranked = {"rank": group.rank, "world_size": group.world_size} if group else {}

@@ -93,9 +93,7 @@ def plan(cfg: DictConfig, sweeps: list[Override], added: list[str] = ()) -> Swee
         raise BadInput(f"the grid has no points ({empty})")
     searched = search.spec(values, experiment, list(axes))
     if searched:
-        launcher = cfg.hydra.launcher
-        if launcher.get("tasks_per_node", 1) * launcher.get("nodes", 1) > 1:
-            raise BadInput("a search's trials run as one process each: tasks_per_node=1, nodes=1")
+        search.check_launcher(cfg.hydra.launcher)
         points = search.slots(points, searched, _trial_point)
         if len(points) > values["max_points"]:
             raise BadInput(

@@ -8,7 +8,7 @@ from pathlib import Path
 from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig
 
-from harness import files, store
+from harness import files, search, store
 from harness.config import (
     SET_BY_HARNESS,
     available_experiments,
@@ -70,6 +70,7 @@ def resumed(
     experiment_ = Experiment.load(values["experiment"])
     searched = manifest.get("experiment_config", {}).get("search")
     if searched:  # the sweep's own search, as planned
+        search.check_launcher(cfg.hydra.launcher)
         experiment_ = replace(experiment_, config={**experiment_.config, "search": searched})
     sweep = sweep_of(cfg, experiment_, [])
     sweep.command, sweep.config_dirs = manifest.get("command"), config_dirs

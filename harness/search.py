@@ -19,7 +19,10 @@ or has no such value, is a failed trial). Its rows carry `cell` and `trial` (the
 in its cell's study) and the trial's parameters as their columns.
 """
 
+import functools
 import math
+import types
+import typing
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -75,19 +78,16 @@ def spec(values: dict, experiment, grid: list[str]) -> dict | None:
         raise BadInput(f"search.report_every must be a positive integer, got {every!r}")
     if not isinstance(node.get("objective"), str) or not node["objective"]:
         raise BadInput("search.objective must name a metric of the point's rows (accuracy)")
-    for key in ("where", "prune_on"):
+    for key in ("where", "prune_on", "sampler_options", "pruner_options"):
         if not isinstance(node.get(key) or {}, dict):
-            raise BadInput(f"search.{key} must be a mapping of columns to values (phase: eval)")
+            raise BadInput(f"search.{key} must be a mapping (where: {{phase: eval}})")
     for key, allowed in (("direction", DIRECTIONS), ("sampler", SAMPLERS), ("pruner", PRUNERS)):
         if node.get(key) not in allowed:
             raise BadInput(
                 f"search.{key} must be one of {', '.join(allowed)}, got {node.get(key)!r}"
             )
-    for key in ("sampler_options", "pruner_options"):
-        if not isinstance(node.get(key) or {}, dict):
-            raise BadInput(f"search.{key} must be a mapping of keyword arguments")
     checked = {**node, "params": {key: str(text) for key, text in params.items()}}
-    for key in ("sampler_options", "pruner_options"):
+    for key in ("where", "prune_on", "sampler_options", "pruner_options"):
         checked[key] = dict(node.get(key) or {})
     if "seed" in checked["sampler_options"]:
         raise BadInput("search.sampler_options.seed: each trial's sampler is seeded from seed")
@@ -96,10 +96,6 @@ def spec(values: dict, experiment, grid: list[str]) -> dict | None:
     except (TypeError, ValueError) as error:
         said = f"sampler={checked['sampler']}, pruner={checked['pruner']}"
         raise BadInput(f"search: {said}: {one_line(error)}") from None
-    checked["where"], checked["prune_on"] = (
-        dict(node.get("where") or {}),
-        dict(node.get("prune_on") or {}),
-    )
     for key, text in checked["params"].items():
         _check_bounds(experiment, values, key, distribution(key, text, experiment.hints.get(key)))
     return checked
@@ -114,7 +110,8 @@ def distribution(key: str, text: str, hint=None):
         value = OverridesParser.create().parse_override(f"{key}={text}").value()
     except HydraException as error:
         raise BadInput(f"search.params.{key}={text}: {one_line(error)}") from None
-    whole = hint is int
+    whole = hint is int or (typing.get_origin(hint) in (typing.Union, types.UnionType)
+                            and int in typing.get_args(hint))  # fmt: skip
     log = "log" in getattr(value, "tags", set())
     try:
         if isinstance(value, IntervalSweep):
@@ -146,6 +143,12 @@ def _check_bounds(experiment, values: dict, key: str, space) -> None:
             raise BadInput(f"search.params.{key}: {end!r} is out of its domain: {error}") from None
 
 
+def check_launcher(launcher) -> None:
+    """A trial is one process: a point of several would ask for (and tell) a trial in each."""
+    if launcher.get("tasks_per_node", 1) * launcher.get("nodes", 1) > 1:
+        raise BadInput("a search's trials run as one process each: tasks_per_node=1, nodes=1")
+
+
 def slots(points: list, search: dict, renumber) -> list:
     """Each cell's `trials` points, in cell order: renumber(point, job, cell, slot) makes one."""
     trials = search["trials"]
@@ -157,11 +160,17 @@ def slots(points: list, search: dict, renumber) -> list:
 
 
 def storage(folder: Path):
-    """The sweep's studies: Optuna's journal file storage in its folder."""
+    """The sweep's studies: Optuna's journal file storage in its folder, one per process (it
+    reads the journal once, then only what other processes appended since)."""
+    return _storage(str(Path(folder).resolve() / JOURNAL))
+
+
+@functools.lru_cache(maxsize=8)
+def _storage(path: str):
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    return JournalStorage(JournalFileBackend(str(Path(folder) / JOURNAL)))
+    return JournalStorage(JournalFileBackend(path))
 
 
 def study(folder: Path, search: dict, cell: int, seed: int | None = None):
@@ -242,9 +251,11 @@ class Trial:
         import optuna
 
         self.search, self.cell = search, planned["cell"]
-        self.study = study(folder, search, self.cell, seed=seed * 1_000_003 + job)
+        self.study = study(folder, search, self.cell)
         own = [t for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get("job") == job]
         last = own[-1] if own else None
+        # Seeded by job and attempt: a new trial after a failed one draws afresh.
+        self.study.sampler = _sampler(search, (seed * 1_000_003 + job) * 1_009 + len(own))
         if last is not None and last.state != optuna.trial.TrialState.FAIL:
             self.trial = optuna.trial.Trial(self.study, last._trial_id)
             self.params = dict(last.params)
@@ -257,6 +268,7 @@ class Trial:
         self.number = self.trial.number
         self.metric, self.every = search["objective"], search["report_every"]
         self.matched, self.found = 0, None  # rows matching prune_on; the last `where` value
+        self.fixed: dict = {}  # the point's parameters, which `where` and `prune_on` may name
 
     def label(self) -> str:
         """trial 3 (lr=0.0042 warmup=50), for a progress line."""
@@ -267,20 +279,18 @@ class Trial:
         every report_every such rows (Pruned when the pruner stops the trial)."""
         import optuna
 
-        value = row.get(self.metric)
+        if self.ended == optuna.trial.TrialState.PRUNED:  # told so before a restart
+            raise Pruned(f"pruned at step {row.get('step', '?')} (told so before a restart)")
+        value, seen = row.get(self.metric), {**self.fixed, **row}
         if value is None:
             return
-        if _matches(row, self.search["where"]):
+        if _matches(seen, self.search["where"]):
             self.found = value
-        if not self.search["prune_on"] or not _matches(row, self.search["prune_on"]):
+        if not self.search["prune_on"] or not _matches(seen, self.search["prune_on"]):
             return
         self.matched += 1
-        if self.matched % self.every:
-            return
-        step = row.get("step", self.matched)
-        if self.ended == optuna.trial.TrialState.PRUNED:  # told before its rows landed
-            raise Pruned(f"pruned at step {step} (told so before a restart)")
-        if self.ended is not None or not math.isfinite(value):
+        step = row.get("step", self.matched)  # a restart's rows report at the same steps
+        if step % self.every or self.ended is not None or not math.isfinite(value):
             return
         self.trial.report(float(value), int(step))
         if self.trial.should_prune():
@@ -334,10 +344,12 @@ def best_rows(rows, search: dict):
     metric, maximize = search["objective"], search["direction"] == "maximize"
     kept = []
     for _, trials in rows.groupby("cell", sort=True):
-        ended = store.job_statuses(trials).isin(store.DONE).all()
-        chosen = trials[trials["status"] == "ok"]
+        statuses = store.job_statuses(trials)
+        ended = statuses.isin(store.DONE).all()
+        chosen = trials[trials["job"].isin(statuses.index[statuses == "ok"])]
         for key, value in search["where"].items():
             chosen = chosen[chosen[key] == value] if key in chosen else chosen.iloc[0:0]
+        chosen = chosen.drop_duplicates("job", keep="last")  # the value each trial told
         values = pd.to_numeric(chosen.get(metric, pd.Series(dtype=float)), errors="coerce")
         if values.notna().any():
             best = chosen.loc[[values.idxmax() if maximize else values.idxmin()]]

@@ -150,3 +150,58 @@ def test_a_search_that_cannot_work_is_one_line_before_anything_runs(tuned, given
     assert said in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert not store.sweeps(tuned.results, "tuned")
+
+
+def test_a_cells_best_is_the_value_its_trials_told_and_counts_once_every_trial_ended():
+    """The best row of a cell is the last `where` row of a trial that ended ok: not an earlier
+    row of it, nor a row of a failed trial; and "running" while any trial has no answer."""
+    spec = {"objective": "score", "direction": "maximize", "where": {"phase": "eval"}}
+    rows = pd.DataFrame(
+        [
+            {
+                "job": 0,
+                "cell": 0,
+                "trial": 0,
+                "lr": 0.1,
+                "phase": "eval",
+                "score": 0.9,
+                "status": "ok",
+            },
+            {
+                "job": 0,
+                "cell": 0,
+                "trial": 0,
+                "lr": 0.1,
+                "phase": "eval",
+                "score": 0.5,
+                "status": "ok",
+            },
+            {
+                "job": 1,
+                "cell": 0,
+                "trial": 1,
+                "lr": 0.2,
+                "phase": "eval",
+                "score": 0.99,
+                "status": "ok",
+            },
+            {"job": 1, "cell": 0, "trial": 1, "lr": 0.2, "phase": "eval", "status": "failed"},
+            {
+                "job": 2,
+                "cell": 0,
+                "trial": 2,
+                "lr": 0.3,
+                "phase": "train",
+                "score": 0.7,
+                "status": "ok",
+            },
+            {"job": 2, "cell": 0, "trial": 2, "lr": 0.3, "status": "pruned"},
+        ]
+    )
+    (best,) = search.best_rows(rows, spec).itertuples()
+    assert (best.job, best.score, best.status) == (0, 0.5, "running")  # job 1 has no answer
+    ended = rows[rows["job"] != 1]
+    (best,) = search.best_rows(ended, spec).itertuples()
+    assert (best.job, best.score, best.status) == (0, 0.5, "ok")
+    minimized = search.best_rows(ended, {**spec, "direction": "minimize"})
+    assert minimized["score"].tolist() == [0.5]

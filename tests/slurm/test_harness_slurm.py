@@ -348,11 +348,11 @@ def test_a_search_on_slurm_killed_mid_run_resumes_the_same_trials(cluster, harne
     before = {t.user_attrs["job"]: (t.number, t.params) for t in search.studies(folder)[0].trials}
     assert len(before) == 2
     (gate / "release").touch()
-    resumed = harness(*given[:3], f"resume={sweep_}", env=env, timeout=300)
+    resumed = harness(*given[:3], f"resume={sweep_}", "wait=true", env=env, timeout=300)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     trials = search.studies(folder)[0].trials
     after = {t.user_attrs["job"]: t for t in trials}
-    assert sorted(after) == [0, 1, 2, 3] and len(trials) == 4
+    assert sorted(after) == [0, 1, 2, 3] and len(trials) == 4, resumed.stdout
     assert {t.state.name for t in trials} == {"COMPLETE"}
     rows = store.read(harness.results, "tuned", sweep_)
     for job, (number, params) in before.items():
