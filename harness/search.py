@@ -173,9 +173,9 @@ def _storage(path: str):
     return JournalStorage(JournalFileBackend(path))
 
 
-def study(folder: Path, search: dict, cell: int, seed: int | None = None):
+def study(folder: Path, search: dict, cell: int):
     """The cell's study (created by the first trial that asks), with the search's sampler
-    (seeded: `seed`) and pruner."""
+    (unseeded: a trial seeds its own) and pruner."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -183,7 +183,7 @@ def study(folder: Path, search: dict, cell: int, seed: int | None = None):
         storage=storage(folder),
         study_name=f"cell-{cell}",
         direction=search["direction"],
-        sampler=_sampler(search, seed),
+        sampler=_sampler(search, None),
         pruner=_pruner(search),
         load_if_exists=True,
     )
