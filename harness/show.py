@@ -10,6 +10,7 @@ from pathlib import Path
 from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig, OmegaConf
 
+from harness import search
 from harness.claims import statement
 from harness.config import (
     USER_KEYS,
@@ -61,7 +62,8 @@ def show(overrides: list[Override], flags: Flags) -> int:
     check_harness_keys(overrides)
     if any(key_of(o.input_line) == "resume" for o in overrides):
         raise BadInput("--cfg and --info show a new sweep's config: drop resume")
-    fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
+    overrides, space = search.command_line(overrides)  # the search's space: no grid axes
+    fixed = [*(o.input_line for o in overrides if not o.is_sweep_override()), *space]
     if flags.info:
         show_info(flags.info, with_searchpath([*fixed, "sweep_id=SWEEP_ID"], config_dirs))
         return 0

@@ -205,3 +205,10 @@ def test_a_cells_best_is_the_value_its_trials_told_and_counts_once_every_trial_e
     assert (best.job, best.score, best.status) == (0, 0.5, "ok")
     minimized = search.best_rows(ended, {**spec, "direction": "minimize"})
     assert minimized["score"].tolist() == [0.5]
+
+
+def test_cfg_shows_a_searchs_space_and_runs_nothing(tuned):
+    done = tuned("search.params.lr=tag(log, interval(1e-4, 1))", "--cfg", "job")
+    assert done.returncode == 0, done.stderr
+    assert "lr: tag(log, interval(1e-4, 1))" in done.stdout
+    assert not store.sweeps(tuned.results, "tuned")
