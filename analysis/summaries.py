@@ -26,7 +26,8 @@ from harness.config import CONF
 
 CACHE = ".summaries"
 PROVENANCE = ["started_at", "git_commit", "torch_version", "device_name"]
-KEPT = {"job", "status", "error", *PROVENANCE}  # the harness's columns a summary keeps
+KEPT = {"job", "status", "error", "cell", "trial", *PROVENANCE}  # the harness's columns kept
+RAN = " (ran)"  # of_rows: a searched parameter's column as the rows have it, while merging
 VERSION = 1  # of the caches' layout: a cache of another is recomputed
 
 
@@ -138,10 +139,14 @@ def of_rows(rows: pd.DataFrame, manifest: dict | None, sweep: str) -> pd.DataFra
         last["status"] = store.job_statuses(rows)
         errors = rows.dropna(subset=["error"]) if "error" in rows else rows.iloc[:0]
         last["error"] = errors.drop_duplicates("job").set_index("job").get("error")
-        measured = [c for c in last if _is_metric(last[c]) and c not in plan]
+        measured = [c for c in last if _is_metric(last[c]) and c not in plan and c not in KEPT]
         kept = [c for c in last if c in KEPT]
-        last = last[[*kept, *measured]].reset_index()
-    points = plan.merge(last, on="job", how="outer") if not plan.empty else last
+        ran = [c for c in _searched(manifest) if c in plan and c in last]
+        last = last[[*kept, *measured, *ran]].reset_index()
+    points = plan.merge(last, on="job", how="outer", suffixes=("", RAN)) if not plan.empty else last
+    for column in [c.removesuffix(RAN) for c in points if c.endswith(RAN)]:
+        values = points.pop(f"{column}{RAN}")  # a trial's value, where its rows landed
+        points[column] = values.where(values.notna(), points[column])
     if points.empty:
         return pd.DataFrame()
     points["status"] = points.get("status", pd.Series(index=points.index)).fillna("not run")
@@ -149,6 +154,13 @@ def of_rows(rows: pd.DataFrame, manifest: dict | None, sweep: str) -> pd.DataFra
     points = points.sort_values("job", ignore_index=True)
     points.attrs["params"] = [c for c in plan if c != "job"]
     return points
+
+
+def _searched(manifest: dict | None) -> list[str]:
+    """The parameters a search's trials choose as they run (harness.search): the plan holds
+    their config values, the rows what each trial ran with."""
+    search = ((manifest or {}).get("experiment_config") or {}).get("search") or {}
+    return list(search.get("params") or {})
 
 
 def _is_metric(column: pd.Series) -> bool:

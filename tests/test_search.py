@@ -11,6 +11,7 @@ import pytest
 from commands import ROOT, SUPPORT, run_command
 from probes import held, wait_for
 
+from analysis import summaries
 from harness import search, store
 
 SEARCH = [
@@ -80,6 +81,11 @@ def test_a_search_runs_each_cells_trials_on_two_workers_and_prunes_on_streamed_r
             assert train["step"].tolist() == list(range(1, 21))
             (value,) = own.loc[own["phase"] == "eval", "score"]
             assert trial.value == pytest.approx(value)
+    # The report's points (the page's table) show what each trial ran, not the config's lr.
+    points = summaries.of_rows(rows, manifest, sweep).set_index("job")
+    for job, trial in trials.items():
+        assert points.loc[job, "lr"] == trial.params["lr"]
+        assert points.loc[job, "trial"] == trial.number
     # The best trial per cell: the claim on it, the report's table and plots.
     for cell, study in studies.items():
         best = rows[(rows["cell"] == cell) & (rows["phase"] == "eval")]["score"].max()
