@@ -84,6 +84,8 @@ def trainer(
     rows, and the processes meet at every step (an all-reduce, as DistributedDataParallel's)."""
     state = tracker.restore() if tracker is not None else None
     first = state["step"] + 1 if state else 1
+    stopping = until == "stopping"
+    released = (lambda: tracker.stopping) if stopping else (Path(folder) / until).exists
     rows = []
     for step in range(first, steps + 1):
         if torch.distributed.is_initialized():
@@ -91,16 +93,21 @@ def trainer(
         row = {"step": step, "value": step * 10 + seed, "pid": os.getpid()}
         tracker.log(row) if tracker is not None else rows.append(row)
         if step == hold_at and state is None:
-            (Path(folder) / f"held-{os.getpid()}").touch()
-            deadline = time.monotonic() + timeout_s
-            gate = Path(folder) / until
-            while not (tracker.stopping if until == "stopping" else gate.exists()):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"held at step {step} for {timeout_s:g} s")
-                time.sleep(0.05)
+            hold(folder, step, timeout_s, released)
         if tracker is not None and (step % checkpoint_every == 0 or tracker.stopping):
             tracker.save({"step": step, "weights": torch.rand(256 * state_kib)})
     return [*rows, {"step": 0, "value": -1, "pid": os.getpid()}]
+
+
+def hold(folder: str, step: int, timeout_s: float, released: Callable[[], bool]) -> None:
+    """A training probe held at `step` until released() (the file "held-PID" in `folder`
+    meanwhile); TimeoutError after timeout_s."""
+    (Path(folder) / f"held-{os.getpid()}").touch()
+    deadline = time.monotonic() + timeout_s
+    while not released():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"held at step {step} for {timeout_s:g} s")
+        time.sleep(0.05)
 
 
 def steps_by_rank(rows) -> dict[int, list[int]]:
@@ -201,12 +208,7 @@ def tuned(
         row = {"phase": "train", "step": step, "score": score * step / steps, "pid": os.getpid()}
         tracker.log(row) if tracker is not None else rows.append(row)
         if step == hold_at and state is None:
-            (Path(folder) / f"held-{os.getpid()}").touch()
-            deadline = time.monotonic() + timeout_s
-            while not (Path(folder) / "release").exists():
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"held at step {step} for {timeout_s:g} s")
-                time.sleep(0.05)
+            hold(folder, step, timeout_s, (Path(folder) / "release").exists)
         if tracker is not None and step % checkpoint_every == 0:
             tracker.save({"step": step})
     return [*rows, {"phase": "eval", "step": steps, "score": score, "pid": os.getpid()}]
