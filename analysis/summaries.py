@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness import files, store
+from harness import files, search, store
 from harness.config import CONF
 
 CACHE = ".summaries"
@@ -159,8 +159,7 @@ def of_rows(rows: pd.DataFrame, manifest: dict | None, sweep: str) -> pd.DataFra
 def _searched(manifest: dict | None) -> list[str]:
     """The parameters a search's trials choose as they run (harness.search): the plan holds
     their config values, the rows what each trial ran with."""
-    search = ((manifest or {}).get("experiment_config") or {}).get("search") or {}
-    return list(search.get("params") or {})
+    return list((search.of_manifest(manifest) or {}).get("params") or {})
 
 
 def _is_metric(column: pd.Series) -> bool:

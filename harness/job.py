@@ -140,8 +140,7 @@ def _read_plan(root: Path, experiment: str, sweep: str, version: tuple) -> tuple
     """_planned, read once per version of the manifest in this process (a SLURM task's pack of
     points reads it once)."""
     manifest = store.read_manifest(root, experiment, sweep) or {"points": []}
-    searched = (manifest.get("experiment_config") or {}).get("search")
-    return {point["job"]: point for point in manifest["points"]}, searched
+    return {point["job"]: point for point in manifest["points"]}, search.of_manifest(manifest)
 
 
 def _trial(root: Path, experiment: Experiment, sweep: str, job: int, planned, seed: int):

@@ -68,7 +68,7 @@ def resumed(
     )
     values = config_values(cfg)
     experiment_ = Experiment.load(values["experiment"])
-    searched = manifest.get("experiment_config", {}).get("search")
+    searched = search.of_manifest(manifest)
     if searched:  # the sweep's own search, as planned
         search.check_launcher(cfg.hydra.launcher)
         experiment_ = replace(experiment_, config={**experiment_.config, "search": searched})

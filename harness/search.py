@@ -58,6 +58,11 @@ def command_line(overrides: list[Override]) -> tuple[list[Override], list[str]]:
     return others, lines
 
 
+def of_manifest(manifest: dict | None) -> dict | None:
+    """The sweep's search as its manifest records it (plan: in its experiment_config), or None."""
+    return ((manifest or {}).get("experiment_config") or {}).get("search")
+
+
 def spec(values: dict, experiment, grid: list[str]) -> dict | None:
     """The config's search, checked (one line of BadInput for what cannot work) and plain;
     None where it has no params (a grid alone)."""

@@ -34,7 +34,7 @@ def status(sweep_id: str, out: str = "outputs") -> int:
     print(f"sweep {sweep_id} ({experiment}): {manifest.get('command', '')}")
     print(pipe_table(table.assign(detail=table["detail"].map(shorten))))
     print(", ".join(f"{n} {state}" for state, n in table["state"].value_counts().items()))
-    searched = (manifest.get("experiment_config") or {}).get("search")
+    searched = search.of_manifest(manifest)
     if searched:
         for line in search.progress(store.sweep_dir(results, experiment, sweep_id), searched):
             print(line)
