@@ -16,6 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from harness import distributed, files, provenance, search, store, tracking
+from harness.lifetime import per_command
 from harness.signature import Experiment, config_hash, config_values
 from harness.sinks import PointInfo, Sinks
 from harness.tracking import Tracker
@@ -135,6 +136,7 @@ def _planned(root: Path, experiment: str, sweep: str) -> tuple[dict[int, dict], 
     return _read_plan(root, experiment, sweep, (stat.st_ino, stat.st_mtime_ns))
 
 
+@per_command
 @functools.lru_cache(maxsize=4)
 def _read_plan(root: Path, experiment: str, sweep: str, version: tuple) -> tuple[dict, dict | None]:
     """_planned, read once per version of the manifest in this process (a SLURM task's pack of

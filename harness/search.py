@@ -31,6 +31,7 @@ from hydra.errors import HydraException
 
 from harness.config import key_of, override
 from harness.errors import BadInput, one_line
+from harness.lifetime import per_command
 
 JOURNAL = "_study.journal"
 PARAMS = "search.params."  # the command line's search space: search.params.KEY=interval(...)
@@ -170,6 +171,7 @@ def storage(folder: Path):
     return _storage(str(Path(folder).resolve() / JOURNAL))
 
 
+@per_command
 @functools.lru_cache(maxsize=8)
 def _storage(path: str):
     from optuna.storages import JournalStorage

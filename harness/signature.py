@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
 from harness.errors import BadInput
+from harness.lifetime import per_command
 
 TRACKER = "tracker"  # the parameter through which a training experiment gets its Tracker
 
@@ -103,6 +104,7 @@ class Experiment:
             return self.typed[key]
 
 
+@per_command
 @functools.lru_cache(maxsize=64)
 def _loaded(cls, name: str, target: str, named: tuple[str, ...]) -> Experiment:
     return cls._load(name, target, named)

@@ -56,6 +56,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from harness import files
+from harness.lifetime import per_command
 
 MANIFEST = "_sweep.json"
 LOCK = "_compact.lock"  # held while a compaction or a resume rewrites a sweep's files
@@ -69,8 +70,8 @@ DONE = ("ok", "unsupported", "pruned")  # pruned: a search's trial that its prun
 RUNNING = "running"  # the rows a training job lands before it ends (harness.tracking)
 PARTITIONS = pa.schema([("experiment", pa.string()), ("sweep", pa.string())])
 SET_ASIDE = "_damaged-"  # the prefix of a damaged file moved aside: neither "." nor ".parquet"
-_named: dict[Path, str] = {}  # the damaged files this process has named, and why
-_named_columns: set[str] = set()  # the columns of two kinds this process has named
+_named: dict[Path, str] = per_command({})  # the damaged files this process has named, and why
+_named_columns: set[str] = per_command(set())  # the columns of two kinds it has named
 
 
 # The harness's own columns and their types; parameters and metrics are typed by their values.

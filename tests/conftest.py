@@ -1,11 +1,110 @@
-"""Shared fixtures: the harness's command line, run for real in a scratch working directory."""
+"""Shared fixtures: the harness's command line, run for real in a scratch working directory; and
+the tiers (README.md, Tests): a test that calls a command is marked e2e, one that starts processes
+must be marked process (or slow, slurm, serial), and any other (a unit test) that starts a process
+fails, saying so."""
 
+import contextlib
+import multiprocessing.process
 import os
 import subprocess
+from pathlib import Path
 
 import pandas as pd
 import pytest
-from commands import ROOT, SUPPORT, run_command, start_command
+from commands import ROOT, SUPPORT, call_command, run_command, start_command
+
+COMMAND_FIXTURES = {"harness", "probe", "analysis"}  # a test that takes one is e2e
+STARTING = {"process", "slow", "slurm", "serial"}  # markers that allow any process
+ALLOWED_IN_E2E = {"git"}  # the commit and dirty flag of a row's provenance (once a process)
+
+
+def pytest_configure(config):
+    """Each of pytest-xdist's workers takes its share of the CPUs for torch's threads: workers
+    that each spin every CPU's thread (torch's default) slow one another by 10 to 100 times."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // workers))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items):
+    """e2e on a test that calls a command; the SLURM tests as one group, which one worker runs
+    one after another (--dist loadgroup: one cluster) while the others run the rest."""
+    for item in items:
+        if COMMAND_FIXTURES & set(item.fixturenames) and not item.get_closest_marker("e2e"):
+            item.add_marker("e2e")
+        if item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+
+
+STARTED = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    with _watching(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with _watching(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A unit test that started a process fails, and so does an e2e one that started any but
+    git: such a test is marked process. The processes are recorded where they start rather
+    than refused there, where the code under test might take the refusal for its own error."""
+    report = yield
+    started = item.stash.get(STARTED, [])
+    if report.when == "call" and report.passed and started:
+        tier = "an e2e test" if item.get_closest_marker("e2e") else "a unit test"
+        report.outcome = "failed"
+        report.longrepr = (f"{tier} started processes ({', '.join(dict.fromkeys(started))}): "
+                           "mark it process, or call the command in this process")  # fmt: skip
+    return report
+
+
+@contextlib.contextmanager
+def _watching(item):
+    """Record in the item's stash each process that its setup or call starts, unless its
+    markers allow it."""
+    markers = {marker.name for marker in item.iter_markers()}
+    if markers & STARTING:
+        yield
+        return
+    allowed = ALLOWED_IN_E2E if "e2e" in markers else set()
+    started = item.stash.setdefault(STARTED, [])
+
+    def watch(patch, owner, name: str, what):
+        original = getattr(owner, name)
+
+        def starting(*args, **kwargs):
+            said = what(*args, **kwargs)
+            if said not in allowed:
+                started.append(said)
+            return original(*args, **kwargs)
+
+        patch.setattr(owner, name, starting)
+
+    with pytest.MonkeyPatch.context() as patch:
+        watch(patch, subprocess.Popen, "_execute_child", _program)
+        watch(patch, multiprocessing.process.BaseProcess, "start", _process_name)
+        watch(patch, os, "fork", lambda: "os.fork")
+        yield
+
+
+def _program(popen, args, *rest) -> str:
+    first = args if isinstance(args, str | bytes | os.PathLike) else args[0]
+    return Path(os.fsdecode(first).split()[0]).name
+
+
+def _process_name(process) -> str:
+    return f"multiprocessing {process.name}"
 
 
 @pytest.fixture
@@ -23,15 +122,19 @@ def initialized():
 
 @pytest.fixture
 def harness(tmp_path):
-    """Run `python -m harness ...` in a fresh working directory (outputs/ lands there)."""
+    """`python -m harness ...` in a fresh working directory (outputs/ lands there), called in
+    this process (harness.process: run as a process of its own; harness.start: started)."""
 
     def run(*args: str, **kwargs):
+        return call_command("harness", *args, cwd=tmp_path, **kwargs)
+
+    def process(*args: str, **kwargs):
         return run_command("harness", *args, cwd=tmp_path, **kwargs)
 
     def start(*args: str, **kwargs):
         return start_command("harness", *args, cwd=tmp_path, **kwargs)
 
-    run.start = start
+    run.start, run.process = start, process
     run.cwd = tmp_path
     run.results = tmp_path / "outputs" / "results"
     return run
@@ -50,7 +153,11 @@ def probe(harness):
     def start(*args: str, env: dict | None = None, **kwargs):
         return harness.start(*given, *args, env={**path, **(env or {})}, **kwargs)
 
-    run.start, run.cwd, run.results, run.harness = start, harness.cwd, harness.results, harness
+    def process(*args: str, env: dict | None = None, **kwargs):
+        return harness.process(*given, *args, env={**path, **(env or {})}, **kwargs)
+
+    run.start, run.process, run.harness = start, process, harness
+    run.cwd, run.results = harness.cwd, harness.results
     return run
 
 
@@ -64,11 +171,13 @@ def gate(tmp_path):
 
 @pytest.fixture
 def analysis(tmp_path):
-    """Run `python -m analysis ...` in the same working directory as the `harness` fixture."""
+    """`python -m analysis ...` in the same working directory as the `harness` fixture, called
+    in this process (analysis.process: as a process of its own)."""
 
     def run(*args: str, **kwargs):
-        return run_command("analysis", *args, cwd=tmp_path, **kwargs)
+        return call_command("analysis", *args, cwd=tmp_path, **kwargs)
 
+    run.process = lambda *args, **kwargs: run_command("analysis", *args, cwd=tmp_path, **kwargs)
     return run
 
 

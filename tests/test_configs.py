@@ -4,13 +4,11 @@ each, its claims name what a tiny point's rows and tables have, and no broken me
 
 import functools
 import inspect
-import os
 import re
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
+from commands import call_command
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -22,6 +20,11 @@ from harness.signature import Experiment, config_values
 from harness.tables import planned
 
 EXPERIMENTS = sorted(path.stem for path in (CONF / "experiment").glob("*.yaml"))
+# The same, each experiment's tests on one of pytest-xdist's workers (--dist loadgroup), which
+# runs its tiny point once.
+RUN_ONCE = [
+    pytest.param(name, marks=pytest.mark.xdist_group(f"tiny-{name}")) for name in EXPERIMENTS
+]
 
 # One small, quick point (or a few, where a claim's table needs two lengths or two methods).
 TINY = {
@@ -79,19 +82,12 @@ def test_every_key_is_a_parameter_and_each_default_has_one_value(name):
 
 @pytest.fixture(scope="module")
 def tiny_runs(tmp_path_factory):
-    """Each experiment's tiny point(s), run once through `python -m harness`, by name."""
+    """Each experiment's tiny point(s), run once through the harness's command line, by name."""
 
     @functools.cache
     def run(name: str) -> tuple:
         folder = tmp_path_factory.mktemp(name)
-        result = subprocess.run(
-            [sys.executable, "-m", "harness", f"+experiment={name}", *TINY[name]],
-            cwd=folder,
-            env={**os.environ, "PYTHONPATH": str(CONF.parent)},
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        result = call_command("harness", f"+experiment={name}", *TINY[name], cwd=folder)
         assert result.returncode == 0, result.stderr + result.stdout
         results = folder / "outputs" / "results"
         (sweep,) = store.sweeps(results, name)
@@ -101,7 +97,7 @@ def tiny_runs(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", EXPERIMENTS)
+@pytest.mark.parametrize("name", RUN_ONCE)
 def test_a_tiny_point_runs_and_has_what_every_claim_names(name, tiny_runs):
     assert name in TINY, f"give {name} a tiny point in TINY"
     rows, manifest = tiny_runs(name)
@@ -121,7 +117,7 @@ def test_a_tiny_point_runs_and_has_what_every_claim_names(name, tiny_runs):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", BROKEN)
-@pytest.mark.parametrize("name", EXPERIMENTS)
+@pytest.mark.parametrize("name", RUN_ONCE)
 def test_no_claim_passes_a_broken_measurement_of_the_seeded_grid(name, kind, tiny_runs):
     real, _ = tiny_runs(name)
     params = set(Experiment.load(config_values(composed(name))["experiment"]).parameters)

@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 from browser import Browser, chromium
-from commands import run_command, start_command
+from commands import call_command, start_command
 from sweeps import write_jobs, write_plan
 
 from analysis import plots, summaries
@@ -39,9 +39,9 @@ def store_dir(tmp_path_factory) -> Path:
     two short training points, run for real, then the report."""
     cwd = tmp_path_factory.mktemp("page")
     for args in (TILED, TILED, RECALL):
-        ran = run_command("harness", *args, cwd=cwd)
+        ran = call_command("harness", *args, cwd=cwd)
         assert ran.returncode == 0, ran.stdout + ran.stderr
-    made = run_command("analysis", cwd=cwd)
+    made = call_command("analysis", cwd=cwd)
     assert made.returncode == 0, made.stdout + made.stderr
     return cwd
 
@@ -176,8 +176,8 @@ def test_watch_serves_a_page_that_reloads_itself_when_rows_land(store_dir, tmp_p
             browser.evaluate("window.scrollTo(0, 600)")
             before = browser.evaluate("JSON.parse(document.getElementById('report-data')"
                                       ".textContent).stamp")  # fmt: skip
-            ran = run_command("harness", "+experiment=exp014_tiled", "length=32", "block=8",
-                              "hydra.sweeper.params={}", cwd=store_dir)  # fmt: skip
+            ran = call_command("harness", "+experiment=exp014_tiled", "length=32", "block=8",
+                               "hydra.sweeper.params={}", cwd=store_dir)  # fmt: skip
             assert ran.returncode == 0, ran.stderr
             newest = store.sweeps(store_dir / "outputs" / "results", "exp014_tiled")[-1]
             shown = (f"document.body?.dataset.drawn === 'yes' && document.querySelector("

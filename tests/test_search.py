@@ -8,7 +8,7 @@ import signal
 import optuna
 import pandas as pd
 import pytest
-from commands import ROOT, SUPPORT, run_command
+from commands import ROOT, SUPPORT, call_command
 from probes import held, wait_for
 
 from analysis import summaries
@@ -95,7 +95,7 @@ def test_a_search_runs_each_cells_trials_on_two_workers_and_prunes_on_streamed_r
     assert "cell 0: 6 trials asked of 6" in shown.stdout and "best score=" in shown.stdout
     again = tuned(f"resume={sweep}")
     assert again.returncode == 0 and "0 points to run" in again.stdout  # pruned is an answer
-    analysis = run_command("analysis", cwd=tuned.cwd)
+    analysis = call_command("analysis", cwd=tuned.cwd)
     assert analysis.returncode == 0, analysis.stderr
     report = (tuned.cwd / "outputs" / "report" / "REPORT.md").read_text()
     assert "Best trial per cell (maximize score)" in report

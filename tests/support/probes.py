@@ -27,14 +27,14 @@ def rendezvous(
     timeout_s: float = 120.0,
     fail: int = -1,
 ) -> list[dict]:
-    """Arrive (leave a file of this process in `folder`), then wait until `expect` arrivals are
+    """Arrive (leave a file of its own in `folder`), then wait until `expect` arrivals are
     there and, if `release` names one, until that file exists in `folder` (only the points
     numbered `hold` or more wait for it). One row: how many arrivals it saw. A point that
     waits longer than timeout_s fails, and so does point number `fail` at once."""
     if point == fail:
         raise RuntimeError(f"point {point} fails, as asked (fail={fail})")
     here = Path(folder)
-    (here / f"arrived-{point}-{os.getpid()}").touch()
+    (here / f"arrived-{point}-{time.monotonic_ns()}-{os.getpid()}").touch()  # pid last
     held = release and point >= hold
     deadline = time.monotonic() + timeout_s
     while len(arrivals(here)) < expect or (held and not (here / release).exists()):
@@ -45,7 +45,7 @@ def rendezvous(
 
 
 def arrivals(folder: Path) -> list[Path]:
-    """The arrival files in `folder`, one per process that ran a point."""
+    """The arrival files in `folder`, one each time a point ran."""
     return sorted(Path(folder).glob("arrived-*"))
 
 
