@@ -1,8 +1,10 @@
 # make run:       set up .venv if needed, run the seeded exp014_tiled sweep here, regenerate the report.
-# make test:      the same set-up, then ruff and the whole test suite (what CI runs): all but the
-#                 SLURM tests (one cluster) and the serial ones (timings) on up to 4 cores, then
-#                 those one after another.
-# make test-fast: the edit-run loop: everything but the slow and SLURM tests, on every core.
+# make test:      the same set-up, then ruff and the whole test suite (what CI runs): every test but
+#                 the serial ones on a worker a core and one more (the SLURM tests, one after another
+#                 on one worker, mostly wait on the cluster), then the serial ones (timings) alone.
+# make test-fast: the edit-run loop: the unit tests and the commands called in-process on tiny grids
+#                 (no test that starts processes, none slow), on every core.
+# make test-unit: the unit tests alone: no command, no process started.
 # make gpu-check: on a machine with one NVIDIA GPU (a few minutes): the GPU tests (pytest -m gpu),
 #                 then SDPA's backends on it (exp015_backends in float16 and bfloat16, head width
 #                 64, length 1,024 to 16,384), then training in each precision (exp019_precision,
@@ -10,8 +12,12 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+WORKERS ?= $(shell expr $$(nproc) + 1)
+PYTEST := $(BIN)/python -m pytest --durations 10
+UNIT := not e2e and not process and not slow and not slurm and not serial
+FAST := not process and not slow and not slurm and not serial
 
-.PHONY: run test test-fast gpu-check setup clean
+.PHONY: run test test-fast test-unit gpu-check setup clean
 
 run: $(VENV)/.installed
 	$(BIN)/python -m harness +experiment=exp014_tiled
@@ -20,11 +26,14 @@ run: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -m "not slurm and not serial" -n auto --maxprocesses 4 --durations 10
-	$(BIN)/python -m pytest -m "slurm or serial" --durations 10
+	$(PYTEST) -m "not serial" -n $(WORKERS) --dist loadgroup
+	$(PYTEST) -m serial
 
 test-fast: $(VENV)/.installed
-	$(BIN)/python -m pytest -m "not slow and not slurm" -n auto -q
+	$(PYTEST) -m "$(FAST)" -n auto -q
+
+test-unit: $(VENV)/.installed
+	$(PYTEST) -m "$(UNIT)" -n auto -q
 
 gpu-check: $(VENV)/.installed
 	$(BIN)/python -m pytest -m gpu

@@ -20,6 +20,7 @@ DEFAULTS = {
 QUICK = {"device": "cpu", "num_threads": 1, "warmup": 1, "min_repeats": 3, "min_time_s": 0.0}
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("backend", ["math", "flash"])
 @pytest.mark.parametrize("length", [128, 256])
@@ -52,6 +53,7 @@ def test_a_cpu_point_is_one_complete_row(backend, length, dtype):
     assert 0 <= row["cpu_load_beside"] <= 1
 
 
+@pytest.mark.process
 def test_math_in_half_precision_holds_float32_scores():
     """torch 2.13's math backend turns bfloat16 inputs into float32: its scores take float32's
     memory, not half of it (so a GPU runs out of memory where half precision would fit)."""
@@ -62,6 +64,7 @@ def test_math_in_half_precision_holds_float32_scores():
     assert half["rss_delta_mib"] > 0.8 * single["rss_delta_mib"]
 
 
+@pytest.mark.process
 def test_math_materializes_the_scores_and_flash_does_not():
     scores_mib = 8 * 1024 * 1024 * 4 / 2**20  # (H, L, L) float32 at L = 1,024: 32 MiB
     [math] = backends.run(backend="math", length=1024, **QUICK)
@@ -69,6 +72,7 @@ def test_math_materializes_the_scores_and_flash_does_not():
     assert math["rss_delta_mib"] > scores_mib > flash["rss_delta_mib"]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("backend", ["efficient", "cudnn"])
 def test_a_backend_the_cpu_lacks_is_unsupported_with_the_reason(backend):
     [row] = backends.run(backend=backend, length=128, **QUICK)
@@ -77,6 +81,7 @@ def test_a_backend_the_cpu_lacks_is_unsupported_with_the_reason(backend):
     assert "time_ms" not in row
 
 
+@pytest.mark.process
 def test_running_out_of_memory_is_a_row():
     [row] = backends.run(backend="math", length=4096, memory_cap_mib=64, **QUICK)
     assert row["status"] == "oom"

@@ -155,6 +155,7 @@ print(json.dumps({"reads": reads, "mixed": mixed, "bad": bad[:5]}))
 """
 
 
+@pytest.mark.process
 def test_a_reader_during_compactions_and_reruns_sees_every_row_once(tmp_path, monkeypatch):
     """A reader process loops store.read while fresh sweeps are compacted, jobs are released
     and rerun, and compacted again; removals are slowed so that reads land mid-compaction."""

@@ -75,6 +75,7 @@ def test_a_sweep_without_a_readable_manifest_is_damaged_and_fails_the_check(
     assert len(store.read(harness.results)) == 3, "its rows are still readable"
 
 
+@pytest.mark.process
 def test_status_into_a_closed_pipe_exits_quietly(harness, swept):
     read, write = os.pipe()
     os.close(read)  # the reader is gone before the first line

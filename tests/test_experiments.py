@@ -9,6 +9,7 @@ MODULES = ["attention", "model", "tiled", "equivalence", "backends", "tiled_back
 HARNESS_SIDE = ("hydra", "omegaconf", "pyarrow", "pandas")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("module", MODULES)
 def test_an_experiment_module_imports_nothing_of_hydra_or_parquet(module):
     code = (

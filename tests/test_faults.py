@@ -169,6 +169,7 @@ main(sys.argv[1:])
 """
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
 def test_a_sweep_stopped_while_it_compacts_reads_each_row_once(harness, stop):
     """The signal comes as the end-of-sweep compaction removes its first merged file: the merge
@@ -191,6 +192,7 @@ def test_a_sweep_stopped_while_it_compacts_reads_each_row_once(harness, stop):
     assert duckdb_count(harness.results) == 20 and len(pd.read_parquet(harness.results)) == 20
 
 
+@pytest.mark.process
 def test_compact_stopped_by_ctrl_c_finishes_the_merge_first(harness):
     assert harness(*TINY, "length=range(40,50)").returncode == 0
     sweep = only_sweep(harness.results, "exp014_tiled")
@@ -209,6 +211,7 @@ def test_compact_stopped_by_ctrl_c_finishes_the_merge_first(harness):
 # 6-7. Names and folders from configs and the command line.
 
 
+@pytest.mark.process
 def test_an_out_dir_with_spaces_equals_and_brackets_runs_and_its_commands_work(faulty):
     out = faulty.cwd / "runs" / "o b=c [1]"
     result = faulty(f"out='{out}'", f"folder={faulty.cwd}", "fail=1")
@@ -309,6 +312,7 @@ def test_an_entry_that_cannot_be_read_is_named_and_its_point_reruns(harness, ana
     assert duckdb_count(harness.results) == 3
 
 
+@pytest.mark.process
 @pytest.mark.skipif(os.geteuid() != 0, reason="reads the store as another user: needs root")
 def test_a_file_of_another_user_that_cannot_be_read_is_named(harness):
     assert harness(*TINY, "length=64,80,96").returncode == 0
@@ -365,6 +369,7 @@ def test_sweep_ids_sort_by_the_millisecond():
     assert all(i.startswith("20261201-080000-") and len(i) == 20 for i in ids)
 
 
+@pytest.mark.process
 def test_a_taken_sweep_id_is_never_reused(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     ids = iter(["20261201-080000-0001", "20261201-080000-0001", "20261201-080000-0002"])
@@ -385,6 +390,7 @@ def test_a_taken_sweep_id_is_never_reused(tmp_path, monkeypatch, capsys):
 # 12. A full disk.
 
 
+@pytest.mark.process
 def test_a_full_disk_stops_the_sweep_with_one_line_and_resume_finishes_it(faulty, small_disk):
     out = small_disk / "out"
     result = faulty("point=range(30)", "pad_kib=200", f"out={out}")
@@ -444,6 +450,7 @@ def test_a_job_file_without_the_harness_digest_is_no_result(harness, analysis):
 # 15. The local launcher's points end with their sweep.
 
 
+@pytest.mark.process
 def test_the_local_launchers_points_end_when_the_sweep_is_killed(probe, gate):
     running = probe.start("point=0", f"folder={gate}", "release=never", "hydra/launcher=local")
     wait_for(lambda: arrivals(gate), 120, "the point to start")

@@ -146,6 +146,7 @@ def test_resume_runs_only_the_points_without_an_ok_row(harness):
     assert changed.returncode == 2 and "drop seed=1" in changed.stderr
 
 
+@pytest.mark.process
 def test_resume_completes_a_sweep_that_was_killed(probe, gate):
     # Point 0 ends; point 1 arrives and waits for the file "open": the kill finds it running.
     args = ["point=0,1,2,3,4,5", f"folder={gate}", "release=open", "hold=1"]
@@ -344,6 +345,7 @@ def test_an_out_dir_that_cannot_be_written_is_one_line_before_any_point_runs(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 
+@pytest.mark.process
 def test_a_store_that_fails_mid_sweep_stops_it_with_the_resume_command(probe, gate, tmp_path):
     sweeping = probe.start("point=0,1,2", f"folder={gate}", "release=open", "hold=1")
     await_arrivals(gate, 2)
@@ -364,6 +366,7 @@ def test_a_store_that_fails_mid_sweep_stops_it_with_the_resume_command(probe, ga
     assert sorted(store.read(probe.results)["job"]) == [0, 1, 2]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("stop, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_sigterm_and_ctrl_c_stop_a_sweep_with_the_resume_command(probe, gate, stop, code):
     sweeping = probe.start("point=0,1,2", f"folder={gate}", "release=open", "hold=1")
@@ -401,6 +404,7 @@ def test_random_sigkills_then_resume_leave_every_point_exactly_once(probe, gate,
         assert sorted(rows["job"]) == list(range(points)) and set(rows["status"]) == {"ok"}
 
 
+@pytest.mark.process
 def test_resume_may_give_an_oom_point_more_room_and_nothing_else(harness):
     grid = ("+experiment=exp016_backward_memory", "method=naive", "length=1024,2048")
     result = harness(*grid, "memory_cap_mib=64")  # naive needs 100 and 400 MiB here

@@ -47,6 +47,7 @@ def test_a_layer_does_not_import_the_ones_above_it(package, forbidden):
     assert not {m: names for m, names in offending.items() if names}
 
 
+@pytest.mark.process
 def test_the_command_line_loads_no_report_or_experiment_module():
     """What the static check cannot see: nothing the harness's entry points import at load time
     pulls analysis or experiments in."""

@@ -30,6 +30,7 @@ def tiny_runs():
     return {name: precision.run(**TINY, precision=name) for name in precision.PRECISIONS}
 
 
+@pytest.mark.process  # tiny_runs: each run measures its step in a child of its own
 @pytest.mark.parametrize("name", list(precision.PRECISIONS))
 def test_each_precision_trains_and_ends_with_a_complete_final_row(name, tiny_runs):
     *train, final = tiny_runs[name]
@@ -55,6 +56,7 @@ def test_each_precision_trains_and_ends_with_a_complete_final_row(name, tiny_run
         assert all(r["loss_scale"] is None and r["step_skipped"] is None for r in train)
 
 
+@pytest.mark.process
 def test_the_precisions_start_from_the_same_weights_and_batches(tiny_runs):
     """The seed fixes the initial weights and the data: the first step's losses differ by
     rounding only."""
@@ -92,6 +94,7 @@ def test_an_error_that_is_no_missing_kernel_still_raises(monkeypatch):
         precision.run(**TINY, precision="bfloat16")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("name", ["float16", "bfloat16"])
 def test_a_run_resumed_from_its_checkpoint_continues_the_same_run(tmp_path, name):
     """Killed at step 8 (checkpoints at 5 and 10), resumed: the same losses, step for step, as a
@@ -268,6 +271,7 @@ def test_below_sm80_the_memory_efficient_kernel_is_expected():
     assert cuda_sweep(flash)[CUDA_SDPA] == "FAIL"
 
 
+@pytest.mark.process
 def test_the_report_tables_and_plot(tiny_runs, tmp_path):
     rows = pd.DataFrame(
         [{"job": job, "status": row.get("status", "ok"), **DEFAULTS, **TINY, "precision": name,

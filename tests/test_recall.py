@@ -198,7 +198,7 @@ def test_the_recall_claims_fail_for_a_path_that_cannot_see_the_pairs(monkeypatch
         return value.repeat_interleave(query.shape[-3] // value.shape[-3], dim=-3)
 
     monkeypatch.setitem(PATHS, "sdpa", itself)
-    run = {**SHORT, "steps": 200, "batch": 64, "checkpoint_every": 1000}
+    run = {**SHORT, "steps": 50, "batch": 32, "checkpoint_every": 1000}
     runs = {("sdpa", 0): recall.run(**run), ("sdpa", 4): recall.run(**run, window=4)}
     result = claim_results(sweep_rows(runs))
     assert result["with full attention octlm learns to recall, on every seed and path"] == "FAIL"

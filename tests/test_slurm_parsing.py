@@ -26,6 +26,7 @@ def test_gpus_are_counted_from_sinfo_gres(gres, count):
     assert slurm_cli.gpu_count(gres) == count
 
 
+@pytest.mark.process
 def test_a_partitions_nodes_and_what_fits_them(tmp_path, monkeypatch):
     listing = "gpu*|64|512000|gpu:a100:8(S:0-1)\\ngpu*|32|256000|gpu:4\\ncpu|128+|1024000|(null)\\n"
     fake_command(tmp_path, "sinfo", listing)
@@ -46,6 +47,7 @@ def test_a_partitions_nodes_and_what_fits_them(tmp_path, monkeypatch):
     slurm_cli.check_fits({"partition": None, "cpus_per_task": 10**6})  # no sinfo: cannot tell
 
 
+@pytest.mark.process
 def test_the_wait_gives_up_a_task_slurm_would_never_start(tmp_path, monkeypatch):
     fake_command(tmp_path, "squeue", "12_0|PENDING|PartitionConfig\\n12_1|RUNNING|None\\n")
     fake_command(tmp_path, "scancel", "")
@@ -63,6 +65,7 @@ def test_the_wait_gives_up_a_task_slurm_would_never_start(tmp_path, monkeypatch)
     assert (tmp_path / "scancel.calls").read_text() == "12_0\n"
 
 
+@pytest.mark.process
 def test_squeue_is_asked_once_for_every_array_and_less_often_while_nothing_changes(
     tmp_path, monkeypatch
 ):
@@ -84,6 +87,7 @@ def test_squeue_is_asked_once_for_every_array_and_less_often_while_nothing_chang
     assert gaps == sorted(gaps) and gaps[-1] >= 10 and len(asked) < 15, asked
 
 
+@pytest.mark.process
 def test_an_installed_slurm_without_a_cluster_is_refused_with_sinfos_reason(tmp_path, monkeypatch):
     script = tmp_path / "sinfo"
     script.write_text(
@@ -97,6 +101,7 @@ def test_an_installed_slurm_without_a_cluster_is_refused_with_sinfos_reason(tmp_
         slurm_cli.check_fits({"partition": None, "cpus_per_task": 1})
 
 
+@pytest.mark.process
 def test_an_older_manifests_slurm_launch_still_reads(tmp_path, monkeypatch):
     """Launches recorded as slurm_tasks (one job a task, or a list) read as the SLURM
     launcher's placement; squeue says where they are."""

@@ -94,6 +94,7 @@ while True:
 """
 
 
+@pytest.mark.process
 def test_a_writer_killed_mid_write_leaves_no_partial_file(tmp_path):
     """SIGKILL a write loop mid-write and between writes: every visible file is whole, every time.
 

@@ -249,6 +249,7 @@ def test_memory_rows_per_method():
     assert rows["sdpa_math"]["rss_delta_mib"] > 2 * scores_mib > rows["sdpa_flash"]["rss_delta_mib"]
 
 
+@pytest.mark.process
 def test_memory_out_of_memory_is_a_row():
     [row] = tiled_backward.memory(method="naive", length=2048, memory_cap_mib=64)
     assert row["status"] == "oom" and row["device_used"] == "cpu", "as exp015's and exp018's"

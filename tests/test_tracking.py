@@ -50,6 +50,7 @@ def sweep_of(results) -> str:
     return found
 
 
+@pytest.mark.process
 def test_rows_land_while_the_point_runs_and_every_reader_sees_them(trainer):
     running = trainer.start(f"steps={STEPS}", "hold_at=10", "stream_s=0.2")
     wait_for(lambda: held(trainer.gate), 60, "the run to hold at step 10")
@@ -71,6 +72,7 @@ def test_rows_land_while_the_point_runs_and_every_reader_sees_them(trainer):
     assert set(rows["status"]) == {"ok"}
 
 
+@pytest.mark.process
 def test_rows_land_every_stream_rows_rows(trainer):
     # No time-based landing for an hour and no checkpoint before step 10: only batches of 3.
     running = trainer.start(
@@ -94,6 +96,7 @@ def killed_at_step_10(trainer) -> str:
     return sweep_of(trainer.results)
 
 
+@pytest.mark.process
 def test_a_sigkilled_run_keeps_its_rows_and_resume_continues_from_its_checkpoint(trainer):
     sweep = killed_at_step_10(trainer)
     rows = landed(trainer.results)
@@ -132,6 +135,7 @@ class Planted:
         return os.system, (f"touch {self.path}",)
 
 
+@pytest.mark.process
 def test_a_tampered_checkpoint_runs_nothing_and_its_point_starts_afresh(trainer, tmp_path):
     sweep = killed_at_step_10(trainer)
     folder = tracking.checkpoint_dir(trainer.harness.cwd / "outputs", "trainer", sweep, 0)
@@ -150,6 +154,7 @@ def test_a_tampered_checkpoint_runs_nothing_and_its_point_starts_afresh(trainer,
     assert train["pid"].nunique() == 1 and set(rows["status"]) == {"ok"}
 
 
+@pytest.mark.process
 def test_a_full_disk_while_a_point_trains_stops_the_sweep_with_one_line(trainer, small_disk):
     """Its checkpoint (1 MiB of weights) is what the disk cannot take."""
     (small_disk / "filler").write_bytes(os.urandom(3 * 1024 * 1024 - 512 * 1024))
@@ -217,6 +222,7 @@ def test_the_streaming_settings_are_checked_before_anything_runs(trainer):
         assert not trainer.results.exists()
 
 
+@pytest.mark.process
 def test_a_point_killed_under_the_local_launcher_ends_with_its_rows_and_why(trainer):
     """The point's own process dies (SIGKILL) mid-run under hydra/launcher=local: its landed rows
     stay, as measurements (ok), and a row of its own says it did not end (not "running")."""
@@ -370,6 +376,7 @@ def test_a_point_without_a_checkpoint_starts_afresh(tmp_path):
     again.close()
 
 
+@pytest.mark.process
 def test_a_sigkill_with_the_default_settings_keeps_what_landed_and_resume_goes_on(trainer):
     """Rows land every second (and at each checkpoint): the run holding at step 10 has all 10
     landed within about a second, as segments, without waiting for 1,000 rows."""
@@ -393,6 +400,7 @@ def test_a_sigkill_with_the_default_settings_keeps_what_landed_and_resume_goes_o
     assert store.segments(path) == [] and set(rows["status"]) == {"ok"}
 
 
+@pytest.mark.process
 def test_a_damaged_segment_is_skipped_and_its_point_reruns_on_resume(trainer):
     sweep = killed_at_step_10(trainer)
     path = store.job_file(trainer.results, "trainer", sweep, 0)
