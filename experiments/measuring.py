@@ -12,8 +12,11 @@ median of the rounds' ratios, of CPU time on one CPU thread (which other process
 alone), else of wall time.
 """
 
+import importlib
+
 import torch
 
+from experiments.attention import registering_modules
 from harness.measure import MIB, is_out_of_memory, paired_ratio, run_isolated, time_call
 
 HALF_LENGTH_FLOOR = 128  # shorter halves time call overheads more than attention: no growth
@@ -24,10 +27,19 @@ def isolated_row(measure, point: dict, used: torch.device, memory_cap_mib, timeo
     status (oom, timeout, ...) on the device used. The memory cap is the CPU's only: CUDA
     reserves huge address ranges."""
     cap = 0 if used.type == "cuda" else memory_cap_mib
-    outcome = run_isolated(measure, kwargs=point, memory_cap_mib=cap, timeout_s=timeout_s)
+    outcome = run_isolated(_knowing_the_paths, (registering_modules(), measure), point,
+                           memory_cap_mib=cap, timeout_s=timeout_s)  # fmt: skip
     if outcome.status != "ok":
         return [{"status": outcome.status, "error": outcome.error, "device_used": str(used)}]
     return [outcome.value]
+
+
+def _knowing_the_paths(modules: list[str], measure, **point):
+    """In the child: the modules that registered attention paths in the parent, imported first
+    (a path of a user's own, registered outside experiments/, is one to take here too)."""
+    for module in modules:
+        importlib.import_module(module)
+    return measure(**point)
 
 
 def inputs(device: str, shape: tuple, dtype: str, seed: int, num_threads: int) -> tuple:

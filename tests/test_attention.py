@@ -2,10 +2,15 @@
 does; the registry of paths, that a path registered there is every experiment's to take, and
 the one visibility rule."""
 
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
+import registry
 import torch
 import yaml
 from shapes import SHAPES
@@ -18,14 +23,15 @@ from experiments.attention import (
     Tiling,
     attend,
     attention_mask,
-    flex_attention,
     flex_block_mask,
+    has_backward,
     naive_attention,
     reference_attention,
     register,
     repeat_kv,
     sdpa_attention,
     tiled_attention,
+    unregister,
     visible,
 )
 from experiments.model import ModelConfig, OctLM
@@ -43,16 +49,54 @@ def qkv(batch, heads, kv_heads, length, head_dim, dtype=torch.float64, seed=0):
     )
 
 
-@pytest.mark.parametrize("causal, window", [(True, 0), (False, 0), (True, 1), (True, 5)])
+MASKS = [(True, 0), (False, 0), (True, 1), (True, 5)]  # (causal, window)
+
+
+@pytest.mark.parametrize("causal, window", MASKS)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_tiled_and_sdpa_match_naive_in_float64(shape, causal, window):
+@pytest.mark.parametrize("path", registry.paths())
+def test_every_path_matches_the_float64_reference(path, shape, causal, window):
+    """Each registered path (a path that tiles, in the shape's blocks) in float64 against the
+    float64 reference; a path that compiles runs its eager implementation here."""
     *dims, block = shape
     query, key, value = qkv(*dims)
-    expected = naive_attention(query, key, value, causal=causal, window=window)
-    tiled = tiled_attention(query, key, value, block, causal=causal, window=window)
-    sdpa = sdpa_attention(query, key, value, causal=causal, window=window)
-    assert_close(tiled, expected, rtol=1e-12, atol=1e-12)
-    assert_close(sdpa, expected, rtol=1e-12, atol=1e-12)
+    (expected,) = reference_attention(query, key, value, causal=causal, window=window)
+    output = attend(path, query, key, value, causal=causal, window=window, block=block)
+    assert output.dtype == torch.float64
+    assert_close(output, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("causal, window", MASKS)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("path", registry.paths(backward_on="cpu"))
+def test_every_path_with_a_backward_has_the_float64_references_gradients(
+    path, shape, causal, window
+):
+    *dims, block = shape
+    query, key, value = (t.requires_grad_() for t in qkv(*dims))
+    grad_output = torch.randn(query.shape, generator=torch.Generator().manual_seed(9),
+                              dtype=torch.float64)  # fmt: skip
+    _, *expected = reference_attention(query, key, value, grad_output, causal=causal,
+                                       window=window)  # fmt: skip
+    output = attend(path, query, key, value, causal=causal, window=window, block=block)
+    grads = torch.autograd.grad(output, (query, key, value), grad_output)
+    assert expected[2].abs().max() > 0, "every output row weighs some value"
+    for grad, want in zip(grads, expected, strict=True):
+        assert_close(grad, want, rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("path", registry.paths())
+def test_every_path_takes_leading_dims_and_unequal_query_and_key_lengths(path, causal):
+    generator = torch.Generator().manual_seed(1)
+    query = torch.randn(2, 3, 4, 9, 8, generator=generator, dtype=torch.float64)
+    key, value = (
+        torch.randn(2, 3, 2, 13, 8, generator=generator, dtype=torch.float64) for _ in range(2)
+    )
+    (expected,) = reference_attention(query, key, value, causal=causal)
+    output = attend(path, query, key, value, causal=causal, block=4)
+    assert output.shape == query.shape
+    assert_close(output, expected, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("length", [128, 512, 1024, 333])
@@ -76,19 +120,6 @@ def test_tiled_keeps_half_precision_dtypes_and_accumulates_in_float32(dtype):
     assert tiled.dtype == dtype
     expected = naive_attention(*(t.double() for t in (query, key, value)))
     assert_close(tiled.double(), expected, rtol=UNIT_ROUNDOFF[dtype], atol=1e-6)
-
-
-def test_tiled_takes_any_leading_dims_and_unequal_query_and_key_lengths():
-    generator = torch.Generator().manual_seed(1)
-    query = torch.randn(2, 3, 4, 9, 8, generator=generator, dtype=torch.float64)
-    key, value = (
-        torch.randn(2, 3, 4, 13, 8, generator=generator, dtype=torch.float64) for _ in range(2)
-    )
-    for causal in (True, False):
-        assert_close(
-            tiled_attention(query, key, value, 4, causal=causal),
-            naive_attention(query, key, value, causal=causal),
-        )
 
 
 def test_the_mask_and_window_semantics():
@@ -122,16 +153,27 @@ def test_bad_arguments_are_clear_errors(kwargs, message):
         tiled_attention(query, key, value, **kwargs)
 
 
-@pytest.mark.parametrize("path", ["naive", "sdpa", "tiled"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_a_row_that_sees_no_key_is_zero_with_finite_gradients(path, dtype):
-    # 64 queries, 16 keys, window 8: query rows 23 to 63 see no key (top-left causal).
-    query, key, value = (t.requires_grad_() for t in qkv(1, 4, 2, 64, 8, dtype=dtype))
-    key, value = (t.detach()[..., :16, :].requires_grad_() for t in (key, value))
+def blind_rows(dtype, requires_grad: bool):
+    """64 queries, 16 keys, window 8: query rows 23 to 63 see no key (top-left causal)."""
+    query, key, value = (t.requires_grad_(requires_grad) for t in qkv(1, 4, 2, 64, 8, dtype=dtype))
+    key, value = (t.detach()[..., :16, :].requires_grad_(requires_grad) for t in (key, value))
     blind = ~attention_mask(64, 16, causal=True, window=8).any(dim=-1)
     assert blind.nonzero().flatten().tolist() == list(range(23, 64))
+    return query, key, value, blind
+
+
+@pytest.mark.parametrize("path, dtype", registry.path_dtypes(registry.paths()))
+def test_a_row_that_sees_no_key_is_zero_in_every_path(path, dtype):
+    query, key, value, blind = blind_rows(dtype, requires_grad=False)
     output = attend(path, query, key, value, causal=True, window=8, block=8)
     assert torch.equal(output[..., blind, :], torch.zeros_like(output[..., blind, :]))
+    assert output[..., ~blind, :].abs().amax(dim=-1).min() > 0
+
+
+@pytest.mark.parametrize("path, dtype", registry.path_dtypes(registry.paths(backward_on="cpu")))
+def test_a_row_that_sees_no_key_has_zero_and_finite_gradients(path, dtype):
+    query, key, value, blind = blind_rows(dtype, requires_grad=True)
+    output = attend(path, query, key, value, causal=True, window=8, block=8)
     # A loss over the rows that see keys only: every gradient finite, the blind rows' dq zero.
     grads = torch.autograd.grad(output[..., ~blind, :].sum(), (query, key, value))
     assert all(torch.isfinite(grad).all() for grad in grads)
@@ -168,34 +210,17 @@ def test_half_precision_tiling_saves_a_float32_log_sum_exp(dtype):
     assert output.dtype == dtype and lse.dtype == torch.float32
 
 
-@pytest.mark.parametrize("causal, window", [(True, 0), (False, 0), (True, 1), (True, 5)])
-@pytest.mark.parametrize("shape", SHAPES)
-def test_flex_matches_naive_in_float64(shape, causal, window):
-    """Its block mask and grouped heads, through FlexAttention's eager implementation (the CPU
-    kernel has no float64); the compiled kernel is checked in float32 below."""
-    query, key, value = qkv(*shape[:-1])
-    expected = naive_attention(query, key, value, causal=causal, window=window)
-    flex = flex_attention(query, key, value, causal=causal, window=window)
-    assert_close(flex, expected, rtol=1e-12, atol=1e-12)
-
-
-def test_flex_takes_leading_dims_and_unequal_lengths_and_zeroes_blind_rows():
-    query = torch.randn(2, 3, 4, 64, 8, dtype=torch.float64)  # (.., H, L_q, D)
-    key, value = (torch.randn(2, 3, 2, 16, 8, dtype=torch.float64) for _ in range(2))
-    flex = flex_attention(query, key, value, window=8)
-    assert_close(flex, naive_attention(query, key, value, window=8), rtol=1e-12, atol=1e-12)
-    assert not flex[..., 23:, :].any(), "query rows 23 on see no key"
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("heads, kv_heads, length, window", [(8, 2, 300, 64), (4, 4, 130, 0)])
-def test_compiled_flex_is_as_accurate_as_sdpa_in_float32(heads, kv_heads, length, window):
+@pytest.mark.parametrize("path", registry.compiling())
+def test_a_compiled_path_is_as_accurate_as_sdpa_in_float32(path, heads, kv_heads, length, window):
+    """FlashAttention's rule, on the kernel torch.compile makes (flex: the CPU's C++ one)."""
     query, key, value = qkv(1, heads, kv_heads, length, 32, dtype=torch.float32, seed=length)
     (exact,) = reference_attention(query, key, value, window=window)
-    flex = flex_attention(query, key, value, window=window, compiled=True)
+    output = attend(path, query, key, value, window=window)
     sdpa = sdpa_attention(query, key, value, window=window)
-    flex_error, sdpa_error = ((t.double() - exact).abs().max().item() for t in (flex, sdpa))
-    assert 1e-10 < flex_error <= 2 * sdpa_error + 1e-6
+    error, sdpa_error = ((t.double() - exact).abs().max().item() for t in (output, sdpa))
+    assert 1e-10 < error <= 2 * sdpa_error + 1e-6
 
 
 def test_the_block_mask_skips_the_blocks_outside_the_window():
@@ -206,10 +231,18 @@ def test_the_block_mask_skips_the_blocks_outside_the_window():
     assert flex_block_mask(1024, 1024, False, 0, "cpu") is None
 
 
-def test_flex_has_no_backward_on_the_cpu():
-    query, key, value = (t.requires_grad_() for t in qkv(1, 2, 2, 16, 8, dtype=torch.float32))
-    with pytest.raises(NotImplementedError, match="backward on CPU"):
-        flex_attention(query, key, value, window=4)
+NO_CPU_BACKWARD = [p for p in registry.paths() if p not in registry.paths(backward_on="cpu")]
+
+
+@pytest.mark.parametrize("path", NO_CPU_BACKWARD)
+def test_a_path_declared_without_a_cpu_backward_has_none(path):
+    """What the registry declares is what the path does (flex: FlexAttention refuses inputs that
+    need gradients on the CPU in torch 2.13); the paths declared with one pass the gradient
+    checks above."""
+    query, key, value = (t.requires_grad_() for t in qkv(1, 2, 2, 16, 8, dtype=torch.float64))
+    with pytest.raises(NotImplementedError):
+        attend(path, query, key, value, window=4).sum().backward()
+    assert not has_backward(path, "cpu")
 
 
 def test_the_visibility_rule_is_every_paths_mask():
@@ -237,7 +270,7 @@ def naive_copy():
 
     register("naive_copy", copy)
     yield calls
-    del PATHS["naive_copy"]
+    unregister("naive_copy")
 
 
 def test_a_registered_path_is_the_models_and_exp014s_to_take(naive_copy):
@@ -278,17 +311,16 @@ def test_a_registered_path_is_every_experiments_to_take(naive_copy, name, parame
     assert loaded.params({**values, parameter: "naive_copy"})[parameter] == "naive_copy"
     with pytest.raises(BadInput) as refused:
         loaded.params({**values, parameter: "flash"})
-    paths = "naive, sdpa, tiled, flex, naive_copy"
+    paths = ", ".join(PATHS)
     assert str(refused.value) == f"{parameter} must be one of {beside}{paths}, got 'flash'"
 
 
 def test_an_unknown_path_is_refused_in_one_line_that_lists_the_paths():
     with pytest.raises(ValueError) as refused:
         ModelConfig(attention="flash")
-    assert str(refused.value) == (
-        "attention must be one of auto, naive, sdpa, tiled, flex, got 'flash'"
-    )
-    with pytest.raises(ValueError, match="^path must be one of naive, sdpa, tiled, flex, got 'x'$"):
+    paths = ", ".join(PATHS)
+    assert str(refused.value) == f"attention must be one of auto, {paths}, got 'flash'"
+    with pytest.raises(ValueError, match=f"^path must be one of {paths}, got 'x'$"):
         equivalence.run(path="x", length=4)
     with pytest.raises(ValueError, match="path must be one of"):
         attend("x", *qkv(1, 2, 2, 4, 4))
@@ -308,3 +340,61 @@ def test_attend_passes_block_and_dropout_only_to_a_path_that_names_them():
     assert_close(attend("sdpa", query, key, value, block=5), naive_attention(query, key, value))
     with pytest.raises(NotImplementedError, match="'flex' has no attention dropout"):
         attend("flex", query, key, value, dropout=0.1)
+
+
+# The oracle tests that a registered path gets, and those of them that a path off by a millionth
+# must fail: the float64 reference's tolerances are 1e-12 or tighter, float32's 1e-5.
+ORACLES = {
+    "test_attention.py": {
+        "test_every_path_matches_the_float64_reference": True,
+        "test_every_path_with_a_backward_has_the_float64_references_gradients": True,
+        "test_every_path_takes_leading_dims_and_unequal_query_and_key_lengths": True,
+        "test_a_row_that_sees_no_key_is_zero_in_every_path": False,
+        "test_a_row_that_sees_no_key_has_zero_and_finite_gradients": True,
+    },
+    "test_model.py": {
+        "test_paths_match_naive": True,
+        "test_gradients_match_naive": True,
+        "test_every_path_with_a_backward_trains_as_naive_attention": True,
+        "test_windowed_model_is_translation_invariant": False,
+        "test_future_tokens_do_not_change_earlier_logits": False,
+        "test_window_hides_keys_beyond_it": False,
+        "test_logits_shape": False,
+    },
+    "test_equivalence.py": {"test_run_is_within_the_claim": True},
+}
+
+
+def oracle_outcomes(tmp_path, off_by: str) -> dict[str, set[str]]:
+    """Run the oracle tests' files with tests/support/chunked_path.py as a plugin, on its path
+    alone (-k chunked): each test function's outcomes."""
+    report = tmp_path / f"off-by-{off_by}.xml"
+    tests = [str(Path(__file__).parent / name) for name in ORACLES]
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "chunked_path", "-k", "chunked", "-q",
+         "-p", "no:cacheprovider", f"--junitxml={report}", *tests],
+        env={**os.environ, "CHUNKED_PATH_OFF_BY": off_by}, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert ran.returncode in (0, 1), ran.stdout + ran.stderr
+    outcomes: dict[str, set[str]] = {}
+    for case in ElementTree.parse(report).iter("testcase"):
+        failed = any(child.tag in ("failure", "error") for child in case)
+        skipped = any(child.tag == "skipped" for child in case)
+        name = case.get("name").split("[")[0]
+        outcomes.setdefault(name, set()).add("failed" if failed else "skipped" if skipped else "ok")
+    return outcomes
+
+
+@pytest.mark.process
+def test_a_path_registered_from_a_file_of_its_own_gets_every_oracle_test(tmp_path):
+    """tests/support/chunked_path.py registers a path and nothing else; the oracle tests take it
+    up (forward and backward against the float64 reference, with and without a window, in the
+    model, in training, in exp014_equivalence), pass it, and fail it when it is off by 1e-6."""
+    right = oracle_outcomes(tmp_path, "0")
+    expected = {name for oracles in ORACLES.values() for name in oracles}
+    assert expected <= set(right), f"not run on the new path: {expected - set(right)}"
+    assert all(outcomes == {"ok"} for outcomes in right.values()), right
+    wrong = oracle_outcomes(tmp_path, "1e-6")
+    caught = {name for oracles in ORACLES.values() for name, fails in oracles.items() if fails}
+    assert {name for name, outcomes in wrong.items() if "failed" in outcomes} == caught

@@ -3,6 +3,7 @@ import math
 import re
 
 import pytest
+import registry
 import torch
 
 from experiments import checks, equivalence
@@ -18,7 +19,7 @@ LIMITS = {"float32": 1e-5, "float64": 1e-12}  # the harness's float32 claim; flo
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("window", [0, 5])
 @pytest.mark.parametrize("kv_heads", [4, 2, 1])
-@pytest.mark.parametrize("path", ["sdpa", "tiled"])
+@pytest.mark.parametrize("path", registry.paths(backward_on="cpu", others=True))
 def test_run_is_within_the_claim(path, kv_heads, window, dtype):
     point = {**SMALL, "kv_heads": kv_heads, "window": window}
     [row] = equivalence.run(path=path, dtype=dtype, **point)
@@ -29,14 +30,18 @@ def test_run_is_within_the_claim(path, kv_heads, window, dtype):
     assert row["max_abs_logit"] > 0.1 and row["max_abs_grad"] > 1e-3
 
 
+NO_CPU_BACKWARD = [p for p in registry.paths() if p not in registry.paths(backward_on="cpu")]
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_flex_logits_are_checked_and_its_missing_cpu_backward_said(dtype):
+@pytest.mark.parametrize("path", NO_CPU_BACKWARD)
+def test_a_path_without_a_cpu_backward_has_its_logits_checked_and_why_said(path, dtype):
     """flex on the CPU: compiled in float32, eager in float64; its backward does not exist."""
-    [row] = equivalence.run(path="flex", dtype=dtype, **{**SMALL, "window": 5})
+    [row] = equivalence.run(path=path, dtype=dtype, **{**SMALL, "window": 5})
     assert 0 <= row["max_abs_diff"] <= LIMITS[dtype]
     assert row["path_err64"] <= LIMITS[dtype] and row["naive_grad_err64"] <= LIMITS[dtype]
     assert "max_grad_diff" not in row and "path_grad_err64" not in row
-    assert "backward on CPU" in row["grad_unsupported"]
+    assert "backward" in row["grad_unsupported"]
 
 
 def test_row_is_flat_snake_case_scalars():

@@ -1,6 +1,7 @@
 from dataclasses import replace
 
 import pytest
+import registry
 import torch
 import torch.nn.functional as F
 
@@ -59,26 +60,23 @@ def sdpa_calls(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("attention", ["naive", "sdpa", "tiled"])
 @pytest.mark.parametrize("batch, length", [(1, 1), (3, 7), (2, 48)])
-def test_logits_shape(attention, batch, length):
-    model = build(tiny_config(attention=attention, n_kv_heads=2))
-    logits = model(tokens(batch, length))
+@pytest.mark.parametrize("attention, dtype", registry.path_dtypes(registry.paths()))
+def test_logits_shape(attention, dtype, batch, length):
+    model = build(tiny_config(attention=attention, n_kv_heads=2), dtype)
+    with torch.no_grad():  # a path without a CPU backward takes no inputs that need one
+        logits = model(tokens(batch, length))
     assert logits.shape == (batch, length, 64)
-    assert logits.dtype == torch.float32
+    assert logits.dtype == dtype
     assert torch.isfinite(logits).all()
 
 
-# flex in float64 runs FlexAttention's eager implementation; its compiled kernel compiles once
-# per shape (seconds each), so it is checked at one shape in float32, below.
-PATH_DTYPES = [("sdpa", torch.float32), ("sdpa", torch.float64), ("tiled", torch.float32),
-               ("tiled", torch.float64), ("flex", torch.float64)]  # fmt: skip
-
-
+# A path that compiles runs its eager implementation in float64; its kernel compiles once per
+# shape (seconds each), so it is checked at one shape in float32, below.
 @pytest.mark.parametrize("window", [0, 1, 5])
 @pytest.mark.parametrize("length", [1, 7, 37])
 @pytest.mark.parametrize("layout", LAYOUTS, ids=str)
-@pytest.mark.parametrize("attention, dtype", PATH_DTYPES, ids=str)
+@pytest.mark.parametrize("attention, dtype", registry.path_dtypes(registry.paths(others=True)))
 def test_paths_match_naive(attention, layout, length, window, dtype):
     heads, kv_heads = LAYOUTS[layout]
     config = tiny_config(attention="naive", n_heads=heads, n_kv_heads=kv_heads, window=window)
@@ -92,14 +90,15 @@ def test_paths_match_naive(attention, layout, length, window, dtype):
 
 
 @pytest.mark.slow
-def test_compiled_flex_model_matches_naive_in_float32():
+@pytest.mark.parametrize("attention", registry.compiling())
+def test_a_compiled_paths_model_matches_naive_in_float32(attention):
     reference = build(tiny_config(attention="naive", n_kv_heads=2, window=5))
     ids = tokens(2, 37)
     with torch.no_grad():
-        torch.testing.assert_close(with_attention(reference, "flex")(ids), reference(ids))
+        torch.testing.assert_close(with_attention(reference, attention)(ids), reference(ids))
 
 
-@pytest.mark.parametrize("attention", ["sdpa", "tiled"])
+@pytest.mark.parametrize("attention", registry.paths(backward_on="cpu", others=True))
 def test_gradients_match_naive(attention):
     config = tiny_config(attention="naive", n_kv_heads=2, window=5)
     reference = build(config, torch.float64)
@@ -115,6 +114,31 @@ def test_gradients_match_naive(attention):
         torch.testing.assert_close(actual.grad, expected.grad, atol=1e-13, rtol=0, msg=name)
 
 
+@pytest.mark.parametrize("attention", registry.paths(backward_on="cpu", others=True))
+def test_every_path_with_a_backward_trains_as_naive_attention(attention):
+    """Five AdamW steps in float64, with a window and grouped KV heads, from the same weights:
+    the losses and the weights that naive attention's training gives, while both change."""
+    reference = build(tiny_config(attention="naive", n_kv_heads=2, window=5), torch.float64)
+    model = with_attention(reference, attention)
+    ids = tokens(4, 21)
+    losses = []
+    for each in (reference.train(), model.train()):
+        optimizer = torch.optim.AdamW(each.parameters(), lr=1e-2)
+        for _ in range(5):
+            logits = each(ids[:, :-1])
+            loss = F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    assert losses[4] < losses[0], "the reference learns"
+    torch.testing.assert_close(losses[5:], losses[:5], atol=1e-10, rtol=0)
+    for (name, expected), actual in zip(
+        reference.named_parameters(), model.parameters(), strict=True
+    ):
+        torch.testing.assert_close(actual, expected, atol=1e-10, rtol=0, msg=name)
+
+
 def test_rotary_scores_depend_on_relative_position_only():
     cos, sin = rotary_angles(12, 8, 10_000.0, torch.device("cpu"), torch.float64)
     query, key = torch.randn(2, 1, 1, 1, 8, dtype=torch.float64).expand(2, 1, 1, 12, 8)
@@ -125,7 +149,7 @@ def test_rotary_scores_depend_on_relative_position_only():
     assert (scores[0, 0] - scores[1, 0]).abs() > 1e-3
 
 
-@pytest.mark.parametrize("attention", ["naive", "sdpa", "tiled", "flex"])
+@pytest.mark.parametrize("attention", registry.paths())
 def test_windowed_model_is_translation_invariant(attention):
     """Scores see relative positions only, and with a window a logit sees the last
     n_layers * (window - 1) + 1 tokens; so where those tokens stand must not matter."""
@@ -137,23 +161,25 @@ def test_windowed_model_is_translation_invariant(attention):
         torch.testing.assert_close(shifted, model(ids)[:, shift + reach :], atol=1e-12, rtol=0)
 
 
-@pytest.mark.parametrize("attention", ["naive", "sdpa", "tiled"])
+@pytest.mark.parametrize("attention", registry.paths())
 def test_future_tokens_do_not_change_earlier_logits(attention):
-    model = build(tiny_config(attention=attention, n_kv_heads=2))
+    model = build(tiny_config(attention=attention, n_kv_heads=2), torch.float64)
     ids = tokens(2, 20)
     changed = ids.clone()
     changed[:, 12] = (changed[:, 12] + 1) % 64
-    before, after = model(ids), model(changed)
+    with torch.no_grad():
+        before, after = model(ids), model(changed)
     torch.testing.assert_close(after[:, :12], before[:, :12], atol=0, rtol=0)
     assert (after[:, 12:] - before[:, 12:]).abs().amax(dim=-1).min() > 0
 
 
-@pytest.mark.parametrize("attention", ["naive", "sdpa", "tiled"])
+@pytest.mark.parametrize("attention", registry.paths())
 def test_window_hides_keys_beyond_it(attention):
     """With window 5, positions 0..4 see what plain causal attention sees, later ones do not."""
     ids = tokens(2, 20)
-    causal = build(tiny_config(attention=attention))(ids)
-    windowed = build(tiny_config(attention=attention, window=5))(ids)
+    with torch.no_grad():
+        causal = build(tiny_config(attention=attention), torch.float64)(ids)
+        windowed = build(tiny_config(attention=attention, window=5), torch.float64)(ids)
     torch.testing.assert_close(windowed[:, :5], causal[:, :5])
     assert (windowed[:, 5:] - causal[:, 5:]).abs().amax(dim=-1).min() > 1e-6
 
@@ -162,10 +188,10 @@ def test_window_hides_keys_beyond_it(attention):
 def test_state_dict_is_the_same_for_every_path(layout):
     heads, kv_heads = LAYOUTS[layout]
     shapes = {}
-    for attention in ("naive", "sdpa", "tiled", "flex"):
+    for attention in registry.paths():
         model = OctLM(tiny_config(attention=attention, n_heads=heads, n_kv_heads=kv_heads))
         shapes[attention] = {name: t.shape for name, t in model.state_dict().items()}
-    assert shapes["naive"] == shapes["sdpa"] == shapes["tiled"] == shapes["flex"]
+    assert all(shape == shapes["naive"] for shape in shapes.values())
     kv_width = kv_heads * 64 // heads
     assert shapes["naive"]["blocks.0.attention.key.weight"] == (kv_width, 64)
     assert shapes["naive"]["blocks.0.attention.query.weight"] == (64, 64)

@@ -3,6 +3,7 @@ with known answers."""
 
 import pandas as pd
 import pytest
+import registry
 from omegaconf import OmegaConf
 
 from analysis import window as report
@@ -24,7 +25,7 @@ def test_window_pairs_counts_the_visible_pairs(length, width):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["naive", "sdpa", "tiled", "flex"])
+@pytest.mark.parametrize("method", registry.paths())
 def test_a_point_is_one_complete_row(method):
     [row] = window.run(method=method, **QUICK)
     assert row["status"] == "ok", row.get("error")
@@ -34,7 +35,7 @@ def test_a_point_is_one_complete_row(method):
     assert row["time_ms"] > 0 and len(row["time_samples_ms"]) == row["repeats"] >= 2
     assert row["flops"] == 4 * 8 * 32 * window.window_pairs(256, 64)
     assert 0 < row["pct_of_peak"] == pytest.approx(100 * row["gflops"] / row["peak_gflops"])
-    assert ("compile_s" in row) == ("mask_s" in row) == (method == "flex")
+    assert ("compile_s" in row) == ("mask_s" in row) == (method == "flex")  # its block mask
     # Its own time ratios: half the length, and sdpa, timed in turns with its repeats; of the
     # CPU time, on one thread.
     assert row["ratios_of"] == "CPU time, one thread"
@@ -49,12 +50,14 @@ def test_a_point_is_one_complete_row(method):
     assert "beside_error" not in row
 
 
+@pytest.mark.process
 def test_a_half_length_without_a_whole_window_times_no_growth():
     [row] = window.run(method="tiled", **{**QUICK, "window": 200})  # half: 128 positions
     assert row["status"] == "ok" and row["speedup_over_sdpa"] > 0
     assert "time_growth" not in row and "half_length_time_samples_ms" not in row
 
 
+@pytest.mark.process
 def test_a_reference_out_of_memory_leaves_the_point_its_own_row():
     """Under a cap that tiled fits and sdpa's (L, L) scores do not, the point is tiled's row,
     with its growth, and says why it has no speedup."""
@@ -65,6 +68,7 @@ def test_a_reference_out_of_memory_leaves_the_point_its_own_row():
     assert "can't allocate memory" in row["beside_error"]
 
 
+@pytest.mark.process
 def test_running_out_of_memory_is_a_row():
     [row] = window.run(method="naive", **{**QUICK, "length": 4096}, memory_cap_mib=64)
     assert row["status"] == "oom" and row["device_used"] == "cpu"
