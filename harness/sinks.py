@@ -9,12 +9,16 @@ each in conf/sinks/, or a --config-dir's; choose them with `sinks=tensorboard` o
   requeue), else None: rows logged after that replace the sink's own past that point;
 - write(rows): rows that landed in the store, in order (a training point's as they land, then
   its final ones; any other point's at its end), each a flat dict as stored;
-- close(): the point ended.
+- close(): the point ended;
+- read(point), where it can: what the sink holds for the point, as its own reader reads it back:
+  each value once as logged, {step, name, value}, in order; the sinks' contract test
+  (tests/test_sinks.py) checks every sink in conf/sinks/ through it.
 A sink that fails (on open, a write or close) is said once, on the point's progress and in its
 log, and left out for the rest of the point; it never fails the point.
 """
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,11 +96,11 @@ class TensorBoard:
     def open(self, point: PointInfo, continues_after: dict | None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        root = Path(self.root) if self.root else Path(point.out) / "tensorboard"
-        folder = root / point.experiment / point.sweep / f"job-{point.job}"
         # Continuing from a checkpoint: TensorBoard drops what this run logged past it.
         purge = None if continues_after is None else self._step(continues_after, 0) + 1
-        self.writer = SummaryWriter(str(folder), purge_step=purge)
+        if purge is not None:
+            _after_the_newest_file(self.folder(point))
+        self.writer = SummaryWriter(str(self.folder(point)), purge_step=purge)
         self.skip = set(point.params) | set(store.HARNESS_COLUMNS)
 
     def write(self, rows: list[dict]) -> None:
@@ -115,7 +119,37 @@ class TensorBoard:
         if self.writer is not None:
             self.writer.close()
 
+    def folder(self, point: PointInfo) -> Path:
+        root = Path(self.root) if self.root else Path(point.out) / "tensorboard"
+        return root / point.experiment / point.sweep / f"job-{point.job}"
+
+    def read(self, point: PointInfo) -> list[dict]:
+        """The point's scalars as TensorBoard's own reader (EventAccumulator) reads them, each
+        event once, in the order logged: {step, name, value}."""
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        events = EventAccumulator(str(self.folder(point)))
+        events.Reload()
+        logged = [
+            (event.wall_time, event.step, tag, event.value)
+            for tag in events.Tags()["scalars"]
+            for event in events.Scalars(tag)
+        ]
+        return [{"step": step, "name": tag, "value": value} for _, step, tag, value in
+                sorted(logged, key=lambda event: event[0])]  # fmt: skip
+
     @staticmethod
     def _step(row: dict, position: int) -> int:
         step = row.get("step")
         return int(step) if isinstance(step, int | float) and step == step else position
+
+
+def _after_the_newest_file(folder: Path) -> None:
+    """Wait, if need be, for the second after that of the newest event file in `folder`. An
+    event file's name starts with the second it was made in, and TensorBoard reads a run's files
+    in the order of their names: a writer that continues a run within the second of the one it
+    replaces could be read first, its purge before the rows it drops."""
+    seconds = [int(path.name.split(".")[3]) for path in folder.glob("events.out.tfevents.*")
+               if path.name.split(".")[3].isdigit()]  # fmt: skip
+    while seconds and time.time() < max(seconds) + 1:
+        time.sleep(0.05)

@@ -1,15 +1,38 @@
-"""The local launcher: points in parallel processes here, under a cap, a GPU of their own each."""
+"""The launchers' contract, on every launcher the configs name (tests/support/contracts.py; the
+detached ones on the SLURM test cluster, tests/slurm); the local launcher's points in parallel
+processes here, under a cap, a GPU of their own each."""
 
 import os
 import signal
 import time
 from pathlib import Path
 
+import contracts
 import pytest
-from probes import PROBE_PATH, SUPPORT, arrivals, await_arrivals
+from probes import arrivals, await_arrivals
 
 from harness import store
 from harness.launchers.local import LocalLauncher, visible_gpus
+
+# Each launcher that runs here; Hydra's basic launcher runs the points in the harness's process.
+LAUNCHERS = [
+    pytest.param(name, marks=[] if name == "basic" else [pytest.mark.process])
+    for name in contracts.launchers(detached=False)
+]
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_launchers_points_run_once_a_failure_is_a_row_and_resume_reruns_it(probe, gate, launcher):
+    contracts.points_run_once_and_a_failure_is_a_row(probe, gate, [f"hydra/launcher={launcher}"])
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("launcher", contracts.launchers(detached=False))
+def test_ctrl_c_ends_a_launchers_points_and_resume_finishes_them(probe, gate, launcher):
+    contracts.ctrl_c_ends_the_points_and_resume_finishes_them(
+        probe, gate, [f"hydra/launcher={launcher}"]
+    )
+
 
 UUIDS = "GPU-8d3c1f7a-0b2e-4c55-9f1d-2a6b7e0c4d11,MIG-5f0e2b9c-7d41-4a8e-b3c6-91d2e8f4a705"
 
@@ -102,18 +125,16 @@ def test_the_cap_is_the_gpu_count_where_there_are_gpus(monkeypatch):
         LocalLauncher.preflight({"max_parallel": 0})
 
 
-@pytest.mark.parametrize(
-    "group, stop, code", [(True, signal.SIGINT, 130), (False, signal.SIGTERM, 143)]
-)
-def test_a_stopped_local_sweep_stops_its_points_without_tracebacks(probe, gate, group, stop, code):
-    """Ctrl-C (SIGINT to the terminal's process group) or SIGTERM to the harness alone: the
+@pytest.mark.process
+def test_a_local_sweep_sent_sigterm_stops_its_points_without_tracebacks(probe, gate):
+    """SIGTERM to the harness alone (Ctrl-C, to the whole group, is in the contract above): the
     points still running are stopped with it, and only the resume hint is printed."""
     args = ["point=0,1,2,3", f"folder={gate}", "release=open", "hydra/launcher=local"]
     sweeping = probe.start(*args)
     await_arrivals(gate, 2)
-    (os.killpg if group else os.kill)(sweeping.pid, stop)
+    os.kill(sweeping.pid, signal.SIGTERM)
     output, _ = sweeping.communicate(timeout=120)
-    assert sweeping.returncode == code, output
+    assert sweeping.returncode == 143, output
     assert "Traceback" not in output and "interrupted; finish it with:" in output
     points = [Path(f"/proc/{path.name.rsplit('-', 1)[1]}") for path in arrivals(gate)]
     deadline = time.monotonic() + 60
@@ -122,25 +143,17 @@ def test_a_stopped_local_sweep_stops_its_points_without_tracebacks(probe, gate, 
     assert not any(p.exists() for p in points), "a point outlived its sweep"
 
 
-def test_a_launcher_of_ones_own_runs_a_sweep_a_resume_and_status(probe, gate):
+@pytest.mark.process
+def test_a_launcher_of_ones_own_runs_points_at_once(probe, gate):
     """tests/support/pool_launcher.py, through the launchers' protocol alone, named by
-    hydra/launcher=pool in the probes' config dir (tests/support/conf/hydra/launcher)."""
+    hydra/launcher=pool in the probes' config dir (tests/support/conf/hydra/launcher); the
+    contract above runs it too."""
     # Points 0 and 1 can only end once both have arrived: the pool ran them at once.
     met = probe("point=0,1", f"folder={gate}", "expect=2", "hydra/launcher=pool")
     assert met.returncode == 0, met.stdout + met.stderr
-    faulty = ["--config-dir", str(SUPPORT / "conf"), "+experiment=faulty", "hydra/launcher=pool"]
-    path = {"PYTHONPATH": PROBE_PATH}
-    first = probe.harness(*faulty, f"folder={gate}", "fail=1", env=path)
-    assert first.returncode == 1 and "1 of 3 points have no answer" in first.stderr
-    sweep = store.sweeps(probe.results, "faulty")[-1]
-    shown = probe.harness("status", sweep, env=path)
-    assert shown.stdout.count("| ok") == 2 and "| failed" in shown.stdout
-    (gate / "fixed").touch()
-    resumed = probe.harness("--config-dir", str(SUPPORT / "conf"), f"resume={sweep}", env=path)
-    assert resumed.returncode == 0 and "1 points to run" in resumed.stdout, resumed.stderr
-    assert "PoolLauncher" in (probe.cwd / "outputs" / "runs" / "faulty" / sweep / ".hydra"
-                              / "hydra.yaml").read_text()  # fmt: skip
-    assert probe.harness("status", sweep, env=path).stdout.count("| ok") == 3
+    (sweep,) = store.sweeps(probe.results, "rendezvous")
+    hydra = probe.cwd / "outputs" / "runs" / "rendezvous" / sweep / ".hydra" / "hydra.yaml"
+    assert "PoolLauncher" in hydra.read_text()
 
 
 def test_hydras_own_launcher_runs_in_batches_what_the_loop_cannot_reproduce(harness):

@@ -10,6 +10,7 @@ import signal
 import time
 from types import SimpleNamespace
 
+import contracts
 import pandas as pd
 import pytest
 from probes import PROBE_PATH, SUPPORT, arrivals, held, steps_by_rank
@@ -130,6 +131,17 @@ def test_wait_false_returns_at_submission_and_status_follows_it_to_the_end(
     assert len(store.read(probe.results)) == 3
 
 
+@pytest.mark.parametrize("launcher", contracts.launchers(detached=True))
+def test_a_detached_launchers_points_run_once_a_failure_is_a_row_and_resume_reruns_it(
+    cluster, probe, gate, launcher
+):
+    """The launchers' contract (tests/support/contracts.py) on a launcher whose jobs run on
+    without the harness (SLURM's), on the test cluster; Ctrl-C leaves such jobs running, and
+    status follows them (test_wait_false_...)."""
+    settings = [f"hydra/launcher={launcher}", *SLURM[1:]]
+    contracts.points_run_once_and_a_failure_is_a_row(probe, gate, settings, environment(cluster))
+
+
 def test_a_failing_point_is_a_failed_row_and_status_shows_its_error(sweep):
     result = sweep("length=64", "block=16", "device=cpu,cuda,cpu:0")  # the fake GPUs have no CUDA
     assert result.returncode == 1
@@ -199,7 +211,7 @@ def test_resume_resubmits_only_the_points_without_an_ok_row(sweep):
     own_file(sweep.results, "exp014_tiled", sweep_, 1).unlink()
     store.write_rows(folder / "job-000003.parquet", [{"job": 3, "status": "failed"}])
     result = sweep(f"resume={sweep_}")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, result.stdout + result.stderr
     assert "2 points to run" in result.stdout
     manifest = store.read_manifest(sweep.results, "exp014_tiled", sweep_)
     assert sorted(manifest["launches"][-1]["placement"]["tasks"].values()) == [[1], [3]]

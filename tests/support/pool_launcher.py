@@ -1,12 +1,12 @@
 """A launcher of a user's own, through the harness's launcher protocol (harness.launchers) and
-nothing else: each job in a process of a pool (concurrent.futures, spawned), at most `workers`
+nothing else: each job in a process of a pool (multiprocessing's, spawned), at most `workers`
 at once. tests/support/conf/hydra/launcher/pool.yaml names it:
     python -m harness --config-dir tests/support/conf +experiment=NAME hydra/launcher=pool
 """
 
 import multiprocessing
+import signal
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from harness.launchers import JobSpec, Launcher, check_kinds, shipped, work_shipped
 
@@ -20,8 +20,17 @@ class PoolLauncher(Launcher):
         check_kinds(settings, {"workers": "positive"})
 
     def follow(self, jobs: list[JobSpec], placement: dict) -> Iterator[tuple[int, dict]]:
+        # Leaving the block, at the end or on Ctrl-C, terminates the workers: no point outlives
+        # the sweep (the launchers' contract). Ctrl-C reaches them too: this process answers it.
         spawn = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(self.workers, mp_context=spawn) as pool:
-            running = {pool.submit(work_shipped, shipped(self, [spec])): spec for spec in jobs}
-            for done in as_completed(running):
-                yield running[done].job, done.result()[0]
+        with spawn.Pool(self.workers, initializer=signal.signal, initargs=_CTRL_C_IGNORED) as pool:
+            shipments = [(spec.job, shipped(self, [spec])) for spec in jobs]
+            yield from pool.imap_unordered(_work, shipments)
+
+
+_CTRL_C_IGNORED = (signal.SIGINT, signal.SIG_IGN)
+
+
+def _work(shipment: tuple[int, bytes]) -> tuple[int, dict]:
+    job, payload = shipment
+    return job, work_shipped(payload)[0]
