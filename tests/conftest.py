@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from commands import ROOT, SUPPORT, call_command, run_command, start_command
+from commands import ROOT, SUPPORT, call_command, start_command
 
 COMMAND_FIXTURES = {"harness", "probe", "analysis"}  # a test that takes one is e2e
 STARTING = {"process", "slow", "slurm", "serial"}  # markers that allow any process
@@ -123,18 +123,15 @@ def initialized():
 @pytest.fixture
 def harness(tmp_path):
     """`python -m harness ...` in a fresh working directory (outputs/ lands there), called in
-    this process (harness.process: run as a process of its own; harness.start: started)."""
+    this process (harness.start: started as a process of its own, for the tests about one)."""
 
     def run(*args: str, **kwargs):
         return call_command("harness", *args, cwd=tmp_path, **kwargs)
 
-    def process(*args: str, **kwargs):
-        return run_command("harness", *args, cwd=tmp_path, **kwargs)
-
     def start(*args: str, **kwargs):
         return start_command("harness", *args, cwd=tmp_path, **kwargs)
 
-    run.start, run.process = start, process
+    run.start = start
     run.cwd = tmp_path
     run.results = tmp_path / "outputs" / "results"
     return run
@@ -153,11 +150,7 @@ def probe(harness):
     def start(*args: str, env: dict | None = None, **kwargs):
         return harness.start(*given, *args, env={**path, **(env or {})}, **kwargs)
 
-    def process(*args: str, env: dict | None = None, **kwargs):
-        return harness.process(*given, *args, env={**path, **(env or {})}, **kwargs)
-
-    run.start, run.process, run.harness = start, process, harness
-    run.cwd, run.results = harness.cwd, harness.results
+    run.start, run.cwd, run.results, run.harness = start, harness.cwd, harness.results, harness
     return run
 
 
@@ -172,12 +165,11 @@ def gate(tmp_path):
 @pytest.fixture
 def analysis(tmp_path):
     """`python -m analysis ...` in the same working directory as the `harness` fixture, called
-    in this process (analysis.process: as a process of its own)."""
+    in this process."""
 
     def run(*args: str, **kwargs):
         return call_command("analysis", *args, cwd=tmp_path, **kwargs)
 
-    run.process = lambda *args, **kwargs: run_command("analysis", *args, cwd=tmp_path, **kwargs)
     return run
 
 

@@ -365,36 +365,31 @@ ORACLES = {
 }
 
 
-def oracle_outcomes(tmp_path, off_by: str) -> dict[str, set[str]]:
-    """Run the oracle tests' files with tests/support/chunked_path.py as a plugin, on its path
-    alone (-k chunked): each test function's outcomes."""
-    report = tmp_path / f"off-by-{off_by}.xml"
-    tests = [str(Path(__file__).parent / name) for name in ORACLES]
-    ran = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "chunked_path", "-k", "chunked", "-q",
-         "-p", "no:cacheprovider", f"--junitxml={report}", *tests],
-        env={**os.environ, "CHUNKED_PATH_OFF_BY": off_by}, capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert ran.returncode in (0, 1), ran.stdout + ran.stderr
-    outcomes: dict[str, set[str]] = {}
-    for case in ElementTree.parse(report).iter("testcase"):
-        failed = any(child.tag in ("failure", "error") for child in case)
-        skipped = any(child.tag == "skipped" for child in case)
-        name = case.get("name").split("[")[0]
-        outcomes.setdefault(name, set()).add("failed" if failed else "skipped" if skipped else "ok")
-    return outcomes
-
-
 @pytest.mark.process
 def test_a_path_registered_from_a_file_of_its_own_gets_every_oracle_test(tmp_path):
     """tests/support/chunked_path.py registers a path and nothing else; the oracle tests take it
     up (forward and backward against the float64 reference, with and without a window, in the
-    model, in training, in exp014_equivalence), pass it, and fail it when it is off by 1e-6."""
-    right = oracle_outcomes(tmp_path, "0")
+    model, in training, in exp014_equivalence) and pass it, and they fail its twin off by 1e-6."""
+    report = tmp_path / "oracles.xml"
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "chunked_path", "-k", "chunked", "-q",
+         "-p", "no:cacheprovider", f"--junitxml={report}",
+         *(str(Path(__file__).parent / name) for name in ORACLES)],
+        env={**os.environ, "CHUNKED_PATH_OFF_BY": "1e-6"}, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert ran.returncode in (0, 1), ran.stdout + ran.stderr
+    outcomes: dict[str, dict[str, set[str]]] = {"chunked": {}, "chunked_off": {}}
+    for case in ElementTree.parse(report).iter("testcase"):
+        name, _, params = case.get("name").partition("[")
+        path = "chunked_off" if "chunked_off" in params else "chunked"
+        kinds = {child.tag for child in case} & {"failure", "error", "skipped"}
+        outcomes[path].setdefault(name, set()).add(
+            "passed" if not kinds else "skipped" if kinds == {"skipped"} else "failed"
+        )
+    right, wrong = outcomes["chunked"], outcomes["chunked_off"]
     expected = {name for oracles in ORACLES.values() for name in oracles}
     assert expected <= set(right), f"not run on the new path: {expected - set(right)}"
-    assert all(outcomes == {"ok"} for outcomes in right.values()), right
-    wrong = oracle_outcomes(tmp_path, "1e-6")
+    assert all(seen == {"passed"} for seen in right.values()), right
     caught = {name for oracles in ORACLES.values() for name, fails in oracles.items() if fails}
-    assert {name for name, outcomes in wrong.items() if "failed" in outcomes} == caught
+    assert {name for name, seen in wrong.items() if "failed" in seen} == caught

@@ -1,8 +1,8 @@
 """An attention path of a user's own, registered from this file alone: attention a chunk of
 query rows at a time, by the one visibility rule. `pytest -p chunked_path` then runs every
 oracle test on it beside the project's paths (tests/test_attention.py's last test proves it).
-With CHUNKED_PATH_OFF_BY=x its output is off by that much relative, as a subtly wrong path
-would be: the oracle tests must fail it."""
+With CHUNKED_PATH_OFF_BY=x, a second path too, chunked_off, whose output is off by that much
+relative, as a subtly wrong path's would be: the oracle tests must fail it."""
 
 import math
 import os
@@ -13,7 +13,7 @@ from torch import Tensor
 from experiments.attention import register, repeat_kv, visible
 
 CHUNK = 5  # query rows at a time: lengths the tests use are rarely a multiple
-OFF_BY = float(os.environ.get("CHUNKED_PATH_OFF_BY", "0"))
+OFF_BY = os.environ.get("CHUNKED_PATH_OFF_BY")
 
 
 def chunked_attention(
@@ -30,7 +30,13 @@ def chunked_attention(
         sees_a_key = seen.any(dim=-1, keepdim=True)  # a row that sees none: output 0
         weights = scores.masked_fill(~seen & sees_a_key, float("-inf")).softmax(dim=-1)
         chunks.append((weights * sees_a_key) @ value)
-    return torch.cat(chunks, dim=-2) * (1 + OFF_BY)
+    return torch.cat(chunks, dim=-2)
+
+
+def chunked_off(query: Tensor, key: Tensor, value: Tensor, *, causal=True, window=0) -> Tensor:
+    return chunked_attention(query, key, value, causal=causal, window=window) * (1 + float(OFF_BY))
 
 
 register("chunked", chunked_attention)
+if OFF_BY:
+    register("chunked_off", chunked_off)

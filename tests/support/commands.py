@@ -1,8 +1,9 @@
 """For the tests: the harness's and the analysis's command lines, called in the test's own process
-(call_command: what `python -m harness ...` prints and exits with, at the cost of a call), or run
-as processes of their own where the test is about a process (run_command, start_command)."""
+(call_command: what `python -m harness ...` prints and exits with, at the cost of a call), or
+started as processes of their own where the test is about a process (start_command)."""
 
 import contextlib
+import faulthandler
 import importlib
 import logging
 import os
@@ -20,18 +21,6 @@ SUPPORT = ROOT / "tests" / "support"  # the test probes: a user's own experiment
 MAINS = {"harness": "harness.cli", "analysis": "analysis.__main__"}  # module -> its main's
 
 
-def run_command(module: str, *args: str, cwd: Path, timeout: float = 600, env: dict | None = None):
-    """`python -m module args...` in `cwd`; the CompletedProcess (text output, no check)."""
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=cwd,
-        env=_environment(env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 def start_command(module: str, *args: str, cwd: Path, env: dict | None = None):
     """`python -m module args...` in `cwd`, started in its own session as from a terminal
     (Ctrl-C's SIGINT not ignored, even when the tests run in the background); the Popen."""
@@ -47,7 +36,7 @@ def start_command(module: str, *args: str, cwd: Path, env: dict | None = None):
     )
 
 
-def call_command(module: str, *args: str, cwd: Path, env: dict | None = None, timeout=None):
+def call_command(module: str, *args: str, cwd: Path, env: dict | None = None, timeout=600):
     """`python -m module args...` as a call of its main in this process, run in `cwd` with `env`
     added to the environment (PYTHONPATH's folders on sys.path); a CompletedProcess of what it
     wrote to stdout and stderr (its own and its child processes', at the file descriptors) and
@@ -57,8 +46,11 @@ def call_command(module: str, *args: str, cwd: Path, env: dict | None = None, ti
     modules imported from PYTHONPATH's folders (a user's experiment, edited between two calls,
     is read anew), what the harness keeps for a process's lifetime (harness.lifetime),
     logging's handlers and levels, signal handlers, Hydra's global state, and torch's threads,
-    default dtype, grad mode and random state. `timeout` is a process's only."""
+    default dtype, grad mode and random state. A call still running after `timeout` seconds has
+    every thread's stack written to the test's stderr (faulthandler), saying where it hangs."""
     argv = [sys.executable, "-m", module, *args]
+    if timeout:
+        faulthandler.dump_traceback_later(timeout, file=sys.__stderr__)
     with _as_a_fresh_process(cwd, env or {}), _captured() as (out, err):
         try:
             code = importlib.import_module(MAINS[module]).main(list(args))
@@ -70,6 +62,7 @@ def call_command(module: str, *args: str, cwd: Path, env: dict | None = None, ti
         if code is not None and not isinstance(code, int):
             print(code, file=sys.stderr)  # sys.exit("text"): the text, exit code 1
             code = 1
+    faulthandler.cancel_dump_traceback_later()
     return subprocess.CompletedProcess(argv, code or 0, out.text, err.text)
 
 
