@@ -162,7 +162,7 @@ def blind_rows(dtype, requires_grad: bool):
     return query, key, value, blind
 
 
-@pytest.mark.parametrize("path, dtype", registry.path_dtypes(registry.paths()))
+@pytest.mark.parametrize("path, dtype", registry.path_dtypes())
 def test_a_row_that_sees_no_key_is_zero_in_every_path(path, dtype):
     query, key, value, blind = blind_rows(dtype, requires_grad=False)
     output = attend(path, query, key, value, causal=True, window=8, block=8)
@@ -170,7 +170,7 @@ def test_a_row_that_sees_no_key_is_zero_in_every_path(path, dtype):
     assert output[..., ~blind, :].abs().amax(dim=-1).min() > 0
 
 
-@pytest.mark.parametrize("path, dtype", registry.path_dtypes(registry.paths(backward_on="cpu")))
+@pytest.mark.parametrize("path, dtype", registry.path_dtypes(backward_on="cpu"))
 def test_a_row_that_sees_no_key_has_zero_and_finite_gradients(path, dtype):
     query, key, value, blind = blind_rows(dtype, requires_grad=True)
     output = attend(path, query, key, value, causal=True, window=8, block=8)
@@ -231,10 +231,7 @@ def test_the_block_mask_skips_the_blocks_outside_the_window():
     assert flex_block_mask(1024, 1024, False, 0, "cpu") is None
 
 
-NO_CPU_BACKWARD = [p for p in registry.paths() if p not in registry.paths(backward_on="cpu")]
-
-
-@pytest.mark.parametrize("path", NO_CPU_BACKWARD)
+@pytest.mark.parametrize("path", registry.without_backward_on("cpu"))
 def test_a_path_declared_without_a_cpu_backward_has_none(path):
     """What the registry declares is what the path does (flex: FlexAttention refuses inputs that
     need gradients on the CPU in torch 2.13); the paths declared with one pass the gradient

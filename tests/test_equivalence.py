@@ -30,11 +30,8 @@ def test_run_is_within_the_claim(path, kv_heads, window, dtype):
     assert row["max_abs_logit"] > 0.1 and row["max_abs_grad"] > 1e-3
 
 
-NO_CPU_BACKWARD = [p for p in registry.paths() if p not in registry.paths(backward_on="cpu")]
-
-
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("path", NO_CPU_BACKWARD)
+@pytest.mark.parametrize("path", registry.without_backward_on("cpu"))
 def test_a_path_without_a_cpu_backward_has_its_logits_checked_and_why_said(path, dtype):
     """flex on the CPU: compiled in float32, eager in float64; its backward does not exist."""
     [row] = equivalence.run(path=path, dtype=dtype, **{**SMALL, "window": 5})
