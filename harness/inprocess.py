@@ -104,13 +104,14 @@ class InProcess:
         try:
             shape = self.prepare(overrides, job)
             run_dir = shape.run_dir()
-            if self.log_dir is None or shape.hydra_resolver:  # what reads the whole config
+            configure = self.log_dir is None or not self._logging()
+            if configure or shape.hydra_resolver:  # what reads the whole config
                 cfg = shape.cfg
                 with read_write(cfg.hydra), open_dict(cfg.hydra):
                     cfg.hydra.runtime.output_dir = str(run_dir)
                 if shape.hydra_resolver:
                     HydraConfig.instance().set_config(cfg)
-            self._log_to(shape, run_dir)
+            self._log_to(shape, run_dir, configure)
             self._save(shape, overrides, run_dir)
             return self.task_function.run(shape.values, str(run_dir), planned)
         except OSError:
@@ -146,12 +147,17 @@ class InProcess:
             return False
         return cfg is None or OmegaConf.select(cfg, key, default=UNSET) is not UNSET
 
-    def _log_to(self, shape: "Shape", run_dir: Path) -> None:
-        """The job's log in its run folder: Hydra's job logging, configured for the first job,
-        its files moved to each next job's folder."""
+    def _logging(self) -> bool:
+        """Whether the job log's files are still logging's: a warm worker puts logging back as it
+        was before each point (harness.fresh), and the next job configures it again."""
+        return all(handler in logging.getLogger().handlers for handler in self.files)
+
+    def _log_to(self, shape: "Shape", run_dir: Path, configure: bool) -> None:
+        """The job's log in its run folder: Hydra's job logging, configured for the first job
+        (and again where it was taken away), its files moved to each next job's folder."""
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / ".hydra").mkdir(exist_ok=True)  # _save's folder
-        if self.log_dir is None:
+        if configure:
             configure_log(shape.cfg.hydra.job_logging, shape.cfg.hydra.verbose)
             self.files = [h for h in _file_handlers() if Path(h.baseFilename).parent == run_dir]
         else:

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
 from harness.errors import BadInput
-from harness.lifetime import per_command
+from harness.lifetime import per_point
 
 TRACKER = "tracker"  # the parameter through which a training experiment gets its Tracker
 
@@ -104,7 +104,7 @@ class Experiment:
             return self.typed[key]
 
 
-@per_command
+@per_point  # an experiment's function: a module a worker imports anew for each point
 @functools.lru_cache(maxsize=64)
 def _loaded(cls, name: str, target: str, named: tuple[str, ...]) -> Experiment:
     return cls._load(name, target, named)

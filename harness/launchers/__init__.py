@@ -22,7 +22,7 @@ Hydra's basic launcher's jobs here as a loop (in_process) and hands any other pl
 batches (hydra_plugin).
 """
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,17 +74,22 @@ class Launcher:
 
 
 def run_here(config: DictConfig, task_function, jobs: Iterable[JobSpec]) -> Iterator[tuple]:
-    """Run jobs in this process, one after another: (job number, summary) as each ends. Each
-    job's config is composed as Hydra's basic launcher composes it, at the cost of a loop
-    (harness.inprocess), or by Hydra itself where that cannot reproduce it. A store that
-    cannot be written raises its OSError."""
+    """Run jobs in this process, one after another: (job number, summary) as each ends. A
+    store that cannot be written raises its OSError."""
+    run = job_runner(config, task_function)
+    for spec in jobs:
+        yield spec.job, run(spec)
+
+
+def job_runner(config: DictConfig, task_function) -> Callable[[JobSpec], dict]:
+    """What runs one job in this process, its summary returned: its config composed as Hydra's
+    basic launcher composes it, at the cost of a loop (harness.inprocess), or by Hydra itself
+    where that cannot reproduce it. Kept for job after job (a warm worker's), it composes each
+    shape of config once."""
     if InProcess.suits(config):
         runner = InProcess(config, task_function)
-        for spec in jobs:
-            yield spec.job, runner.run(spec.overrides, spec.job, spec.planned)
-        return
-    for spec in jobs:
-        yield spec.job, _hydra_job(config, task_function, spec)
+        return lambda spec: runner.run(spec.overrides, spec.job, spec.planned)
+    return lambda spec: _hydra_job(config, task_function, spec)
 
 
 def work(config: DictConfig, task_function, jobs: list[JobSpec], state: dict) -> list[dict]:
@@ -99,10 +104,14 @@ def work(config: DictConfig, task_function, jobs: list[JobSpec], state: dict) ->
         for _, summary in run_here(config, task_function, jobs):
             summaries.append(summary)
     except OSError as error:
-        said = f"harness error: the store cannot be written ({with_type(error)})"
-        failed = {"status": "failed", "error": said, "store_error": True}
-        summaries += [failed] * (len(jobs) - len(summaries))
+        summaries += [store_error(error)] * (len(jobs) - len(summaries))
     return summaries
+
+
+def store_error(error: OSError) -> dict:
+    """The summary of a job whose rows the store could not take: the sweep stops on it."""
+    said = f"harness error: the store cannot be written ({with_type(error)})"
+    return {"status": "failed", "error": said, "store_error": True}
 
 
 def shipped(launcher: Launcher, jobs: list[JobSpec]) -> bytes:

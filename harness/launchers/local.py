@@ -1,6 +1,9 @@
-"""hydra/launcher=local: points in parallel processes here (submitit's local executor), at most
-max_parallel at once, each with a GPU of its own where there are GPUs; with tasks_per_node=N,
-each point as N processes (harness.distributed), with N GPUs where there are GPUs.
+"""hydra/launcher=local: points in parallel processes here, at most max_parallel at once, each
+with a GPU of its own where there are GPUs: max_parallel warm workers that run the points one
+after another (harness.launchers.workers). With fresh=true (or `fresh: true` in the experiment's
+own experiment block), or tasks_per_node=N above 1 (each point as N processes,
+harness.distributed, with N GPUs where there are GPUs), each point is a process of its own
+(submitit's local executor), as an experiment that leaks state may need.
 
 gpus are positions among the GPUs this process sees (as torch numbers them: cuda:0 is the first
 entry of CUDA_VISIBLE_DEVICES); each point's CUDA_VISIBLE_DEVICES is that entry, an index or a
@@ -19,9 +22,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import cloudpickle
 import submitit
+from hydra.core.singleton import Singleton
+from omegaconf import OmegaConf
 
-from harness.launchers import JobSpec, check_kinds
+from harness.launchers import JobSpec, check_kinds, workers
 from harness.launchers.submitit_jobs import (
     GPU_ENV,
     SWEEP_ENV,
@@ -37,7 +43,15 @@ POLL_S = 0.5
 class LocalLauncher(SubmititLauncher):
     _EXECUTOR = "local"
 
-    def __init__(self, max_parallel: int = 2, gpus: Sequence[int] | None = None, **params):
+    def __init__(
+        self,
+        max_parallel: int = 2,
+        gpus: Sequence[int] | None = None,
+        fresh: bool = False,
+        worker_rss_mib: float | None = None,
+        **params,
+    ):
+        self.fresh, self.worker_rss_mib = fresh, worker_rss_mib
         visible = visible_gpus()
         self.gpus = visible if gpus is None else [visible[position] for position in gpus]
         self.tasks = params.get("tasks_per_node", 1)  # a point's processes, a GPU each
@@ -48,7 +62,9 @@ class LocalLauncher(SubmititLauncher):
     @classmethod
     def preflight(cls, settings: dict) -> None:
         super().preflight(settings)
-        check_kinds(settings, {"max_parallel": "positive"})
+        check_kinds(settings, {"max_parallel": "positive", "worker_rss_mib": "number?"})
+        if not isinstance(settings.get("fresh", False), bool):
+            raise ValueError(f"fresh must be true or false, got {settings['fresh']!r}")
         if settings.get("nodes", 1) != 1:
             raise ValueError(f"nodes={settings['nodes']}: the local launcher runs on this one")
         gpus, shown = settings.get("gpus"), visible_gpus()
@@ -81,9 +97,41 @@ class LocalLauncher(SubmititLauncher):
         return executor
 
     def follow(self, jobs: list[JobSpec], placement: dict) -> Iterator[tuple[int, dict]]:
-        """Start the jobs, max_parallel at a time, each with a GPU of its own where there are;
+        """Run the jobs, max_parallel at a time, each with a GPU of its own where there are;
         (job number, summary) as each ends. If the sweep stops (Ctrl-C, SIGTERM), the jobs
-        still running are cancelled with it."""
+        still running are stopped with it."""
+        leaks = OmegaConf.select(self.config, "experiment.fresh", default=False)
+        if self.fresh or leaks or self.tasks > 1:
+            yield from self._each_a_process(jobs)
+            return
+        pool = workers.Pool(
+            setup=cloudpickle.dumps((self.config, self.task_function, Singleton.get_state())),
+            slots=self.max_parallel,
+            starting=self._starting,
+            threads=self.job_threads(),
+            timeout_s=60 * self.params["timeout_min"] if self.params.get("timeout_min") else None,
+            rss_mib=self.worker_rss_mib,
+            sweep=process_identity(os.getpid()),
+        )
+        yield from pool.run(jobs)
+
+    @contextmanager
+    def _starting(self, slot: int) -> Iterator[None]:
+        """How slot's warm worker starts: its GPU (the slot's share of them), its threads for
+        OpenMP too, its output beside the controllers'."""
+        gpus = ",".join(self.gpus[slot * self.tasks : (slot + 1) * self.tasks])
+        own = os.environ.get("CUDA_VISIBLE_DEVICES")
+        threads = self.job_threads()
+        with (
+            _output_to(self.controller_log().with_name("workers.log")),
+            _environment("CUDA_VISIBLE_DEVICES", gpus or own),
+            _environment("OMP_NUM_THREADS", str(threads) if threads else None),
+        ):
+            yield
+
+    def _each_a_process(self, jobs: list[JobSpec]) -> Iterator[tuple[int, dict]]:
+        """Each job a process of its own (submitit's local executor), cancelled if the sweep
+        stops."""
         executor, free, waiting = self.executor(), list(self.gpus), list(jobs)
         running: dict[int, tuple[submitit.Job, str | None]] = {}
         try:
@@ -134,14 +182,21 @@ def visible_gpus() -> list[str]:
 
 
 @contextmanager
-def _environment(name: str, value: str) -> Iterator[None]:
-    """os.environ[name] = value while the block starts processes, which inherit it; submitit's
-    own visible_gpus takes integers only, and UUIDs are not."""
-    os.environ[name] = value
+def _environment(name: str, value: str | None) -> Iterator[None]:
+    """os.environ[name] = value (None: unset) while the block starts processes, which inherit
+    it; submitit's own visible_gpus takes integers only, and UUIDs are not."""
+    saved = os.environ.get(name)
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
     try:
         yield
     finally:
-        del os.environ[name]
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
 
 
 @contextmanager

@@ -5,7 +5,6 @@ started as processes of their own where the test is about a process (start_comma
 import contextlib
 import faulthandler
 import importlib
-import logging
 import os
 import signal
 import subprocess
@@ -14,7 +13,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from harness import lifetime
+from harness.fresh import Snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = ROOT / "tests" / "support"  # the test probes: a user's own experiment, on its own path
@@ -42,12 +41,10 @@ def call_command(module: str, *args: str, cwd: Path, env: dict | None = None, ti
     wrote to stdout and stderr (its own and its child processes', at the file descriptors) and
     its exit code: 1 and the traceback on stderr for an exception, as Python's would be.
 
-    Afterwards this process is as it was: working directory, environment, sys.path, the
-    modules imported from PYTHONPATH's folders (a user's experiment, edited between two calls,
-    is read anew), what the harness keeps for a process's lifetime (harness.lifetime),
-    logging's handlers and levels, signal handlers, Hydra's global state, and torch's threads,
-    default dtype, grad mode and random state. A call still running after `timeout` seconds has
-    every thread's stack written to the test's stderr (faulthandler), saying where it hangs."""
+    Afterwards this process is as it was (harness.fresh.Snapshot: a user's experiment, edited
+    between two calls, is read anew), and Hydra's global state cleared. A call still running
+    after `timeout` seconds has every thread's stack written to the test's stderr
+    (faulthandler), saying where it hangs."""
     argv = [sys.executable, "-m", module, *args]
     if timeout:
         faulthandler.dump_traceback_later(timeout, file=sys.__stderr__)
@@ -110,93 +107,24 @@ def _redirected(fd: int, to: int):
         os.close(saved)
 
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD)
-
-
 @contextlib.contextmanager
 def _as_a_fresh_process(cwd: Path, env: dict):
-    """The call's working directory and environment, and afterwards this process's state back."""
-    saved_cwd, saved_environ, saved_path = os.getcwd(), dict(os.environ), list(sys.path)
-    saved_signals = {signum: signal.getsignal(signum) for signum in SIGNALS}
-    saved_logging = _logging_state()
-    saved_torch = _torch_state()
-    added = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    modules = set(sys.modules)
+    """The call's working directory and environment (PYTHONPATH's folders on sys.path), and
+    afterwards this process's state back (harness.fresh), Hydra's global state cleared."""
+    before = Snapshot()
     os.chdir(cwd)
     os.environ.update(env)
-    sys.path[:0] = [p for p in added if p not in sys.path]
+    added = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+    sys.path[:0] = added
     try:
         yield
     finally:
-        os.chdir(saved_cwd)
-        os.environ.clear()
-        os.environ.update(saved_environ)
-        sys.path[:] = saved_path
-        _forget_modules_from(added, set(sys.modules) - modules)
-        for signum, handler in saved_signals.items():
-            signal.signal(signum, handler)
-        _restore_logging(saved_logging)
-        _restore_torch(saved_torch)
+        before.restore()
         _clear_hydra()
-        lifetime.forget()
-
-
-def _forget_modules_from(folders: list[str], new: set[str]) -> None:
-    """Modules imported during the call from a PYTHONPATH folder of its own (a user's
-    experiments): the next call imports them afresh, as a new process would."""
-    roots = [Path(folder).resolve() for folder in folders]
-    roots = [root for root in roots if root not in (ROOT, SUPPORT)]  # this process's own too
-    for name in new:
-        origin = getattr(sys.modules.get(name), "__file__", None)
-        if origin and any(Path(origin).resolve().is_relative_to(root) for root in roots):
-            del sys.modules[name]
-
-
-def _logging_state():
-    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
-    return {
-        logger: (list(logger.handlers), logger.level, logger.disabled, logger.propagate)
-        for logger in loggers
-        if isinstance(logger, logging.Logger)
-    }
-
-
-def _restore_logging(saved: dict) -> None:
-    now = _logging_state()
-    for logger, (handlers, *_) in now.items():
-        kept = saved.get(logger, ([],))[0]
-        for handler in handlers:
-            if handler not in kept:
-                logger.removeHandler(handler)
-                handler.close()
-    for logger, (handlers, level, disabled, propagate) in saved.items():
-        logger.handlers[:] = handlers
-        logger.setLevel(level)
-        logger.disabled, logger.propagate = disabled, propagate
-
-
-def _torch_state():
-    import torch  # the harness's calls import it anyway: its state from before the first
-
-    return (torch.get_num_threads(), torch.get_default_dtype(), torch.is_grad_enabled(),
-            torch.random.get_rng_state(), torch.are_deterministic_algorithms_enabled())  # fmt: skip
-
-
-def _restore_torch(saved) -> None:
-    import torch
-
-    threads, dtype, grad, rng, deterministic = saved
-    torch.set_num_threads(threads)
-    torch.set_default_dtype(dtype)
-    torch.set_grad_enabled(grad)
-    torch.random.set_rng_state(rng)
-    torch.use_deterministic_algorithms(deterministic)
 
 
 def _clear_hydra() -> None:
     """Hydra's global state as a new process has it: no config loader, no job's config."""
-    if "hydra" not in sys.modules:
-        return
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.singleton import Singleton

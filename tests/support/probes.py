@@ -3,8 +3,11 @@ for the test, so that a test can prove two points ran at once, or act while a po
 without resting on timing."""
 
 import base64
+import importlib
+import logging
 import math
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -42,6 +45,40 @@ def rendezvous(
             raise TimeoutError(f"point {point} waited {timeout_s:g} s in {folder}")
         time.sleep(0.05)
     return [{"arrivals": len(arrivals(here))}]
+
+
+LEAKED = []  # what leaky left in this module: a new process, or a module imported anew, has none
+
+
+def leaky(*, point: int, folder: str, module: str = "", hold: int = -1) -> list[dict]:
+    """A point that says what state it starts from, then leaves every piece of it changed:
+    torch's threads, default dtype, grad mode, autocast and RNG, an environment variable, the
+    working directory, sys.path, a logging handler, this module's own list; with `module`, the
+    VALUE of that module of the user's (imported by name) too. Its arrival in `folder` names its
+    process; point `hold` then waits for the file "release" there. One row: what it saw."""
+    here = Path(folder)
+    (here / f"arrived-{point}-{time.monotonic_ns()}-{os.getpid()}").touch()
+    seen = {
+        "torch_threads": torch.get_num_threads(), "dtype": str(torch.get_default_dtype()),
+        "grad": torch.is_grad_enabled(), "autocast": torch.is_autocast_enabled("cpu"),
+        "draw": torch.rand(1).item(),
+        "env": os.environ.get("LEAKY", ""), "cwd": os.getcwd(), "path": len(sys.path),
+        "handlers": len(logging.getLogger().handlers), "leaked": len(LEAKED),
+        "value": importlib.import_module(module).VALUE if module else 0,
+    }  # fmt: skip
+    if point == hold:
+        wait_for(lambda: (here / "release").exists(), 120, "the release")
+    torch.set_num_threads(1 if seen["torch_threads"] > 1 else 2)
+    torch.set_default_dtype(torch.float64)
+    torch.set_grad_enabled(False)
+    torch.set_autocast_enabled("cpu", True)
+    torch.manual_seed(12345)
+    os.environ["LEAKY"] = f"point {point}"
+    os.chdir(folder)
+    sys.path.append(folder)
+    logging.getLogger().addHandler(logging.NullHandler())
+    LEAKED.append(point)
+    return [seen]
 
 
 def arrivals(folder: Path) -> list[Path]:
@@ -154,10 +191,12 @@ def faulty(
 ) -> list[dict]:
     """What users' experiments do wrong, one knob each: point `fail` raises (until the file
     "fixed" is in `folder`); point `exit_at` ends the process (exit_with: sys.exit or os._exit,
-    with code 0); with `kinds`, the column `val` is an int in point 0 and a str elsewhere; each
-    row carries `pad_kib` KiB of random text. One row: the tag it saw, and val."""
+    with code 0, or SIGSEGV); with `kinds`, the column `val` is an int in point 0 and a str
+    elsewhere; each row carries `pad_kib` KiB of random text. One row: the tag it saw, and val."""
     if point == fail and not (Path(folder) / "fixed").exists():
         raise RuntimeError(f"point {point} fails until {folder}/fixed exists")
+    if point == exit_at and exit_with == "SIGSEGV":  # as a crash in a kernel would end it
+        os.kill(os.getpid(), signal.SIGSEGV)
     if point == exit_at:
         sys.exit(0) if exit_with == "sys.exit" else os._exit(0)
     val = point if point == 0 or not kinds else f"text-{point}"

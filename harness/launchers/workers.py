@@ -1,0 +1,191 @@
+"""Warm workers for the local launcher: a process per slot (max_parallel of them) that imports
+torch and the harness once, then runs the points it is handed one after another, the next one
+as soon as one ends, each from the same state (harness.fresh): a point costs what it computes,
+not a new Python's start.
+
+A worker keeps its slot's GPU (CUDA_VISIBLE_DEVICES, set when it starts) and its CUDA context
+for the whole sweep, and its threads (the launcher's job_threads). One that dies while it runs a
+point (SIGKILL, the kernel's OOM killer, a segfault in a kernel) fails only that point, with a
+row saying so (harness.dispatch writes it), and a new worker takes its slot; so does one past
+timeout_min, which is stopped. A worker whose resident memory has grown past rss_mib after a
+point is replaced before the next. Ctrl-C is the sweep's to answer: the workers ignore it and
+are stopped with the sweep, and a worker whose sweep's process is gone (SIGKILL) ends itself.
+
+Python's and the libraries' pools (concurrent.futures, loky) fail every running task when one
+worker dies; here each worker is a process and a pipe of its own, so that a death is one
+point's. A point runs in the worker's process: what needs a process of its own (peak resident
+memory, a first call's compile) runs in one as before (harness.measure.run_isolated).
+"""
+
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, suppress
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+
+import cloudpickle
+
+from harness.launchers import JobSpec, job_runner, store_error
+
+CHECK_S = 1.0  # how often the timeouts are looked at while every worker computes
+STOP_S = 5.0  # how long a stopped worker may take to end before SIGKILL
+
+
+@dataclass
+class Worker:
+    process: multiprocessing.Process
+    connection: Connection
+    job: int | None = None  # the point it runs
+    started: float = 0.0
+
+
+@dataclass
+class Pool:
+    """The warm workers of one sweep's launch. setup: what a worker needs to run points (the
+    launcher's config, task function and Hydra's state, cloudpickled); starting(slot): the
+    context in which slot's worker is started (its environment, where its output goes)."""
+
+    setup: bytes
+    slots: int
+    starting: Callable[[int], AbstractContextManager]
+    threads: int | None
+    timeout_s: float | None
+    rss_mib: float | None
+    sweep: str | None  # the sweep's process (process_identity), which a worker ends with
+    workers: dict[int, Worker] = field(default_factory=dict)
+
+    def run(self, jobs: list[JobSpec]) -> Iterator[tuple[int, dict]]:
+        """(job number, summary) as each job ends, at most `slots` at once."""
+        waiting = list(jobs)
+        try:
+            while waiting or any(w.job is not None for w in self.workers.values()):
+                for slot in range(self.slots):
+                    if waiting and self._free(slot):
+                        self._hand(slot, waiting.pop(0))
+                yield from self._ended()
+        finally:
+            self.stop()
+
+    def _free(self, slot: int) -> bool:
+        worker = self.workers.get(slot)
+        return worker is None or worker.job is None
+
+    def _hand(self, slot: int, spec: JobSpec) -> None:
+        if slot not in self.workers:
+            self.workers[slot] = self._start(slot)
+        worker = self.workers[slot]
+        worker.connection.send(spec)
+        worker.job, worker.started = spec.job, time.monotonic()
+
+    def _start(self, slot: int) -> Worker:
+        context = multiprocessing.get_context("spawn")
+        ours, theirs = context.Pipe()
+        args = (theirs, self.setup, self.sweep, self.threads)
+        process = context.Process(target=serve, args=args, name=f"harness-worker-{slot}")
+        with self.starting(slot):
+            process.start()
+        theirs.close()
+        return Worker(process, ours)
+
+    def _ended(self) -> Iterator[tuple[int, dict]]:
+        busy = {slot: w for slot, w in self.workers.items() if w.job is not None}
+        waits = [w.connection for w in busy.values()] + [w.process.sentinel for w in busy.values()]
+        wait(waits, timeout=CHECK_S)
+        for slot, worker in busy.items():
+            job = worker.job
+            if worker.connection.poll():
+                try:
+                    _, summary, resident_mib = worker.connection.recv()
+                except (EOFError, OSError):  # it ended: its end of the pipe closed with it
+                    worker.process.join(STOP_S)
+                    yield job, self._lost(slot, _how_it_ended(worker.process))
+                    continue
+                worker.job = None
+                if self.rss_mib and resident_mib > self.rss_mib:
+                    self._retire(slot)
+                yield job, summary
+            elif not worker.process.is_alive():
+                yield job, self._lost(slot, _how_it_ended(worker.process))
+            elif self.timeout_s and time.monotonic() - worker.started > self.timeout_s:
+                minutes = self.timeout_s / 60
+                yield job, self._lost(slot, f"ran past timeout_min={minutes:g} and was stopped")
+
+    def _lost(self, slot: int, how: str) -> dict:
+        """The summary of the point a worker held when it ended; the slot gets a new worker."""
+        worker = self.workers.pop(slot)
+        _stop(worker)
+        return {"status": "killed", "error": f"its worker process {how}"}
+
+    def _retire(self, slot: int) -> None:
+        worker = self.workers.pop(slot)
+        worker.connection.send(None)  # it ends after the point it answered
+        _stop(worker)
+
+    def stop(self) -> None:
+        """End every worker: those at a point are stopped (SIGTERM, then SIGKILL)."""
+        for worker in self.workers.values():
+            if worker.job is None:
+                with suppress(OSError):  # it is gone already
+                    worker.connection.send(None)
+            else:
+                worker.process.terminate()
+        for worker in self.workers.values():
+            _stop(worker)
+        self.workers.clear()
+
+
+def _stop(worker: Worker) -> None:
+    worker.process.join(STOP_S)
+    if worker.process.is_alive():
+        worker.process.kill()
+        worker.process.join()
+    worker.connection.close()
+
+
+def _how_it_ended(process: multiprocessing.Process) -> str:
+    code = process.exitcode
+    if code is not None and code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"ended with exit code {code}"
+
+
+def serve(connection: Connection, setup: bytes, sweep: str | None, threads: int | None) -> None:
+    """A worker: each JobSpec received, run, and its (job, summary, resident MiB) sent back,
+    this process's state restored after each (harness.fresh); None or a closed pipe: the end."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the sweep's
+    from hydra.core.singleton import Singleton
+    from hydra.core.utils import setup_globals
+
+    from harness.fresh import Snapshot
+    from harness.launchers.submitit_jobs import end_with_the_sweep
+
+    end_with_the_sweep(sweep)
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    config, task_function, state = cloudpickle.loads(setup)
+    Singleton.set_state(state)
+    setup_globals()
+    run, fresh = job_runner(config, task_function), Snapshot()
+    while True:
+        try:
+            spec = connection.recv()
+        except EOFError:
+            return
+        if spec is None:
+            return
+        try:
+            summary = run(spec)
+        except OSError as error:  # the store cannot be written: the sweep stops
+            summary = store_error(error)
+        fresh.restore(command=False)
+        connection.send((spec.job, summary, _resident_mib()))
+
+
+def _resident_mib() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20

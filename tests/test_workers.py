@@ -1,0 +1,138 @@
+"""The local launcher's warm workers (harness/launchers/workers.py): points run one after another
+in a process that stays, each from the same state whatever ran before it; a worker that dies
+fails only its point, and a new one takes its place; fresh=true, or a worker grown past
+worker_rss_mib, gives points processes of their own."""
+
+import logging
+import os
+import random
+import sys
+
+import pytest
+import torch
+from probes import PROBE_PATH, SUPPORT, arrivals, await_arrivals
+
+from harness import store
+from harness.fresh import Snapshot
+
+ONE_WORKER = ["hydra/launcher=local", "hydra.launcher.max_parallel=1"]
+SEEN = ["torch_threads", "dtype", "grad", "autocast", "draw", "env", "cwd", "path", "handlers",
+        "leaked", "value"]  # fmt: skip
+
+
+@pytest.fixture
+def leaky(harness, gate):
+    """The leaky probe (tests/support/probes.py) with the probes' config dir: run or start."""
+    given = ["--config-dir", str(SUPPORT / "conf"), "+experiment=leaky", f"folder={gate}"]
+
+    def run(*args: str, env: dict | None = None):
+        return harness(*given, *args, env={"PYTHONPATH": PROBE_PATH, **(env or {})})
+
+    def start(*args: str, env: dict | None = None):
+        return harness.start(*given, *args, env={"PYTHONPATH": PROBE_PATH, **(env or {})})
+
+    run.start, run.results = start, harness.results
+    return run
+
+
+def pids(gate) -> list[str]:
+    """The process each point ran in, by point (the arrival files' last part)."""
+    ordered = sorted(arrivals(gate), key=lambda path: int(path.name.split("-")[1]))
+    return [path.name.rsplit("-", 1)[1] for path in ordered]
+
+
+@pytest.mark.process
+def test_each_point_on_a_warm_worker_starts_from_the_same_state(leaky, gate):
+    """Four points on one worker, each leaving its state changed (threads, dtype, grad mode,
+    RNG, environment, directory, sys.path, a log handler, its module's own list): each saw
+    what the first saw, in the one process."""
+    result = leaky("point=0,1,2,3", *ONE_WORKER)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = store.read(leaky.results).sort_values("job")
+    assert set(rows["status"]) == {"ok"} and len(rows) == 4
+    first = rows[SEEN].iloc[0].to_dict()
+    assert all(rows[SEEN].iloc[i].to_dict() == first for i in range(4)), rows[SEEN]
+    assert first["env"] == "" and first["leaked"] == 0 and first["grad"] and not first["autocast"]
+    assert first["dtype"] == "torch.float32"
+    assert len(set(pids(gate))) == 1, "one warm worker ran them all"
+
+
+@pytest.mark.process
+def test_a_users_module_edited_during_a_sweep_is_the_new_one_at_the_next_point(
+    leaky, gate, tmp_path
+):
+    """As it was with a process a point: point 0 reads VALUE 1 and holds; the file is edited;
+    point 1, on the same worker, reads the new VALUE."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "edited_module.py").write_text("VALUE = 1\n")
+    env = {"PYTHONPATH": os.pathsep.join([PROBE_PATH, str(folder)])}
+    sweeping = leaky.start("point=0,1", "module=edited_module", "hold=0", *ONE_WORKER, env=env)
+    await_arrivals(gate, 1)
+    (folder / "edited_module.py").write_text("VALUE = 22  # edited\n")
+    (gate / "release").touch()
+    output, _ = sweeping.communicate(timeout=120)
+    assert sweeping.returncode == 0, output
+    rows = store.read(leaky.results).sort_values("job")
+    assert rows["value"].tolist() == [1, 22]
+    assert len(set(pids(gate))) == 1
+
+
+@pytest.mark.process
+def test_a_worker_that_crashes_fails_its_point_alone_and_a_new_one_runs_the_rest(probe, gate):
+    """A segfault in point 1 (as a kernel's would be) ends its worker: point 1 is a killed row
+    saying so, and points 2 and 3 run on the new worker of that slot."""
+    faulty = ["--config-dir", str(SUPPORT / "conf"), "+experiment=faulty", f"folder={gate}"]
+    result = probe.harness(*faulty, "point=0,1,2,3", "exit_at=1", "exit_with=SIGSEGV",
+                           *ONE_WORKER, env={"PYTHONPATH": PROBE_PATH})  # fmt: skip
+    assert result.returncode == 1 and "1 of 4 points have no answer" in result.stderr
+    rows = store.read(probe.results).set_index("job").sort_index()
+    assert rows["status"].tolist() == ["ok", "killed", "ok", "ok"]
+    assert rows.loc[1, "error"] == "its worker process was killed by SIGSEGV"
+
+
+@pytest.mark.process
+@pytest.mark.parametrize(
+    "setting, processes",
+    [
+        ([], 1),
+        (["hydra.launcher.fresh=true"], 3),
+        (["++experiment.fresh=true"], 3),  # as an experiment's own config may say
+        (["hydra.launcher.worker_rss_mib=1"], 3),
+    ],
+    ids=["warm", "fresh", "experiment-fresh", "past-its-rss"],
+)
+def test_fresh_and_a_grown_worker_give_points_processes_of_their_own(
+    probe, gate, setting, processes
+):
+    result = probe("point=0,1,2", f"folder={gate}", *ONE_WORKER, *setting)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert len(set(pids(gate))) == processes
+
+
+def test_a_snapshot_restores_what_a_unit_of_work_changed(tmp_path, monkeypatch):
+    """harness.fresh in this process: what a point may change, changed, and put back."""
+    monkeypatch.setenv("KEPT", "yes")
+    before = Snapshot()
+    threads, draws = torch.get_num_threads(), (random.random(), torch.rand(1))
+    random.setstate(before.random)
+    torch.random.set_rng_state(before.torch[-1])
+    os.environ["LEAKY"] = "x"
+    del os.environ["KEPT"]
+    os.chdir(tmp_path)
+    sys.path.append(str(tmp_path))
+    (tmp_path / "snapshot_probe.py").write_text("VALUE = 1\n")
+    __import__("snapshot_probe")
+    handler = logging.NullHandler()
+    logging.getLogger("harness.test").addHandler(handler)
+    torch.set_num_threads(threads + 1)
+    torch.set_default_dtype(torch.float64)
+    torch.set_grad_enabled(False)
+    before.restore()
+    assert "LEAKY" not in os.environ and os.environ["KEPT"] == "yes"
+    assert os.getcwd() == before.cwd and str(tmp_path) not in sys.path
+    assert "snapshot_probe" not in sys.modules
+    assert handler not in logging.getLogger("harness.test").handlers
+    assert torch.get_num_threads() == threads and torch.get_default_dtype() == torch.float32
+    assert torch.is_grad_enabled()
+    assert (random.random(), torch.rand(1)) == draws, "the random states as they were"
