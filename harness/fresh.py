@@ -7,10 +7,13 @@ logging's levels and the handlers the unit added, torch's threads, default dtype
 deterministic flag, autocast flags and random states (Python's, NumPy's, torch's), CUDA's
 peak-memory statistics and current device, and it forgets what the harness keeps for a command
 or a point (harness.lifetime). The modules the unit imported from outside the installed
-packages and the harness (an experiment of experiments/ or of a user's folder) are forgotten,
-so that a file edited meanwhile is the new one next time, as in a new process. What needs a
-really new process (peak resident memory, a first call's compile) runs in one
-(harness.measure.run_isolated).
+packages and the harness (an experiment of experiments/ or of a user's folder) stay, with
+their module-level state, as they would in one process (the basic launcher), until one of
+their files changes: then they are all forgotten, so that a file edited during a sweep is the
+new one at the next point, as in a new process; a restore after a command forgets them always.
+What needs a really new process (peak resident memory, a first call's compile) runs in one
+(harness.measure.run_isolated); an experiment whose module-level state must start anew each
+point runs with fresh: true (harness.launchers.local).
 """
 
 import logging
@@ -18,6 +21,7 @@ import os
 import random
 import signal
 import sys
+import time
 from pathlib import Path
 
 from harness import lifetime
@@ -37,7 +41,9 @@ class Snapshot:
         import torch
 
         self.cwd, self.environ, self.path = os.getcwd(), dict(os.environ), list(sys.path)
-        self.modules = set(sys.modules)
+        self.modules = set(sys.modules)  # those it leaves: there before, or installed
+        self.users: dict[str, tuple[str, tuple | None]] = {}  # kept: name -> (file, its stamp)
+        self.since = time.time_ns()  # when the unit of work began
         self.signals = {signum: signal.getsignal(signum) for signum in SIGNALS}
         self.logging = _logging_state()
         self.random, self.numpy = random.getstate(), numpy.random.get_state()
@@ -59,7 +65,7 @@ class Snapshot:
         os.environ.clear()
         os.environ.update(self.environ)
         sys.path[:] = self.path
-        _forget_modules(set(sys.modules) - self.modules)
+        self._user_modules(forget=command)
         for signum, handler in self.signals.items():
             signal.signal(signum, handler)
         _restore_logging(self.logging)
@@ -69,7 +75,8 @@ class Snapshot:
         torch.set_num_threads(threads)
         torch.set_default_dtype(dtype)
         torch.set_grad_enabled(grad)
-        torch.use_deterministic_algorithms(deterministic)
+        if torch.are_deterministic_algorithms_enabled() != deterministic:  # its first call
+            torch.use_deterministic_algorithms(deterministic)  # imports torch._dynamo: 1 s
         torch.random.set_rng_state(rng)
         for kind, enabled in self.autocast.items():
             torch.set_autocast_enabled(kind, enabled)
@@ -78,20 +85,48 @@ class Snapshot:
             for device in range(torch.cuda.device_count()):
                 torch.cuda.reset_peak_memory_stats(device)
         lifetime.forget(command=command)
+        self.since = time.time_ns()
+
+    def _user_modules(self, forget: bool) -> None:
+        """The modules imported since the snapshot from outside the installed packages and the
+        harness (an experiment's, a user's) stay while their files are unchanged, with their
+        state, as in one process; once one is edited (or with forget) they all go, and the
+        next import reads their files again."""
+        for name in set(sys.modules) - self.modules - set(self.users):
+            origin = getattr(sys.modules[name], "__file__", None)
+            if not origin or _installed(origin):
+                self.modules.add(name)  # for good: it is not looked at again
+                continue
+            stamp = _stamp(origin)
+            edited = stamp is None or stamp[0] >= self.since  # while the unit ran: maybe after
+            self.users[name] = (origin, None if edited else stamp)
+        stale = [name for name, (origin, stamp) in self.users.items()
+                 if stamp is None or _stamp(origin) != stamp]  # fmt: skip
+        if forget or stale:
+            for name in self.users:
+                _forget(name)
+            self.users.clear()
 
 
-def _forget_modules(new: set[str]) -> None:
-    """Drop the modules imported since, from outside the installed packages and the harness:
-    the next import reads their files again."""
-    for name in new:
-        module = sys.modules.get(name)
-        origin = getattr(module, "__file__", None)
-        if not origin:
-            continue
-        where = Path(origin).resolve()
-        if any(where.is_relative_to(root) for root in (*INSTALLED, HARNESS)):
-            continue
-        del sys.modules[name]
+def _installed(origin: str) -> bool:
+    where = Path(origin).resolve()
+    return any(where.is_relative_to(root) for root in (*INSTALLED, HARNESS))
+
+
+def _stamp(path: str) -> tuple[int, int] | None:
+    """A file's modification time and size; None where it is gone."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_mtime_ns, stat.st_size
+
+
+def _forget(name: str) -> None:
+    """Drop a module: the next import reads its file again."""
+    module = sys.modules.pop(name, None)
+    if module is None:
+        return
         # Its package kept (imported before) would hand the old one to `from package import
         # name`, which looks at the package's attribute before sys.modules.
         package, _, attribute = name.rpartition(".")
@@ -118,5 +153,6 @@ def _restore_logging(saved: dict) -> None:
                 handler.close()
     for logger, (handlers, level, disabled, propagate) in saved.items():
         logger.handlers[:] = handlers
-        logger.setLevel(level)
+        if logger.level != level:  # setLevel clears every logger's cache
+            logger.setLevel(level)
         logger.disabled, logger.propagate = disabled, propagate
