@@ -120,7 +120,7 @@ def _chosen(results: Path, sweeps: list[str], every: bool) -> dict[str, list[str
     """experiment -> the sweeps to show, in order (--sweep, --all); None: the newest of each.
     BadInput for a sweep the store does not hold."""
     from harness import store
-    from harness.config import check_name
+    from harness.names import check_name
 
     if every:
         return {e: store.sweeps(results, e) for e in store.experiments(results)}

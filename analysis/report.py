@@ -27,7 +27,7 @@ from plotly.io.json import to_json_plotly
 from analysis import page, plots, search, summaries
 from harness import files, store
 from harness.claims import claims_of, claims_table, derived_tables, report_module
-from harness.config import available_experiments, experiment_file
+from harness.names import available_experiments, experiment_file
 from harness.status import compact_if_finished
 from harness.tables import MISSING, markdown, planned, sweep_table
 

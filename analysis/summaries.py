@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from harness import files, search, store
-from harness.config import CONF
+from harness.names import CONF
 
 CACHE = ".summaries"
 PROVENANCE = ["started_at", "git_commit", "torch_version", "device_name"]

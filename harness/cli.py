@@ -5,15 +5,13 @@ import sys
 import time
 from pathlib import Path
 
-from harness.config import check_name, reads_as
 from harness.errors import BadInput, reader_gone
+from harness.names import check_name, key_of, split_flags, usage
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if not [a for a in argv if a not in ("-m", "--multirun")]:  # every run is a sweep already
-        from harness.show import usage
-
         print(usage([]), file=sys.stderr)
         sys.exit(2)
     if argv[0] == "help":
@@ -32,10 +30,15 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code)
 
 
-# Each command imports what it needs when it runs: status need not load Hydra's composition.
+# Each command imports what it needs when it runs: --help, status and compact load neither
+# Hydra, pandas nor torch (tests/test_layers.py holds them to it).
 
 
 def _sweep(argv: list[str]) -> int:
+    arguments, flags = split_flags(argv)
+    if flags.help and not any(key_of(argument) == "experiment" for argument in arguments):
+        print(usage(flags.config_dirs))
+        return 0
     from harness import sweep
 
     return sweep.run(argv)
@@ -91,5 +94,9 @@ def _sweep_and_out(argv: list[str]) -> tuple[str, str]:
     if len(ids) != 1 or set(options) - {"out"}:
         raise BadInput(f"usage: python -m harness {argv[0]} SWEEP_ID [out=DIR]")
     out = options.get("out", "outputs")  # quoted as Hydra quotes it, or plain
-    said = reads_as(f"out={out}")
-    return check_name("sweep id", ids[0]), said if isinstance(said, str) else out
+    if out[:1] in ("'", '"'):
+        from harness.config import reads_as
+
+        said = reads_as(f"out={out}")
+        out = said if isinstance(said, str) else out
+    return check_name("sweep id", ids[0]), out

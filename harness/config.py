@@ -5,7 +5,6 @@ one-line BadInput."""
 import functools
 import re
 import shlex
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from hydra import compose
@@ -21,92 +20,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.errors import BadInput, one_line
+from harness.names import CONF, USER_KEYS, available_experiments, experiment_file
 
-HERE = Path(__file__).resolve().parent
-CONF = HERE / "conf" if (HERE / "conf").is_dir() else HERE.parent / "conf"  # installed; checkout
-USER_KEYS = ("out", "resume", "wait", "seed", "max_points", "stream_rows", "stream_s")  # for users
-HARNESS_KEYS = (*USER_KEYS, "sinks", "search", "sweep_id", "job")  # config.yaml; conf/sinks/
-SET_BY_HARNESS = ("out", "sweep_id", "job")  # given to every job by the harness
-# What an experiment's name or a sweep id may be: it becomes a folder name and part of a glob.
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 PLAIN = re.compile(r"[\w./+-]+")  # a string Hydra may read unquoted (if it reads it as a string)
-
-
-def available_experiments(config_dirs: list[Path] = ()) -> list[str]:
-    """The experiments in conf/experiment/ and in each config dir's experiment/."""
-    folders = [CONF, *config_dirs]
-    return sorted({p.stem for folder in folders for p in (folder / "experiment").glob("*.yaml")})
-
-
-@dataclass
-class Flags:
-    """Hydra's flags on the command line, as the harness honours them."""
-
-    config_dirs: list[Path] = field(default_factory=list)  # --config-dir DIR, -cd DIR
-    cfg: str | None = None  # --cfg job|hydra|all, -c: print the config, run nothing
-    resolve: bool = False  # --resolve: with --cfg, interpolations resolved
-    package: str | None = None  # --package KEY, -p: with --cfg, only that node
-    info: str | None = None  # --info [TOPIC], -i: Hydra's information, run nothing
-    help: bool = False  # --help, -h
-
-
-CFG = ("job", "hydra", "all")
-INFO = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
-TAKES_VALUE = {"--config-dir": "config_dir", "-cd": "config_dir", "--cfg": "cfg", "-c": "cfg",
-               "--package": "package", "-p": "package"}  # fmt: skip
-
-
-def split_flags(argv: list[str]) -> tuple[list[str], Flags]:
-    """Hydra's flags (--config-dir folders with experiment/NAME.yaml files of the user's own,
-    searched after conf/; --cfg, --resolve, --package, --info, --help; -m/--multirun, which
-    changes nothing: every run is a sweep), and the other arguments, the overrides."""
-    rest, flags, args = [], Flags(), list(argv)
-    while args:
-        arg = args.pop(0)
-        name, equals, value = arg.partition("=")
-        if not arg.startswith("-"):
-            rest.append(arg)
-        elif name in TAKES_VALUE:
-            value = value if equals else (args.pop(0) if args else "")
-            _set_flag(flags, TAKES_VALUE[name], name, value)
-        elif arg in ("--info", "-i"):
-            flags.info = args.pop(0) if args and args[0] in INFO else "all"
-        elif arg in ("-m", "--multirun"):
-            continue
-        elif arg in ("--resolve", "-h", "--help"):
-            setattr(flags, "resolve" if arg == "--resolve" else "help", True)
-        else:
-            raise BadInput(
-                f"unknown option {arg}: the harness takes --config-dir, --cfg, --resolve, "
-                "--package, --info, --help and -m"
-            )
-    return rest, flags
-
-
-def _set_flag(flags: Flags, key: str, name: str, value: str) -> None:
-    if key == "config_dir":
-        folder = Path(value).expanduser().resolve()
-        if not value or not folder.is_dir():
-            raise BadInput(f"{name} takes a folder, got {value!r}")
-        flags.config_dirs.append(folder)
-    elif key == "cfg":
-        if value not in CFG:
-            raise BadInput(f"{name} takes one of {', '.join(CFG)}, got {value!r}")
-        flags.cfg = value
-    elif not value:
-        raise BadInput(f"{name} takes a config key, such as hydra.launcher")
-    else:
-        flags.package = value
-
-
-def check_name(what: str, name: str) -> str:
-    """`name` if it can be a folder name and a glob's literal part; one line otherwise."""
-    if not NAME.fullmatch(name):
-        raise BadInput(
-            f"{what} {name!r} is not a plain name: letters, digits, '_', '-', '+' and '.', "
-            "starting with a letter or digit"
-        )
-    return name
 
 
 def override(key: str, text: str) -> str:
@@ -141,10 +57,6 @@ def parse(argv: list[str]) -> list[Override]:
         return OverridesParser.create().parse_overrides(argv)
     except OverrideParseException as error:
         raise BadInput(f"cannot parse {error.override!r}: {one_line(error)}") from None
-
-
-def key_of(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def check_harness_keys(overrides: list[Override]) -> None:
@@ -201,12 +113,6 @@ def compose_config(overrides: list[str], experiment: str, config_dirs: list[Path
     with open_dict(cfg):  # jobs elsewhere (SLURM) and run dirs get it absolute
         cfg.out = str(Path(cfg.out).resolve())
     return cfg
-
-
-def experiment_file(experiment: str, config_dirs: list[Path]) -> Path:
-    """The experiment's YAML: conf/'s, else the first config dir's that has it."""
-    files = [folder / "experiment" / f"{experiment}.yaml" for folder in (CONF, *config_dirs)]
-    return next(path for path in files if path.exists())
 
 
 def with_searchpath(overrides: list[str], config_dirs: list[Path]) -> list[str]:

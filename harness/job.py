@@ -98,7 +98,7 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
             every_rows=values.get("stream_rows", 1000),
             every_s=values.get("stream_s", 1.0),
             say=say,
-            shown=lambda row: first_numbers(row, params),
+            shown=lambda row: store.first_numbers(row, params),
             sinks=sinks,
             group=group,
             observe=trial.observe if trial else None,
@@ -232,23 +232,9 @@ def summary(rows: list[dict], params: dict, last: bool = False) -> dict:
     return {
         "status": status,
         "error": error,
-        "metrics": metrics(shown, params),
+        "metrics": store.metrics(shown, params),
         "seconds": rows[-1]["duration_s"],  # this run's, not a restored row's first run
     }
-
-
-def metrics(row: dict, params: dict) -> dict:
-    """A row's numbers: its columns that are neither parameters nor the harness's."""
-    return {
-        k: v
-        for k, v in row.items()
-        if k not in params and k not in store.HARNESS_COLUMNS and isinstance(v, int | float)
-    }
-
-
-def first_numbers(row: dict, params: dict, shown: int = 4) -> str:
-    """A row's first few numbers, for a progress line: "step=1.2e+03 loss=0.41 ..."."""
-    return " ".join(f"{k}={v:.4g}" for k, v in list(metrics(row, params).items())[:shown])
 
 
 def _reserved(params: dict) -> set[str]:

@@ -19,8 +19,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from harness import search, store
 from harness.claims import validate as validate_claims
-from harness.config import HARNESS_KEYS, SET_BY_HARNESS, check_name, key_of
 from harness.errors import BadInput, one_line
+from harness.names import HARNESS_KEYS, SET_BY_HARNESS, check_name, key_of
 from harness.signature import Experiment, config_hash, config_values
 from harness.tables import validate_table
 

@@ -9,16 +9,9 @@ from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig
 
 from harness import files, search, store
-from harness.config import (
-    SET_BY_HARNESS,
-    available_experiments,
-    check_name,
-    command,
-    compose_config,
-    key_of,
-    results_root,
-)
+from harness.config import command, compose_config, results_root
 from harness.errors import BadInput
+from harness.names import SET_BY_HARNESS, available_experiments, check_name, key_of
 from harness.plan import Point, Sweep, sweep_of
 from harness.signature import Experiment, config_hash, config_values
 from harness.status import still_scheduled

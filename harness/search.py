@@ -19,19 +19,21 @@ or has no such value, is a failed trial). Its rows carry `cell` and `trial` (the
 in its cell's study) and the trial's parameters as their columns.
 """
 
+from __future__ import annotations
+
 import functools
 import math
 import types
 import typing
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, RangeSweep
-from hydra.errors import HydraException
-
-from harness.config import key_of, override
 from harness.errors import BadInput, one_line
 from harness.lifetime import per_command
+from harness.names import key_of
+
+if TYPE_CHECKING:  # Hydra and Optuna load where a search is planned or run, not for a report
+    from hydra.core.override_parser.types import Override
 
 JOURNAL = "_study.journal"
 PARAMS = "search.params."  # the command line's search space: search.params.KEY=interval(...)
@@ -49,6 +51,8 @@ def command_line(overrides: list[Override]) -> tuple[list[Override], list[str]]:
     """The command line's overrides without its search space, and the space as plain lines
     (++search.params.lr='tag(log, interval(1e-4, 1e-2))'): a sweep override there is the space
     of a search, not an axis of the grid, and a key the config may not have yet."""
+    from harness.config import override
+
     others, lines = [], []
     for given in overrides:
         key = key_of(given.input_line)
@@ -110,6 +114,9 @@ def spec(values: dict, experiment, grid: list[str]) -> dict | None:
 def distribution(key: str, text: str, hint=None):
     """The Optuna distribution of a search.params value; an int parameter's interval and range
     are of whole numbers."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
+    from hydra.errors import HydraException
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     try:

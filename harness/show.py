@@ -12,49 +12,20 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness import search
 from harness.claims import statement
-from harness.config import (
-    USER_KEYS,
-    Flags,
-    available_experiments,
-    check_harness_keys,
-    compose_config,
-    experiment_file,
-    experiment_name,
-    key_of,
-    with_searchpath,
-)
+from harness.config import check_harness_keys, compose_config, experiment_name, with_searchpath
 from harness.errors import BadInput
 from harness.hydra_internals import show_info
+from harness.names import USER_KEYS, Flags, experiment_file, key_of
 from harness.plan import Sweep, plan, seeded_grid
 from harness.signature import Experiment, config_values
 
 MISSING_KEY = object()
-USAGE = """usage: python -m harness [--config-dir DIR] +experiment=NAME [key=value | key=a,b,c ...]
-                         [resume=SWEEP_ID]
-       python -m harness [--config-dir DIR] +experiment=NAME --help
-       python -m harness [--config-dir DIR] +experiment=NAME ... --cfg job|hydra|all
-                         [--resolve] [--package KEY]
-       python -m harness [--config-dir DIR] +experiment=NAME ... --info [TOPIC]
-       python -m harness status SWEEP_ID [out=DIR]
-       python -m harness compact SWEEP_ID [out=DIR]
-
-Runs the experiment's grid (its hydra.sweeper.params; key=a,b,c on the command line replaces
-a key's values, key=value fixes it) and writes one Parquet row per measurement under
-outputs/results. hydra/launcher=local runs points in parallel here, hydra/launcher=slurm as
-SLURM job arrays (wait=false: submit and return). compact merges a finished sweep's job files
-into one Parquet file. --config-dir DIR also finds experiments of your own in
-DIR/experiment/NAME.yaml. --help with +experiment=NAME lists its parameters; --cfg prints the
-config of the sweep's first point and the grid, --info Hydra's information (TOPIC: all,
-config, defaults, defaults-tree, plugins, searchpath); neither runs anything. -m is accepted:
-every run is a sweep. Experiments: {experiments}"""
 
 
 def show(overrides: list[Override], flags: Flags) -> int:
-    """--help, --info or --cfg: print what they show; nothing runs and nothing is written."""
+    """--help +experiment=NAME, --info or --cfg: print what they show; nothing runs and nothing
+    is written."""
     config_dirs = flags.config_dirs
-    if flags.help and not any(key_of(o.input_line) == "experiment" for o in overrides):
-        print(usage(config_dirs))
-        return 0
     experiment = experiment_name(overrides, config_dirs)
     if flags.help:
         print(experiment_help(experiment, config_dirs))
@@ -73,10 +44,6 @@ def show(overrides: list[Override], flags: Flags) -> int:
     point = [*fixed, *first.overrides, "sweep_id=SWEEP_ID", f"job={first.job}"]
     print(config_text(compose_config(point, experiment, config_dirs), sweep, flags), end="")
     return 0
-
-
-def usage(config_dirs: list[Path]) -> str:
-    return USAGE.format(experiments=", ".join(available_experiments(config_dirs)))
 
 
 def experiment_help(name: str, config_dirs: list[Path]) -> str:

@@ -11,10 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import launchers, search, store, tracking
-from harness.config import command
+from harness import store, tracking
 from harness.errors import BadInput, shorten
-from harness.job import first_numbers
 
 ALIVE = ("pending", "running")  # the states of a point that a launcher still holds
 SLURM = "harness.launchers.slurm.SlurmLauncher"  # what older manifests' launches were
@@ -34,13 +32,17 @@ def status(sweep_id: str, out: str = "outputs") -> int:
     print(f"sweep {sweep_id} ({experiment}): {manifest.get('command', '')}")
     print(pipe_table(table.assign(detail=table["detail"].map(shorten))))
     print(", ".join(f"{n} {state}" for state, n in table["state"].value_counts().items()))
-    searched = search.of_manifest(manifest)
-    if searched:
+    if (manifest.get("experiment_config") or {}).get("search"):  # its studies: Optuna's
+        from harness import search
+
+        searched = search.of_manifest(manifest)
         for line in search.progress(store.sweep_dir(results, experiment, sweep_id), searched):
             print(line)
     unfinished = ~table["state"].isin(store.DONE)
     if not unfinished.any() or table["state"].isin(["pending", "running"]).any():
         return 0
+    from harness.config import command  # Hydra's quoting of the out dir
+
     config_dirs = [Path(folder) for folder in manifest.get("config_dirs") or []]
     arguments = [f"+experiment={experiment}", f"resume={sweep_id}"]
     print(f"finish it with: {command(arguments, config_dirs, results.parent)}")
@@ -131,7 +133,7 @@ def _landed(rows: pd.DataFrame, manifest: dict) -> dict[int, tuple[str, str]]:
     latest = rows[rows["status"] == store.RUNNING].drop_duplicates("job", keep="last")
     for row in latest.to_dict("records"):
         row = {k: v for k, v in row.items() if not (isinstance(v, float) and pd.isna(v))}
-        said = first_numbers(row, params.get(row["job"], {}))
+        said = store.first_numbers(row, params.get(row["job"], {}))
         age = pd.Timestamp.now(tz="UTC") - row["started_at"] - pd.Timedelta(row["duration_s"], "s")
         states[row["job"]] = (store.RUNNING, f"{said} ({age.total_seconds():.0f} s ago)")
     return states
@@ -142,7 +144,9 @@ def scheduled(manifest: dict, config_dirs: list[Path] = ()) -> dict[int, tuple[s
     says (launchers.Launcher.states), by the latest launch of each. A launcher that no launcher
     config here names is not imported: its points' state is unknown."""
     found: dict[int, tuple[str, str]] = {}
-    for launch in manifest.get("launches") or []:
+    for launch in manifest.get("launches") or []:  # a detached launcher's (SLURM's)
+        from harness import launchers
+
         target, jobs, placement = _recorded(launch)
         kind = launchers.trusted(target, config_dirs)
         if kind is None:

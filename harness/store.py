@@ -105,6 +105,20 @@ HARNESS_COLUMNS = {
 }
 
 
+def metrics(row: dict, params: dict) -> dict:
+    """A row's numbers: its columns that are neither parameters nor the harness's."""
+    return {
+        k: v
+        for k, v in row.items()
+        if k not in params and k not in HARNESS_COLUMNS and isinstance(v, int | float)
+    }
+
+
+def first_numbers(row: dict, params: dict, shown: int = 4) -> str:
+    """A row's first few numbers, for a progress line: "step=1.2e+03 loss=0.41 ..."."""
+    return " ".join(f"{k}={v:.4g}" for k, v in list(metrics(row, params).items())[:shown])
+
+
 def sweep_dir(root: Path, experiment: str, sweep: str) -> Path:
     return Path(root) / f"experiment={experiment}" / f"sweep={sweep}"
 

@@ -18,16 +18,10 @@ from contextlib import contextmanager
 from hydra import initialize_config_dir
 
 from harness import search, store
-from harness.config import (
-    CONF,
-    check_harness_keys,
-    compose_config,
-    experiment_name,
-    parse,
-    split_flags,
-)
+from harness.config import check_harness_keys, compose_config, experiment_name, parse
 from harness.dispatch import check_devices, launch, prepare_launcher
 from harness.errors import BadInput, one_line
+from harness.names import CONF, split_flags
 from harness.plan import SweepExists, absent_keys, discard, new_sweep_id, plan, write_manifest
 from harness.resume import resumed
 from harness.show import show

@@ -114,7 +114,7 @@ def initialized():
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from harness.config import CONF
+    from harness.names import CONF
 
     with initialize_config_dir(config_dir=str(CONF), job_name="harness", version_base=None):
         yield GlobalHydra.instance().config_loader()

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from harness import store
 from harness.claims import claims_table, derived_tables
-from harness.config import CONF, HARNESS_KEYS
+from harness.names import CONF, HARNESS_KEYS
 from harness.plan import plan
 from harness.signature import Experiment, config_values
 from harness.tables import planned

@@ -11,8 +11,8 @@ import yaml
 
 from harness import store
 from harness.claims import claims_table, validate
-from harness.config import CONF
 from harness.expressions import ExpressionError, evaluate, parse, select
+from harness.names import CONF
 from harness.tables import sweep_table, validate_table
 
 FRAME = pd.DataFrame(

@@ -6,7 +6,8 @@ import inspect
 import pytest
 from hydra.types import HydraContext
 
-from harness.config import CONF, compose_config
+from harness.config import compose_config
+from harness.names import CONF
 
 
 def test_the_private_names_are_where_the_harness_expects_them():
@@ -30,8 +31,8 @@ def test_a_launcher_context_from_a_composed_config(initialized):
 def test_show_info_prints_what_hydra_info_prints(initialized, capsys):
     from hydra.core.global_hydra import GlobalHydra
 
-    from harness.config import INFO
     from harness.hydra_internals import show_info
+    from harness.names import INFO
 
     shows = inspect.signature(GlobalHydra.instance().hydra.show_info).parameters
     assert list(shows)[:3] == ["info", "config_name", "overrides"], list(shows)

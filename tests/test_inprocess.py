@@ -10,9 +10,10 @@ from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf, open_dict
 
-from harness.config import CONF, available_experiments, compose_config
+from harness.config import compose_config
 from harness.dispatch import job_overrides
 from harness.inprocess import InProcess
+from harness.names import CONF, available_experiments
 from harness.plan import plan
 from harness.signature import config_values
 

@@ -38,7 +38,7 @@ def run(*args: str, site: Path, cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_the_installed_packages_are_the_wheels_with_its_conf(installed, tmp_path):
-    code = "import harness, analysis, harness.config as c; print(harness.__file__, c.CONF)"
+    code = "import harness, analysis, harness.names as c; print(harness.__file__, c.CONF)"
     result = run("-c", code, site=installed, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     module, conf = result.stdout.split()

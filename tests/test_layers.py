@@ -3,12 +3,15 @@ experiments never import the report layer, nor the report layer the experiments 
 rows, not their code); harness modules import each other without a cycle."""
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from harness import store
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("harness", "experiments", "analysis")
@@ -113,3 +116,41 @@ def test_what_configs_name_to_import_is_of_its_layer(pattern, keys, package):
         named += [(path.name, t) for v in values for t in ([v] if isinstance(v, str) else v or [])]
     assert named, f"no config names a {'.'.join(map(str, keys))}"
     assert all(target.startswith(package) for _, target in named), named
+
+
+LOADS = """
+import atexit, json, runpy, sys
+listed = sys.argv.pop()
+atexit.register(lambda: open(listed, "w").write(json.dumps(sorted(sys.modules))))
+sys.argv = sys.argv[1:]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""  # python -c LOADS MODULE ARGS... FILE: the modules loaded, written to FILE at exit
+NEVER = {"torch", "hydra", "omegaconf", "optuna", "submitit"}  # what no command but a sweep needs
+
+
+@pytest.mark.process
+@pytest.mark.parametrize(
+    "command, absent",
+    [
+        (["harness", "--help"], {*NEVER, "pandas", "pyarrow"}),
+        (["harness", "status", "SWEEP"], NEVER),
+        (["harness", "compact", "SWEEP"], NEVER),
+        (["analysis"], NEVER - {"omegaconf"}),  # an experiment's config is YAML, OmegaConf's
+    ],
+    ids=["help", "status", "compact", "analysis"],
+)
+def test_a_command_loads_only_what_it_needs(harness, tmp_path, command, absent):
+    """What python -X importtime shows, kept: --help loads neither Hydra, pandas nor torch;
+    status, compact and the report of a finished sweep neither torch, Hydra nor Optuna
+    (pyarrow's reading imports pandas). Each in a new interpreter, its modules read at exit."""
+    made = harness("+experiment=exp014_tiled", "length=16", "block=16", "seed=0,1")
+    assert made.returncode == 0, made.stderr
+    (sweep,) = store.sweeps(harness.results, "exp014_tiled")
+    listed = tmp_path / "modules.json"
+    args = [sweep if arg == "SWEEP" else arg for arg in command]
+    ran = subprocess.run([sys.executable, "-c", LOADS, *args, str(listed)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    loaded = {name.split(".")[0] for name in json.loads(listed.read_text())}
+    assert not loaded & absent, f"{' '.join(command)} loaded {sorted(loaded & absent)}"
+    assert "harness" in loaded

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 from analysis import backends, backward_memory
 from analysis.scaling import with_memory
 from harness.claims import claims_table
-from harness.config import CONF
+from harness.names import CONF
 
 
 def experiment_config(name: str) -> dict:

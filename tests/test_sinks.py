@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from probes import PROBE_PATH, SUPPORT, held, wait_for
 
 from harness import store
-from harness.config import CONF
+from harness.names import CONF
 from harness.sinks import PointInfo
 
 TRAINED = [(step, step * 10.0) for step in range(1, 21)] + [(0, -1.0)]  # the trainer's rows

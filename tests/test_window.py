@@ -10,8 +10,8 @@ from analysis import window as report
 from experiments import window
 from experiments.attention import attention_mask
 from harness.claims import claims_table
-from harness.config import CONF
 from harness.measure import paired_ratio
+from harness.names import CONF
 
 CONFIG = OmegaConf.to_container(OmegaConf.load(CONF / "experiment" / "exp018_window.yaml"))
 CLAIMS = CONFIG["experiment"]

@@ -139,7 +139,7 @@ def trusted(target: str, config_dirs: Iterable[Path] = ()) -> type | None:
     """The launcher class a manifest's launch names, if one of the launcher configs here
     (conf/hydra/launcher/, or a config dir's) names it: a class is never imported because a
     file in the store names it."""
-    from harness.config import CONF
+    from harness.names import CONF
 
     folders = [CONF, *config_dirs]
     named = {

@@ -32,7 +32,7 @@ pq.write_table(pa.Table.from_pylist(rows), "rows.parquet")
 LIBRARIES = """
 import pandas, submitit
 from hydra import compose, initialize_config_dir
-from harness.config import CONF
+from harness.names import CONF
 with initialize_config_dir(config_dir=str(CONF), version_base=None):
     compose("config", overrides=["+experiment=exp014_tiled"])
 """

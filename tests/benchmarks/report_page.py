@@ -33,7 +33,7 @@ from browser import Browser  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from harness import store  # noqa: E402
-from harness.config import CONF  # noqa: E402
+from harness.names import CONF  # noqa: E402
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 PROVENANCE = {"torch_version": "2.13.0+cpu", "device_name": "AMD EPYC", "git_dirty": False,

@@ -12,7 +12,7 @@ from hydra.utils import get_class
 from probes import PROBE_PATH, arrivals, await_arrivals
 
 from harness import store
-from harness.config import CONF
+from harness.names import CONF
 
 SUPPORT_CONF = Path(__file__).resolve().parent / "conf"
 

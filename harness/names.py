@@ -1,0 +1,128 @@
+"""The command line's words as the harness takes them before Hydra reads any: its flags, the
+names it allows, the experiments that conf/ and the --config-dir folders offer, and its usage.
+The standard library alone: --help, status and compact start without Hydra, pandas or torch."""
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.errors import BadInput
+
+HERE = Path(__file__).resolve().parent
+CONF = HERE / "conf" if (HERE / "conf").is_dir() else HERE.parent / "conf"  # installed; checkout
+USER_KEYS = ("out", "resume", "wait", "seed", "max_points", "stream_rows", "stream_s")  # for users
+HARNESS_KEYS = (*USER_KEYS, "sinks", "search", "sweep_id", "job")  # config.yaml; conf/sinks/
+SET_BY_HARNESS = ("out", "sweep_id", "job")  # given to every job by the harness
+# What an experiment's name or a sweep id may be: it becomes a folder name and part of a glob.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+
+
+def available_experiments(config_dirs: list[Path] = ()) -> list[str]:
+    """The experiments in conf/experiment/ and in each config dir's experiment/."""
+    folders = [CONF, *config_dirs]
+    return sorted({p.stem for folder in folders for p in (folder / "experiment").glob("*.yaml")})
+
+
+def experiment_file(experiment: str, config_dirs: list[Path]) -> Path:
+    """The experiment's YAML: conf/'s, else the first config dir's that has it."""
+    files = [folder / "experiment" / f"{experiment}.yaml" for folder in (CONF, *config_dirs)]
+    return next(path for path in files if path.exists())
+
+
+@dataclass
+class Flags:
+    """Hydra's flags on the command line, as the harness honours them."""
+
+    config_dirs: list[Path] = field(default_factory=list)  # --config-dir DIR, -cd DIR
+    cfg: str | None = None  # --cfg job|hydra|all, -c: print the config, run nothing
+    resolve: bool = False  # --resolve: with --cfg, interpolations resolved
+    package: str | None = None  # --package KEY, -p: with --cfg, only that node
+    info: str | None = None  # --info [TOPIC], -i: Hydra's information, run nothing
+    help: bool = False  # --help, -h
+
+
+CFG = ("job", "hydra", "all")
+INFO = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+TAKES_VALUE = {"--config-dir": "config_dir", "-cd": "config_dir", "--cfg": "cfg", "-c": "cfg",
+               "--package": "package", "-p": "package"}  # fmt: skip
+
+
+def split_flags(argv: list[str]) -> tuple[list[str], Flags]:
+    """Hydra's flags (--config-dir folders with experiment/NAME.yaml files of the user's own,
+    searched after conf/; --cfg, --resolve, --package, --info, --help; -m/--multirun, which
+    changes nothing: every run is a sweep), and the other arguments, the overrides."""
+    rest, flags, args = [], Flags(), list(argv)
+    while args:
+        arg = args.pop(0)
+        name, equals, value = arg.partition("=")
+        if not arg.startswith("-"):
+            rest.append(arg)
+        elif name in TAKES_VALUE:
+            value = value if equals else (args.pop(0) if args else "")
+            _set_flag(flags, TAKES_VALUE[name], name, value)
+        elif arg in ("--info", "-i"):
+            flags.info = args.pop(0) if args and args[0] in INFO else "all"
+        elif arg in ("-m", "--multirun"):
+            continue
+        elif arg in ("--resolve", "-h", "--help"):
+            setattr(flags, "resolve" if arg == "--resolve" else "help", True)
+        else:
+            raise BadInput(
+                f"unknown option {arg}: the harness takes --config-dir, --cfg, --resolve, "
+                "--package, --info, --help and -m"
+            )
+    return rest, flags
+
+
+def _set_flag(flags: Flags, key: str, name: str, value: str) -> None:
+    if key == "config_dir":
+        folder = Path(value).expanduser().resolve()
+        if not value or not folder.is_dir():
+            raise BadInput(f"{name} takes a folder, got {value!r}")
+        flags.config_dirs.append(folder)
+    elif key == "cfg":
+        if value not in CFG:
+            raise BadInput(f"{name} takes one of {', '.join(CFG)}, got {value!r}")
+        flags.cfg = value
+    elif not value:
+        raise BadInput(f"{name} takes a config key, such as hydra.launcher")
+    else:
+        flags.package = value
+
+
+def check_name(what: str, name: str) -> str:
+    """`name` if it can be a folder name and a glob's literal part; one line otherwise."""
+    if not NAME.fullmatch(name):
+        raise BadInput(
+            f"{what} {name!r} is not a plain name: letters, digits, '_', '-', '+' and '.', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def key_of(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+USAGE = """usage: python -m harness [--config-dir DIR] +experiment=NAME [key=value | key=a,b,c ...]
+                         [resume=SWEEP_ID]
+       python -m harness [--config-dir DIR] +experiment=NAME --help
+       python -m harness [--config-dir DIR] +experiment=NAME ... --cfg job|hydra|all
+                         [--resolve] [--package KEY]
+       python -m harness [--config-dir DIR] +experiment=NAME ... --info [TOPIC]
+       python -m harness status SWEEP_ID [out=DIR]
+       python -m harness compact SWEEP_ID [out=DIR]
+
+Runs the experiment's grid (its hydra.sweeper.params; key=a,b,c on the command line replaces
+a key's values, key=value fixes it) and writes one Parquet row per measurement under
+outputs/results. hydra/launcher=local runs points in parallel here, hydra/launcher=slurm as
+SLURM job arrays (wait=false: submit and return). compact merges a finished sweep's job files
+into one Parquet file. --config-dir DIR also finds experiments of your own in
+DIR/experiment/NAME.yaml. --help with +experiment=NAME lists its parameters; --cfg prints the
+config of the sweep's first point and the grid, --info Hydra's information (TOPIC: all,
+config, defaults, defaults-tree, plugins, searchpath); neither runs anything. -m is accepted:
+every run is a sweep. Experiments: {experiments}"""
+
+
+def usage(config_dirs: list[Path]) -> str:
+    return USAGE.format(experiments=", ".join(available_experiments(config_dirs)))
