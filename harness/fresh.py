@@ -127,11 +127,11 @@ def _forget(name: str) -> None:
     module = sys.modules.pop(name, None)
     if module is None:
         return
-        # Its package kept (imported before) would hand the old one to `from package import
-        # name`, which looks at the package's attribute before sys.modules.
-        package, _, attribute = name.rpartition(".")
-        if getattr(sys.modules.get(package), attribute, None) is module:
-            delattr(sys.modules[package], attribute)
+    # Its package kept (imported before) would hand the old one to `from package import name`,
+    # which looks at the package's attribute before sys.modules.
+    package, _, attribute = name.rpartition(".")
+    if getattr(sys.modules.get(package), attribute, None) is module:
+        delattr(sys.modules[package], attribute)
 
 
 def _logging_state() -> dict:

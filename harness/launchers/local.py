@@ -96,18 +96,27 @@ class LocalLauncher(SubmititLauncher):
         executor.update_parameters(**{k: v for k, v in params.items() if k in local and v})
         return executor
 
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        if self._warm():
+            workers.warm_up()  # its imports run while the sweep is planned
+
+    def _warm(self) -> bool:
+        leaks = OmegaConf.select(self.config, "experiment.fresh", default=False)
+        return not (self.fresh or leaks or self.tasks > 1)
+
     def follow(self, jobs: list[JobSpec], placement: dict) -> Iterator[tuple[int, dict]]:
         """Run the jobs, max_parallel at a time, each with a GPU of its own where there are;
         (job number, summary) as each ends. If the sweep stops (Ctrl-C, SIGTERM), the jobs
         still running are stopped with it."""
-        leaks = OmegaConf.select(self.config, "experiment.fresh", default=False)
-        if self.fresh or leaks or self.tasks > 1:
+        if not self._warm():
             yield from self._each_a_process(jobs)
             return
         pool = workers.Pool(
             setup=cloudpickle.dumps((self.config, self.task_function, Singleton.get_state())),
             slots=self.max_parallel,
-            starting=self._starting,
+            environment=self._worker_environment,
+            log=self.controller_log().with_name("workers.log"),
             threads=self.job_threads(),
             timeout_s=60 * self.params["timeout_min"] if self.params.get("timeout_min") else None,
             rss_mib=self.worker_rss_mib,
@@ -115,19 +124,12 @@ class LocalLauncher(SubmititLauncher):
         )
         yield from pool.run(jobs)
 
-    @contextmanager
-    def _starting(self, slot: int) -> Iterator[None]:
-        """How slot's warm worker starts: its GPU (the slot's share of them), its threads for
-        OpenMP too, its output beside the controllers'."""
-        gpus = ",".join(self.gpus[slot * self.tasks : (slot + 1) * self.tasks])
-        own = os.environ.get("CUDA_VISIBLE_DEVICES")
+    def _worker_environment(self, slot: int) -> dict[str, str | None]:
+        """What slot's warm worker changes in this process's environment: its GPU (where there
+        are GPUs), its threads for OpenMP too (None: unset)."""
         threads = self.job_threads()
-        with (
-            _output_to(self.controller_log().with_name("workers.log")),
-            _environment("CUDA_VISIBLE_DEVICES", gpus or own),
-            _environment("OMP_NUM_THREADS", str(threads) if threads else None),
-        ):
-            yield
+        gpu = self.gpus[slot] if self.gpus else os.environ.get("CUDA_VISIBLE_DEVICES")
+        return {"CUDA_VISIBLE_DEVICES": gpu, "OMP_NUM_THREADS": str(threads) if threads else None}
 
     def _each_a_process(self, jobs: list[JobSpec]) -> Iterator[tuple[int, dict]]:
         """Each job a process of its own (submitit's local executor), cancelled if the sweep

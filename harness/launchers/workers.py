@@ -1,7 +1,8 @@
-"""Warm workers for the local launcher: a process per slot (max_parallel of them) that imports
-torch and the harness once, then runs the points it is handed one after another, the next one
-as soon as one ends, each from the same state (harness.fresh): a point costs what it computes,
-not a new Python's start.
+"""Warm workers for the local launcher: a process per slot (max_parallel of them) that runs the
+points it is handed one after another, the next one as soon as one ends, each from the same
+state (harness.fresh): a point costs what it computes, not a new Python's start. Workers are
+forked from multiprocessing's forkserver, which imports torch and the harness once (started
+while the sweep is planned), so that a worker starts in milliseconds.
 
 A worker keeps its slot's GPU (CUDA_VISIBLE_DEVICES, set when it starts) and its CUDA context
 for the whole sweep, and its threads (the launcher's job_threads). One that dies while it runs a
@@ -22,14 +23,19 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
+from multiprocessing import forkserver
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 
 import cloudpickle
 
 from harness.launchers import JobSpec, job_runner, store_error
 
+# What the forkserver imports once, and every worker forked from it has: torch, the harness.
+PRELOAD = ["torch", "pandas", "pyarrow.parquet", "hydra.core.utils", "submitit", "cloudpickle",
+           "harness.job", "harness.launchers.workers", "harness.fresh"]  # fmt: skip
 CHECK_S = 1.0  # how often the timeouts are looked at while every worker computes
 STOP_S = 5.0  # how long a stopped worker may take to end before SIGKILL
 
@@ -45,12 +51,14 @@ class Worker:
 @dataclass
 class Pool:
     """The warm workers of one sweep's launch. setup: what a worker needs to run points (the
-    launcher's config, task function and Hydra's state, cloudpickled); starting(slot): the
-    context in which slot's worker is started (its environment, where its output goes)."""
+    launcher's config, task function and Hydra's state, cloudpickled); environment(slot): what
+    slot's worker changes in this process's environment (None: unset); log: where workers'
+    output goes."""
 
     setup: bytes
     slots: int
-    starting: Callable[[int], AbstractContextManager]
+    environment: Callable[[int], dict[str, str | None]]
+    log: Path
     threads: int | None
     timeout_s: float | None
     rss_mib: float | None
@@ -81,12 +89,13 @@ class Pool:
         worker.job, worker.started = spec.job, time.monotonic()
 
     def _start(self, slot: int) -> Worker:
-        context = multiprocessing.get_context("spawn")
-        ours, theirs = context.Pipe()
-        args = (theirs, self.setup, self.sweep, self.threads)
-        process = context.Process(target=serve, args=args, name=f"harness-worker-{slot}")
-        with self.starting(slot):
-            process.start()
+        ours, theirs = multiprocessing.Pipe()
+        environ = {**os.environ, **self.environment(slot)}
+        environ = {name: value for name, value in environ.items() if value is not None}
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        args = (theirs, self.setup, self.sweep, self.threads, environ, str(self.log))
+        process = context().Process(target=serve, args=args, name=f"harness-worker-{slot}")
+        process.start()
         theirs.close()
         return Worker(process, ours)
 
@@ -152,10 +161,39 @@ def _how_it_ended(process: multiprocessing.Process) -> str:
     return f"ended with exit code {code}"
 
 
-def serve(connection: Connection, setup: bytes, sweep: str | None, threads: int | None) -> None:
+def context() -> multiprocessing.context.BaseContext:
+    """Workers are forked from multiprocessing's forkserver, a process that imported torch and
+    the harness once (PRELOAD) and never touches a GPU: a worker starts in milliseconds, each
+    can still make its own CUDA context, and none inherits the sweep's threads or locks."""
+    forkserver.set_forkserver_preload(PRELOAD)
+    return multiprocessing.get_context("forkserver")
+
+
+def warm_up() -> None:
+    """Start the forkserver now, so that its imports run beside what the sweep does before its
+    first point (planning it)."""
+    context()
+    forkserver.ensure_running()
+
+
+def serve(
+    connection: Connection,
+    setup: bytes,
+    sweep: str | None,
+    threads: int | None,
+    environ: dict[str, str],
+    log: str,
+) -> None:
     """A worker: each JobSpec received, run, and its (job, summary, resident MiB) sent back,
-    this process's state restored after each (harness.fresh); None or a closed pipe: the end."""
+    this process's state restored after each (harness.fresh); None or a closed pipe: the end.
+    It takes the sweep's environment (a forked worker has the forkserver's), and its output
+    goes to `log`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the sweep's
+    os.environ.clear()
+    os.environ.update(environ)
+    with open(log, "a") as output:
+        os.dup2(output.fileno(), 1)
+        os.dup2(output.fileno(), 2)
     from hydra.core.singleton import Singleton
     from hydra.core.utils import setup_globals
 
