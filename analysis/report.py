@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from omegaconf import OmegaConf
+import yaml
 from plotly.io.json import to_json_plotly
 
 from analysis import page, plots, search, summaries
@@ -74,7 +74,8 @@ def trusted_config(manifest: dict | None, experiment: str, config_dirs: list[Pat
     config = dict(manifest.get("experiment_config") or {}) if manifest else {}
     config.pop("report", None)
     if experiment in available_experiments(config_dirs):
-        own = OmegaConf.load(experiment_file(experiment, config_dirs)).get("experiment") or {}
+        own = yaml.safe_load(experiment_file(experiment, config_dirs).read_text()) or {}
+        own = own.get("experiment") or {}
         if own.get("report"):
             config["report"] = str(own["report"])
     return config

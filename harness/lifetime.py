@@ -2,8 +2,8 @@
 work after another (a test calling the command line, a warm worker's points: harness.fresh)
 forgets it between two, so that the next sees the store and the experiments' files as a new
 process would: a damaged file named again, a journal read anew, an experiment's module imported
-afresh. Each such cache or record is made with per_command (kept across a worker's points, for
-the whole sweep) or per_point (forgotten between points too)."""
+afresh once its file changed. Each such cache or record is made with per_command (kept across
+a worker's points, for the whole sweep) or per_point (forgotten between points too)."""
 
 _per_command: list = []
 _per_point: list = []

@@ -104,7 +104,7 @@ class Experiment:
             return self.typed[key]
 
 
-@per_point  # an experiment's function: a module a worker imports anew for each point
+@per_point  # an experiment's function: its module is imported anew once its file changes
 @functools.lru_cache(maxsize=64)
 def _loaded(cls, name: str, target: str, named: tuple[str, ...]) -> Experiment:
     return cls._load(name, target, named)

@@ -135,7 +135,7 @@ NEVER = {"torch", "hydra", "omegaconf", "optuna", "submitit"}  # what no command
         (["harness", "--help"], {*NEVER, "pandas", "pyarrow"}),
         (["harness", "status", "SWEEP"], NEVER),
         (["harness", "compact", "SWEEP"], NEVER),
-        (["analysis"], NEVER - {"omegaconf"}),  # an experiment's config is YAML, OmegaConf's
+        (["analysis"], NEVER),
     ],
     ids=["help", "status", "compact", "analysis"],
 )
