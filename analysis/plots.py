@@ -315,12 +315,10 @@ def png(figures: list[dict], path: Path) -> Path | None:
     for REPORT.md, where the page's plots cannot go. None without figures."""
     if not figures:
         return None
-    import matplotlib
+    from matplotlib.figure import Figure  # drawn to a file: no pyplot, no backend to choose
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels, axes = plt.subplots(1, len(figures), figsize=(6 * len(figures), 4.2), squeeze=False)
+    panels = Figure(figsize=(6 * len(figures), 4.2))
+    axes = panels.subplots(1, len(figures), squeeze=False)
     for axis, fig in zip(axes[0], figures, strict=True):
         layout = fig["layout"]
         for trace in fig["data"]:
@@ -346,7 +344,6 @@ def png(figures: list[dict], path: Path) -> Path | None:
     panels.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     panels.savefig(path, dpi=100)
-    plt.close(panels)
     return path
 
 

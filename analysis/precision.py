@@ -13,15 +13,12 @@ over the baseline, CPU) and cuda_peak_ratio (the CUDA allocator's peak, CUDA).
 
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
+from matplotlib.figure import Figure  # drawn to a file: no pyplot, no backend to choose
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from analysis.recall import figures_of, training_lines, varied  # noqa: E402
-from harness import store  # noqa: E402
-from harness.tables import markdown  # noqa: E402
+from analysis.recall import figures_of, training_lines, varied
+from harness import store
+from harness.tables import markdown
 
 REFERENCE = "float32"
 AGREEMENT_STEPS = 100  # the first steps over which a precision's loss is compared with float32's
@@ -170,7 +167,8 @@ def curves(rows: pd.DataFrame, final: pd.DataFrame, varied: list[str], path: Pat
     lines = training_lines(rows, final, varied)
     if not lines:
         return None
-    figure, axis = plt.subplots(figsize=(8, 4.5))
+    figure = Figure(figsize=(8, 4.5))
+    axis = figure.subplots()
     for label, points in lines:
         axis.plot(points["step"], points["loss"], label=label, linewidth=0.8)
     axis.set_xlabel("step")
@@ -180,5 +178,4 @@ def curves(rows: pd.DataFrame, final: pd.DataFrame, varied: list[str], path: Pat
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=100)
-    plt.close(figure)
     return path

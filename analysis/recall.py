@@ -8,15 +8,12 @@ experiment code): each row carries its point's parameters beside its measurement
 
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
+from matplotlib.figure import Figure  # drawn to a file: no pyplot, no backend to choose
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from analysis import plots  # noqa: E402
-from harness import store  # noqa: E402
-from harness.tables import markdown  # noqa: E402
+from analysis import plots
+from harness import store
+from harness.tables import markdown
 
 MEASURED = ["phase", "step", "loss", "accuracy", "tokens_per_s", "learning_rate", "chance",
             "single_loss_diff"]  # fmt: skip
@@ -198,7 +195,8 @@ def curves(rows: pd.DataFrame, final: pd.DataFrame, varied: list[str], path: Pat
     lines = training_lines(rows, final, varied)
     if not lines:
         return None
-    figure, axes = plt.subplots(1, 2, figsize=(11, 4))
+    figure = Figure(figsize=(11, 4))
+    axes = figure.subplots(1, 2)
     held_out = final.set_index("job")
     for (label, points), job in zip(lines, [p["job"].iloc[0] for _, p in lines], strict=True):
         for axis, column in zip(axes, ("loss", "accuracy"), strict=True):
@@ -221,5 +219,4 @@ def curves(rows: pd.DataFrame, final: pd.DataFrame, varied: list[str], path: Pat
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=100)
-    plt.close(figure)
     return path

@@ -6,11 +6,9 @@ across lengths.
 
 from pathlib import Path
 
-import matplotlib
+import matplotlib.ticker
 import pandas as pd
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
+from matplotlib.figure import Figure  # drawn to a file: no pyplot, no backend to choose
 
 MEMORY = ["cuda_peak_mib", "rss_delta_mib"]  # a row has one of these, named for what it is
 
@@ -81,9 +79,8 @@ def loglog(data: pd.DataFrame, column: str, lines: list[str], panels: str, path:
     vary (named by those alone, e.g. "method=tiled window=64"), none for a series without a
     value; a median time's interquartile range as error bars (time_iqr_ms)."""
     values = sorted(data[panels].unique())
-    figure, axes = plt.subplots(
-        1, len(values), figsize=(6 * len(values), 4), squeeze=False, sharey=True
-    )
+    figure = Figure(figsize=(6 * len(values), 4))
+    axes = figure.subplots(1, len(values), squeeze=False, sharey=True)
     named = [c for c in lines if data[c].astype(str).nunique() > 1] or lines[:1]
     for axis, value in zip(axes[0], values, strict=True):
         panel = data[(data[panels] == value) & data[column].notna()]
@@ -108,7 +105,6 @@ def loglog(data: pd.DataFrame, column: str, lines: list[str], panels: str, path:
             axis.legend(fontsize="small")
     figure.tight_layout()
     figure.savefig(path, dpi=100)
-    plt.close(figure)
     return path
 
 

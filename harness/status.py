@@ -6,10 +6,13 @@ go without a row (scancel, a time limit, a lost node), as the launcher says; and
 no launch of it is on record (an interrupted local sweep: resume it).
 """
 
+import math
 import sys
+from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pandas as pd
+import pyarrow as pa
 
 from harness import store, tracking
 from harness.errors import BadInput, shorten
@@ -27,19 +30,19 @@ def status(sweep_id: str, out: str = "outputs") -> int:
         raise BadInput(f"sweep {sweep_id} has no readable manifest ({store.MANIFEST}) in {results}")
     if compact_if_finished(results, experiment, sweep_id, manifest):
         print(f"sweep {sweep_id} has ended: its files are compacted into one")
-    rows = store.as_planned(store.read(results, experiment, sweep_id), manifest, results)
-    table = point_states(manifest, rows, results)
+    rows = store.read_table(results, experiment, sweep_id, partitions=False)
+    points = point_states(manifest, store.as_planned(rows, manifest, results), results)
     print(f"sweep {sweep_id} ({experiment}): {manifest.get('command', '')}")
-    print(pipe_table(table.assign(detail=table["detail"].map(shorten))))
-    print(", ".join(f"{n} {state}" for state, n in table["state"].value_counts().items()))
+    print(pipe_table([{**point, "detail": shorten(point["detail"])} for point in points]))
+    states = [point["state"] for point in points]
+    print(", ".join(f"{n} {state}" for state, n in Counter(states).most_common()))
     if (manifest.get("experiment_config") or {}).get("search"):  # its studies: Optuna's
         from harness import search
 
         searched = search.of_manifest(manifest)
         for line in search.progress(store.sweep_dir(results, experiment, sweep_id), searched):
             print(line)
-    unfinished = ~table["state"].isin(store.DONE)
-    if not unfinished.any() or table["state"].isin(["pending", "running"]).any():
+    if all(state in store.DONE for state in states) or set(states) & set(ALIVE):
         return 0
     from harness.config import command  # Hydra's quoting of the out dir
 
@@ -68,15 +71,15 @@ def compact_if_finished(results: Path, experiment: str, sweep: str, manifest: di
     return bool(absorbed)
 
 
-def pipe_table(table: pd.DataFrame) -> str:
-    """A table of text as a Markdown pipe table, columns padded to their widest cell: what
-    to_markdown prints, without its per-cell type guessing (a second for 10,000 points)."""
-    cells = [list(map(str, table.columns))] + table.astype(str).values.tolist()
-    widths = [max(len(row[i]) for row in cells) for i in range(len(table.columns))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
-             for row in cells]  # fmt: skip
-    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "\n".join(lines)
+def pipe_table(lines: list[dict]) -> str:
+    """Lines of text (dicts with the same keys) as a Markdown pipe table, columns padded to
+    their widest cell."""
+    cells = [list(lines[0]), *(list(map(str, line.values())) for line in lines)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    padded = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+              for row in cells]  # fmt: skip
+    padded.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(padded)
 
 
 def find_experiment(results: Path, sweep_id: str) -> str:
@@ -93,7 +96,7 @@ def still_scheduled(manifest: dict) -> list[int]:
     return [job for job, (state, _) in states.items() if state in ALIVE]
 
 
-def point_states(manifest: dict, rows: pd.DataFrame, results: Path) -> pd.DataFrame:
+def point_states(manifest: dict, rows: pa.Table, results: Path) -> list[dict]:
     """One line per point of the manifest: job, its grid values, state, detail.
 
     A point's rows tell its state once they say how it ended, whatever its launcher says (a
@@ -116,27 +119,36 @@ def point_states(manifest: dict, rows: pd.DataFrame, results: Path) -> pd.DataFr
                 state, detail = row_state, row_detail
         grid_values = " ".join(point.get("overrides", [])) or "(the only point)"
         lines.append({"job": job, "point": grid_values, "state": state, "detail": detail})
-    return pd.DataFrame(lines, columns=["job", "point", "state", "detail"])
+    return lines
 
 
-def _landed(rows: pd.DataFrame, manifest: dict) -> dict[int, tuple[str, str]]:
+def _landed(rows: pa.Table, manifest: dict) -> dict[int, tuple[str, str]]:
     """job -> (state, detail) of each job with rows: ok, or its first other row's status and
     error; for a training job still running, its latest row's numbers and their age."""
-    if rows.empty:
+    if not rows.num_rows or "job" not in rows.column_names:
         return {}
-    states = dict.fromkeys(rows["job"].tolist(), ("ok", ""))
-    bad = rows[rows["status"] != "ok"].drop_duplicates("job")
-    errors = bad["error"] if "error" in bad else pd.Series(None, index=bad.index)
-    for job, status, error in zip(bad["job"], bad["status"], errors, strict=True):
-        states[job] = (status, "" if pd.isna(error) else str(error))
+    states, latest = {}, {}  # latest: the last running row of each job, by its index
+    errors = store.values(rows, "error")
+    for index, (job, status, error) in enumerate(
+        zip(store.values(rows, "job"), store.values(rows, "status"), errors, strict=True)
+    ):
+        if states.get(job, ("ok",))[0] == "ok":
+            states[job] = (status or "ok", "" if error is None else str(error))
+        if status == store.RUNNING:
+            latest[job] = index
     params = {point["job"]: point.get("params", {}) for point in manifest["points"]}
-    latest = rows[rows["status"] == store.RUNNING].drop_duplicates("job", keep="last")
-    for row in latest.to_dict("records"):
-        row = {k: v for k, v in row.items() if not (isinstance(v, float) and pd.isna(v))}
-        said = store.first_numbers(row, params.get(row["job"], {}))
-        age = pd.Timestamp.now(tz="UTC") - row["started_at"] - pd.Timedelta(row["duration_s"], "s")
-        states[row["job"]] = (store.RUNNING, f"{said} ({age.total_seconds():.0f} s ago)")
+    for job, index in latest.items():
+        line = rows.slice(index, 1)
+        row = {name: line[name][0].as_py() for name in line.column_names}
+        row = {k: v for k, v in row.items() if not (v is None or _nan(v))}
+        said = store.first_numbers(row, params.get(job, {}))
+        age = datetime.now(UTC) - row["started_at"] - timedelta(seconds=row["duration_s"])
+        states[job] = (store.RUNNING, f"{said} ({age.total_seconds():.0f} s ago)")
     return states
+
+
+def _nan(value) -> bool:
+    return isinstance(value, float) and math.isnan(value)
 
 
 def scheduled(manifest: dict, config_dirs: list[Path] = ()) -> dict[int, tuple[str, str]]:

@@ -33,6 +33,8 @@ rows. Resume reads the sweep, moves the files that read skipped aside (set_aside
 name no Parquet reader lists, and reruns their points.
 """
 
+from __future__ import annotations
+
 import contextlib
 import errno
 import fcntl
@@ -48,15 +50,18 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from harness import files
 from harness.lifetime import per_command
+
+if TYPE_CHECKING:  # pandas loads where a frame is made: status and compact read Arrow alone
+    import pandas as pd
 
 MANIFEST = "_sweep.json"
 LOCK = "_compact.lock"  # held while a compaction or a resume rewrites a sweep's files
@@ -462,7 +467,19 @@ def result_files(root: Path, experiment: str | None = None, sweep: str | None = 
 
 
 def read(root: Path, experiment: str | None = None, sweep: str | None = None) -> pd.DataFrame:
-    """Every row under `root` (or one experiment's, or one sweep's) as one DataFrame.
+    """read_table's rows as one DataFrame."""
+    import pandas as pd
+
+    table = read_table(root, experiment, sweep)
+    return table.to_pandas() if table.num_columns else pd.DataFrame(columns=list(PARTITIONS.names))
+
+
+def read_table(
+    root: Path, experiment: str | None = None, sweep: str | None = None, partitions: bool = True
+) -> pa.Table:
+    """Every row under `root` (or one experiment's, or one sweep's) as one table, with the
+    experiment and sweep as columns (partitions=False: without, and without importing pandas,
+    which pyarrow does to make a column from Python values).
 
     The schema is the union of every file's, so a column that only some files have is kept
     (pandas.read_parquet on a folder would take the first file's schema and drop it). Each
@@ -473,10 +490,8 @@ def read(root: Path, experiment: str | None = None, sweep: str | None = None) ->
     for folder in _sweep_dirs(root, experiment, sweep):
         table = _read_sweep(folder)
         if table.num_columns:
-            tables.append(_with_partitions(table, folder))
-    if not tables:
-        return pd.DataFrame(columns=["experiment", "sweep"])
-    return concat(tables).to_pandas()
+            tables.append(_with_partitions(table, folder) if partitions else table)
+    return concat(tables)
 
 
 def jobs_with_rows(root: Path, experiment: str, sweep: str) -> set[int]:
@@ -538,15 +553,15 @@ def _foreign_files(root: Path, experiment: str, sweep: str, parts: dict) -> set[
     never merged, left for resume to set aside."""
     files = _job_files(list(parts))
     hashes = [
-        parts[name].select(["job", "config_hash"]).to_pandas()
+        parts[name].select(["job", "config_hash"])
         for name in files.values()
         if {"job", "config_hash"} <= set(parts[name].column_names)
     ]
     if not hashes:
         return set()
-    rows = pd.concat(hashes, ignore_index=True)
+    rows = concat(hashes)
     kept = as_planned(rows, read_manifest(root, experiment, sweep), root)
-    return {files[job] for job in set(rows["job"]) - set(kept["job"])}
+    return {files[job] for job in set(rows["job"].to_pylist()) - set(kept["job"].to_pylist())}
 
 
 def release(root: Path, experiment: str, sweep: str, jobs: Iterable[int]) -> list[int]:
@@ -583,6 +598,8 @@ def release(root: Path, experiment: str, sweep: str, jobs: Iterable[int]) -> lis
 
 def job_statuses(rows: pd.DataFrame) -> pd.Series:
     """Each job's status: its rows' first that is not ok, else ok."""
+    import pandas as pd
+
     if rows.empty:
         return pd.Series(dtype=str)
     not_ok = rows["status"].where(rows["status"] != "ok")  # first() skips the ok ones
@@ -718,7 +735,8 @@ def _read_parts(folder: Path, names: list[str]) -> tuple[dict[str, pa.Table], di
         table = read[name][0]
         if "job" in table.column_names:
             jobs = table["job"]
-            table = table.filter(pc.invert(_is_in(jobs, covered)))
+            if covered:  # (pyarrow imports pandas to make the set an array)
+                table = table.filter(pc.invert(_is_in(jobs, covered)))
             covered |= set(pc.unique(jobs).to_pylist())
         parts[name] = table
     return parts, identities
@@ -749,26 +767,46 @@ def set_aside(root: Path, experiment: str, sweep: str) -> list[Path]:
     return moved
 
 
-def as_planned(rows: pd.DataFrame, manifest: dict | None, root: Path) -> pd.DataFrame:
-    """A sweep's rows less those that are not its planned points' (a job it did not plan, or a
-    config_hash other than the planned point's: a file copied from another sweep, or edited),
-    each such job named once on stderr; their points count as not run, and a resume's rerun
-    replaces them."""
-    if manifest is None or rows.empty or "job" not in rows:
+def as_planned(rows: pd.DataFrame | pa.Table, manifest: dict | None, root: Path):
+    """A sweep's rows (a DataFrame or a table, returned as such) less those that are not its
+    planned points' (a job it did not plan, or a config_hash other than the planned point's: a
+    file copied from another sweep, or edited), each such job named once on stderr; their
+    points count as not run, and a resume's rerun replaces them."""
+    table = isinstance(rows, pa.Table)
+    columns = rows.column_names if table else list(rows.columns)
+    if manifest is None or not len(rows) or "job" not in columns:
         return rows
     planned = {point["job"]: point.get("config_hash") for point in manifest["points"]}
-    hashes = rows["config_hash"] if "config_hash" in rows else pd.Series(None, index=rows.index)
-    expected = rows["job"].map(planned)
-    foreign = ~rows["job"].isin(list(planned)) | (
-        hashes.notna() & expected.notna() & (hashes.astype(object) != expected.astype(object))
-    )
-    if not foreign.any():
+    keys = [c for c in ("job", "config_hash") if c in columns]
+    distinct = rows if table else rows[keys].drop_duplicates()  # a job's rows share a hash
+    foreign = {
+        (job, given)
+        for job, given in set(_pairs(distinct))
+        if job not in planned or (given is not None and planned[job] not in (None, str(given)))
+    }
+    if not foreign:
         return rows  # no copy of a sweep's millions of training rows
-    for job in sorted(set(rows.loc[foreign, "job"])):
+    for job in sorted({job for job, _ in foreign}):
         path = job_file(root, manifest["experiment"], manifest["sweep"], job)
         why = "config_hash differs" if job in planned else "the sweep planned no such job"
         _name_once(path, f"its rows are not this sweep's planned point ({why})")
-    return rows[~foreign.to_numpy()]
+    kept = [pair not in foreign for pair in _pairs(rows)]
+    return rows.filter(pa.array(kept)) if table else rows[kept]
+
+
+def _pairs(rows: pd.DataFrame | pa.Table) -> Iterator[tuple]:
+    """Each row's (job, config_hash); None where it has no hash."""
+    return zip(values(rows, "job"), values(rows, "config_hash"), strict=True)
+
+
+def values(rows: pd.DataFrame | pa.Table, name: str) -> list:
+    """A column's values as a list (None where missing, or where there is no such column)."""
+    if isinstance(rows, pa.Table):
+        return rows[name].to_pylist() if name in rows.column_names else [None] * len(rows)
+    if name not in rows:
+        return [None] * len(rows)
+    column = rows[name]
+    return column.astype(object).where(column.notna(), None).tolist()
 
 
 def skipped(root: Path, experiment: str, sweep: str) -> dict[Path, str]:
