@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from harness.errors import BadInput, reader_gone
-from harness.names import check_name, key_of, split_flags, usage
+from harness.names import PLAIN, check_name, key_of, split_flags, usage
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -93,8 +93,8 @@ def _sweep_and_out(argv: list[str]) -> tuple[str, str]:
     ids = [a for a in argv[1:] if "=" not in a]
     if len(ids) != 1 or set(options) - {"out"}:
         raise BadInput(f"usage: python -m harness {argv[0]} SWEEP_ID [out=DIR]")
-    out = options.get("out", "outputs")  # quoted as Hydra quotes it, or plain
-    if out[:1] in ("'", '"'):
+    out = options.get("out", "outputs")  # plain, or quoted and escaped as Hydra reads it
+    if not PLAIN.fullmatch(out):
         from harness.config import reads_as
 
         said = reads_as(f"out={out}")

@@ -20,9 +20,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.errors import BadInput, one_line
-from harness.names import CONF, USER_KEYS, available_experiments, experiment_file
-
-PLAIN = re.compile(r"[\w./+-]+")  # a string Hydra may read unquoted (if it reads it as a string)
+from harness.names import CONF, PLAIN, USER_KEYS, available_experiments, experiment_file
 
 
 def override(key: str, text: str) -> str:

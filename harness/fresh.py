@@ -5,17 +5,18 @@ before, and restored after each.
 What a Snapshot restores: the working directory, the environment, sys.path, signal handlers,
 logging's levels and the handlers the unit added, torch's threads, default dtype, grad mode,
 deterministic flag, autocast flags and random states (Python's, NumPy's, torch's), CUDA's
-peak-memory statistics and current device, and it forgets what the harness keeps for a command
-or a point (harness.lifetime). The modules the unit imported from outside the installed
-packages and the harness (an experiment of experiments/ or of a user's folder) stay, with
-their module-level state, as they would in one process (the basic launcher), until one of
-their files changes: then they are all forgotten, so that a file edited during a sweep is the
-new one at the next point, as in a new process; a restore after a command forgets them always.
-What needs a really new process (peak resident memory, a first call's compile) runs in one
-(harness.measure.run_isolated); an experiment whose module-level state must start anew each
-point runs with fresh: true (harness.launchers.local).
+peak-memory statistics and current device (its cached blocks given back), and it forgets what
+the harness keeps for a command or a point (harness.lifetime). The modules the unit imported
+from outside the installed packages and the harness (an experiment of experiments/ or of a
+user's folder) stay, with their module-level state, as they would in one process (the basic
+launcher), until one of their files changes: then they are all forgotten, so that a file edited
+during a sweep is the new one at the next point, as in a new process; a restore after a command
+forgets them always. What needs a really new process (peak resident memory, a first call's
+compile) runs in one (harness.measure.run_isolated); an experiment whose module-level state must
+start anew each point runs with fresh: true (harness.launchers.local).
 """
 
+import gc
 import logging
 import os
 import random
@@ -81,6 +82,9 @@ class Snapshot:
         for kind, enabled in self.autocast.items():
             torch.set_autocast_enabled(kind, enabled)
         if torch.cuda.is_initialized():
+            torch.cuda.synchronize()  # an error the point left in its context is raised here
+            gc.collect()  # what the point held, given back to the GPU for the next one
+            torch.cuda.empty_cache()
             torch.cuda.set_device(self.device or 0)
             for device in range(torch.cuda.device_count()):
                 torch.cuda.reset_peak_memory_stats(device)

@@ -15,6 +15,7 @@ HARNESS_KEYS = (*USER_KEYS, "sinks", "search", "sweep_id", "job")  # config.yaml
 SET_BY_HARNESS = ("out", "sweep_id", "job")  # given to every job by the harness
 # What an experiment's name or a sweep id may be: it becomes a folder name and part of a glob.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+PLAIN = re.compile(r"[\w./+-]+")  # a string Hydra may read unquoted (if it reads it as a string)
 
 
 def available_experiments(config_dirs: list[Path] = ()) -> list[str]:

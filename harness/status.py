@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from harness import store, tracking
+from harness import search, store, tracking
 from harness.errors import BadInput, shorten
 
 ALIVE = ("pending", "running")  # the states of a point that a launcher still holds
@@ -36,10 +36,8 @@ def status(sweep_id: str, out: str = "outputs") -> int:
     print(pipe_table([{**point, "detail": shorten(point["detail"])} for point in points]))
     states = [point["state"] for point in points]
     print(", ".join(f"{n} {state}" for state, n in Counter(states).most_common()))
-    if (manifest.get("experiment_config") or {}).get("search"):  # its studies: Optuna's
-        from harness import search
-
-        searched = search.of_manifest(manifest)
+    searched = search.of_manifest(manifest)
+    if searched:
         for line in search.progress(store.sweep_dir(results, experiment, sweep_id), searched):
             print(line)
     if all(state in store.DONE for state in states) or set(states) & set(ALIVE):

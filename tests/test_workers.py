@@ -137,3 +137,10 @@ def test_a_snapshot_restores_what_a_unit_of_work_changed(tmp_path, monkeypatch):
     assert torch.get_num_threads() == threads and torch.get_default_dtype() == torch.float32
     assert torch.is_grad_enabled()
     assert (random.random(), torch.rand(1)) == draws, "the random states as they were"
+
+
+def test_an_experiments_fresh_that_is_not_true_or_false_is_one_line(probe, gate):
+    result = probe("point=0", f"folder={gate}", *ONE_WORKER, "++experiment.fresh=maybe")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "experiment.fresh must be true or false, got 'maybe'" in result.stderr
+    assert not list(probe.results.glob("*/*/*.parquet")), "nothing ran"

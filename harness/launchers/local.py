@@ -102,8 +102,12 @@ class LocalLauncher(SubmititLauncher):
             workers.warm_up()  # its imports run while the sweep is planned
 
     def _warm(self) -> bool:
+        """Whether points run on warm workers: not with fresh, an experiment's own fresh, a
+        point of several processes, or setup lines (a shell's, before each point's process)."""
         leaks = OmegaConf.select(self.config, "experiment.fresh", default=False)
-        return not (self.fresh or leaks or self.tasks > 1)
+        if not isinstance(leaks, bool):
+            raise ValueError(f"experiment.fresh must be true or false, got {leaks!r}")
+        return not (self.fresh or leaks or self.tasks > 1 or self.params.get("setup"))
 
     def follow(self, jobs: list[JobSpec], placement: dict) -> Iterator[tuple[int, dict]]:
         """Run the jobs, max_parallel at a time, each with a GPU of its own where there are;

@@ -21,6 +21,7 @@ memory, a first call's compile) runs in one as before (harness.measure.run_isola
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import cloudpickle
 
+from harness.errors import with_type
 from harness.launchers import JobSpec, job_runner, store_error
 
 # What the forkserver imports once, and every worker forked from it has: torch, the harness.
@@ -82,10 +84,17 @@ class Pool:
         return worker is None or worker.job is None
 
     def _hand(self, slot: int, spec: JobSpec) -> None:
-        if slot not in self.workers:
-            self.workers[slot] = self._start(slot)
-        worker = self.workers[slot]
-        worker.connection.send(spec)
+        """Give the slot's worker the job; one that died idle (the OOM killer) is replaced."""
+        worker = self.workers.get(slot)
+        try:
+            if worker is None:
+                raise BrokenPipeError
+            worker.connection.send(spec)
+        except OSError:
+            if worker is not None:
+                _stop(self.workers.pop(slot))
+            worker = self.workers[slot] = self._start(slot)
+            worker.connection.send(spec)
         worker.job, worker.started = spec.job, time.monotonic()
 
     def _start(self, slot: int) -> Worker:
@@ -104,8 +113,8 @@ class Pool:
         waits = [w.connection for w in busy.values()] + [w.process.sentinel for w in busy.values()]
         wait(waits, timeout=CHECK_S)
         for slot, worker in busy.items():
-            job = worker.job
-            if worker.connection.poll():
+            job, alive = worker.job, worker.process.is_alive()  # alive first: an answer, then
+            if worker.connection.poll():  # an end, reads as the answer
                 try:
                     _, summary, resident_mib = worker.connection.recv()
                 except (EOFError, OSError):  # it ended: its end of the pipe closed with it
@@ -116,7 +125,7 @@ class Pool:
                 if self.rss_mib and resident_mib > self.rss_mib:
                     self._retire(slot)
                 yield job, summary
-            elif not worker.process.is_alive():
+            elif not alive:
                 yield job, self._lost(slot, _how_it_ended(worker.process))
             elif self.timeout_s and time.monotonic() - worker.started > self.timeout_s:
                 minutes = self.timeout_s / 60
@@ -125,12 +134,15 @@ class Pool:
     def _lost(self, slot: int, how: str) -> dict:
         """The summary of the point a worker held when it ended; the slot gets a new worker."""
         worker = self.workers.pop(slot)
+        if worker.process.is_alive():  # past its time: it would compute on
+            worker.process.kill()
         _stop(worker)
         return {"status": "killed", "error": f"its worker process {how}"}
 
     def _retire(self, slot: int) -> None:
         worker = self.workers.pop(slot)
-        worker.connection.send(None)  # it ends after the point it answered
+        with suppress(OSError):  # it is gone already
+            worker.connection.send(None)  # it ends after the point it answered
         _stop(worker)
 
     def stop(self) -> None:
@@ -220,8 +232,17 @@ def serve(
             summary = run(spec)
         except OSError as error:  # the store cannot be written: the sweep stops
             summary = store_error(error)
-        fresh.restore(command=False)
+        except Exception as error:  # the harness's own, around the point: a failed row
+            summary = {"status": "failed", "error": f"harness error: {with_type(error)}"}
+        try:
+            fresh.restore(command=False)
+            restored = True
+        except Exception as error:  # a state it cannot put back (a CUDA error that sticks)
+            print(f"this worker ends: {with_type(error)}", file=sys.stderr, flush=True)
+            restored = False
         connection.send((spec.job, summary, _resident_mib()))
+        if not restored:  # its slot gets a new worker
+            return
 
 
 def _resident_mib() -> float:
