@@ -130,8 +130,9 @@ def _landed(rows: pa.Table, manifest: dict) -> dict[int, tuple[str, str]]:
     for index, (job, status, error) in enumerate(
         zip(store.values(rows, "job"), store.values(rows, "status"), errors, strict=True)
     ):
-        if states.get(job, ("ok",))[0] == "ok":
-            states[job] = (status or "ok", "" if error is None else str(error))
+        said = states.setdefault(job, ("ok", ""))
+        if status not in ("ok", None) and said[0] == "ok":  # its first row that is not ok
+            states[job] = (status, "" if error is None else str(error))
         if status == store.RUNNING:
             latest[job] = index
     params = {point["job"]: point.get("params", {}) for point in manifest["points"]}
