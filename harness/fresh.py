@@ -104,9 +104,9 @@ class Snapshot:
             stamp = _stamp(origin)
             edited = stamp is None or stamp[0] >= self.since  # while the unit ran: maybe after
             self.users[name] = (origin, None if edited else stamp)
-        stale = [name for name, (origin, stamp) in self.users.items()
-                 if stamp is None or _stamp(origin) != stamp]  # fmt: skip
-        if forget or stale:
+        kept = self.users.values()
+        changed = any(stamp is None or _stamp(origin) != stamp for origin, stamp in kept)
+        if forget or changed:
             for name in self.users:
                 _forget(name)
             self.users.clear()

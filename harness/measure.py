@@ -149,7 +149,7 @@ def _child_main(sender, fn, args, kwargs, cap_mib: int) -> None:
 
 def _cap_address_space(cap_mib: int) -> None:
     """Let the address space grow by at most cap_mib from here (what is mapped already is free)."""
-    mapped = _proc_status_kib("VmSize") * 1024
+    mapped = proc_status_kib("VmSize") * 1024
     limit = mapped + cap_mib * MIB
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     if hard != resource.RLIM_INFINITY:
@@ -201,14 +201,14 @@ def _rss_peak_delta_mib(fn: Callable[[], object]) -> float:
     starts it afresh, whereas ru_maxrss carries the parent's peak across fork + exec (vfork).
     """
     reset = _reset_high_water_mark()
-    before_kib = _proc_status_kib("VmRSS")
-    if not reset and _proc_status_kib("VmHWM") > before_kib + 1024:
+    before_kib = proc_status_kib("VmRSS")
+    if not reset and proc_status_kib("VmHWM") > before_kib + 1024:
         raise RuntimeError(
             "cannot reset VmHWM (/proc/self/clear_refs) and an earlier peak exceeds the current "
             "resident memory, so the call's peak cannot be told apart from it"
         )
     fn()
-    return (_proc_status_kib("VmHWM") - before_kib) / 1024
+    return (proc_status_kib("VmHWM") - before_kib) / 1024
 
 
 def _reset_high_water_mark() -> bool:
@@ -220,7 +220,8 @@ def _reset_high_water_mark() -> bool:
         return False
 
 
-def _proc_status_kib(field: str) -> int:
+def proc_status_kib(field: str) -> int:
+    """A field of this process's /proc/self/status in kiB (VmRSS: its resident memory now)."""
     with open("/proc/self/status") as status:
         for line in status:
             if line.startswith(field + ":"):

@@ -188,21 +188,14 @@ def visible_gpus() -> list[str]:
 
 
 @contextmanager
-def _environment(name: str, value: str | None) -> Iterator[None]:
-    """os.environ[name] = value (None: unset) while the block starts processes, which inherit
-    it; submitit's own visible_gpus takes integers only, and UUIDs are not."""
-    saved = os.environ.get(name)
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value
+def _environment(name: str, value: str) -> Iterator[None]:
+    """os.environ[name] = value while the block starts processes, which inherit it; submitit's
+    own visible_gpus takes integers only, and UUIDs are not."""
+    os.environ[name] = value
     try:
         yield
     finally:
-        if saved is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = saved
+        del os.environ[name]
 
 
 @contextmanager

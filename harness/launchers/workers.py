@@ -86,13 +86,10 @@ class Pool:
     def _hand(self, slot: int, spec: JobSpec) -> None:
         """Give the slot's worker the job; one that died idle (the OOM killer) is replaced."""
         worker = self.workers.get(slot)
-        try:
-            if worker is None:
-                raise BrokenPipeError
-            worker.connection.send(spec)
-        except OSError:
-            if worker is not None:
-                _stop(self.workers.pop(slot))
+        if worker is not None and not _sent(worker, spec):
+            _stop(self.workers.pop(slot))
+            worker = None
+        if worker is None:
             worker = self.workers[slot] = self._start(slot)
             worker.connection.send(spec)
         worker.job, worker.started = spec.job, time.monotonic()
@@ -158,6 +155,15 @@ class Pool:
         self.workers.clear()
 
 
+def _sent(worker: Worker, spec: JobSpec) -> bool:
+    """Whether the worker took the job: a worker that is gone has closed its end of the pipe."""
+    try:
+        worker.connection.send(spec)
+    except OSError:
+        return False
+    return True
+
+
 def _stop(worker: Worker) -> None:
     worker.process.join(STOP_S)
     if worker.process.is_alive():
@@ -211,6 +217,7 @@ def serve(
 
     from harness.fresh import Snapshot
     from harness.launchers.submitit_jobs import end_with_the_sweep
+    from harness.measure import proc_status_kib
 
     end_with_the_sweep(sweep)
     if threads:
@@ -240,11 +247,6 @@ def serve(
         except Exception as error:  # a state it cannot put back (a CUDA error that sticks)
             print(f"this worker ends: {with_type(error)}", file=sys.stderr, flush=True)
             restored = False
-        connection.send((spec.job, summary, _resident_mib()))
+        connection.send((spec.job, summary, proc_status_kib("VmRSS") / 1024))
         if not restored:  # its slot gets a new worker
             return
-
-
-def _resident_mib() -> float:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
