@@ -5,6 +5,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness import warm
 from harness.errors import BadInput, reader_gone
 from harness.names import PLAIN, check_name, key_of, split_flags, usage
 
@@ -39,6 +40,8 @@ def _sweep(argv: list[str]) -> int:
     if flags.help and not any(key_of(argument) == "experiment" for argument in arguments):
         print(usage(flags.config_dirs))
         return 0
+    if warm.wanted(arguments):  # its imports run beside Hydra's and the experiment's
+        warm.warm_up()
     from harness import sweep
 
     return sweep.run(argv)

@@ -6,15 +6,18 @@ worker_rss_mib, gives points processes of their own."""
 import logging
 import os
 import random
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from probes import PROBE_PATH, SUPPORT, arrivals, await_arrivals
 
-from harness import store
+from harness import store, warm
 from harness.fresh import Snapshot
 
+ROOT = Path(__file__).resolve().parents[1]
 ONE_WORKER = ["hydra/launcher=local", "hydra.launcher.max_parallel=1"]
 SEEN = ["torch_threads", "dtype", "grad", "autocast", "draw", "env", "cwd", "path", "handlers",
         "value"]  # fmt: skip
@@ -144,3 +147,41 @@ def test_an_experiments_fresh_that_is_not_true_or_false_is_one_line(probe, gate)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "experiment.fresh must be true or false, got 'maybe'" in result.stderr
     assert not list(probe.results.glob("*/*/*.parquet")), "nothing ran"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "wanted"),
+    [
+        (["+experiment=exp014_tiled", "hydra/launcher=local"], True),
+        (["+experiment=x", "hydra/launcher=local", "hydra.launcher.max_parallel=4"], True),
+        (["+experiment=x", "hydra/launcher=local", "hydra.launcher.fresh=true"], False),
+        (["+experiment=x", "hydra/launcher=local", "hydra.launcher.fresh=false"], True),
+        (["+experiment=x", "hydra/launcher=slurm"], False),
+        (["+experiment=x", "hydra/launcher=local", "hydra/launcher=slurm"], False),
+        (["+experiment=x"], False),
+    ],
+)
+def test_the_command_line_starts_the_forkserver_only_for_warm_workers(arguments, wanted):
+    assert warm.wanted(arguments) is wanted
+
+
+@pytest.mark.process
+def test_the_forkserver_holds_none_of_the_sweeps_output(tmp_path):
+    """A reader of the sweep's output (a pipe) sees its end when the sweep's process ends, not
+    when the forkserver has unloaded torch: the forkserver gets /dev/null for stdout and stderr,
+    and the process that started it gets its own back."""
+    code = (
+        "import os, sys\n"
+        "from multiprocessing import forkserver\n"
+        "from harness import warm\n"
+        "warm.warm_up()\n"
+        "pid = forkserver._forkserver._forkserver_pid\n"
+        "print(os.readlink(f'/proc/{pid}/fd/1'), os.readlink(f'/proc/{pid}/fd/2'))\n"
+        "print('stderr still ours', file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [os.devnull, os.devnull]
+    assert "stderr still ours" in done.stderr

@@ -27,6 +27,7 @@ import submitit
 from hydra.core.singleton import Singleton
 from omegaconf import OmegaConf
 
+from harness import warm
 from harness.launchers import JobSpec, check_kinds, workers
 from harness.launchers.submitit_jobs import (
     GPU_ENV,
@@ -99,7 +100,7 @@ class LocalLauncher(SubmititLauncher):
     def setup(self, *, hydra_context, task_function, config) -> None:
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
         if self._warm():
-            workers.warm_up()  # its imports run while the sweep is planned
+            warm.warm_up()  # its imports run while the sweep is planned (once a process)
 
     def _warm(self) -> bool:
         """Whether points run on warm workers: not with fresh, an experiment's own fresh, a

@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
-from multiprocessing import forkserver
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
@@ -34,10 +33,8 @@ import cloudpickle
 
 from harness.errors import with_type
 from harness.launchers import JobSpec, job_runner, store_error
+from harness.warm import context
 
-# What the forkserver imports once, and every worker forked from it has: torch, the harness.
-PRELOAD = ["torch", "pandas", "pyarrow.parquet", "hydra.core.utils", "submitit", "cloudpickle",
-           "harness.job", "harness.launchers.workers", "harness.fresh"]  # fmt: skip
 CHECK_S = 1.0  # how often the timeouts are looked at while every worker computes
 STOP_S = 5.0  # how long a stopped worker may take to end before SIGKILL
 
@@ -177,21 +174,6 @@ def _how_it_ended(process: multiprocessing.Process) -> str:
     if code is not None and code < 0:
         return f"was killed by {signal.Signals(-code).name}"
     return f"ended with exit code {code}"
-
-
-def context() -> multiprocessing.context.BaseContext:
-    """Workers are forked from multiprocessing's forkserver, a process that imported torch and
-    the harness once (PRELOAD) and never touches a GPU: a worker starts in milliseconds, each
-    can still make its own CUDA context, and none inherits the sweep's threads or locks."""
-    forkserver.set_forkserver_preload(PRELOAD)
-    return multiprocessing.get_context("forkserver")
-
-
-def warm_up() -> None:
-    """Start the forkserver now, so that its imports run beside what the sweep does before its
-    first point (planning it)."""
-    context()
-    forkserver.ensure_running()
 
 
 def serve(

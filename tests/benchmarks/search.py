@@ -1,10 +1,18 @@
 """The search's benchmark: exp017_recall's lr and warmup searched on the local launcher's two
-workers, with the median pruner and without (the same trials run to the end), side by side:
-wall time, best held-out accuracy, and the gaps between a trial's end and the next trial's
-start (workers idle while trials remain); then the harness's cost per trial against a grid
-point's, on a probe that computes nothing (the basic launcher: in this process).
+workers, with each pruner named (the median pruner by default) and without (the same trials
+run to the end), side by side: wall time, best held-out accuracy, and the gaps between a
+trial's end and the next trial's start (workers idle while trials remain); then the harness's
+cost per trial against a grid point's, on a probe that computes nothing (the basic launcher:
+in this process).
 
-    python tests/benchmarks/search.py [--trials 24] [--steps 300] [--points 200] [--keep DIR]
+The pruners read the held-out accuracy from a quarter of the steps on: the median pruner after
+4 trials, stopping a trial below the median of those before it at the same step (so about
+half of the trials, and the wall time no less than about 0.6 of the unpruned one);
+successive_halving keeps a third of the trials at each rung (a quarter of the steps, then
+three quarters).
+
+    python tests/benchmarks/search.py [--trials 24] [--steps 300] [--points 200]
+                                      [--pruners median,successive_halving] [--keep DIR]
 """
 
 import argparse
@@ -28,6 +36,13 @@ SPACE = [
     "search.params.lr=tag(log, interval(1e-3, 5e-2))",
     "search.params.warmup=range(0, 200, 25)",
 ]
+
+OPTIONS = {  # each pruner's options for a search of `steps` steps
+    "median": lambda steps: {"n_startup_trials": 4, "n_warmup_steps": steps // 4},
+    "successive_halving": lambda steps: {"min_resource": steps // 4, "reduction_factor": 3},
+    "hyperband": lambda steps: {"min_resource": steps // 4, "max_resource": steps},
+    "none": lambda steps: {},
+}
 
 
 def harness(cwd: Path, *args: str) -> float:
@@ -62,9 +77,7 @@ def search(folder: Path, pruner: str, n: int, steps: int) -> dict:
     args = ["+experiment=exp017_recall", "attention=sdpa", "window=0", f"steps={steps}",
             "checkpoint_every=50", *SPACE, f"search.trials={n}", f"search.pruner={pruner}",
             "hydra/launcher=local", "hydra.launcher.max_parallel=2"]  # fmt: skip
-    if pruner != "none":
-        args += ["+search.pruner_options.n_startup_trials=4",
-                 f"+search.pruner_options.n_warmup_steps={steps // 4}"]  # fmt: skip
+    args += [f"+search.pruner_options.{k}={v}" for k, v in OPTIONS[pruner](steps).items()]
     wall = harness(folder, *args)
     rows = trials(folder, "exp017_recall")
     statuses = store.job_statuses(rows).value_counts().to_dict()
@@ -95,19 +108,25 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=24)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--points", type=int, default=200)
+    parser.add_argument(
+        "--pruners", default="median", help=f"comma-separated: {', '.join(OPTIONS)}"
+    )
     parser.add_argument("--keep", type=Path, help="leave the sweeps in this folder")
     args = parser.parse_args()
     folder = args.keep or Path(tempfile.mkdtemp(prefix="search-bench-"))
     try:
         print(cost(folder, args.points), flush=True)
-        measured = [search(folder / p, p, args.trials, args.steps) for p in ("median", "none")]
-        for line in measured:
-            print(line, flush=True)
-        pruned, full = measured
-        print(
-            f"wall time with pruning / without: {pruned['wall_s'] / full['wall_s']:.2f}; best "
-            f"held-out accuracy {pruned['best_accuracy']:.4f} vs {full['best_accuracy']:.4f}"
-        )
+        measured = {}
+        for pruner in [*(p for p in args.pruners.split(",") if p != "none"), "none"]:
+            measured[pruner] = search(folder / pruner, pruner, args.trials, args.steps)
+            print(measured[pruner], flush=True)
+        full = measured.pop("none")
+        for pruner, pruned in measured.items():
+            print(
+                f"{pruner}: wall time with pruning / without: "
+                f"{pruned['wall_s'] / full['wall_s']:.2f}; best held-out accuracy "
+                f"{pruned['best_accuracy']:.4f} vs {full['best_accuracy']:.4f}"
+            )
     finally:
         if args.keep is None:
             shutil.rmtree(folder, ignore_errors=True)
