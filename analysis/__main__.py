@@ -137,7 +137,7 @@ def _chosen(results: Path, sweeps: list[str], every: bool) -> dict[str, list[str
 
 
 def _compare(results: Path, args: argparse.Namespace) -> int:
-    from analysis.compare import CompareError, compare, document, load
+    from analysis.compare import CompareError, compare, document, in_common, load, nothing_in_common
 
     factor = args.fail_on_regression
     if factor is not None and not factor > 0:
@@ -154,6 +154,9 @@ def _compare(results: Path, args: argparse.Namespace) -> int:
     files.write_text(path, text)
     print(text, end="")
     print(f"comparison: {path}")
+    if not in_common(comparison):
+        print(f"error: {nothing_in_common(comparison)}", file=sys.stderr)
+        return 1
     return 1 if regressed else 0
 
 

@@ -33,6 +33,7 @@ import pandas as pd
 from analysis.report import sweep_header, trusted_config
 from harness import store
 from harness.claims import claims_table
+from harness.names import setting
 from harness.tables import markdown
 
 ALPHA = 0.05
@@ -338,13 +339,30 @@ def _other_sections(c: Comparison, tables: dict[str, pd.DataFrame]) -> list[str]
         return []
     parts = ["## Worst (largest) values, over the points both sweeps have"]
     parts.append(markdown(worst_table(c.matched, c.others)))
-    same = [m for m, t in tables.items() if np.array_equal(t["A"], t["B"], equal_nan=True)]
+    same = [
+        m for m, t in tables.items() if len(t) and np.array_equal(t["A"], t["B"], equal_nan=True)
+    ]
     if same:
         parts.append(f"The same at every point: {', '.join(same)}.")
     for metric, table in tables.items():
         if metric not in same:
             parts += [f"## {metric}", _by_point(table)]
     return parts
+
+
+def in_common(c: Comparison) -> int:
+    """How many points both sweeps have."""
+    return int(c.matched.loc[c.matched["side"] == "both", "row"].eq(0).sum())
+
+
+def nothing_in_common(c: Comparison) -> str:
+    """The line that says two sweeps share no point: what they match on, and how many each has."""
+    alone = c.matched[c.matched["row"] == 0]["side"].value_counts()
+    return (
+        f"sweeps {c.a.id} and {c.b.id} have no point in common (matched on "
+        f"{', '.join(c.keys)}): {alone.get('A', 0)} points only in A, {alone.get('B', 0)} only "
+        "in B; nothing to compare"
+    )
 
 
 def lost_answers(c: Comparison) -> pd.DataFrame:
@@ -402,7 +420,7 @@ def _by_point(table: pd.DataFrame) -> str:
     """A table of points as Markdown, a point named as on the command line: length=64 block=16."""
     keys = table.index.names
     values = table.index if isinstance(table.index, pd.MultiIndex) else [(v,) for v in table.index]
-    names = [" ".join(f"{k}={v}" for k, v in zip(keys, key, strict=True)) for key in values]
+    names = [" ".join(setting(k, v) for k, v in zip(keys, key, strict=True)) for key in values]
     return markdown(table.set_axis(pd.Index(names, name="point")))
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from harness import expressions
+from harness.names import setting
 
 CURVE_POINTS = 2000  # at most this many points a training curve (2 per bucket: min and max)
 FIGURE_POINTS = 60_000  # and at most about this many a figure of curves, but 400 a curve
@@ -58,7 +59,7 @@ def axis_type(values) -> str:
 
 def label(point: pd.Series | dict, names: list[str]) -> str:
     """A point's settings as on the command line: attention=sdpa window=4."""
-    return " ".join(f"{name}={point[name]}" for name in names) or "all points"
+    return " ".join(setting(name, point[name]) for name in names) or "all points"
 
 
 def varying(data: pd.DataFrame, columns: list[str]) -> list[str]:

@@ -10,6 +10,8 @@ import matplotlib.ticker
 import pandas as pd
 from matplotlib.figure import Figure  # drawn to a file: no pyplot, no backend to choose
 
+from harness.names import setting
+
 MEMORY = ["cuda_peak_mib", "rss_delta_mib"]  # a row has one of these, named for what it is
 
 
@@ -88,7 +90,7 @@ def loglog(data: pd.DataFrame, column: str, lines: list[str], panels: str, path:
             line = line.groupby("length")[[c for c in (column, "time_iqr_ms") if c in line]]
             line = line.median()
             parts = label if isinstance(label, tuple) else (label,)
-            name = " ".join(f"{k}={v}" for k, v in zip(named, parts, strict=True))
+            name = " ".join(setting(k, v) for k, v in zip(named, parts, strict=True))
             spread = (
                 line["time_iqr_ms"] / 2 if column == "time_ms" and "time_iqr_ms" in line else None
             )

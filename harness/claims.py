@@ -16,7 +16,8 @@ call nothing: a manifest is anyone's to edit, and pandas' query and eval would r
   killed, oom, timeout, or unsupported where the claim needs a number); they are named.
 - N/A: `where` selects none of the planned points.
 - ERROR: the claim cannot be evaluated (a where or a bound outside the grammar, or one that
-  names no column of the table).
+  names no column of the table; a metric that no answered row has, a typo say), the columns
+  nearest the name it gives said.
 
 Only ok rows carry values: a metric on a row of any other status counts as missing.
 """
@@ -28,6 +29,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from harness import expressions, search
+from harness.names import closest
 from harness.tables import MISSING, planned
 
 FAILING = ("FAIL", "INCOMPLETE", "ERROR")  # the results that make --check exit 1
@@ -66,13 +68,18 @@ def claims_of(tables: dict[str, pd.DataFrame], config: dict) -> pd.DataFrame:
 
 def check(tables: dict[str, pd.DataFrame], claim: dict) -> dict:
     """One claim against the tables: its line of claims_table."""
-    text = statement(claim)
-    table = tables.get(claim.get("table", "rows"), pd.DataFrame())
+    text, name = statement(claim), claim.get("table", "rows")
+    table = tables.get(name, pd.DataFrame())
     try:
         where = claim.get("where")
         selected = expressions.select(table, where) if where and len(table) else table
         if selected.empty:
             return _line(text, "N/A", MISSING, "0 of 0")
+        if claim["metric"] not in table and _answered(table):
+            near = closest(claim["metric"], table.columns)
+            return _line(
+                text, "ERROR", f"no column {claim['metric']!r} in the {name}{near}", MISSING
+            )
         values = _values(selected, claim["metric"])
         low = _bound(selected, claim.get("min"), -math.inf, "max")
         high = _bound(selected, claim.get("max"), math.inf, "min")
@@ -170,6 +177,12 @@ def outcome(line) -> str:
         return "it selects no point of this sweep"
     said = f"worst {line.worst}, {line.points} points have a value"
     return f"{said}; none for {line.missing}" if line.missing else said
+
+
+def _answered(table: pd.DataFrame) -> bool:
+    """Whether a table has a line with measurements (an ok row; any line of a derived table),
+    so that a metric it lacks is a name no experiment gave, not a value none measured."""
+    return bool(len(table)) and ("status" not in table or (table["status"] == "ok").any())
 
 
 def _values(table: pd.DataFrame, metric: str) -> pd.Series:

@@ -7,6 +7,7 @@ without its rows (a killed task, a crash outside the experiment) gets a row from
 so; a job that could not write its rows stops the sweep (its OSError).
 """
 
+import sys
 import time
 from datetime import UTC, datetime
 
@@ -40,9 +41,43 @@ def launch(cfg: DictConfig, sweep, launcher) -> bool:
         return False
     points = {point.job: point for point in sweep.points}
     progress = Progress(len(points))
-    for job, summary in launcher.follow(jobs, placement):
-        finish(sweep, points[job], summary, progress)
+    # A launcher that runs on without us has its points queued: they run, and fail, on their own.
+    same = SameFailure(0 if launcher.detached else cfg.get("fail_fast", 0), len(points))
+    followed = launcher.follow(jobs, placement)
+    try:
+        for job, summary in followed:
+            finish(sweep, points[job], summary, progress)
+            if same.stops(summary):
+                print(same.said(len(points) - progress.done), file=sys.stderr, flush=True)
+                break
+    finally:
+        getattr(followed, "close", lambda: None)()  # those running stop, to run on resume
     return True
+
+
+class SameFailure:
+    """Whether a sweep's first `after` points to end all failed with one error: the rest would
+    compute only to fail alike (a typo in the experiment, a column it may not write). Armed
+    while each point so far has failed as the first did, and only where points remain."""
+
+    def __init__(self, after: int, total: int):
+        self.after, self.errors = after, [] if 0 < after < total else None
+
+    def stops(self, summary: dict) -> bool:
+        if self.errors is None:
+            return False
+        self.errors.append(summary.get("error") if summary["status"] == "failed" else None)
+        if self.errors[-1] is None or len(set(self.errors)) > 1:
+            self.errors = None
+            return False
+        return len(self.errors) == self.after
+
+    def said(self, left: int) -> str:
+        return (
+            f"error: the first {self.after} points failed with the same error, so the sweep "
+            f"stopped with {left} points not run: {shorten(self.errors[0])} (fix it and resume "
+            "the sweep, or set fail_fast=0 to run every point whatever fails)"
+        )
 
 
 def prepare_launcher(cfg: DictConfig, command: str | None):

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from harness.names import closest
+
 ARITHMETIC = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -104,7 +106,8 @@ def evaluate(text: str, table: pd.DataFrame) -> pd.Series:
     expression = parse(text)
     unknown = sorted(expression.names - set(table.columns))
     if unknown:
-        raise ExpressionError(f"unknown column {unknown[0]!r} in {_quoted(text)}")
+        near = closest(unknown[0], table.columns)
+        raise ExpressionError(f"unknown column {unknown[0]!r} in {_quoted(text)}{near}")
     try:
         value = _value(expression.tree, table)
     except RecursionError:

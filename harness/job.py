@@ -93,7 +93,7 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
             tracking.checkpoint_dir(values["out"], experiment.name, sweep, job),
             prepare,
             config_hash=digest if trial is None else f"{digest}.trial-{trial.number}",
-            check=_row_check(_reserved(params)),
+            check=_row_check(params),
             clock=clock,
             every_rows=values.get("stream_rows", 1000),
             every_s=values.get("stream_s", 1.0),
@@ -182,7 +182,7 @@ def measure(
                     rows = [dict(row) for row in experiment.run(**params, tracker=tracker) or []]
         # Rank 0's rows are the point's: the other processes of a group may log and return none.
         logged = tracker.logged or tracker.rank if tracker else 0
-        _check_rows(rows, _reserved(params), logged=logged)
+        _check_rows(rows, params, logged=logged)
         return rows
     except tracking.Requeued:  # the task is requeued: this process ends
         raise
@@ -239,28 +239,45 @@ def summary(rows: list[dict], params: dict, last: bool = False) -> dict:
 
 def _reserved(params: dict) -> set[str]:
     """The columns an experiment's rows may not set: its parameters, the harness's own."""
-    return set(params) | set(store.HARNESS_COLUMNS) - {"status", "error"}
+    return (
+        set(params) | set(store.HARNESS_COLUMNS) - {"status", "error"} | set(store.PARTITIONS.names)
+    )
 
 
-def _row_check(reserved: set[str]) -> Callable[[dict], None]:
-    """_check_rows of one logged row, at the cost of a set's isdisjoint when it passes."""
-    refused = reserved | set(store.PARTITIONS.names)
+def _row_check(params: dict) -> Callable[[dict], None]:
+    """_check_rows of one logged row (a training point's first, say), at the cost of a set's
+    isdisjoint when it passes."""
+    reserved = _reserved(params)
 
     def check(row: dict) -> None:
-        if not refused.isdisjoint(row):
-            _check_rows([row], reserved)
+        if not reserved.isdisjoint(row):
+            _check_rows([row], params)
 
     return check
 
 
-def _check_rows(rows: list[dict], reserved: set[str], logged: int = 0) -> None:
+def _check_rows(rows: list[dict], params: dict, logged: int = 0) -> None:
+    """ValueError, saying what to do, for no rows or rows that set a parameter's or the
+    harness's column (which the harness writes in every row)."""
     if not rows and not logged:
         raise ValueError("the experiment returned no rows")
-    clashes = sorted(
-        {key for row in rows for key in row} & (reserved | set(store.PARTITIONS.names))
-    )
-    if clashes:
-        raise ValueError(f"the experiment's rows reuse the columns {', '.join(clashes)}")
+    clashes = sorted({key for row in rows for key in row} & _reserved(params))
+    if not clashes:
+        return
+    given = [c for c in clashes if c in params]
+    own = [c for c in clashes if c not in params]
+    said = []
+    if own:
+        said.append(
+            f"{', '.join(own)}, which the harness writes in every row: name "
+            f"{'it' if len(own) == 1 else 'them'} otherwise in the rows ({own[0]}_measured, say)"
+        )
+    if given:
+        said.append(
+            f"{', '.join(given)}, the point's parameter{'s' if len(given) > 1 else ''}, which "
+            "every row has already: leave it out of the rows"
+        )
+    raise ValueError(f"the experiment's rows set {'; and '.join(said)}")
 
 
 def _row(row: dict, params: dict, harness_columns: dict) -> dict:

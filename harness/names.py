@@ -2,6 +2,7 @@
 names it allows, the experiments that conf/ and the --config-dir folders offer, and its usage.
 The standard library alone: --help, status and compact start without Hydra, pandas or torch."""
 
+import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +11,8 @@ from harness.errors import BadInput
 
 HERE = Path(__file__).resolve().parent
 CONF = HERE / "conf" if (HERE / "conf").is_dir() else HERE.parent / "conf"  # installed; checkout
-USER_KEYS = ("out", "resume", "wait", "seed", "max_points", "stream_rows", "stream_s")  # for users
+USER_KEYS = ("out", "resume", "wait", "seed", "max_points", "fail_fast", "stream_rows",
+             "stream_s")  # for users  # fmt: skip
 HARNESS_KEYS = (*USER_KEYS, "sinks", "search", "sweep_id", "job")  # config.yaml; conf/sinks/
 SET_BY_HARNESS = ("out", "sweep_id", "job")  # given to every job by the harness
 # What an experiment's name or a sweep id may be: it becomes a folder name and part of a glob.
@@ -99,6 +101,19 @@ def check_name(what: str, name: str) -> str:
             "starting with a letter or digit"
         )
     return name
+
+
+def setting(name: str, value) -> str:
+    """A parameter as on the command line, a float to 4 significant digits: lr=0.006466 (the
+    row keeps the whole value)."""
+    return f"{name}={value:.4g}" if isinstance(value, float) else f"{name}={value}"
+
+
+def closest(name: str, names) -> str:
+    """ "; did you mean gflops?" for a name that is not among `names` but near some (up to
+    three, the nearest first), else ""."""
+    near = difflib.get_close_matches(name, [str(n) for n in names], n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(near)}?" if near else ""
 
 
 def key_of(override: str) -> str:

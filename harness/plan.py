@@ -75,6 +75,7 @@ def plan(cfg: DictConfig, sweeps: list[Override], added: list[str] = ()) -> Swee
     chosen = _chosen(seeded_grid(cfg), sweeps, cfg, added)
     _check_size(chosen, values["max_points"])  # before the experiment (and torch) is imported
     _check_streaming(values)
+    _check_fail_fast(values.get("fail_fast", 0))
     experiment = Experiment.load(values["experiment"])
     _check_report_spec(experiment)
     _check_keys(experiment, values, sweeps)
@@ -189,6 +190,11 @@ def _check_streaming(values: dict) -> None:
     seconds = values["stream_s"]
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
         raise BadInput(f"stream_s must be a number of seconds above 0, got {seconds!r}")
+
+
+def _check_fail_fast(value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadInput(f"fail_fast must be a whole number of points (0: never stop), got {value!r}")
 
 
 def _check_positive_int(key: str, value) -> None:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from harness.errors import BadInput, one_line
 from harness.lifetime import per_command
-from harness.names import key_of
+from harness.names import key_of, setting
 
 if TYPE_CHECKING:  # Hydra and Optuna load where a search is planned or run, not for a report
     from hydra.core.override_parser.types import Override
@@ -252,7 +252,7 @@ def progress(folder: Path, search: dict) -> list[str]:
         done = [t for t in trials if t.state.name == "COMPLETE"]
         if done:
             best = held.best_trial
-            said = f"trial {best.number} ({_values(best.params)})"
+            said = f"trial {best.number} ({values_said(best.params)})"
             line += f"; best {search['objective']}={best.value:.4g}, {said}"
         lines.append(line)
     return lines
@@ -286,7 +286,7 @@ class Trial:
 
     def label(self) -> str:
         """trial 3 (lr=0.0042 warmup=50), for a progress line."""
-        return f"trial {self.number} ({_values(self.params)})"
+        return f"trial {self.number} ({values_said(self.params)})"
 
     def observe(self, row: dict) -> None:
         """A logged row: the objective of a `where` row is kept; of a `prune_on` row, reported
@@ -334,10 +334,9 @@ class Trial:
         return None
 
 
-def _values(params: dict) -> str:
-    return " ".join(
-        f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()
-    )
+def values_said(params: dict) -> str:
+    """lr=0.006466 warmup=50: a trial's values as a line prints them (names.setting)."""
+    return " ".join(setting(k, v) for k, v in params.items())
 
 
 def _matches(row: dict, where: dict) -> bool:

@@ -102,6 +102,8 @@ def point_states(manifest: dict, rows: pa.Table, results: Path) -> list[dict]:
     launcher's state comes first, with the latest step; without a launcher that holds it, a
     point whose process let its running mark go is killed."""
     landed, placed = _landed(rows, manifest), scheduled(manifest)
+    searched = search.of_manifest(manifest)
+    drawn = _drawn(rows, list(searched["params"])) if searched else {}
     lines = []
     for point in manifest["points"]:
         job = point["job"]
@@ -115,9 +117,25 @@ def point_states(manifest: dict, rows: pa.Table, results: Path) -> list[dict]:
                 state, detail = "killed", f"its process is gone; it last logged {row_detail}"
             else:
                 state, detail = row_state, row_detail
-        grid_values = " ".join(point.get("overrides", [])) or "(the only point)"
+        named = [*point.get("overrides", []), *drawn.get(job, [])]
+        grid_values = " ".join(named) or "(the only point)"
         lines.append({"job": job, "point": grid_values, "state": state, "detail": detail})
     return lines
+
+
+def _drawn(rows: pa.Table, names: list[str]) -> dict[int, list[str]]:
+    """job -> ["trial 3", "lr=0.00647", "warmup=50"]: each search trial's number and the values
+    its study drew (from its first row that has them), as a progress line prints them."""
+    drawn = {}
+    columns = [store.values(rows, name) for name in ["job", "trial", *names]]
+    for job, trial, *values in zip(*columns, strict=True):
+        if job in drawn or all(value is None for value in values):
+            continue
+        given = {
+            name: value for name, value in zip(names, values, strict=True) if value is not None
+        }
+        drawn[job] = [*([f"trial {trial}"] if trial is not None else []), search.values_said(given)]
+    return drawn
 
 
 def _landed(rows: pa.Table, manifest: dict) -> dict[int, tuple[str, str]]:

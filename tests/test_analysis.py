@@ -4,6 +4,7 @@ import pandas as pd
 import pytest
 from sweeps import write_jobs, write_plan
 
+from analysis import plots
 from harness import store
 from harness.claims import claims_table
 from harness.tables import markdown, sweep_table
@@ -187,6 +188,26 @@ def test_claims_without_values_are_incomplete_and_without_points_not_applicable(
     assert claims_table(rows([1e-7] * 4), elsewhere)["result"].tolist() == ["N/A"]
 
 
+@pytest.mark.parametrize(
+    "claim, said",
+    [
+        ({"metric": "max_abs_dif", "max": 1e-6}, "no column 'max_abs_dif' in the rows; did you "
+                                                 "mean max_abs_diff?"),
+        ({"metric": "max_abs_diff", "max": 1e-6, "where": "lenght > 1"},
+         "unknown column 'lenght' in 'lenght > 1'; did you mean length?"),
+        ({"metric": "gflop", "max": 1.0}, "no column 'gflop' in the rows"),
+    ],
+)  # fmt: skip
+def test_a_claim_on_a_column_no_row_has_is_an_error_naming_the_nearest(claim, said):
+    """A typo is no INCOMPLETE claim (a value none measured): it names what the rows have."""
+    (line,) = claims_table(rows([1e-7] * 4), {"claims": [claim]}).to_dict("records")
+    assert line["result"] == "ERROR" and said in line["worst"], line
+    assert ("did you mean" in line["worst"]) == ("did you mean" in said)
+    failed = rows([None] * 4, ["failed"] * 4).drop(columns="max_abs_diff")
+    (line,) = claims_table(failed, {"claims": [claim]}).to_dict("records")
+    assert line["result"] == ("ERROR" if "where" in claim else "INCOMPLETE"), "nothing answered"
+
+
 def test_check_fails_on_a_sweep_whose_claim_is_incomplete(tmp_path, analysis):
     results = tmp_path / "outputs" / "results"
     write_sweep(results, [1e-7], total=4)
@@ -204,3 +225,9 @@ def test_a_sweep_that_cannot_be_reported_is_an_error_line_not_a_lost_report(tmp_
     assert result.returncode == 1 and "ERROR" in result.stdout
     report = (tmp_path / "outputs" / "report" / "REPORT.md").read_text()
     assert "could not be reported" in report and "## other" in report
+
+
+def test_a_legend_or_a_point_prints_a_float_to_four_digits():
+    point = {"lr": 0.006466422717414595, "warmup": 50, "attention": "sdpa", "big": 12345678.0}
+    said = plots.label(point, ["lr", "warmup", "attention", "big"])
+    assert said == "lr=0.006466 warmup=50 attention=sdpa big=1.235e+07"

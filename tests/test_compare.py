@@ -1,5 +1,7 @@
 """python -m analysis compare: two synthetic sweeps with known differences, point by point."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -130,6 +132,23 @@ def test_a_setting_that_differs_is_shown_and_not_matched_on(tmp_path):
     comparison = compare(load(results, A), load(results, B))
     assert comparison.keys == ["backend", "length"]
     assert comparison.settings.loc["min_time_s"].tolist() == [0.5, 0.05]
+
+
+def test_two_sweeps_with_no_point_in_common_say_so_and_exit_1(results, analysis):
+    """Nothing matched is no comparison: not "the same at every point", and no exit 0."""
+    manifest = store.read_manifest(results, EXPERIMENT, B)
+    for point in manifest["points"]:
+        point["params"]["length"] += 10_000
+    store.write_manifest(results, manifest)
+    result = analysis("compare", A, B)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.strip() == (
+        f"error: sweeps {A} and {B} have no point in common (matched on backend, length): "
+        "5 points only in A, 5 only in B; nothing to compare"
+    )
+    assert "The same at every point" not in result.stdout
+    assert "0 points in both, 5 only in A, 5 only in B" in result.stdout
+    assert re.search(r"\| backend=math length=10128 +\| B +\|", result.stdout), "listed as B's"
 
 
 SPREAD = np.linspace(10, 20, 81)  # interquartile range 12.5 to 17.5

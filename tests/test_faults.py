@@ -578,3 +578,60 @@ def test_a_resume_takes_no_code_from_the_manifest(harness, line):
     path.write_text(json.dumps(manifest))
     result = harness(f"resume={sweep}")
     assert one_line_error(result) and "which names code to run" in result.stderr, result.stderr
+
+
+# A sweep whose first points all fail alike stops: the rest would compute only to fail.
+
+
+def test_rows_that_set_a_harness_column_fail_saying_how_to_mend_them(faulty):
+    result = faulty("point=0,1", "clash=threads")
+    assert result.returncode == 1
+    rows = store.read(faulty.results, "faulty")
+    assert (
+        rows["error"].tolist()
+        == [
+            "ValueError: the experiment's rows set threads, which the harness writes in every row: "
+            "name it otherwise in the rows (threads_measured, say)"
+        ]
+        * 2
+    )
+    result = faulty("point=0,1", "clash=point")
+    said = store.read(faulty.results, "faulty", store.sweeps(faulty.results, "faulty")[-1])
+    assert (
+        said["error"]
+        .str.endswith(
+            "point, the point's parameter, which every row has already: leave it out of the rows"
+        )
+        .all()
+    )
+
+
+def test_a_sweep_whose_first_points_fail_alike_stops_and_says_so(faulty):
+    result = faulty("point=range(0,8)", "clash=threads")
+    assert result.returncode == 1
+    assert "the first 3 points failed with the same error, so the sweep stopped with 5 points " \
+           "not run: ValueError: the experiment's rows set threads" in result.stderr  # fmt: skip
+    sweep = only_sweep(faulty.results, "faulty")
+    rows = store.read(faulty.results, "faulty", sweep)
+    assert sorted(rows["job"]) == [0, 1, 2] and set(rows["status"]) == {"failed"}
+    status = faulty.harness("status", sweep).stdout
+    assert status.count("| failed") == 3 and status.count("| not run") == 5, status
+    again = faulty("point=range(0,8)", "clash=threads", "fail_fast=0")
+    assert again.returncode == 1 and "stopped" not in again.stderr
+    (_, kept) = store.sweeps(faulty.results, "faulty")
+    assert len(store.read(faulty.results, "faulty", kept)) == 8
+
+
+def test_points_that_fail_each_their_own_way_run_on(faulty):
+    """Point 0 fails, the rest do not: no stop. Nor does fail_fast=N stop a sweep of N points."""
+    result = faulty("point=range(0,5)", "fail=0", f"folder={faulty.cwd}")
+    assert result.returncode == 1 and "stopped" not in result.stderr
+    assert "5 points: 4 ok, 1 failed" in result.stdout
+    result = faulty("point=range(0,3)", "clash=threads")
+    assert "stopped" not in result.stderr and "3 points: 3 failed" in result.stdout
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "'x'", "true"])
+def test_a_fail_fast_that_is_no_count_is_one_line(faulty, value):
+    result = faulty(f"fail_fast={value}")
+    assert one_line_error(result) and "fail_fast must be a whole number" in result.stderr

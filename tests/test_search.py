@@ -13,6 +13,7 @@ from probes import held, wait_for
 
 from analysis import summaries
 from harness import search, store
+from harness.names import setting
 
 SEARCH = [
     "search.params.lr=tag(log, interval(1e-4, 1))",
@@ -93,6 +94,9 @@ def test_a_search_runs_each_cells_trials_on_two_workers_and_prunes_on_streamed_r
     assert "claim PASS: each variant's best trial" in done.stdout
     shown = tuned.harness("status", sweep)
     assert "cell 0: 6 trials asked of 6" in shown.stdout and "best score=" in shown.stdout
+    for job, trial in trials.items():  # each trial's line names what its study drew
+        (line,) = [line for line in shown.stdout.splitlines() if line.startswith(f"| {job} ")]
+        assert f"trial {trial.number} {setting('lr', trial.params['lr'])}" in line, line
     again = tuned(f"resume={sweep}")
     assert again.returncode == 0 and "0 points to run" in again.stdout  # pruned is an answer
     analysis = call_command("analysis", cwd=tuned.cwd)

@@ -54,20 +54,20 @@ def point(folder: Path, old: bool, **kwargs):
     """A Tracker of job 0 in `folder`, with harness.job's columns (the old one: its prepare)."""
     path = store.job_file(folder / "results", "bench", "s", 0)
     path.parent.mkdir(parents=True, exist_ok=True)
-    started, clock, reserved = datetime.now(UTC), time.perf_counter(), job._reserved(PARAMS)
+    started, clock = datetime.now(UTC), time.perf_counter()
     shared = {"job": 0, "config_hash": "h", "started_at": started, "command": "bench",
               "run_dir": str(folder), **provenance.provenance("cpu")}  # fmt: skip
 
     def prepare(row: dict) -> dict:
         if old:  # what harness.job's prepare did for a logged row
-            job._check_rows([row], reserved)
+            job._check_rows([row], PARAMS)
         return job._row(row, PARAMS, {**shared, "duration_s": time.perf_counter() - clock})
 
     checkpoints = folder / "checkpoints"
     if old:
         return old_tracking().Tracker(path, checkpoints, prepare, config_hash="h", **kwargs)
     return tracking.Tracker(path, checkpoints, prepare, config_hash="h", clock=clock,
-                            check=job._row_check(reserved), **kwargs)  # fmt: skip
+                            check=job._row_check(PARAMS), **kwargs)  # fmt: skip
 
 
 def step_row(step: int) -> dict:

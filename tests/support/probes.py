@@ -188,11 +188,13 @@ def faulty(
     exit_with: str = "sys.exit",
     kinds: bool = False,
     pad_kib: int = 0,
+    clash: str = "",
 ) -> list[dict]:
     """What users' experiments do wrong, one knob each: point `fail` raises (until the file
     "fixed" is in `folder`); point `exit_at` ends the process (exit_with: sys.exit or os._exit,
     with code 0, or SIGSEGV); with `kinds`, the column `val` is an int in point 0 and a str
-    elsewhere; each row carries `pad_kib` KiB of random text. One row: the tag it saw, and val."""
+    elsewhere; each row carries `pad_kib` KiB of random text, and a column named `clash` when it
+names one (a harness's column, a parameter). One row: the tag it saw, and val."""
     if point == fail and not (Path(folder) / "fixed").exists():
         raise RuntimeError(f"point {point} fails until {folder}/fixed exists")
     if point == exit_at and exit_with == "SIGSEGV":  # as a crash in a kernel would end it
@@ -201,7 +203,7 @@ def faulty(
         sys.exit(0) if exit_with == "sys.exit" else os._exit(0)
     val = point if point == 0 or not kinds else f"text-{point}"
     pad = base64.b64encode(os.urandom(768 * pad_kib)).decode()  # what compression cannot shrink
-    return [{"tag_seen": tag, "val": val, "pad": pad}]
+    return [{"tag_seen": tag, "val": val, "pad": pad, **({clash: 1} if clash else {})}]
 
 
 class BrokenSink:
