@@ -193,8 +193,8 @@ def faulty(
     """What users' experiments do wrong, one knob each: point `fail` raises (until the file
     "fixed" is in `folder`); point `exit_at` ends the process (exit_with: sys.exit or os._exit,
     with code 0, or SIGSEGV); with `kinds`, the column `val` is an int in point 0 and a str
-    elsewhere; each row carries `pad_kib` KiB of random text, and a column named `clash` when it
-names one (a harness's column, a parameter). One row: the tag it saw, and val."""
+    elsewhere; each row carries `pad_kib` KiB of random text, and a column named `clash` where
+    it names one (a harness's column, a parameter). One row: the tag it saw, and val."""
     if point == fail and not (Path(folder) / "fixed").exists():
         raise RuntimeError(f"point {point} fails until {folder}/fixed exists")
     if point == exit_at and exit_with == "SIGSEGV":  # as a crash in a kernel would end it
