@@ -17,6 +17,8 @@ PYTEST := $(BIN)/python -m pytest --durations 10
 UNIT := not e2e and not process and not slow and not slurm and not serial
 FAST := not process and not slow and not slurm and not serial
 
+SHELL := /bin/bash
+
 .PHONY: run test test-fast test-unit gpu-check setup clean
 
 run: $(VENV)/.installed
@@ -45,10 +47,16 @@ gpu-check: $(VENV)/.installed
 
 setup: $(VENV)/.installed
 
-# Reinstalled when the requirements change; constraints.txt pins what was tested.
+# Reinstalled when the requirements change; constraints.txt pins what was tested. pip's lines
+# show what it installs, each package it collects numbered against the pinned ones.
+PINNED := $(shell grep -c '==' constraints.txt)
 $(VENV)/.installed: pyproject.toml constraints.txt
+	@echo "make: installing the harness and its $(PINNED) pinned packages into $(VENV) (the first" \
+		"time about a minute where torch's wheel is on the disk, longer where it is downloaded)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --quiet --constraint constraints.txt --editable '.[dev]'
+	set -o pipefail; $(BIN)/python -m pip install --progress-bar on --constraint constraints.txt \
+		--editable '.[dev]' 2>&1 | awk '/^(Collecting|Processing) / { n++; $$0 = "[" n " of ~$(PINNED)] " $$0 } \
+		!/^(Requirement already satisfied|WARNING: Location .* is ignored)/ { print; fflush() }'
 	touch $@
 
 clean:
