@@ -1,6 +1,7 @@
 """python -m analysis [--check] [--sweep ID ...] [--all] [--watch]: regenerate
 outputs/report/REPORT.md and index.html (one page, interactive, with no server or network
-needed) from outputs/results: each experiment's newest sweep, or the sweeps chosen.
+needed) from outputs/results: each experiment's newest sweep, or every sweep (--all); the
+sweeps --sweep chooses get a page of their own, outputs/report/sweeps/ID/.
 --watch keeps them up to date while sweeps run and serves the page on http://127.0.0.1:PORT
 (the page reloads itself when it changes); Ctrl-C stops it.
 python -m analysis compare SWEEP_A SWEEP_B [--fail-on-regression FACTOR]: two sweeps side by
@@ -104,8 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         def choose():  # again each time: --all takes the sweeps that start meanwhile
             return _chosen(results, args.sweep, args.all)
 
-        return watch(results, args.out / "report", config_dirs, choose, args.port, args.interval)
-    path, claims = write_report(results, args.out / "report", config_dirs, shown)
+        return watch(results, args.out / "report", config_dirs, choose, args.port, args.interval,
+                     _page_dir(args))  # fmt: skip
+    path, claims = write_report(results, args.out / "report", config_dirs, shown,
+                                page_dir=_page_dir(args))  # fmt: skip
     pairs = claims[["experiment", "sweep"]].drop_duplicates() if len(claims) else claims
     said = ", ".join(f"{e} {s}" for e, s in pairs.itertuples(index=False)) or "none"
     print(f"sweeps shown{' and checked' if args.check else ''}: {said}")
@@ -114,6 +117,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"report: {path} and {path.with_name('index.html')}")
     failing = claims[claims["result"].isin(FAILING)]
     return 1 if args.check and not failing.empty else 0
+
+
+def _page_dir(args: argparse.Namespace) -> Path | None:
+    """Where the page of the sweeps --sweep chose goes: a folder of its own, report/sweeps/ID
+    (IDs joined by +), so that the main page keeps every experiment; None: the main page."""
+    from analysis.report import SWEEPS
+
+    if not args.sweep:
+        return None
+    return args.out / "report" / SWEEPS / "+".join(dict.fromkeys(args.sweep))
 
 
 def _chosen(results: Path, sweeps: list[str], every: bool) -> dict[str, list[str]] | None:

@@ -15,6 +15,7 @@ filters (sessionStorage). Once everything is drawn the page sets data-drawn="yes
 
 import hashlib
 import html
+import os
 import re
 from pathlib import Path
 
@@ -33,10 +34,17 @@ POLL_MS = 2000
 RESULTS = ("PASS", "FAIL", "INCOMPLETE", "N/A", "ERROR")
 
 
-def write_page(report_dir: Path, heading: str, experiments: list[dict], stamp: str | None) -> Path:
-    """index.html of `experiments` (see `experiment_html` for what each holds); `stamp`: the
-    page is live (--watch) and this is its version, else None."""
-    script = report_dir / PLOTLY
+def write_page(
+    report_dir: Path,
+    heading: str,
+    experiments: list[dict],
+    stamp: str | None,
+    assets: Path | None = None,
+) -> Path:
+    """index.html of `experiments` (see `experiment_html` for what each holds) in report_dir;
+    `stamp`: the page is live (--watch) and this is its version, else None; `assets`: the
+    folder of plotly.min.js (report_dir: the page's own)."""
+    script = (assets or report_dir) / PLOTLY
     plotly = get_plotlyjs()
     if not script.exists() or script.stat().st_size != len(plotly.encode()):
         files.write_text(script, plotly)
@@ -50,7 +58,7 @@ def write_page(report_dir: Path, heading: str, experiments: list[dict], stamp: s
         heading=_inline(heading),
         contents=contents,
         body="".join(body) or "<p>No sweeps in the store yet.</p>",
-        plotly=PLOTLY,
+        plotly=Path(os.path.relpath(script, report_dir)).as_posix(),
         data=_json(data),
         catalogs=_json(catalogs),
         script=SCRIPT,

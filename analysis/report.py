@@ -14,6 +14,7 @@ lists all the sweeps of its experiment, with their points planned and landed.
 
 import importlib.util
 import json
+import os
 import re
 import sys
 from datetime import UTC, datetime
@@ -237,11 +238,14 @@ def write_report(
     config_dirs: list[Path] = (),
     shown: dict[str, list[str]] | None = None,
     stamp: str | None = None,
+    page_dir: Path | None = None,
 ) -> tuple[Path, pd.DataFrame]:
     """REPORT.md and index.html (analysis.page) with the sweeps `shown` (experiment -> its
     sweeps), by default every experiment's latest; returns REPORT.md's path and the claims of
-    every sweep shown. `stamp`: the page is live (--watch), at this version."""
+    every sweep shown. `stamp`: the page is live (--watch), at this version. `page_dir`: where
+    the two go (report_dir: the main ones), their plots and caches staying in report_dir."""
     report_dir.mkdir(parents=True, exist_ok=True)
+    page_dir = page_dir or report_dir
     generated = f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
     heading = f"Generated {generated} from `{root}`."
     parts = [f"# octlm-harness report\n\n{heading} The same with interactive plots: {page.PAGE}.\n"]
@@ -270,13 +274,28 @@ def write_report(
         if chosen and not states.empty:
             parts.append(sweep_list(experiment, states) + "\n")
         experiments.append(_page_part(experiment, points, states, views))
-    path = report_dir / "REPORT.md"
+    path = page_dir / "REPORT.md"
+    up = Path(os.path.relpath(report_dir, page_dir)).as_posix()
+    if up != ".":  # the plots' links, relative to report_dir, from the page's folder
+        parts = [_from(up, part) for part in parts]
+        experiments = [_html_from(up, e) for e in experiments]
     files.write_text(path, "\n".join(parts))
-    page.write_page(report_dir, heading, experiments, stamp)
+    page.write_page(page_dir, heading, experiments, stamp, assets=report_dir)
     all_claims = (
         pd.concat(claims, ignore_index=True) if claims else claims_table(pd.DataFrame(), {})
     )
     return path, all_claims
+
+
+def _from(up: str, text: str) -> str:
+    """Links into the report folder's sweeps/ (Markdown's, HTML's) from a folder `up` below it."""
+    return re.sub(rf'(\]\(|src="){SWEEPS}/', lambda m: f"{m[1]}{up}/{SWEEPS}/", text)
+
+
+def _html_from(up: str, part: dict) -> dict:
+    """An experiment's page part (_page_part) with its sweeps' HTML linked from `up`."""
+    views = [{**view, "html": _from(up, view["html"])} for view in part.get("shown", [])]
+    return {**part, "shown": views}
 
 
 def _page_part(experiment: str, points: pd.DataFrame, states: pd.DataFrame, views: list) -> dict:

@@ -31,15 +31,19 @@ def watch(
     choose,
     port: int,
     interval: float,
+    page_dir: Path | None = None,
 ) -> int:
+    """Rewrite the report (in page_dir: the chosen sweeps' page) whenever rows land, and serve
+    report_dir, which holds every page and their plots."""
     report_dir.mkdir(parents=True, exist_ok=True)
     try:
         server = _serve(report_dir, port) if port >= 0 else None
     except OSError as error:  # the port is taken, or not ours to take
         print(f"error: cannot serve on port {port}: {error.strerror}", file=sys.stderr)
         return 2
-    where = (f"http://127.0.0.1:{server.server_address[1]}/{PAGE}" if server
-             else (report_dir / PAGE).resolve().as_uri())  # fmt: skip
+    page = (page_dir or report_dir) / PAGE
+    where = (f"http://127.0.0.1:{server.server_address[1]}/{page.relative_to(report_dir)}"
+             if server else page.resolve().as_uri())  # fmt: skip
     print(f"watching {results}; the page: {where} (Ctrl-C stops)", flush=True)
     # choose(): the sweeps to show (as --sweep and --all say), asked again at every write
     seen = None
@@ -48,7 +52,8 @@ def watch(
             listing = listed(results)
             if listing != seen:
                 began = time.perf_counter()
-                write_report(results, report_dir, config_dirs, choose(), stamp_of(*listing))
+                write_report(results, report_dir, config_dirs, choose(), stamp_of(*listing),
+                             page_dir)  # fmt: skip
                 seen = listing
                 print(f"{time.strftime('%H:%M:%S')} report written in "
                       f"{time.perf_counter() - began:.1f} s", flush=True)  # fmt: skip

@@ -1,5 +1,7 @@
 """python -m analysis: tables and claims from the store, REPORT.md, and --check's exit code."""
 
+import re
+
 import pandas as pd
 import pytest
 from sweeps import write_jobs, write_plan
@@ -129,10 +131,21 @@ def test_sweep_and_all_choose_the_sweeps_shown_and_checked(tmp_path, analysis):
     write_sweep(results, [1e-7, 2e-7, 3e-7, 4e-7], sweep="20261129-120000-aaaa")
     write_sweep(results, [1e-7, 5e-6, 3e-7], sweep="20261129-130000-bbbb", total=4)
     report_file = tmp_path / "outputs" / "report" / "REPORT.md"
+    assert analysis().returncode == 0
+    main_page = {p: p.read_bytes() for p in (report_file, report_file.with_name("index.html"))}
     older = analysis("--check", "--sweep", "20261129-120000-aaaa")
     assert older.returncode == 0, older.stdout + older.stderr  # the older one passes
     assert "sweeps shown and checked: exp014_tiled 20261129-120000-aaaa" in older.stdout
-    report = report_file.read_text()
+    # Its own page, in a folder of its own: the main page keeps what it showed.
+    assert {p: p.read_bytes() for p in main_page} == main_page
+    own = report_file.parent / "sweeps" / "20261129-120000-aaaa"
+    assert f"report: {own.relative_to(tmp_path)}/REPORT.md" in older.stdout
+    report = (own / "REPORT.md").read_text()
+    page = (own / "index.html").read_text()
+    linked = re.findall(r'(?:src="|\]\()([^")]+\.(?:js|png))', report + page)
+    assert {link.rsplit(".", 1)[1] for link in linked} == {"js", "png"}, linked
+    for link in linked:  # the plots and the script, from the page's folder
+        assert (own / link).is_file(), link
     assert "sweep `20261129-120000-aaaa`" in report and "sweep `20261129-130000-bbbb`" not in report
     listed = [line for line in report.splitlines() if "2026112" in line and line.startswith("|")]
     assert len(listed) == 2, "every sweep of the experiment is listed"
