@@ -7,7 +7,7 @@ import os
 import random
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -103,8 +103,9 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
             group=group,
             observe=trial.observe if trial else None,
         )
-    returned = measure(experiment, params, params.get("seed", values["seed"]), tracker)
-    rows = [prepare(row) for row in returned]
+    with torch_threads(values.get("threads")):  # its rows record them (provenance)
+        returned = measure(experiment, params, params.get("seed", values["seed"]), tracker)
+        rows = [prepare(row) for row in returned]
     if trial is not None:  # told before the rows are written: a restart takes the trial back
         trial.tell(rows, next((row["status"] for row in rows if row["status"] != "ok"), "ok"))
     if tracker is not None:  # its job file replaces its segments; the sinks get the rest
@@ -118,6 +119,23 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
     _keep_package_list(store.sweep_dir(root, experiment.name, sweep))
     told = summary(rows, params, last=tracker is not None)
     return {**told, "trial": trial.label()} if trial else told
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """torch's CPU threads set to `threads` while the block runs (None: the launcher's choice,
+    its CPUs over the points it runs at once), then as they were."""
+    if not threads:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def planned_point(root: Path, experiment: str, sweep: str, job: int) -> dict | None:

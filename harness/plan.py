@@ -76,6 +76,8 @@ def plan(cfg: DictConfig, sweeps: list[Override], added: list[str] = ()) -> Swee
     _check_size(chosen, values["max_points"])  # before the experiment (and torch) is imported
     _check_streaming(values)
     _check_fail_fast(values.get("fail_fast", 0))
+    if values.get("threads") is not None:
+        _check_positive_int("threads", values["threads"])
     experiment = Experiment.load(values["experiment"])
     _check_report_spec(experiment)
     _check_keys(experiment, values, sweeps)

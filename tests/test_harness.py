@@ -10,6 +10,7 @@ from importlib import metadata
 import duckdb
 import pandas as pd
 import pytest
+import torch
 from probes import arrivals, await_arrivals
 from sweeps import own_file
 
@@ -417,3 +418,14 @@ def test_resume_may_give_an_oom_point_more_room_and_nothing_else(harness):
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     rows = store.read(harness.results).sort_values("job")
     assert rows["status"].tolist() == ["ok", "ok"] and rows["memory_cap_mib"].tolist() == [0, 0]
+
+
+def test_threads_sets_each_points_torch_threads_and_its_rows_record_them(harness):
+    before = torch.get_num_threads()
+    asked = 1 if before != 1 else 2  # not what the point would have had anyway
+    result = harness("+experiment=exp014_tiled", "length=64", "block=16", f"threads={asked}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert store.read(harness.results, "exp014_tiled")["threads"].tolist() == [asked]
+    assert torch.get_num_threads() == before, "the process's own threads are given back"
+    result = harness("+experiment=exp014_tiled", "threads=0")
+    assert result.returncode == 2 and "threads must be a positive integer, got 0" in result.stderr
