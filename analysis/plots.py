@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness import expressions
+from harness import expressions, store
 from harness.names import setting
 
 CURVE_POINTS = 2000  # at most this many points a training curve (2 per bucket: min and max)
@@ -269,6 +269,37 @@ def history(summaries: pd.DataFrame, metric: str, params: list[str]) -> dict | N
                  data[metric])  # fmt: skip
     fig["layout"]["hovermode"] = "x unified"
     return fig
+
+
+FIGURES = 8  # the most metrics drawn for an experiment that draws none of its own
+
+
+def axis(rows: pd.DataFrame, config: dict, params: list[str]) -> str | None:
+    """The x axis of an experiment's plots: its declared table's index (config `table`), else
+    its swept parameter with the most values (the first of them, in the grid's order), else
+    None (a single point: nothing to draw a line through)."""
+    index = (config.get("table") or {}).get("index")
+    if isinstance(index, str) and index in rows and rows[index].nunique() > 1:
+        return index
+    counts = {p: rows[p].astype(str).nunique() for p in params if p in rows}
+    counts = {p: n for p, n in counts.items() if n > 1 and _numeric(rows[p])}
+    return max(counts, key=counts.get) if counts else None
+
+
+def metric_figures(rows: pd.DataFrame, x: str, params: list[str], shown: set[str]) -> list[dict]:
+    """A figure per numeric metric of the ok rows (up to FIGURES) that no figure in `shown`
+    has: against `x`, a line per other parameter that varies."""
+    ok = rows[rows["status"] == "ok"] if "status" in rows else rows
+    skip = {*params, *shown, *store.HARNESS_COLUMNS, "experiment", "sweep"}
+    metrics = [c for c in ok if c not in skip and _numeric(ok[c]) and ok[c].notna().any()]
+    settings = [p for p in params if p != x and p in ok]
+    drawn = (lines(ok, x, m, settings, m, hover=settings) for m in metrics[:FIGURES])
+    return [fig for fig in drawn if fig is not None]
+
+
+def _numeric(column: pd.Series) -> bool:
+    kind = column.dtype
+    return pd.api.types.is_numeric_dtype(kind) and not pd.api.types.is_bool_dtype(kind)
 
 
 def claim_figures(

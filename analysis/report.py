@@ -143,9 +143,9 @@ def section(
         shown = []
         parts.append(f"**Not drawn:** the plots failed ({error!r}).")
     if module is None and not rows.empty:  # the claims' plots, where no module draws its own
-        plot = plots.png(shown, report_dir / f"{experiment}-claims.png")
+        plot = plots.png(shown[:PNG_PANELS], report_dir / f"{experiment}-claims.png")
         if plot is not None:
-            module_parts.append(_linked([f"![the claims' metrics against length]({plot.name})"],
+            module_parts.append(_linked([f"![the sweep's metrics]({plot.name})"],
                                         report_dir)[0])  # fmt: skip
     searched = config.get("search")
     if searched and not rows.empty:  # each cell's best trial, the studies' own plots
@@ -206,10 +206,19 @@ def _problems(points: pd.DataFrame, params: list[str]) -> pd.DataFrame:
 
 def _figures(module, every: pd.DataFrame, tables: dict, config: dict, params) -> list[dict]:
     """The sweep's plots on the page: the report module's own (its `figures`), then one per
-    claim on the rows against length (analysis.plots.claim_figures)."""
-    own = module.figures(every, tables) if module and hasattr(module, "figures") else []
+    claim on the rows (analysis.plots.claim_figures), against the experiment's axis
+    (plots.axis); without a module that draws its own, each other metric against it too."""
+    drawing = module is not None and hasattr(module, "figures")
+    own = module.figures(every, tables) if drawing else []
     claims = config.get("claims") or []
-    return [*own, *plots.claim_figures(tables, claims, "length", params)]
+    x = plots.axis(every, config, params)
+    if x is None:
+        return own
+    shown = [*own, *plots.claim_figures(tables, claims, x, params)]
+    if not drawing:
+        claimed = {claim["metric"] for claim in claims}
+        shown += plots.metric_figures(tables["rows"], x, params, claimed)
+    return shown
 
 
 def _linked(parts: list[str], folder: Path) -> list[str]:
@@ -221,6 +230,7 @@ def _linked(parts: list[str], folder: Path) -> list[str]:
     return [re.sub(r"\]\(([^)/:]+\.png)\)", lambda m: f"]({prefix}{m[1]})", p) for p in parts]
 
 
+PNG_PANELS = 4  # the most plots REPORT.md's PNG of an experiment without a module holds
 SWEEPS = "sweeps"  # the report folder's subfolder of the chosen sweeps' plots
 
 

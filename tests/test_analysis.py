@@ -244,3 +244,22 @@ def test_a_legend_or_a_point_prints_a_float_to_four_digits():
     point = {"lr": 0.006466422717414595, "warmup": 50, "attention": "sdpa", "big": 12345678.0}
     said = plots.label(point, ["lr", "warmup", "attention", "big"])
     assert said == "lr=0.006466 warmup=50 attention=sdpa big=1.235e+07"
+
+
+def test_an_experiment_of_ones_own_is_plotted_against_its_widest_swept_parameter():
+    """No `length`, no report module, no claims: its metrics against the parameter with the
+    most values, a line per value of the other."""
+    from analysis.report import _figures
+
+    grid = [(width, seed) for width in (8, 16, 32) for seed in (0, 1)]
+    rows = pd.DataFrame({"job": range(6), "status": "ok", "width": [w for w, _ in grid],
+                         "seed": [s for _, s in grid], "loss": [1.0 / w + s for w, s in grid],
+                         "threads": 2})  # fmt: skip
+    assert plots.axis(rows, {}, ["seed", "width"]) == "width"
+    assert plots.axis(rows, {"table": {"index": "seed"}}, ["seed", "width"]) == "seed"
+    assert plots.axis(rows.iloc[:1], {}, ["seed", "width"]) is None, "one point: no line"
+    (figure,) = _figures(None, rows, {"rows": rows}, {}, ["width", "seed"])
+    traces = [t for t in figure["data"] if t.get("mode") == "lines+markers"]
+    assert [t["name"] for t in traces] == ["seed=0", "seed=1"]
+    assert [t["x"] for t in traces] == [[8, 16, 32]] * 2
+    assert traces[1]["y"] == pytest.approx([1 + 1 / 8, 1 + 1 / 16, 1 + 1 / 32])
