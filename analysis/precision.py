@@ -21,7 +21,8 @@ from harness import store
 from harness.tables import markdown
 
 REFERENCE = "float32"
-AGREEMENT_STEPS = 100  # the first steps over which a precision's loss is compared with float32's
+AGREEMENT_STEPS = 100  # a precision's loss is compared with float32's over the first steps, this
+# many at most (a claim over them says how many it needs: `needs: compared_steps >= 100`)
 # The final row's columns that the tables carry (a point without one has them missing).
 FINAL = ["device_used", "capability", "tokens_per_s", "tokens_per_s_iqr", "step_ms",
          "rss_delta_mib", "cuda_peak_mib", "zero_grad_fraction", "loss_scaling", "final_scale",
@@ -77,7 +78,7 @@ def versus_float32(rows: pd.DataFrame, final: pd.DataFrame, params: list[str]) -
     parameters (seed included): status ok when both ended ok; its tokens per second over
     float32's (speedup), its memory over float32's (rss_delta_ratio or cuda_peak_ratio), float32's
     matmul share, both zero-gradient shares, and the largest difference of their training losses
-    over the first AGREEMENT_STEPS steps (missing unless both have that many)."""
+    over the first AGREEMENT_STEPS steps both have (compared_steps: how many)."""
     if "precision" not in final:
         return pd.DataFrame()
     shared = [p for p in params if p != "precision"]
@@ -104,8 +105,7 @@ def compared(point: pd.Series, base: pd.Series, shared: list[str], losses) -> di
     """versus_float32's line for one point against its float32 point."""
     both = [base["job"], point["job"]]
     steps = losses[both].dropna() if all(j in losses for j in both) else pd.DataFrame()
-    enough = len(steps) >= AGREEMENT_STEPS
-    difference = (steps[both[0]] - steps[both[1]]).abs().max() if enough else float("nan")
+    difference = (steps[both[0]] - steps[both[1]]).abs().max() if len(steps) else float("nan")
     ok = point["status"] == base["status"] == "ok"
     return {
         **point[shared].to_dict(), "precision": point["precision"],

@@ -1,12 +1,16 @@
 """Claims: bounds on a sweep's measurements, checked over every point the sweep planned.
 
-A claim (an experiment config's `claims`) is {metric, min and/or max, where, table, text}.
+A claim (an experiment config's `claims`) is {metric, min and/or max, where, needs, table,
+text}.
 `where` (a condition such as `dtype == 'float32' and length > 1`) selects among the sweep's
 PLANNED points (its manifest), not only the ones with rows, in the rows or in a table the
 experiment's report module derives (`table`; the default is the rows). A bound is a number, or an
 expression over the table's columns evaluated row by row (FlashAttention's rule:
 `max: 2 * sdpa_err64 + 1.0e-6`), or a list of these that must all hold
-(`max: [2 * sdpa_err64 + 1.0e-6, 1.0e-5]`). Wheres and bounds are read by harness.expressions,
+(`max: [2 * sdpa_err64 + 1.0e-6, 1.0e-5]`). `needs` is what a selected line must have for its
+value to count (`needs: compared_steps >= 100`: a loss compared over fewer steps proves less);
+a line without it counts as missing, and the INCOMPLETE line says what it has and what the claim
+needs. Wheres, needs and bounds are read by harness.expressions,
 a grammar of numbers, strings, column names, arithmetic, comparisons and and/or/not that can
 call nothing: a manifest is anyone's to edit, and pandas' query and eval would run its code.
 
@@ -29,13 +33,13 @@ from collections.abc import Mapping
 import pandas as pd
 
 from harness import expressions, search
-from harness.names import closest
+from harness.names import closest, setting
 from harness.tables import MISSING, planned
 
 FAILING = ("FAIL", "INCOMPLETE", "ERROR")  # the results that make --check exit 1
 COLUMNS = ["claim", "result", "worst", "points", "missing"]
 NAMED = 5  # missing points named in full, then a count
-KEYS = ("metric", "min", "max", "where", "table", "text")  # a claim's keys
+KEYS = ("metric", "min", "max", "where", "needs", "table", "text")  # a claim's keys
 
 
 def report_module(config: dict):
@@ -81,6 +85,8 @@ def check(tables: dict[str, pd.DataFrame], claim: dict) -> dict:
                 text, "ERROR", f"no column {claim['metric']!r} in the {name}{near}", MISSING
             )
         values = _values(selected, claim["metric"])
+        short = _short(selected, claim.get("needs")) & values.notna()
+        values = values.mask(short)
         low = _bound(selected, claim.get("min"), -math.inf, "max")
         high = _bound(selected, claim.get("max"), math.inf, "min")
     except Exception as error:  # a where or bound outside the grammar, or naming no column
@@ -91,7 +97,8 @@ def check(tables: dict[str, pd.DataFrame], claim: dict) -> dict:
     result = "FAIL" if broken.any() else ("INCOMPLETE" if not known.all() else "PASS")
     worst = _worst(values[broken] if broken.any() else values[known], claim)
     points = f"{int(known.sum())} of {len(selected)}"
-    return _line(text, result, worst, points, _name(table, selected[~known]))
+    missing = _name(table, selected[~known]) + _lacking(selected[short], claim.get("needs"))
+    return _line(text, result, worst, points, missing)
 
 
 def validate(config: dict) -> None:
@@ -121,11 +128,12 @@ def _validate_claim(claim) -> None:
         raise ValueError(f"unknown keys {', '.join(unknown)} (a claim has {', '.join(KEYS)})")
     if "metric" not in claim:
         raise ValueError("it has no metric (the column its bounds are about)")
-    for key in ("metric", "where", "table"):
+    for key in ("metric", "where", "needs", "table"):
         if key in claim and not isinstance(claim[key], str):
             raise ValueError(f"its {key} must be text, not {_what(claim[key])}")
-    if "where" in claim:
-        _parsed("where", claim["where"])
+    for key in ("where", "needs"):
+        if key in claim:
+            _parsed(key, claim[key])
     for key in ("min", "max"):
         if claim.get(key) == []:
             raise ValueError(f"its {key} is an empty list")
@@ -159,12 +167,15 @@ def _what(value) -> str:
 
 
 def statement(claim: dict) -> str:
-    """The claim's text and its bounds: "tiled matches (tiled_err64 <= 2 * sdpa_err64 + 1e-06)"."""
+    """The claim's text, its bounds and what it needs: "tiled matches (tiled_err64 <= 2 *
+    sdpa_err64 + 1e-06)", "... (max_loss_diff <= 0.0001; needs compared_steps >= 100)"."""
     bounds = " and ".join(
         f"{claim['metric']} {op} {_number(bound)}"
         for key, op in (("min", ">="), ("max", "<="))
         for bound in _listed(claim.get(key))
     )
+    if claim.get("needs"):
+        bounds += f"; needs {claim['needs']}"
     return f"{claim['text']} ({bounds})" if claim.get("text") else bounds
 
 
@@ -206,6 +217,23 @@ def _bound(table: pd.DataFrame, bound, default: float, tightest: str) -> pd.Seri
         return pd.Series(default, index=table.index)
     combined = pd.concat(values, axis=1)
     return getattr(combined, tightest)(axis=1, skipna=False)
+
+
+def _short(table: pd.DataFrame, needs: str | None) -> pd.Series:
+    """Where a line lacks what the claim needs (never, without a needs)."""
+    if not needs:
+        return pd.Series(False, index=table.index)
+    return ~expressions.holds(needs, table, "a needs")
+
+
+def _lacking(short: pd.DataFrame, needs: str | None) -> str:
+    """What the lines short of the claim's needs have: " (compared_steps=30, compared_steps=12,
+    where it needs compared_steps >= 100)"."""
+    if short.empty:
+        return ""
+    names = sorted(expressions.parse(needs).names)
+    lines = (" ".join(setting(name, row[name]) for name in names) for _, row in short.iterrows())
+    return f" ({', '.join(dict.fromkeys(lines))}, where it needs {needs})"
 
 
 def _listed(bound) -> list:

@@ -115,11 +115,17 @@ def evaluate(text: str, table: pd.DataFrame) -> pd.Series:
     return value if isinstance(value, pd.Series) else pd.Series(value, index=table.index)
 
 
+def holds(condition: str, table: pd.DataFrame, what: str = "a where") -> pd.Series:
+    """Whether the condition holds on each row of `table`, missing as false (ExpressionError,
+    naming it `what`, if it gives something other than true or false)."""
+    said = f"{what} must be true or false: {_quoted(condition)}"
+    value = _truth(evaluate(condition, table), said)
+    return value if isinstance(value, pd.Series) else pd.Series(value, index=table.index)
+
+
 def select(table: pd.DataFrame, where: str) -> pd.DataFrame:
-    """The rows of `table` where the condition `where` holds (ExpressionError if `where` gives
-    something other than true or false)."""
-    condition = _truth(evaluate(where, table), f"a where must be true or false: {_quoted(where)}")
-    return table[condition.to_numpy()]
+    """The rows of `table` where the condition `where` holds."""
+    return table[holds(where, table).to_numpy()]
 
 
 def _checked(node: ast.expr) -> set[str]:

@@ -7,7 +7,7 @@ import pytest
 from sweeps import write_jobs, write_plan
 
 from analysis import plots
-from harness import store
+from harness import claims, store
 from harness.claims import claims_table
 from harness.tables import markdown, sweep_table
 
@@ -219,6 +219,27 @@ def test_a_claim_on_a_column_no_row_has_is_an_error_naming_the_nearest(claim, sa
     failed = rows([None] * 4, ["failed"] * 4).drop(columns="max_abs_diff")
     (line,) = claims_table(failed, {"claims": [claim]}).to_dict("records")
     assert line["result"] == ("ERROR" if "where" in claim else "INCOMPLETE"), "nothing answered"
+
+
+def test_a_line_short_of_what_its_claim_needs_is_missing_and_says_what_it_has():
+    """needs: a value over fewer steps than the claim rests on is no value, and the line says
+    what the short points have against what the claim needs."""
+    claim = {"metric": "max_abs_diff", "max": 1e-6, "needs": "steps >= 100", "text": "agrees"}
+    table = rows([1e-7, 2e-7, 3e-7, 9e-6]).assign(steps=[100, 100, 30, 12])
+    (line,) = claims_table(table, {"claims": [claim]}).to_dict("records")
+    assert line["claim"] == "agrees (max_abs_diff <= 1e-06; needs steps >= 100)"
+    assert line["result"] == "INCOMPLETE" and line["points"] == "2 of 4", "9e-6: too short to fail"
+    assert line["missing"] == ("job 2 (ok), job 3 (ok) (steps=30, steps=12, where it needs "
+                               "steps >= 100)")  # fmt: skip
+    table["steps"] = 100
+    assert claims_table(table, {"claims": [claim]})["result"].tolist() == ["FAIL"]
+    table.loc[3, "max_abs_diff"] = 4e-7
+    assert claims_table(table, {"claims": [claim]})["result"].tolist() == ["PASS"]
+    unknown = {**claim, "needs": "step >= 100"}
+    (line,) = claims_table(table, {"claims": [unknown]}).to_dict("records")
+    assert line["result"] == "ERROR" and "did you mean steps?" in line["worst"]
+    with pytest.raises(ValueError, match=r"claim 1 \(max_abs_diff\): its needs: not an expr"):
+        claims.validate({"claims": [{**claim, "needs": "steps >="}]})
 
 
 def test_check_fails_on_a_sweep_whose_claim_is_incomplete(tmp_path, analysis):

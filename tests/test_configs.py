@@ -49,7 +49,7 @@ TINY = {
 SEARCHED = ["++search.params.lr='tag(log, interval(1e-3, 3e-2))'", "search.trials=2"]
 BESIDE = {"exp017_recall": [["ddp=true"], SEARCHED]}
 IDENTIFIER = r"(?<![\d.])[A-Za-z_]\w*"  # a column in a bound's expression, not 1.0e-6's e
-CLAIM_KEYS = {"metric", "min", "max", "where", "table", "text"}  # analysis.claims
+CLAIM_KEYS = {"metric", "min", "max", "where", "needs", "table", "text"}  # harness.claims
 BROKEN = {"zeros": 0.0, "a constant": 1.0, "NaN": float("nan")}
 
 

@@ -284,7 +284,7 @@ def test_the_report_tables_and_plot(tiny_runs, tmp_path):
     assert final["sdpa_expected_ops"].tolist() == final["sdpa_fused_ops"].tolist(), "CPU: fused"
     assert versus["precision"].tolist() == ["bfloat16", "float16", "float16_unscaled"]
     assert versus["speedup"].gt(0).all() and versus["cuda_peak_ratio"].isna().all()
-    assert versus["compared_steps"].eq(6).all() and versus["max_loss_diff"].isna().all()
+    assert versus["compared_steps"].eq(6).all() and versus["max_loss_diff"].gt(0).all()
     parts = report.sections(rows, tables, tmp_path)
     assert any("Against float32" in part for part in parts)
     assert (tmp_path / "exp019_precision-loss.png").stat().st_size > 0

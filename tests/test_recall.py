@@ -179,6 +179,13 @@ def test_the_agreement_claim_passes_for_tiled_and_fails_for_a_broken_path(monkey
     runs = {("sdpa", 0): recall.run(**steps), ("tiled", 0): recall.run(**steps, attention="tiled")}
     result = claim_results(sweep_rows(runs))
     assert result["tiled and naive attention train as sdpa does from the same seed"] == "PASS"
+    rows = sweep_rows(runs)
+    early = rows[(rows["phase"] != "train") | (rows["step"] <= 30)]  # as if 30 steps were run
+    config = yaml.safe_load(CONFIG.read_text())["experiment"]
+    line = claims.claims_table(early, config).iloc[2]
+    assert line["claim"].startswith("tiled and naive attention train as sdpa does")
+    assert line["result"] == "INCOMPLETE" and line["points"] == "0 of 1", line
+    assert line["missing"].endswith("(compared_steps=30, where it needs compared_steps >= 100)")
 
     def broken(query, key, value, block, causal=True, window=0):  # forgets the last key block
         keep = key.shape[-2] - block // 2
