@@ -5,7 +5,9 @@ checksums and a digest of the rows, checked when read), so a reader never sees a
 and a job that runs again (resume, a SLURM requeue) replaces its own file instead of adding
 rows. The experiment and sweep live in the Hive-style path, not in the files, so pyarrow,
 pandas and DuckDB all read them as partition columns. Sweep-level files (the
-manifest, package lists, the compaction lock) start with "_", which those readers skip.
+manifest, package lists, the compaction lock) start with "_", which those readers skip; ROOT's
+file "columns" holds the schema of every file, which pyarrow's and pandas' folder readers take
+as theirs (harness.common_schema).
 
 A training job that is still running lands its rows as segments, append-only files beside its
 job file (job-N.part-K.parquet, K = 1, 2, ...: the rows logged since the previous one, status
@@ -57,7 +59,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from harness import files
+from harness import common_schema, files
 from harness.lifetime import per_command
 
 if TYPE_CHECKING:  # pandas loads where a frame is made: status and compact read Arrow alone
@@ -175,7 +177,7 @@ def write_rows(path: Path, rows: list[dict] | pa.Table, replacing: Iterable[Path
     one) is forced to disk before its sources go."""
     table = rows if isinstance(rows, pa.Table) else rows_to_table(rows)
     with files.uninterrupted():
-        files.write_table(path, table, sync=False)
+        write_file(path, table, sync=False)
         for segment in replacing:
             Path(segment).unlink(missing_ok=True)
 
@@ -215,11 +217,27 @@ def end_segments(
             yield _told(_conformed(returned, schema), told if checking else None)
         kept = intact if checking else kept
 
+    _keep_columns(path, schema)
     with files.uninterrupted():
         files.write_parts(path, each, schema, sync=False)
         for segment in segments(path):
             segment.unlink(missing_ok=True)
     return told
+
+
+def write_file(path: Path, table: pa.Table, sync: bool = True) -> None:
+    """files.write_table of a row file of the store, its columns added to the store's common
+    schema first."""
+    _keep_columns(path, table.schema)
+    files.write_table(path, table, sync)
+
+
+def _keep_columns(path: Path, schema: pa.Schema) -> None:
+    """The store's common schema gets the columns of a row file about to be written at `path`
+    (harness.common_schema), before the file: a reader that sees the file sees its columns."""
+    sweep = Path(path).parent
+    if sweep.name.startswith("sweep=") and sweep.parent.name.startswith("experiment="):
+        common_schema.keep(sweep.parent.parent, schema)
 
 
 def telling(table: pa.Table) -> list[dict]:
@@ -543,7 +561,7 @@ def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[
         for name in _replaced_segments(names):  # out of sight while their job file lies there
             (folder / name).unlink(missing_ok=True)
         path = folder / f"compacted-{_next_generation(names):06d}.parquet"
-        files.write_table(path, _by_job(concat(list(parts.values()))))
+        write_file(path, _by_job(concat(list(parts.values()))))
         _remove_unchanged(folder, identities)
     return path, sorted(identities)
 
@@ -586,10 +604,10 @@ def release(root: Path, experiment: str, sweep: str, jobs: Iterable[int]) -> lis
         if not moved:
             return []
         for job, rows in moved.items():
-            files.write_table(job_file(root, experiment, sweep, job), _without_empty_columns(rows))
+            write_file(job_file(root, experiment, sweep, job), _without_empty_columns(rows))
         kept = merged.filter(pc.invert(pc.or_(moving, _is_in(merged["job"], own))))
         if kept.num_rows:
-            files.write_table(folder / f"compacted-{_next_generation(names):06d}.parquet", kept)
+            write_file(folder / f"compacted-{_next_generation(names):06d}.parquet", kept)
         for name in _compacted(names):
             (folder / name).unlink(missing_ok=True)
         files.fsync_dir(folder)

@@ -340,7 +340,7 @@ class Tracker:
             return []
         self._fresh_start()  # a run that restored nothing: its earlier rows go first
         part = store.segment_file(self.path, len(self.parts) + 1, self._rank_tag)
-        files.write_table(part, table, sync=False)
+        store.write_file(part, table, sync=False)
         self.parts.append(part)
         return store.telling(table)
 
@@ -359,7 +359,7 @@ class Tracker:
             self._fresh_start()
             table = self._segment(rows, times)
             part = store.segment_file(self.path, len(self.parts) + 1, self._rank_tag)
-            files.write_table(part, table, sync=False)
+            store.write_file(part, table, sync=False)
         except OSError as error:
             with self._lock:  # they land with the next rows, if the store takes them then
                 self.waiting, self.times = rows + self.waiting, times + self.times
@@ -429,7 +429,7 @@ class Tracker:
                 part.unlink()
             parts = [store.segment_file(self.path, 1, self._rank_tag)] if count else []
             for part in parts:
-                files.write_table(part, store.as_running(kept), sync=False)
+                store.write_file(part, store.as_running(kept), sync=False)
             if not self.group:
                 self.path.unlink()
         self.parts, self.landed, self.logged, self.fresh = parts, count, count, False

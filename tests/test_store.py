@@ -49,15 +49,43 @@ def test_rows_come_back_with_partition_columns_in_every_reader(tmp_path):
     assert duckdb.connect().execute(query).fetchone() == (5, 2)
 
 
-def test_columns_only_some_files_have_are_kept(tmp_path):
+def test_columns_only_some_files_have_are_seen_by_every_folder_reader(tmp_path):
+    """pyarrow's discovery (and so pandas') takes the schema of the first file in path order:
+    the store's common schema file is that one, so later files' columns are there too."""
     write_sweep(tmp_path, jobs=3, extra={"time_ms": 1.5, "note": "late"})
-    # The failure mode the loader exists for: pandas takes the first file's schema.
-    assert "time_ms" not in pd.read_parquet(tmp_path).columns
+    store.write_rows(store.job_file(tmp_path, "zz", "s9", 0),
+                     [{"job": 0, "status": "ok", "length": 1.5, "loss": 2, "tag": 7}])  # fmt: skip
+    store.write_rows(store.job_file(tmp_path, "zz", "s9", 1),
+                     [{"job": 1, "status": "ok", "loss": 0.5, "tag": "seven"}])  # fmt: skip
+    wanted = {"time_ms", "note", "loss", "tag", "length", "experiment", "sweep"}
+    by_pandas = pd.read_parquet(tmp_path)
+    assert wanted <= set(by_pandas.columns) and len(by_pandas) == 5
+    assert by_pandas["time_ms"].notna().sum() == 1 and by_pandas["loss"].tolist()[-2:] == [2, 0.5]
+    assert sorted(by_pandas["tag"].dropna()) == ["7", "seven"], "int and str: read as text"
+    assert by_pandas["length"].tolist()[:4] == [128, 256, 384, 1.5], "int and float: floats"
+    assert by_pandas["length"].isna().tolist() == [False] * 4 + [True]
+    by_arrow = pq.read_table(tmp_path)
+    assert wanted <= set(by_arrow.column_names) and by_arrow.num_rows == 5
+    dataset = ds.dataset(tmp_path, partitioning="hive").to_table()
+    assert wanted <= set(dataset.column_names)
     rows = store.read(tmp_path)
-    assert rows["time_ms"].tolist()[-1] == 1.5 and rows["time_ms"].isna().sum() == 2
+    assert rows["time_ms"].tolist()[2] == 1.5 and rows["time_ms"].isna().sum() == 4
     files = f"read_parquet('{tmp_path}/**/*.parquet', hive_partitioning=true, union_by_name=true)"
-    duck = duckdb.connect().execute(f"select time_ms from {files}").df()
-    assert duck["time_ms"].notna().sum() == 1
+    duck = duckdb.connect().execute(f"select time_ms, loss from {files}").df()
+    assert duck["time_ms"].notna().sum() == 1 and duck["loss"].notna().sum() == 2
+
+
+def test_a_store_without_the_common_schema_gets_it_from_its_files_footers(tmp_path):
+    write_sweep(tmp_path, jobs=3, extra={"time_ms": 1.5})
+    (tmp_path / "columns").unlink()  # a store written before the file existed
+    assert "time_ms" not in pd.read_parquet(tmp_path).columns, "pandas: the first file's"
+    store.write_rows(store.job_file(tmp_path, "exp", "s2", 0), [{"job": 0, "other": 1.0}])
+    assert {"time_ms", "other", "max_abs_diff"} <= set(pd.read_parquet(tmp_path).columns)
+    (tmp_path / "columns").unlink()
+    (tmp_path / "columns").symlink_to(tmp_path / "exp-notes")  # not followed, replaced
+    store.write_rows(store.job_file(tmp_path, "exp", "s2", 1), [{"job": 1, "later": 1.0}])
+    assert not (tmp_path / "columns").is_symlink() and not (tmp_path / "exp-notes").exists()
+    assert {"time_ms", "later"} <= set(pd.read_parquet(tmp_path).columns)
 
 
 def test_ints_and_floats_of_one_column_unify(tmp_path):

@@ -1,0 +1,103 @@
+"""The store's common schema: ROOT/columns, a Parquet file of no rows whose schema holds every
+column of every row file under ROOT, kept current as files are written.
+
+A plain folder reader takes its schema from one file: pyarrow's dataset discovery (and so
+`pandas.read_parquet(ROOT)` and `pyarrow.parquet.read_table(ROOT)`) reads the first file in
+path order, and drops the columns only later files have. "columns" sorts before every
+experiment=NAME folder, so it is that first file, and the others are read in its schema (a
+column of ints in one file and floats in another as floats; one no promotion unifies, an int
+and a str, as text, as harness.store reads it). It has no ".parquet" suffix, so that DuckDB's
+glob over **/*.parquet, whose Hive partitioning needs every file in the partition folders, does
+not list it. Its columns only grow: one that no file has any more stays, all null. A store
+written before it existed gets it from the footers of all its files, at the first write.
+
+Each writer adds its table's columns under a lock (ROOT/_columns.lock) and remembers what the
+file holds, so that a process reads it again only when it writes a column it has not seen.
+"""
+
+from __future__ import annotations
+
+import fcntl
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from harness import files
+from harness.lifetime import per_command
+
+NAME = "columns"
+LOCK = "_columns.lock"
+PARTITIONS = ("experiment", "sweep")  # in the folders' names, not in the files
+_held: dict[Path, dict[str, pa.DataType]] = per_command({})  # per root: what the file holds
+
+
+def keep(root: Path, schema: pa.Schema) -> None:
+    """Add `schema`'s columns to ROOT/columns where it lacks them (or holds them as another
+    type, which both promote to)."""
+    root = Path(root)
+    given = {f.name: f.type for f in schema if f.name not in PARTITIONS}
+    if _holds(_held.get(root, {}), given):
+        return
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        held = read(root) or _footers(root)
+        merged = _merged(held, given)
+        if merged != held:
+            table = pa.schema(list(merged.items())).empty_table()
+            files.replace_atomically(
+                root / NAME, lambda tmp: pq.write_table(table, tmp), sync=False
+            )
+        _held[root] = merged
+
+
+def read(root: Path) -> dict[str, pa.DataType]:
+    """The columns ROOT/columns holds and their types; none where it is missing, damaged or not
+    a plain file (a symlink is not followed)."""
+    path = Path(root) / NAME
+    if path.is_symlink() or not path.is_file():
+        return {}
+    try:
+        return {f.name: f.type for f in pq.read_schema(path)}
+    except Exception:  # whatever a damaged footer raises: the file is rebuilt from the writes
+        return {}
+
+
+def _footers(root: Path) -> dict[str, pa.DataType]:
+    """The columns of every row file under ROOT, read from their footers (damaged ones left out)."""
+    held: dict[str, pa.DataType] = {}
+    for path in sorted(root.glob("experiment=*/sweep=*/*.parquet")):
+        try:
+            schema = pq.read_schema(path)
+        except Exception:  # a damaged file, which every reader skips
+            continue
+        held = _merged(held, {f.name: f.type for f in schema if f.name not in PARTITIONS})
+    return held
+
+
+def _holds(held: dict[str, pa.DataType], given: dict[str, pa.DataType]) -> bool:
+    """Whether `held` has each column of `given`, of its type or one a null column needs none."""
+    return all(
+        name in held and (kind == held[name] or pa.types.is_null(kind))
+        for name, kind in given.items()
+    )
+
+
+def _merged(held: dict[str, pa.DataType], given: dict[str, pa.DataType]) -> dict:
+    """The columns of both, a column of two types as the one both promote to, else as text."""
+    merged = dict(held)
+    for name, kind in given.items():
+        if name not in merged or pa.types.is_null(merged[name]):
+            merged[name] = kind
+        elif kind != merged[name] and not pa.types.is_null(kind):
+            merged[name] = _promoted(merged[name], kind)
+    return merged
+
+
+def _promoted(held: pa.DataType, kind: pa.DataType) -> pa.DataType:
+    try:
+        schemas = [pa.schema([("c", held)]), pa.schema([("c", kind)])]
+        return pa.unify_schemas(schemas, promote_options="permissive").field("c").type
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        return pa.string()
