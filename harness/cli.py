@@ -56,9 +56,10 @@ def _status(sweep_id: str, out: str) -> int:
 def _compact(sweep_id: str, out: str) -> int:
     """Merge the sweep's job files into one (store.compact); refused while SLURM runs points."""
     from harness import store
-    from harness.status import find_experiment, still_scheduled
+    from harness.status import find_experiment, named_sweep, still_scheduled
 
     results = Path(out).resolve() / "results"
+    sweep_id = named_sweep(results, sweep_id)
     experiment = find_experiment(results, sweep_id)
     running = still_scheduled(store.read_manifest(results, experiment, sweep_id) or {})
     if running:

@@ -133,11 +133,11 @@ Runs the experiment's grid (its hydra.sweeper.params; key=a,b,c on the command l
 a key's values, key=value fixes it) and writes one Parquet row per measurement under
 outputs/results. hydra/launcher=local runs points in parallel here, hydra/launcher=slurm as
 SLURM job arrays (wait=false: submit and return). compact merges a finished sweep's job files
-into one Parquet file. --config-dir DIR also finds experiments of your own in
-DIR/experiment/NAME.yaml. --help with +experiment=NAME lists its parameters; --cfg prints the
-config of the sweep's first point and the grid, --info Hydra's information (TOPIC: all,
-config, defaults, defaults-tree, plugins, searchpath); neither runs anything. -m is accepted:
-every run is a sweep. Experiments: {experiments}"""
+into one Parquet file. SWEEP_ID may be last: the newest sweep (of +experiment=NAME, if given).
+--config-dir DIR also finds experiments of your own in DIR/experiment/NAME.yaml. --help with
++experiment=NAME lists its parameters; --cfg prints the config of the sweep's first point and
+the grid, --info Hydra's information (TOPIC: all, config, defaults, defaults-tree, plugins,
+searchpath); neither runs anything. -m is accepted: every run is a sweep. Experiments: {experiments}"""
 
 
 def usage(config_dirs: list[Path]) -> str:

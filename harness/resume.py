@@ -14,7 +14,7 @@ from harness.errors import BadInput
 from harness.names import SET_BY_HARNESS, available_experiments, check_name, key_of
 from harness.plan import Point, Sweep, sweep_of
 from harness.signature import Experiment, config_hash, config_values
-from harness.status import still_scheduled
+from harness.status import named_sweep, still_scheduled
 
 RESUME_SETTINGS = ("out", "resume", "wait", "sinks")  # what a resume may set besides Hydra's
 
@@ -33,16 +33,19 @@ def resumed(
     from the command line's --config-dir. Points that SLURM still queues or runs are left to it.
     """
     results = results_root(overrides)
-    experiment, manifest = _sweep_to_resume(results, check_name("sweep id", sweep_id), overrides)
+    given = next((str(o.value()) for o in overrides if key_of(o.input_line) == "experiment"), None)
+    sweep_id = named_sweep(results, check_name("sweep id", sweep_id), given)
+    experiment, manifest = _sweep_to_resume(results, sweep_id, given)
     _check_config_dirs(manifest, experiment, sweep_id, config_dirs, results)
     _check_writable(store.sweep_dir(results, experiment, sweep_id))
     resources = manifest.get("experiment_config", {}).get("resources") or []
     allowed = (*RESUME_SETTINGS, *resources)
     settings = [
-        o.input_line for o in overrides if o.is_hydra_override() or key_of(o.input_line) in allowed
+        f"resume={sweep_id}" if key_of(o.input_line) == "resume" else o.input_line  # last: its id
+        for o in overrides
+        if _a_setting(o, allowed)
     ]
-    extra = [o.input_line for o in overrides if o.input_line not in settings]
-    extra = [line for line in extra if key_of(line) != "experiment"]
+    extra = [o.input_line for o in overrides if not _a_setting(o, (*allowed, "experiment"))]
     if extra:
         may = ", ".join([*(k for k in RESUME_SETTINGS if k != "resume"), "hydra.*", *resources])
         raise BadInput(
@@ -85,10 +88,14 @@ def resumed(
     return sweep, cfg
 
 
-def _sweep_to_resume(results: Path, sweep_id: str, overrides: list[Override]) -> tuple[str, dict]:
+def _a_setting(override: Override, allowed: tuple[str, ...]) -> bool:
+    """Whether a resume takes the override: Hydra's own, or a key of `allowed`."""
+    return override.is_hydra_override() or key_of(override.input_line) in allowed
+
+
+def _sweep_to_resume(results: Path, sweep_id: str, given: str | None) -> tuple[str, dict]:
     """The sweep's experiment, found from the sweep itself, and its manifest; one line when
-    there is no such sweep, or it is another experiment's than +experiment names."""
-    given = next((str(o.value()) for o in overrides if key_of(o.input_line) == "experiment"), None)
+    there is no such sweep, or it is another experiment's than +experiment (`given`) names."""
     experiment = store.experiment_of(results, sweep_id)
     if experiment is None:
         known = ", ".join(store.sweeps(results, given)[-3:]) if given else ""

@@ -17,6 +17,7 @@ import pyarrow as pa
 from harness import search, store, tracking
 from harness.errors import BadInput, shorten
 
+LAST = "last"  # the sweep id that names the newest sweep (status last, resume=last)
 ALIVE = ("pending", "running")  # the states of a point that a launcher still holds
 SLURM = "harness.launchers.slurm.SlurmLauncher"  # what older manifests' launches were
 
@@ -24,6 +25,7 @@ SLURM = "harness.launchers.slurm.SlurmLauncher"  # what older manifests' launche
 def status(sweep_id: str, out: str = "outputs") -> int:
     """Print the sweep's points with their states; the exit code is 0 (2 for an unknown id)."""
     results = Path(out).resolve() / "results"
+    sweep_id = named_sweep(results, sweep_id)
     experiment = find_experiment(results, sweep_id)
     manifest = store.read_manifest(results, experiment, sweep_id)
     if manifest is None:
@@ -78,6 +80,17 @@ def pipe_table(lines: list[dict]) -> str:
               for row in cells]  # fmt: skip
     padded.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(padded)
+
+
+def named_sweep(results: Path, sweep_id: str, experiment: str | None = None) -> str:
+    """The sweep id itself, or for LAST the newest sweep's (of `experiment`, if given)."""
+    if sweep_id != LAST:
+        return sweep_id
+    newest = store.newest_sweep(results, experiment)
+    if newest is None:
+        of = f" of {experiment}" if experiment else ""
+        raise BadInput(f"no sweep{of} in {results} yet, so none is the last")
+    return newest
 
 
 def find_experiment(results: Path, sweep_id: str) -> str:

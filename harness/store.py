@@ -466,6 +466,12 @@ def sweeps(root: Path, experiment: str) -> list[str]:
     return sorted(p.name.removeprefix("sweep=") for p in folder.glob("sweep=*") if p.is_dir())
 
 
+def newest_sweep(root: Path, experiment: str | None = None) -> str | None:
+    """The newest sweep's id, of the experiment or of any; None in a store without one."""
+    names = [experiment] if experiment else experiments(root)
+    return max((s for name in names for s in sweeps(root, name)), default=None)
+
+
 def experiments(root: Path) -> list[str]:
     return sorted(p.name.removeprefix("experiment=") for p in Path(root).glob("experiment=*"))
 

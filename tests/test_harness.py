@@ -130,9 +130,9 @@ def test_resume_runs_only_the_points_without_an_ok_row(harness):
     first = store.read(harness.results)
     own_file(harness.results, "exp014_tiled", sweep, 1).unlink()
     store.write_rows(folder / "job-000002.parquet", [{"job": 2, "status": "failed", "error": "x"}])
-    result = harness("+experiment=exp014_tiled", f"resume={sweep}")
+    result = harness("+experiment=exp014_tiled", "resume=last")  # the newest of exp014_tiled
     assert result.returncode == 0, result.stderr
-    assert "2 points to run" in result.stdout
+    assert f"sweep {sweep}: exp014_tiled, 2 points to run" in result.stdout
     assert (
         "job 1 length=64 block=32" in result.stdout and "job 2 length=96 block=16" in result.stdout
     )
@@ -145,6 +145,10 @@ def test_resume_runs_only_the_points_without_an_ok_row(harness):
     assert again.returncode == 0 and "0 points to run" in again.stdout
     changed = harness("+experiment=exp014_tiled", f"resume={sweep}", "seed=1")
     assert changed.returncode == 2 and "drop seed=1" in changed.stderr
+    shown = harness("status", "last")
+    assert shown.returncode == 0 and shown.stdout.startswith(f"sweep {sweep} (exp014_tiled)")
+    none = harness("+experiment=exp017_recall", "resume=last")
+    assert none.returncode == 2 and none.stderr.startswith("error: no sweep of exp017_recall in")
 
 
 @pytest.mark.process
