@@ -263,6 +263,8 @@ def _name(table: pd.DataFrame, missing: pd.DataFrame) -> str:
             c for c in table if not pd.api.types.is_float_dtype(table[c]) and table[c].nunique() > 1
         ]
         names = [" ".join(f"{k}={row[k]}" for k in keys) for _, row in missing.iterrows()]
+        if not keys:  # nothing tells the lines apart: a table of one line, say
+            names = ["its only line" if len(table) == 1 else f"{len(missing)} of its lines"]
     names = list(dict.fromkeys(names))
     more = f" and {len(names) - NAMED} more" if len(names) > NAMED else ""
     return ", ".join(names[:NAMED]) + more

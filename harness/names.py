@@ -137,7 +137,8 @@ into one Parquet file. SWEEP_ID may be last: the newest sweep (of +experiment=NA
 --config-dir DIR also finds experiments of your own in DIR/experiment/NAME.yaml. --help with
 +experiment=NAME lists its parameters; --cfg prints the config of the sweep's first point and
 the grid, --info Hydra's information (TOPIC: all, config, defaults, defaults-tree, plugins,
-searchpath); neither runs anything. -m is accepted: every run is a sweep. Experiments: {experiments}"""
+searchpath); neither runs anything. -m is accepted: every run is a sweep.
+Experiments: {experiments}"""
 
 
 def usage(config_dirs: list[Path]) -> str:

@@ -1,7 +1,7 @@
 """Shared fixtures: the harness's command line, run for real in a scratch working directory; and
-the tiers (README.md, Tests): a test that calls a command is marked e2e, one that starts processes
-must be marked process (or slow, slurm, serial), and any other (a unit test) that starts a process
-fails, saying so."""
+the tiers (docs/developing.md, Tests): a test that calls a command is marked e2e, one that starts
+processes must be marked process (or slow, slurm, serial), and any other (a unit test) that
+starts a process fails, saying so."""
 
 import contextlib
 import multiprocessing.process
