@@ -63,3 +63,44 @@ def test_the_quick_start_runs_from_a_scratch_directory(installed, tmp_path):
     report = run("-m", "analysis", "--check", site=installed, cwd=tmp_path)
     assert report.returncode == 0, report.stdout + report.stderr
     assert (tmp_path / "outputs" / "report" / "REPORT.md").is_file()
+
+
+FAKE_PIP = """#!/bin/sh
+# pip's lines as an install prints them, then its exit status
+echo "Processing /src/octlm-harness"
+echo "Requirement already satisfied: numpy in ./site-packages (2.3.0)"
+echo "Collecting torch==2.13.0 (from octlm-harness==0.1.0)"
+echo "WARNING: Location 'https://example.invalid/simple' is ignored: it is a non-existing path."
+echo "  Using cached torch-2.13.0-cp311-none-linux_x86_64.whl (190 MB)"
+echo "Collecting pandas==3.1.1"
+echo "Successfully installed pandas-3.1.1 torch-2.13.0"
+exit $FAKE_PIP_STATUS
+"""
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("status", [0, 1])
+def test_make_shows_the_install_as_it_goes_and_fails_when_pip_does(tmp_path, status):
+    """The Makefile's install recipe around a stand-in for the venv's python, which prints
+    what pip prints: each package numbered against the pinned ones, pip's own noise dropped,
+    and a failed install a failed make that leaves nothing marked installed."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text(FAKE_PIP)
+    (venv / "bin" / "python").chmod(0o755)
+    pinned = sum("==" in line for line in (ROOT / "constraints.txt").read_text().splitlines())
+    done = subprocess.run(
+        ["make", "-C", str(ROOT), f"VENV={venv}", f"{venv}/.installed"],
+        env={"PATH": "/usr/bin:/bin", "FAKE_PIP_STATUS": str(status)},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    output = done.stdout
+    assert f"installing the harness and its {pinned} pinned packages" in output
+    assert f"[1 of ~{pinned}] Processing /src/octlm-harness" in output
+    assert f"[2 of ~{pinned}] Collecting torch==2.13.0" in output
+    assert f"[3 of ~{pinned}] Collecting pandas==3.1.1" in output
+    assert "Using cached torch" in output and "Successfully installed" in output
+    lines = output.splitlines()  # make's echo of the recipe names the dropped lines too
+    assert not [line for line in lines if line.startswith(("Requirement", "WARNING: Location"))]
+    assert (done.returncode == 0) == (status == 0), done.stderr
+    assert (venv / ".installed").exists() == (status == 0)
