@@ -1,7 +1,6 @@
 """Claims: bounds on a sweep's measurements, checked over every point the sweep planned.
 
-A claim (an experiment config's `claims`) is {metric, min and/or max, where, needs, table,
-text}.
+A claim (an experiment config's `claims`) is {metric, min and/or max, where, needs, table, text}.
 `where` (a condition such as `dtype == 'float32' and length > 1`) selects among the sweep's
 PLANNED points (its manifest), not only the ones with rows, in the rows or in a table the
 experiment's report module derives (`table`; the default is the rows). A bound is a number, or an
@@ -10,9 +9,9 @@ expression over the table's columns evaluated row by row (FlashAttention's rule:
 (`max: [2 * sdpa_err64 + 1.0e-6, 1.0e-5]`). `needs` is what a selected line must have for its
 value to count (`needs: compared_steps >= 100`: a loss compared over fewer steps proves less);
 a line without it counts as missing, and the INCOMPLETE line says what it has and what the claim
-needs. Wheres, needs and bounds are read by harness.expressions,
-a grammar of numbers, strings, column names, arithmetic, comparisons and and/or/not that can
-call nothing: a manifest is anyone's to edit, and pandas' query and eval would run its code.
+needs. Wheres, needs and bounds are read by harness.expressions, a grammar of numbers, strings,
+column names, arithmetic, comparisons and and/or/not that can call nothing: a manifest is
+anyone's to edit, and pandas' query and eval would run its code.
 
 - PASS: every selected point has a value, and every value meets the bounds.
 - FAIL: some value breaks a bound.

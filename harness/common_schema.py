@@ -77,7 +77,7 @@ def _footers(root: Path) -> dict[str, pa.DataType]:
 
 
 def _holds(held: dict[str, pa.DataType], given: dict[str, pa.DataType]) -> bool:
-    """Whether `held` has each column of `given`, of its type or one a null column needs none."""
+    """Whether `held` has each column of `given`, of its type (one all null in `given` fits any)."""
     return all(
         name in held and (kind == held[name] or pa.types.is_null(kind))
         for name, kind in given.items()
