@@ -255,20 +255,24 @@ def summary(rows: list[dict], params: dict, last: bool = False) -> dict:
     }
 
 
-def _reserved(params: dict) -> set[str]:
-    """The columns an experiment's rows may not set: its parameters, the harness's own."""
-    return (
-        set(params) | set(store.HARNESS_COLUMNS) - {"status", "error"} | set(store.PARTITIONS.names)
-    )
+def _reserved(params: dict) -> frozenset[str]:
+    """The columns an experiment's rows may not set, in lower case: its parameters, the
+    harness's own (store.RESERVED)."""
+    return store.RESERVED | {name.lower() for name in params}
+
+
+def _clashes(keys, reserved: frozenset[str]) -> list[str]:
+    """The keys that are a reserved column, compared without case (but status and error)."""
+    return sorted({k for k in keys if k.lower() in reserved and k not in store.ROW_SETS})
 
 
 def _row_check(params: dict) -> Callable[[dict], None]:
-    """_check_rows of one logged row (a training point's first, say), at the cost of a set's
-    isdisjoint when it passes."""
+    """_check_rows of one logged row (a training point's first, say), at the cost of a scan of
+    its keys when it passes."""
     reserved = _reserved(params)
 
     def check(row: dict) -> None:
-        if not reserved.isdisjoint(row):
+        if _clashes(row, reserved):
             _check_rows([row], params)
 
     return check
@@ -276,19 +280,21 @@ def _row_check(params: dict) -> Callable[[dict], None]:
 
 def _check_rows(rows: list[dict], params: dict, logged: int = 0) -> None:
     """ValueError, saying what to do, for no rows or rows that set a parameter's or the
-    harness's column (which the harness writes in every row)."""
+    harness's column (which the harness writes in every row), compared without case."""
     if not rows and not logged:
         raise ValueError("the experiment returned no rows")
-    clashes = sorted({key for row in rows for key in row} & _reserved(params))
+    clashes = _clashes({key for row in rows for key in row}, _reserved(params))
     if not clashes:
         return
-    given = [c for c in clashes if c in params]
-    own = [c for c in clashes if c not in params]
+    folded = {name.lower() for name in params}
+    given = [c for c in clashes if c.lower() in folded]
+    own = [c for c in clashes if c.lower() not in folded]
     said = []
     if own:
         said.append(
-            f"{', '.join(own)}, which the harness writes in every row: name "
-            f"{'it' if len(own) == 1 else 'them'} otherwise in the rows ({own[0]}_measured, say)"
+            f"{', '.join(own)}, which the harness writes in every row (column names compared "
+            f"without case): name {'it' if len(own) == 1 else 'them'} otherwise in the rows "
+            f"({own[0]}_measured, say)"
         )
     if given:
         said.append(

@@ -79,6 +79,7 @@ def plan(cfg: DictConfig, sweeps: list[Override], added: list[str] = ()) -> Swee
     if values.get("threads") is not None:
         _check_positive_int("threads", values["threads"])
     experiment = Experiment.load(values["experiment"])
+    _check_parameter_names(experiment)
     _check_report_spec(experiment)
     _check_keys(experiment, values, sweeps)
     axes = _axes(chosen)
@@ -159,6 +160,18 @@ def sweep_of(cfg: DictConfig, experiment: Experiment, points: list[Point]) -> Sw
     task = [o for o in cfg.hydra.overrides.task if key_of(o) not in SET_BY_HARNESS]
     results = Path(cfg.out).resolve() / "results"
     return Sweep(cfg.sweep_id, experiment, results, task, points, list(cfg.hydra.overrides.hydra))
+
+
+def _check_parameter_names(experiment: Experiment) -> None:
+    """No parameter is named as a column the harness writes in every row (store.RESERVED,
+    compared without case): its value would be taken for the harness's, or the reverse."""
+    taken = [name for name in experiment.parameters if name.lower() in store.RESERVED]
+    if taken:
+        raise BadInput(
+            f"{experiment.name}'s parameter {taken[0]} is named as a column the harness writes in "
+            f"every row (names compared without case): rename it in {experiment.config['run']}'s "
+            f"signature ({taken[0]}_value, say)"
+        )
 
 
 def _check_keys(experiment: Experiment, values: dict, sweeps: list[Override]) -> None:

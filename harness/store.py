@@ -110,6 +110,11 @@ HARNESS_COLUMNS = {
     "cell": pa.int64(),  # a search's trial (harness.search): its cell of the grid
     "trial": pa.int64(),  #   and its number in that cell's study
 }
+# Names no parameter or metric may take, compared without case (DuckDB reads `Sweep` as the
+# partition `sweep`): the harness's columns and the partitions. A row's `status` and `error` are
+# the experiment's to set, in those spellings.
+RESERVED = frozenset(name.lower() for name in [*HARNESS_COLUMNS, *PARTITIONS.names])
+ROW_SETS = ("status", "error")
 
 
 def metrics(row: dict, params: dict) -> dict:

@@ -583,27 +583,33 @@ def test_a_resume_takes_no_code_from_the_manifest(harness, line):
 # A sweep whose first points all fail alike stops: the rest would compute only to fail.
 
 
-def test_rows_that_set_a_harness_column_fail_saying_how_to_mend_them(faulty):
-    result = faulty("point=0,1", "clash=threads")
+@pytest.mark.parametrize("name", ["threads", "Status", "JOB", "Sweep", "Experiment"])
+def test_rows_that_set_a_harness_column_fail_saying_how_to_mend_them(faulty, name):
+    """Compared without case, as DuckDB compares them: Status would read as status."""
+    result = faulty("point=0,1", f"clash={name}")
     assert result.returncode == 1
     rows = store.read(faulty.results, "faulty")
-    assert (
-        rows["error"].tolist()
-        == [
-            "ValueError: the experiment's rows set threads, which the harness writes in every row: "
-            "name it otherwise in the rows (threads_measured, say)"
-        ]
-        * 2
-    )
-    result = faulty("point=0,1", "clash=point")
-    said = store.read(faulty.results, "faulty", store.sweeps(faulty.results, "faulty")[-1])
-    assert (
-        said["error"]
-        .str.endswith(
-            "point, the point's parameter, which every row has already: leave it out of the rows"
-        )
-        .all()
-    )
+    said = (f"ValueError: the experiment's rows set {name}, which the harness writes in every "
+            f"row (column names compared without case): name it otherwise in the rows "
+            f"({name}_measured, say)")  # fmt: skip
+    assert rows["error"].tolist() == [said] * 2 and set(rows["status"]) == {"failed"}
+
+
+@pytest.mark.parametrize("name", ["point", "POINT"])
+def test_rows_that_set_a_parameter_fail_saying_to_leave_it_out(faulty, name):
+    faulty("point=0,1", f"clash={name}")
+    said = store.read(faulty.results, "faulty")["error"]
+    end = f"{name}, the point's parameter, which every row has already: leave it out of the rows"
+    assert said.str.endswith(end).all() and len(said) == 2
+
+
+def test_a_parameter_named_as_a_harness_column_is_refused_before_anything_runs(faulty):
+    result = faulty("experiment.run=probes.columns_as_parameters")
+    assert one_line_error(result), result.stderr
+    assert "faulty's parameter Status is named as a column the harness writes in every row " \
+           "(names compared without case): rename it in probes.columns_as_parameters's " \
+           "signature (Status_value, say)" in result.stderr  # fmt: skip
+    assert not faulty.results.exists()
 
 
 def test_a_sweep_whose_first_points_fail_alike_stops_and_says_so(faulty):
