@@ -272,7 +272,7 @@ def _row_check(params: dict) -> Callable[[dict], None]:
     reserved = _reserved(params)
 
     def check(row: dict) -> None:
-        if _clashes(row, reserved):
+        if _clashes(row, reserved) or row.get("status", "ok") not in store.ROW_STATUSES:
             _check_rows([row], params)
 
     return check
@@ -280,9 +280,16 @@ def _row_check(params: dict) -> Callable[[dict], None]:
 
 def _check_rows(rows: list[dict], params: dict, logged: int = 0) -> None:
     """ValueError, saying what to do, for no rows or rows that set a parameter's or the
-    harness's column (which the harness writes in every row), compared without case."""
+    harness's column (which the harness writes in every row), compared without case, or give a
+    status no experiment may (running: a phantom that every resume would rerun)."""
     if not rows and not logged:
         raise ValueError("the experiment returned no rows")
+    statuses = [row["status"] for row in rows if row.get("status", "ok") not in store.ROW_STATUSES]
+    if statuses:
+        raise ValueError(
+            f"the experiment's rows give status {statuses[0]!r:.40}: a row's status is one of "
+            f"{', '.join(store.ROW_STATUSES)} (or none, for ok)"
+        )
     clashes = _clashes({key for row in rows for key in row}, _reserved(params))
     if not clashes:
         return

@@ -75,6 +75,8 @@ READ_ATTEMPTS = 50  # a read retries while compactions change the folder under i
 # A point's answer: resume skips these. Other statuses (failed, killed, oom, timeout) rerun.
 DONE = ("ok", "unsupported", "pruned")  # pruned: a search's trial that its pruner stopped
 RUNNING = "running"  # the rows a training job lands before it ends (harness.tracking)
+# The statuses an experiment's row may give; running and pruned are the harness's to write.
+ROW_STATUSES = ("ok", "unsupported", "failed", "oom", "killed", "timeout")
 PARTITIONS = pa.schema([("experiment", pa.string()), ("sweep", pa.string())])
 SET_ASIDE = "_damaged-"  # the prefix of a damaged file moved aside: neither "." nor ".parquet"
 _named: dict[Path, str] = per_command({})  # the damaged files this process has named, and why

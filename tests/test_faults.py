@@ -603,6 +603,20 @@ def test_rows_that_set_a_parameter_fail_saying_to_leave_it_out(faulty, name):
     assert said.str.endswith(end).all() and len(said) == 2
 
 
+@pytest.mark.parametrize("status", ["running", "pruned", "OK"])
+def test_a_row_status_only_the_harness_writes_fails_its_point(faulty, status):
+    """A row saying running would be a phantom that every resume reruns."""
+    result = faulty("point=0,1", f"row_status={status}", "fail_fast=0")
+    assert result.returncode == 1
+    rows = store.read(faulty.results, "faulty")
+    said = (f"ValueError: the experiment's rows give status {status!r}: a row's status is one of "
+            "ok, unsupported, failed, oom, killed, timeout (or none, for ok)")  # fmt: skip
+    assert rows["status"].tolist() == ["failed"] * 2 and rows["error"].tolist() == [said] * 2
+    again = faulty(f"resume={only_sweep(faulty.results, 'faulty')}")
+    assert "2 points to run" in again.stdout, "failed rows rerun; nothing stays running"
+    assert faulty("point=0", "row_status=unsupported").returncode == 0
+
+
 def test_a_parameter_named_as_a_harness_column_is_refused_before_anything_runs(faulty):
     result = faulty("experiment.run=probes.columns_as_parameters")
     assert one_line_error(result), result.stderr

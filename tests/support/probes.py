@@ -189,12 +189,14 @@ def faulty(
     kinds: bool = False,
     pad_kib: int = 0,
     clash: str = "",
+    row_status: str = "",
 ) -> list[dict]:
     """What users' experiments do wrong, one knob each: point `fail` raises (until the file
     "fixed" is in `folder`); point `exit_at` ends the process (exit_with: sys.exit or os._exit,
     with code 0, or SIGSEGV); with `kinds`, the column `val` is an int in point 0 and a str
     elsewhere; each row carries `pad_kib` KiB of random text, and a column named `clash` where
-    it names one (a harness's column, a parameter). One row: the tag it saw, and val."""
+    it names one (a harness's column, a parameter), and the status `row_status` where it gives
+    one. One row: the tag it saw, and val."""
     if point == fail and not (Path(folder) / "fixed").exists():
         raise RuntimeError(f"point {point} fails until {folder}/fixed exists")
     if point == exit_at and exit_with == "SIGSEGV":  # as a crash in a kernel would end it
@@ -203,7 +205,8 @@ def faulty(
         sys.exit(0) if exit_with == "sys.exit" else os._exit(0)
     val = point if point == 0 or not kinds else f"text-{point}"
     pad = base64.b64encode(os.urandom(768 * pad_kib)).decode()  # what compression cannot shrink
-    return [{"tag_seen": tag, "val": val, "pad": pad, **({clash: 1} if clash else {})}]
+    said = {**({clash: 1} if clash else {}), **({"status": row_status} if row_status else {})}
+    return [{"tag_seen": tag, "val": val, "pad": pad, **said}]
 
 
 class BrokenSink:
