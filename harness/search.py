@@ -31,15 +31,13 @@ from typing import TYPE_CHECKING
 from harness.errors import BadInput, one_line
 from harness.lifetime import per_command
 from harness.names import key_of, setting
+from harness.search_settings import shape_fault
 
 if TYPE_CHECKING:  # Hydra and Optuna load where a search is planned or run, not for a report
     from hydra.core.override_parser.types import Override
 
 JOURNAL = "_study.journal"
 PARAMS = "search.params."  # the command line's search space: search.params.KEY=interval(...)
-SAMPLERS = ("tpe", "random")
-PRUNERS = ("median", "successive_halving", "hyperband", "none")
-DIRECTIONS = ("maximize", "minimize")
 GRAMMAR = "interval(a, b), tag(log, interval(a, b)), range(a, b, step) or choice(a, b, ...)"
 
 
@@ -80,22 +78,9 @@ def spec(values: dict, experiment, grid: list[str]) -> dict | None:
             raise BadInput(f"search.params.{key}: {experiment.name} takes no parameter {key}")
         if key in grid:
             raise BadInput(f"{key} is both an axis of the grid and searched: give it to one")
-    trials = node.get("trials")
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
-        raise BadInput(f"search.trials must be a positive integer, got {trials!r}")
-    every = node.get("report_every")
-    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-        raise BadInput(f"search.report_every must be a positive integer, got {every!r}")
-    if not isinstance(node.get("objective"), str) or not node["objective"]:
-        raise BadInput("search.objective must name a metric of the point's rows (accuracy)")
-    for key in ("where", "prune_on", "sampler_options", "pruner_options"):
-        if not isinstance(node.get(key) or {}, dict):
-            raise BadInput(f"search.{key} must be a mapping (where: {{phase: eval}})")
-    for key, allowed in (("direction", DIRECTIONS), ("sampler", SAMPLERS), ("pruner", PRUNERS)):
-        if node.get(key) not in allowed:
-            raise BadInput(
-                f"search.{key} must be one of {', '.join(allowed)}, got {node.get(key)!r}"
-            )
+    fault = shape_fault(node)
+    if fault:
+        raise BadInput(fault)
     checked = {**node, "params": {key: str(text) for key, text in params.items()}}
     for key in ("where", "prune_on", "sampler_options", "pruner_options"):
         checked[key] = dict(node.get(key) or {})

@@ -61,11 +61,15 @@ import pyarrow.parquet as pq
 
 from harness import common_schema, files
 from harness.lifetime import per_command
+from harness.search_settings import shape_fault
 
 if TYPE_CHECKING:  # pandas loads where a frame is made: status and compact read Arrow alone
     import pandas as pd
 
 MANIFEST = "_sweep.json"
+# The manifest's settings that commands read, and their kinds (a manifest is anyone's to edit).
+MANIFEST_KINDS = {"command": str, "overrides": list, "hydra_overrides": list,
+                  "config_dirs": list, "launches": list}  # fmt: skip
 LOCK = "_compact.lock"  # held while a compaction or a resume rewrites a sweep's files
 COMPACTED = re.compile(r"compacted-(\d+)\.parquet")
 JOB = re.compile(r"job-(\d+)\.parquet")
@@ -405,13 +409,19 @@ def read_manifest(root: Path, experiment: str, sweep: str) -> dict | None:
 
 def _manifest_fault(manifest) -> str | None:
     """What makes a manifest unusable (no points, a point without its job number or params, a
-    job twice), or None."""
+    job twice, a recorded setting of the wrong kind, a search that is none), or None."""
     if not isinstance(manifest, dict) or not isinstance(manifest.get("points"), list):
         return "it has no list of points"
     if not manifest["points"]:
         return "its list of points is empty"
     if not isinstance(manifest.get("experiment_config", {}), dict):
         return "its experiment_config is not a mapping"
+    for key, kind in MANIFEST_KINDS.items():
+        if manifest.get(key) is not None and not isinstance(manifest[key], kind):
+            return f"its {key} is not a {kind.__name__}"
+    searched = manifest.get("experiment_config", {}).get("search")
+    if searched is not None and (fault := shape_fault(searched)):
+        return f"its recorded {fault}"
     jobs = set()
     for position, point in enumerate(manifest["points"]):
         if not isinstance(point, dict):

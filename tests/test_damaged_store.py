@@ -2,6 +2,7 @@
 its point as not run, reports the rest; resume sets the file aside and reruns the point; a
 sweep without a readable manifest is reported as damaged and fails --check."""
 
+import json
 import os
 import subprocess
 import sys
@@ -73,6 +74,37 @@ def test_a_sweep_without_a_readable_manifest_is_damaged_and_fails_the_check(
         assert result.returncode == 2 and result.stderr.count("\n") <= 2, result.stderr
         assert result.stderr.splitlines()[-1].startswith("error: ")
     assert len(store.read(harness.results)) == 3, "its rows are still readable"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [
+        ("search", "lr", "its recorded search must be a mapping with its params, not 'lr'"),
+        ("search", {"params": {"lr": "interval(0.1, 1)"}, "trials": "24"},
+         "its recorded search.trials must be a positive integer, got '24'"),
+        ("overrides", "length=1", "its overrides is not a list"),
+        ("command", ["python"], "its command is not a str"),
+    ],
+)  # fmt: skip
+def test_a_manifest_whose_settings_are_of_the_wrong_kind_is_damaged_not_a_traceback(
+    harness, analysis, swept, key, value, said
+):
+    """A manifest is anyone's to edit: a setting a command reads, of the wrong kind, marks the
+    sweep damaged, and each command says so in a line."""
+    path = store.sweep_dir(harness.results, "exp014_tiled", swept) / store.MANIFEST
+    manifest = json.loads(path.read_text())
+    if key == "search":
+        manifest["experiment_config"]["search"] = value
+    else:
+        manifest[key] = value
+    path.write_text(json.dumps(manifest))
+    checked = analysis("--check")
+    assert checked.returncode == 1 and "Traceback" not in checked.stderr, checked.stderr
+    assert f"a damaged manifest: {said}" in checked.stderr
+    for command in (["status", swept], ["+experiment=exp014_tiled", f"resume={swept}"]):
+        result = harness(*command)
+        assert result.returncode == 2 and result.stderr.count("\n") <= 2, result.stderr
+        assert "Traceback" not in result.stderr
 
 
 @pytest.mark.process
