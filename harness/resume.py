@@ -2,6 +2,7 @@
 
 import re
 import tempfile
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,9 +21,10 @@ RESUME_SETTINGS = ("out", "resume", "wait", "sinks")  # what a resume may set be
 
 
 def resumed(
-    overrides: list[Override], sweep_id: str, config_dirs: list[Path]
+    overrides: list[Override], sweep_id: str, config_dirs: list[Path], hold: ExitStack
 ) -> tuple[Sweep, DictConfig]:
-    """The sweep to resume, with its points that have no answer yet, and its config.
+    """The sweep to resume, with its points that have no answer yet, and its config; `hold`
+    keeps the sweep claimed for this command (store.claimed) until it closes.
 
     The experiment is the sweep's own (+experiment, if given, must name it). The config is
     composed from the sweep's own overrides, its launcher settings unless the command line
@@ -36,6 +38,11 @@ def resumed(
     given = next((str(o.value()) for o in overrides if key_of(o.input_line) == "experiment"), None)
     sweep_id = named_sweep(results, check_name("sweep id", sweep_id), given)
     experiment, manifest = _sweep_to_resume(results, sweep_id, given)
+    try:
+        hold.enter_context(store.claimed(results, experiment, sweep_id))
+    except store.Claimed as taken:
+        raise BadInput(str(taken)) from None
+    manifest = store.read_manifest(results, experiment, sweep_id) or manifest  # as now, held
     _check_config_dirs(manifest, experiment, sweep_id, config_dirs, results)
     _check_writable(store.sweep_dir(results, experiment, sweep_id))
     resources = manifest.get("experiment_config", {}).get("resources") or []

@@ -71,6 +71,7 @@ MANIFEST = "_sweep.json"
 MANIFEST_KINDS = {"command": str, "overrides": list, "hydra_overrides": list,
                   "config_dirs": list, "launches": list}  # fmt: skip
 LOCK = "_compact.lock"  # held while a compaction or a resume rewrites a sweep's files
+RUN_LOCK = "_run.lock"  # held by the command that runs a sweep's points here (claimed)
 COMPACTED = re.compile(r"compacted-(\d+)\.parquet")
 JOB = re.compile(r"job-(\d+)\.parquet")
 # A job's segment: job-N.part-K, or job-N.rank-R.part-K for rank R of a point of several processes.
@@ -1003,6 +1004,35 @@ def _remove_unchanged(folder: Path, identities: dict[str, tuple[int, int, int]])
         if (stat.st_ino, stat.st_mtime_ns, stat.st_size) == identity:
             path.unlink(missing_ok=True)
     files.fsync_dir(folder)
+
+
+class Claimed(Exception):
+    """Another command runs the sweep (claimed): its message says which."""
+
+
+@contextmanager
+def claimed(root: Path, experiment: str, sweep: str) -> Iterator[None]:
+    """Hold the sweep for this command while it runs its points: a second command that would
+    run them too (two resumes) raises Claimed, naming the process that holds it. The lock goes
+    with the process, however it ends."""
+    folder = sweep_dir(root, experiment, sweep)
+    with open(folder / RUN_LOCK, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"
+            raise Claimed(
+                f"sweep {sweep} is being run by another command ({holder}): let it end, or "
+                f"stop it, then resume; see its points with: python -m harness status {sweep}"
+            ) from None
+        lock.truncate(0)
+        lock.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
+        lock.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @contextmanager

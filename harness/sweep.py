@@ -7,6 +7,7 @@ points to the launcher the config names (harness.dispatch), and prints the sweep
 and claims (harness.summary).
 """
 
+import contextlib
 import re
 import shlex
 import signal
@@ -36,18 +37,22 @@ def run(argv: list[str]) -> int:
     arguments, flags = split_flags(argv)
     config_dirs = flags.config_dirs
     overrides = parse(arguments)
-    with initialize_config_dir(config_dir=str(CONF), job_name="harness", version_base=None):
+    with (
+        initialize_config_dir(config_dir=str(CONF), job_name="harness", version_base=None),
+        contextlib.ExitStack() as hold,  # the sweep claimed while this command runs it
+    ):
         if flags.help or flags.cfg or flags.info:
             return show(overrides, flags)  # runs nothing
         check_harness_keys(overrides)
         resume = next((o.value() for o in overrides if o.get_key_element() == "resume"), None)
         if resume:
-            sweep, cfg = resumed(overrides, str(resume), config_dirs)
+            sweep, cfg = resumed(overrides, str(resume), config_dirs, hold)
             launcher = prepare_launcher(cfg, sweep.command)
             check_devices(sweep.points, launcher)
         else:
             experiment = experiment_name(overrides, config_dirs)
             sweep, cfg, launcher = _new_sweep(argv, overrides, experiment, config_dirs)
+            hold.enter_context(store.claimed(sweep.results, experiment, sweep.id))
         experiment = sweep.experiment.name
         print(f"sweep {sweep.id}: {experiment}, {len(sweep.points)} points to run", flush=True)
         started, ended = time.perf_counter(), False

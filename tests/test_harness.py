@@ -169,6 +169,21 @@ def test_resume_completes_a_sweep_that_was_killed(probe, gate):
     assert sorted(rows["job"]) == list(range(6)) and set(rows["status"]) == {"ok"}
 
 
+@pytest.mark.process
+def test_a_resume_of_a_sweep_another_command_runs_is_refused_in_one_line(probe, gate):
+    sweeping = probe.start("point=0,1", f"folder={gate}", "release=open", "hold=1")
+    await_arrivals(gate, 1)  # the sweep's command runs its first point, which waits
+    (sweep,) = store.sweeps(probe.results, "rendezvous")
+    second = probe(f"resume={sweep}")
+    assert second.returncode == 2 and second.stderr.count("\n") == 1, second.stderr
+    assert second.stderr.startswith(f"error: sweep {sweep} is being run by another command (pid ")
+    assert f"see its points with: python -m harness status {sweep}" in second.stderr
+    (gate / "open").touch()
+    assert sweeping.wait(timeout=300) == 0
+    again = probe(f"resume={sweep}")
+    assert again.returncode == 0 and "0 points to run" in again.stdout, again.stderr
+
+
 LOCAL = ["+experiment=exp014_tiled", "hydra/launcher=local"]
 SLURM = ["+experiment=exp014_tiled", "hydra/launcher=slurm"]
 BAD_INPUT = [
