@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 
 LOCAL_HOST = "127.0.0.1"  # the local launcher's processes meet here, whatever the host's name
+TIMEOUT_S = 60  # how long a group's process waits for the others (launchers: group_timeout_s)
 
 
 @dataclass(frozen=True)
@@ -67,10 +68,11 @@ def current() -> Group | None:
     return _group
 
 
-def start(local: bool) -> Group | None:
+def start(local: bool, timeout_s: float = TIMEOUT_S) -> Group | None:
     """In a submitit task: when its job has several tasks, initialise torch.distributed from
     submitit's job environment and return this process's place; None for one task. `local`:
-    the tasks run on this machine (the local launcher), and meet on its loopback address."""
+    the tasks run on this machine (the local launcher), and meet on its loopback address.
+    `timeout_s`: how long a process waits for the others, to meet or at a collective."""
     global _group
     import submitit
 
@@ -83,15 +85,26 @@ def start(local: bool) -> Group | None:
     if local:
         os.environ["MASTER_ADDR"] = LOCAL_HOST
     _own_gpu(exported.local_rank)
+    join(timeout_s)
+    _group = Group(exported.rank, exported.world_size, exported.local_rank)
+    return _group
+
+
+def join(timeout_s: float) -> None:
+    """init_process_group from the environment (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE):
+    gloo, and NCCL for CUDA tensors where there is CUDA. A rank that never comes (it died
+    before it got here) or a collective a rank never joins fails after `timeout_s`, not after
+    torch's default of 30 minutes."""
+    from datetime import timedelta
+
     import torch
     import torch.distributed as dist
 
     cuda = torch.cuda.is_available()
-    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if cuda else "gloo")
+    backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
+    dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
     if cuda:
         torch.cuda.set_device(0)
-    _group = Group(exported.rank, exported.world_size, exported.local_rank)
-    return _group
 
 
 def end() -> None:

@@ -5,12 +5,17 @@ step's rows once per rank. The SLURM side is in tests/slurm/test_harness_slurm.p
 
 import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from probes import PROBE_PATH, SUPPORT, held, steps_by_rank, wait_for
 
 from harness import store, tracking
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TWO = ["hydra/launcher=local", "hydra.launcher.tasks_per_node=2"]
 
@@ -158,3 +163,36 @@ def test_ddp_on_a_point_of_one_process_is_a_failed_row_that_says_how(harness):
     assert result.returncode == 1, result.stdout + result.stderr  # a point failed
     (row,) = store.read(harness.results).to_dict("records")
     assert row["status"] == "failed" and "hydra.launcher.tasks_per_node=2" in row["error"]
+
+
+JOIN_ALONE = """
+import os, socket, sys
+probe = socket.socket()
+probe.bind(("127.0.0.1", 0))
+port = probe.getsockname()[1]
+probe.close()
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="2")
+from harness import distributed
+try:
+    distributed.join(timeout_s=2)
+except Exception as error:
+    print(type(error).__name__, str(error).splitlines()[0])
+    sys.exit(3)
+"""
+
+
+@pytest.mark.process
+def test_a_rank_that_never_comes_fails_the_others_after_the_groups_timeout():
+    """Rank 1 died before it could meet (it never starts here): rank 0 fails after its
+    group_timeout_s, not after torch's 30 minutes; the test waits for it to end."""
+    done = subprocess.run([sys.executable, "-c", JOIN_ALONE], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)  # fmt: skip
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "1/2 clients joined" in done.stdout, done.stdout
+
+
+def test_a_group_timeout_that_is_no_positive_count_is_one_line(harness):
+    result = harness("+experiment=exp014_tiled", "hydra/launcher=local",
+                     "hydra.launcher.group_timeout_s=0")  # fmt: skip
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "group_timeout_s" in result.stderr

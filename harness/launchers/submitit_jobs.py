@@ -31,7 +31,8 @@ SWEEP_ENV = "HARNESS_SWEEP_PROCESS"  # a local point's sweep process (process_id
 FOLLOW_S = 1.0  # how often a local point looks whether its sweep's process is still there
 KINDS = {"timeout_min": "positive", "tasks_per_node": "positive", "nodes": "positive",
          "cpus_per_task": "positive?", "gpus_per_node": "count?", "mem_gb": "number?",
-         "max_num_timeout": "count"}  # fmt: skip
+         "max_num_timeout": "count", "group_timeout_s": "positive"}  # fmt: skip
+OWN = ("group_timeout_s",)  # the harness's settings among the launcher's, not submitit's
 
 
 class SubmititLauncher(BaseSubmititLauncher, Launcher):
@@ -69,7 +70,8 @@ class SubmititLauncher(BaseSubmititLauncher, Launcher):
 
             os.environ["OMP_NUM_THREADS"] = str(threads)
             torch.set_num_threads(threads)
-        distributed.start(local=self._EXECUTOR == "local")
+        waited = self.params.get("group_timeout_s") or distributed.TIMEOUT_S
+        distributed.start(local=self._EXECUTOR == "local", timeout_s=waited)
         try:
             return work(self.config, self.task_function, pack, singleton_state)
         finally:
@@ -81,7 +83,7 @@ class SubmititLauncher(BaseSubmititLauncher, Launcher):
 
     def executor(self) -> submitit.Executor:
         """The executor hydra-submitit-launcher would build from these parameters."""
-        params = dict(self.params)
+        params = {k: v for k, v in self.params.items() if k not in OWN}
         executor = submitit.AutoExecutor(
             cluster=self._EXECUTOR,
             folder=params.pop("submitit_folder"),
