@@ -15,16 +15,42 @@ from analysis.compare import RULE
 from analysis.report import write_report
 from harness import files
 from harness.claims import FAILING, outcome
-from harness.errors import BadInput, reader_gone
+from harness.errors import BadInput, os_error, reader_gone
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command; a filesystem error (a report folder this user may not write, a store gone
+    mid-read) is one line and exit 1."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        print(f"error: {os_error(error)}{_elsewhere(error)}", file=sys.stderr)
+        return 1
+
+
+def _elsewhere(error: OSError) -> str:
+    """The way round a report folder that cannot be written."""
+    kinds = PermissionError | IsADirectoryError | NotADirectoryError | FileExistsError
+    if isinstance(error, kinds):
+        return " (the report can go elsewhere: --report DIR)"
+    return ""
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m analysis",
         description=__doc__,
         formatter_class=argparse.RawTextHelpFormatter,
     )
     parser.add_argument("--out", type=Path, default=Path("outputs"), help="the harness's out dir")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        metavar="DIR",
+        help="where the report goes (default: OUT/report), for a store this user may not write",
+    )
     parser.add_argument(
         "--config-dir",
         type=Path,
@@ -76,7 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         help="exit 1 when a timing in B is slower than FACTOR x A (e.g. 1.10), outside the noise",
     )
     compare.add_argument("--out", type=Path, default=argparse.SUPPRESS, help="as above")
+    compare.add_argument("--report", type=Path, default=argparse.SUPPRESS, help="as above")
     args = parser.parse_args(argv)
+    args.report = args.report or args.out / "report"
     results = args.out / "results"
     if not results.is_dir():
         print(
@@ -105,9 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         def choose():  # again each time: --all takes the sweeps that start meanwhile
             return _chosen(results, args.sweep, args.all)
 
-        return watch(results, args.out / "report", config_dirs, choose, args.port, args.interval,
+        return watch(results, args.report, config_dirs, choose, args.port, args.interval,
                      _page_dir(args))  # fmt: skip
-    path, claims = write_report(results, args.out / "report", config_dirs, shown,
+    path, claims = write_report(results, args.report, config_dirs, shown,
                                 page_dir=_page_dir(args))  # fmt: skip
     pairs = claims[["experiment", "sweep"]].drop_duplicates() if len(claims) else claims
     said = ", ".join(f"{e} {s}" for e, s in pairs.itertuples(index=False)) or "none"
@@ -126,7 +154,7 @@ def _page_dir(args: argparse.Namespace) -> Path | None:
 
     if not args.sweep:
         return None
-    return args.out / "report" / SWEEPS / "+".join(dict.fromkeys(args.sweep))
+    return args.report / SWEEPS / "+".join(dict.fromkeys(args.sweep))
 
 
 def _chosen(results: Path, sweeps: list[str], every: bool) -> dict[str, list[str]] | None:
@@ -163,7 +191,7 @@ def _compare(results: Path, args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     text, regressed = document(comparison, factor)
-    path = args.out / "report" / f"compare-{args.sweep_a}-vs-{args.sweep_b}.md"
+    path = args.report / f"compare-{args.sweep_a}-vs-{args.sweep_b}.md"
     files.write_text(path, text)
     print(text, end="")
     print(f"comparison: {path}")

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from harness import warm
-from harness.errors import BadInput, reader_gone
+from harness.errors import BadInput, os_error, reader_gone
 from harness.names import PLAIN, check_name, key_of, split_flags, usage
 
 
@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> None:
         code = 2
     except BrokenPipeError:  # the reader went away (status | head): nothing more to say
         code = reader_gone()
+    except OSError as error:  # a store this user may not write (compact), a folder gone
+        print(f"error: {os_error(error)}", file=sys.stderr)
+        code = 1
     except KeyboardInterrupt:  # status or compact: a compaction it started finished first
         print("\ninterrupted", file=sys.stderr)
         code = 130

@@ -3,6 +3,7 @@ line on stderr, exit code 2), and the helpers that make an exception one line fo
 table or a progress line."""
 
 import os
+import re
 import sys
 
 
@@ -25,6 +26,19 @@ def shorten(text: str, limit: int = 160) -> str:
 def with_type(error: BaseException) -> str:
     """An exception as one line, its type first."""
     return f"{type(error).__name__}: {one_line(error)}"
+
+
+TEMPORARY = re.compile(r"/\.([^/]+)\.\d+\.[0-9a-f]+\.tmp$")  # files.replace_atomically's
+
+
+def os_error(error: OSError) -> str:
+    """A filesystem error as its words and its path: "Operation not permitted: outputs/x" (the
+    file a temporary name was for, harness.files.replace_atomically's .NAME.PID.HEX.tmp)."""
+    said = error.strerror or re.sub(r"^\[Errno \d+\] ", "", one_line(error))
+    if not error.filename:
+        return said
+    path = TEMPORARY.sub(r"/\1", str(error.filename))
+    return f"{said}: {path}"
 
 
 def reader_gone() -> int:

@@ -8,7 +8,6 @@ and claims (harness.summary).
 """
 
 import contextlib
-import re
 import shlex
 import signal
 import sys
@@ -21,7 +20,7 @@ from hydra import initialize_config_dir
 from harness import search, store
 from harness.config import check_harness_keys, compose_config, experiment_name, parse
 from harness.dispatch import check_devices, launch, prepare_launcher
-from harness.errors import BadInput, one_line
+from harness.errors import BadInput, os_error
 from harness.names import CONF, split_flags
 from harness.plan import SweepExists, absent_keys, discard, new_sweep_id, plan, write_manifest
 from harness.resume import resumed
@@ -76,11 +75,9 @@ def run(argv: list[str]) -> int:
                 discard(sweep)
             raise
         except OSError as error:  # the store cannot be written: disk full, permissions
-            said = error.strerror or re.sub(r"^\[Errno \d+\] ", "", one_line(error))
-            said = f"{said}: {error.filename}" if error.filename else said
             print(
-                f"error: cannot write the sweep's rows ({said}); the sweep stopped. Once it "
-                f"can be written, finish it with: {resume_command(sweep)}",
+                f"error: cannot write the sweep's rows ({os_error(error)}); the sweep stopped. "
+                f"Once it can be written, finish it with: {resume_command(sweep)}",
                 file=sys.stderr,
             )
             return 1

@@ -137,3 +137,42 @@ def test_rows_that_are_not_the_planned_point_count_as_not_run_until_rerun(harnes
     assert resumed.returncode == 0 and "1 points to run" in resumed.stdout, resumed.stderr
     again = harness("status", swept)
     assert again.stderr == "" and "3 ok" in again.stdout
+
+
+@pytest.fixture
+def immutable():
+    """Make folders read-only for everyone, root too (chattr +i: what another user's store is
+    to this one), and writable again after the test; skipped where chattr cannot."""
+    made: list[Path] = []
+
+    def make(*folders: Path) -> None:
+        for folder in folders:
+            done = subprocess.run(["chattr", "-R", "+i", str(folder)], capture_output=True)
+            if done.returncode:
+                pytest.skip(f"chattr +i is refused here: {done.stderr.decode().strip()}")
+            made.append(folder)
+
+    yield make
+    for folder in made:
+        subprocess.run(["chattr", "-R", "-i", str(folder)], check=True)
+
+
+@pytest.mark.process  # chattr
+def test_a_store_that_cannot_be_written_is_reported_elsewhere_and_errors_are_one_line(
+    harness, analysis, swept, immutable
+):
+    outputs = harness.cwd / "outputs"
+    (harness.cwd / "outputs" / "report").mkdir()
+    immutable(outputs / "results", outputs / "report")
+    refused = analysis()
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+    assert refused.stderr.startswith("error: Operation not permitted: outputs/report/")
+    assert refused.stderr.rstrip().endswith("(the report can go elsewhere: --report DIR)")
+    elsewhere = harness.cwd / "elsewhere"
+    checked = analysis("--report", str(elsewhere), "--check")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "Traceback" not in checked.stderr and (elsewhere / "index.html").is_file()
+    compacted = harness("compact", swept)
+    assert compacted.returncode == 1 and compacted.stderr.count("\n") == 1, compacted.stderr
+    assert compacted.stderr.startswith("error: Operation not permitted: ")
+    assert harness("status", swept).returncode == 0
