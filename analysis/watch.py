@@ -80,7 +80,11 @@ def listed(results: Path) -> list[str]:
     ]
 
 
-class _Quiet(SimpleHTTPRequestHandler):
+class _Served(SimpleHTTPRequestHandler):
+    """The report folder's own files, to this machine's own page: no symlink followed (a link
+    in outputs/report could name any file), no folder listed, and no request whose Host is not
+    this address (a page elsewhere whose name resolves here: DNS rebinding)."""
+
     def log_message(self, *args) -> None:  # the page polls every few seconds: no log per poll
         pass
 
@@ -88,9 +92,34 @@ class _Quiet(SimpleHTTPRequestHandler):
         self.send_header("Cache-Control", "no-store")
         super().end_headers()
 
+    def send_head(self):
+        port = self.server.server_address[1]
+        hosts = {f"{name}:{port}" for name in ("127.0.0.1", "localhost")}
+        if self.headers.get("Host", "") not in hosts:
+            self.send_error(403, "not this server's host")
+            return None
+        path = Path(self.translate_path(self.path))
+        if _through_a_link(Path(self.directory), path / "index.html" if path.is_dir() else path):
+            self.send_error(404, "not a file of the report")
+            return None
+        return super().send_head()
+
+    def list_directory(self, path):
+        self.send_error(404, "not a file of the report")
+        return None
+
+
+def _through_a_link(root: Path, path: Path) -> bool:
+    """Whether `path` lies outside `root` or is reached through a symlink below it."""
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        return True
+    return any((root.joinpath(*parts[: n + 1])).is_symlink() for n in range(len(parts)))
+
 
 def _serve(folder: Path, port: int) -> ThreadingHTTPServer:
-    handler = functools.partial(_Quiet, directory=str(folder))
+    handler = functools.partial(_Served, directory=str(folder))
     server = ThreadingHTTPServer(("127.0.0.1", port), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server

@@ -284,3 +284,42 @@ def test_an_experiment_of_ones_own_is_plotted_against_its_widest_swept_parameter
     assert [t["name"] for t in traces] == ["seed=0", "seed=1"]
     assert [t["x"] for t in traces] == [[8, 16, 32]] * 2
     assert traces[1]["y"] == pytest.approx([1 + 1 / 8, 1 + 1 / 16, 1 + 1 / 32])
+
+
+def test_the_watch_server_serves_the_reports_own_files_to_this_host_only(tmp_path):
+    """A symlink in outputs/report could name any file (/etc/passwd); a page elsewhere whose
+    name resolves here (DNS rebinding) sends its own Host: neither is answered."""
+    import http.client
+
+    from analysis.watch import _serve
+
+    folder = tmp_path / "report"
+    (folder / "sweeps").mkdir(parents=True)
+    (folder / "index.html").write_text("<p>the page</p>")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not the report's")
+    (folder / "leak").symlink_to(secret)
+    (folder / "linked").symlink_to(tmp_path, target_is_directory=True)
+    server = _serve(folder, 0)
+    port = server.server_address[1]
+    try:
+
+        def get(path: str, host: str = f"127.0.0.1:{port}") -> tuple[int, bytes]:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            connection.request("GET", path, headers={"Host": host})
+            answer = connection.getresponse()
+            body = answer.read()
+            connection.close()
+            return answer.status, body
+
+        assert get("/index.html") == (200, b"<p>the page</p>")
+        assert get("/index.html", host=f"localhost:{port}")[0] == 200
+        assert get("/leak")[0] == 404 and get("/linked/secret.txt")[0] == 404
+        assert get("/sweeps/")[0] == 404, "no folder listed"
+        assert get("/../secret.txt")[0] == 404
+        assert get("/index.html", host=f"rebound.example:{port}")[0] == 403
+        (folder / "sweeps" / "index.html").symlink_to(secret)
+        assert get("/")[0] == 200 and get("/sweeps/")[0] == 404, "an index.html that is a link"
+    finally:
+        server.shutdown()
+        server.server_close()
