@@ -48,6 +48,23 @@ class DamagedFile(Exception):
         self.path, self.reason = path, reason
 
 
+class Linked(ValueError):
+    """A path under outputs/ that is a symlink, where the harness would write through it."""
+
+
+def no_links(path: Path, depth: int = 1) -> None:
+    """Linked, naming it, when `path` or one of its `depth - 1` nearest parents is a symlink:
+    a file under outputs/ is data, and a link there could send the harness's writes (or its
+    removal of temporaries) into any folder. outputs/ itself, or a folder above, may be one."""
+    path = Path(path)
+    for place in [path, *path.parents][:depth]:
+        if place.is_symlink():
+            raise Linked(
+                f"{place} is a symlink: the harness writes nothing through a link in its "
+                "outputs (remove it, then resume)"
+            )
+
+
 def write_table(path: Path, table: pa.Table, sync: bool = True) -> None:
     """Write rows with Parquet page checksums and a digest of the rows in the file's metadata."""
     small = table.num_rows * table.num_columns <= SMALL  # a point's rows: no dictionaries

@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+import sys
 import types
 import typing
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness import files
 from harness.errors import BadInput, one_line
 from harness.lifetime import per_command
 from harness.names import key_of, setting
@@ -159,17 +162,54 @@ def slots(points: list, search: dict, renumber) -> list:
 
 def storage(folder: Path):
     """The sweep's studies: Optuna's journal file storage in its folder, one per process (it
-    reads the journal once, then only what other processes appended since)."""
-    return _storage(str(Path(folder).resolve() / JOURNAL))
+    reads the journal once, then only what other processes appended since); files.Linked for a
+    journal that is a symlink, which would take the trials' writes elsewhere."""
+    path = Path(folder).resolve() / JOURNAL
+    files.no_links(path)
+    return _storage(str(path))
 
 
 @per_command
 @functools.lru_cache(maxsize=8)
 def _storage(path: str):
     from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
+    from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
-    return JournalStorage(JournalFileBackend(path))
+    lock = JournalFileSymlinkLock(path)  # the backend's own lock, which every append takes
+    _cut_partial_line(path, lock)
+    return JournalStorage(JournalFileBackend(path, lock_obj=lock))
+
+
+def _cut_partial_line(path: str, lock) -> None:
+    """Cut a last line without its end off the journal: what a writer killed mid-append left
+    (under the lock every append takes, so no live writer's). Optuna skips such a line, but
+    the next append would join it into one line that no read could parse again."""
+    journal = Path(path)
+    if not _ends_cut(journal):
+        return
+    lock.acquire()
+    try:
+        if not _ends_cut(journal):
+            return
+        text = journal.read_bytes()
+        kept = text.rfind(b"\n") + 1
+        os.truncate(journal, kept)
+        print(f"warning: {journal}: cut off a partial last line ({len(text) - kept} bytes) that "
+              "a killed trial left", file=sys.stderr)  # fmt: skip
+    finally:
+        lock.release()
+
+
+def _ends_cut(journal: Path) -> bool:
+    """Whether the journal's last byte is not a line's end (False for none or an empty one)."""
+    try:
+        with open(journal, "rb") as f:
+            if f.seek(0, os.SEEK_END) == 0:
+                return False
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) != b"\n"
+    except FileNotFoundError:
+        return False
 
 
 def study(folder: Path, search: dict, cell: int):
@@ -213,14 +253,19 @@ def studies(folder: Path) -> dict[int, object]:
 
     if not (Path(folder) / JOURNAL).exists():
         return {}
-    held = storage(folder)
-    return {
-        int(s.study_name.removeprefix("cell-")): optuna.load_study(
-            study_name=s.study_name, storage=held
-        )
-        for s in optuna.get_all_study_summaries(held)
-        if s.study_name.startswith("cell-")
-    }
+    try:
+        held = storage(folder)
+        return {
+            int(s.study_name.removeprefix("cell-")): optuna.load_study(
+                study_name=s.study_name, storage=held
+            )
+            for s in optuna.get_all_study_summaries(held)
+            if s.study_name.startswith("cell-")
+        }
+    except Exception as error:  # a link, a damaged or foreign line: whatever replaying raises
+        print(f"warning: the sweep's trials cannot be read from {Path(folder) / JOURNAL}: "
+              f"{type(error).__name__}: {one_line(error)[:200]}", file=sys.stderr)  # fmt: skip
+        return {}
 
 
 def progress(folder: Path, search: dict) -> list[str]:

@@ -103,6 +103,7 @@ class Tracker:
         self.raised = False  # the experiment raised (in a group: which no longer meets)
         self._warned = False  # SLURM's warning came
         self.store_error: OSError | None = None  # the store could not take rows or a checkpoint
+        files.no_links(self.folder, depth=3)  # job-N, sweep=ID, experiment=NAME
         files.remove_temporaries(self.folder, older_than_s=0)  # killed runs': the job's own
         self._marker = None if self.rank else hold_running(self.path)  # a dead run from a live
         self._requeue: Callable[[], None] | None = None  # submitit's handler, when deferred

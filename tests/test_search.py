@@ -12,7 +12,7 @@ from commands import ROOT, SUPPORT, call_command
 from probes import held, wait_for
 
 from analysis import summaries
-from harness import search, store
+from harness import files, search, store
 from harness.names import setting
 
 SEARCH = [
@@ -222,3 +222,56 @@ def test_cfg_shows_a_searchs_space_and_runs_nothing(tuned):
     assert done.returncode == 0, done.stderr
     assert "lr: tag(log, interval(1e-4, 1))" in done.stdout
     assert not store.sweeps(tuned.results, "tuned")
+
+
+PLAIN = {"direction": "maximize", "sampler": "random", "pruner": "none"}
+
+
+def test_a_journal_line_a_killed_trial_cut_short_is_cut_off_before_the_next_append(
+    tmp_path, capsys
+):
+    """Optuna skips a last line without its end, but the next append would glue itself to it,
+    and no read would parse the journal again."""
+    from harness.lifetime import forget
+
+    first = search.study(tmp_path, PLAIN, 0)
+    first.tell(first.ask(), 0.5)
+    journal = tmp_path / search.JOURNAL
+    with open(journal, "ab") as f:
+        f.write(b'{"op_code": 4, "worker_id": "killed-mid-wri')
+    forget()  # a new process's storage
+    again = search.study(tmp_path, PLAIN, 0)
+    assert "cut off a partial last line (43 bytes)" in capsys.readouterr().err
+    again.tell(again.ask(), 0.75)
+    forget()
+    (cell,) = search.studies(tmp_path).values()
+    assert [t.value for t in cell.get_trials()] == [0.5, 0.75]
+    assert capsys.readouterr().err == "" and journal.read_bytes().endswith(b"}\n")
+
+
+@pytest.mark.parametrize("damage", ["a line that is no JSON", "an op code Optuna lacks", "a link"])
+def test_a_journal_that_cannot_be_read_leaves_status_without_trials_not_a_traceback(
+    tmp_path, capsys, damage
+):
+    from harness.lifetime import forget
+
+    study = search.study(tmp_path, PLAIN, 0)
+    study.tell(study.ask(), 0.5)
+    journal = tmp_path / search.JOURNAL
+    if damage == "a link":
+        journal.rename(tmp_path / "elsewhere")
+        journal.symlink_to(tmp_path / "elsewhere")
+    else:
+        line = b"{not json\n" if damage == "a line that is no JSON" else b'{"op_code": 99}\n'
+        journal.write_bytes(line + journal.read_bytes())
+    forget()
+    assert search.progress(tmp_path, {"trials": 4, "objective": "accuracy"}) == []
+    said = capsys.readouterr().err
+    assert (
+        said.startswith("warning: the sweep's trials cannot be read from ")
+        and said.count("\n") == 1
+    ), said
+    if damage == "a link":
+        assert "is a symlink" in said
+        with pytest.raises(files.Linked):
+            search.storage(tmp_path)

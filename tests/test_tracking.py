@@ -421,3 +421,16 @@ def test_a_damaged_segment_is_skipped_and_its_point_reruns_on_resume(trainer):
     assert train["step"].tolist() == list(range(1, STEPS + 1)), "each step once, from step 1"
     assert train["pid"].nunique() == 1 and set(rows["status"]) == {"ok"}
     assert store.segments(path) == []
+
+
+def test_a_checkpoint_folder_that_is_a_symlink_is_refused_and_left_as_it_is(tmp_path):
+    """Through the link the harness would write its checkpoints into any folder, and remove
+    there whatever is named like its temporaries."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    theirs = elsewhere / ".notes.txt.123.abcd1234.tmp"  # named like a harness temporary
+    theirs.write_text("a user's")
+    (tmp_path / "checkpoint").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(files.Linked, match=r"checkpoint is a symlink: the harness writes nothing"):
+        tracker_for(tmp_path)
+    assert theirs.read_text() == "a user's" and not (tmp_path / "job-000000.parquet").exists()
