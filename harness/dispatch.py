@@ -166,6 +166,7 @@ def finish(sweep, point, summary: dict, progress: "Progress") -> None:
         **point.params,
         "error": summary.get("error"),
         "config_hash": point.config_hash,
+        **({"cell": point.cell} if point.cell is not None else {}),  # a trial counts in its cell
     }
     if not store.has_rows(sweep.results, sweep.experiment.name, sweep.id, point.job):
         store.write_rows(path, [ended])

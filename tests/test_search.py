@@ -275,3 +275,29 @@ def test_a_journal_that_cannot_be_read_leaves_status_without_trials_not_a_traceb
         assert "is a symlink" in said
         with pytest.raises(files.Linked):
             search.storage(tmp_path)
+
+
+def test_a_trial_that_failed_before_its_study_answered_counts_in_its_cell(tmp_path):
+    """The row the harness writes for a point that ended without one (its worker died, or the
+    trial failed before the study gave it parameters) carries the trial's cell: the cell's
+    best then waits for it, rather than passing on the trials that ended ok."""
+    from types import SimpleNamespace
+
+    from harness.dispatch import finish
+    from harness.plan import Point
+
+    sweep = SimpleNamespace(results=tmp_path, experiment=SimpleNamespace(name="tuned"), id="s1")
+    progress = SimpleNamespace(update=lambda point, summary: None)
+    for job, status in enumerate(["ok", "failed", "killed"]):
+        point = Point(job, [], {"variant": "a"}, f"hash{job}", cell=0, slot=job)
+        if status == "ok":
+            path = store.job_file(tmp_path, "tuned", "s1", job)
+            row = {"job": job, "cell": 0, "trial": job, "status": "ok", "phase": "eval",
+                   "accuracy": 0.97, "variant": "a"}  # fmt: skip
+            store.write_rows(path, [row])
+        finish(sweep, point, {"status": status, "error": "the study could not be read"}, progress)
+    rows = store.read(tmp_path, "tuned", "s1")
+    assert rows["cell"].tolist() == [0, 0, 0]
+    spec = {"objective": "accuracy", "direction": "maximize", "where": {"phase": "eval"}}
+    (best,) = search.best_rows(rows, spec).itertuples()
+    assert (best.job, best.status) == (0, "running"), "two trials of three have no answer"
