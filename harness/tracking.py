@@ -294,6 +294,13 @@ class Tracker:
             self.say(f"the checkpoint {path} is of {saved.get('world_size', 1)} processes, this "
                      f"run has {self.world_size}: starting over")  # fmt: skip
             return None, None
+        fault = _checkpoint_fault(saved, self.rank if self.group else None)
+        if fault:  # its hash is this point's, but it is no checkpoint the tracker wrote
+            if not self.rank:
+                aside = path.with_name(f"{CHECKPOINT}.set-aside-{time.time_ns()}")
+                path.rename(aside)
+                self.say(f"the checkpoint {path} {fault}: set aside as {aside.name}; starting over")
+            return None, None
         mine = saved["ranks"][self.rank] if self.group else (saved["rows"], saved.get("segments"))
         count, numbered = mine  # this rank's rows and the segments that hold them
         with self._writing:
@@ -478,6 +485,28 @@ class Tracker:
             except Exception as error:  # raised in the experiment at its next log or save
                 self._failed = error
                 return
+
+
+def _checkpoint_fault(saved: dict, rank: int | None) -> str | None:
+    """What a checkpoint lacks of what save writes (its state, and the count of rows and of
+    segments it covers; in a group, those of rank `rank`), in words; None where nothing."""
+    if "state" not in saved:
+        return "holds no state"
+    if rank is None:
+        mine = (saved.get("rows"), saved.get("segments"))
+    else:
+        ranks = saved.get("ranks")
+        mine = ranks[rank] if isinstance(ranks, list) and len(ranks) > rank else None
+    if not isinstance(mine, list | tuple) or len(mine) != 2:
+        return "holds no row counts for this process"
+    count, numbered = mine
+    if not _whole(count) or not (numbered is None or _whole(numbered)):
+        return f"holds row counts that are no whole numbers ({count!r:.20}, {numbered!r:.20})"
+    return None
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 class Requeued(SystemExit):

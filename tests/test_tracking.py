@@ -434,3 +434,38 @@ def test_a_checkpoint_folder_that_is_a_symlink_is_refused_and_left_as_it_is(tmp_
     with pytest.raises(files.Linked, match=r"checkpoint is a symlink: the harness writes nothing"):
         tracker_for(tmp_path)
     assert theirs.read_text() == "a user's" and not (tmp_path / "job-000000.parquet").exists()
+
+
+@pytest.mark.parametrize(
+    ("planted", "said"),
+    [
+        ({"weights": torch.zeros(2)}, "holds no state"),
+        ({"state": {}, "rows": "3"}, "holds row counts that are no whole numbers ('3', None)"),
+        ({"state": {}}, "holds row counts that are no whole numbers (None, None)"),
+    ],
+)
+def test_a_checkpoint_of_this_point_that_is_no_checkpoint_is_set_aside_and_the_point_starts_over(
+    tmp_path, planted, said
+):
+    """Weights-only, with this point's hash: loadable, but no checkpoint the tracker wrote.
+    Not a KeyError on every resume: set aside, and the run starts from its first step."""
+    first = tracker_for(tmp_path)
+    for step in range(1, 6):
+        first.log({"step": step})
+        if step == 3:
+            first.save({"step": step})
+    first.land()
+    first.close()
+    path = tmp_path / "checkpoint" / tracking.CHECKPOINT
+    saved = torch.load(path, weights_only=True)
+    torch.save({"config_hash": saved["config_hash"], **planted}, path)
+    heard = []
+    again = tracker_for(tmp_path, say=heard.append)
+    assert again.restore() is None
+    assert any(f"the checkpoint {path} {said}: set aside as checkpoint.pt.set-aside-" in line
+               for line in heard), heard  # fmt: skip
+    assert not path.exists() and len(list(path.parent.glob("checkpoint.pt.set-aside-*"))) == 1
+    again.log({"step": 1})
+    again.land()
+    again.close()
+    assert [row["step"] for row in store.job_rows(tmp_path / "job-000000.parquet")] == [1]
