@@ -191,8 +191,28 @@ def parts_html(parts: list[str]) -> str:
     """A report module's Markdown parts (captions and tables) as HTML, less its PNG links
     (the page draws its own plots), its tables sortable and filterable."""
     text = "\n\n".join(p for p in parts if not p.lstrip().startswith("!["))
-    converted = markdown_text.markdown(html.escape(text, quote=False), extensions=["tables"])
+    converted = markdown_text.markdown(
+        html.escape(text, quote=False), extensions=["tables", _OwnLinks()]
+    )
     return converted.replace("<table>", '<table class="data">')
+
+
+class _OwnLinks(markdown_text.extensions.Extension):
+    """Links to the page's own anchors only, and no images: a value in a table (an error, a
+    tag) that reads as [x](javascript:...) or ![i](http://host/beacon.png) stays its text, so
+    the page runs nothing and fetches nothing it was not built with."""
+
+    def extendMarkdown(self, md) -> None:  # noqa: N802 (Markdown's name)
+        md.treeprocessors.register(_AsText(md), "own_links", 0)
+
+
+class _AsText(markdown_text.treeprocessors.Treeprocessor):
+    def run(self, root) -> None:
+        for element in root.iter():
+            if element.tag == "a" and not element.get("href", "").startswith("#"):
+                element.tag, element.attrib = "span", {}
+            elif element.tag == "img":
+                element.tag, element.text, element.attrib = "span", element.get("alt", ""), {}
 
 
 def _inline(text: str) -> str:

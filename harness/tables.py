@@ -69,9 +69,19 @@ def sweep_table(rows: pd.DataFrame, config: dict, params: list[str] = ()) -> pd.
 
 
 def markdown(table: pd.DataFrame, floatfmt: str = ".3g", index: bool = True) -> str:
-    """A table as Markdown, numbers to three digits, gaps as a dash; an index of several levels
-    as a column each (not as tuples)."""
+    """A table as Markdown, numbers to three digits, gaps as a dash, text escaped (_as_text);
+    an index of several levels as a column each (not as tuples)."""
     if index and isinstance(table.index, pd.MultiIndex):
         table, index = table.reset_index(), False
-    cells = table.astype(object).where(table.notna(), None)
+    cells = table.map(_as_text).astype(object).where(table.notna(), None)
+    if index and not isinstance(table.index, pd.RangeIndex):
+        cells.index = table.index.map(_as_text)
     return cells.to_markdown(floatfmt=floatfmt, missingval=MISSING, index=index)
+
+
+def _as_text(value):
+    """A cell as Markdown text: a string's brackets and pipes escaped, so that a value (an
+    error, a tag) never becomes a link, an image or a column of the table; others as they are."""
+    if not isinstance(value, str):
+        return value
+    return value.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]").replace("|", "\\|")

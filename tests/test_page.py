@@ -300,14 +300,17 @@ def test_the_page_stands_for_odd_sweeps_and_shows_their_text_as_text(tmp_path, a
               "claims": [{"table": "final", "metric": "accuracy", "min": 0.95}]}  # fmt: skip
     # A training sweep whose every point failed before its first step, a list parameter in
     # two sweeps, and an error that is markup.
+    # A parameter whose value reads as a Markdown link and image (no live link, no fetch).
+    tag = "[x](javascript:alert(1)) ![i](http://beacon.example/b.png)"
     for sweep in ("20261129-120000-aaaa", "20261129-130000-bbbb"):
         write_plan(results, "exp017_recall", sweep,
-                   [{"attention": "sdpa", "dims": [64, 128]}, {"attention": "tiled", "dims": [32]}],
-                   recall)  # fmt: skip
+                   [{"attention": "sdpa", "dims": [64, 128], "tag": tag},
+                    {"attention": "tiled", "dims": [32], "tag": "plain"}], recall)  # fmt: skip
         write_jobs(results, "exp017_recall", sweep, [
-            {"job": 0, "status": "failed", "attention": "sdpa", "dims": [64, 128],
+            {"job": 0, "status": "failed", "attention": "sdpa", "dims": [64, 128], "tag": tag,
              "error": "<img src=x onerror=alert(1)> __init__ failed"},
-            {"job": 1, "status": "oom", "attention": "tiled", "dims": [32], "error": "OOM"},
+            {"job": 1, "status": "oom", "attention": "tiled", "dims": [32], "tag": "plain",
+             "error": "OOM"},
         ])  # fmt: skip
     # A sweep whose manifest is damaged and that has no rows.
     damaged = store.sweep_dir(results, "exp014_tiled", "20261129-140000-cccc")
@@ -317,6 +320,10 @@ def test_the_page_stands_for_odd_sweeps_and_shows_their_text_as_text(tmp_path, a
     assert made.returncode == 0, made.stderr
     text = (tmp_path / "outputs" / "report" / "index.html").read_text()
     assert "<img src=x" not in text and "&lt;img src=x onerror=alert(1)&gt; __init__" in text
+    assert "beacon.example" in text, "the value is on the page, as text"
+    assert 'href="javascript' not in text and 'src="http://beacon' not in text
+    report = (tmp_path / "outputs" / "report" / "REPORT.md").read_text()
+    assert "\\[x\\](javascript:alert(1)) !\\[i\\](http://beacon.example/b.png)" in report
     assert 'id="exp-exp014_tiled"' in text, "the damaged sweep's experiment is on the page"
     assert "the sweep&#x27;s plan and claims can be read" in text or "plan and claims" in text
     recall_part = text.split('id="exp-exp017_recall"')[1]
