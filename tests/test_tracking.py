@@ -185,7 +185,8 @@ def tracker_for(tmp_path, config_hash="a", **kwargs) -> tracking.Tracker:
                             prepare, config_hash=config_hash, **kwargs)  # fmt: skip
 
 
-def test_a_checkpoint_cuts_the_rows_back_to_its_own(tmp_path):
+def five_steps_saved_at_three(tmp_path) -> None:
+    """A run that logs steps 1 to 5, checkpoints at step 3, and ends: all 5 rows landed."""
     first = tracker_for(tmp_path)
     for step in range(1, 6):
         first.log({"step": step})
@@ -193,6 +194,10 @@ def test_a_checkpoint_cuts_the_rows_back_to_its_own(tmp_path):
             first.save({"step": step})
     first.land()
     first.close()
+
+
+def test_a_checkpoint_cuts_the_rows_back_to_its_own(tmp_path):
+    five_steps_saved_at_three(tmp_path)
     assert len(store.job_rows(tmp_path / "job-000000.parquet")) == 5
     again = tracker_for(tmp_path)
     assert again.restore() == {"step": 3}
@@ -449,13 +454,7 @@ def test_a_checkpoint_of_this_point_that_is_no_checkpoint_is_set_aside_and_the_p
 ):
     """Weights-only, with this point's hash: loadable, but no checkpoint the tracker wrote.
     Not a KeyError on every resume: set aside, and the run starts from its first step."""
-    first = tracker_for(tmp_path)
-    for step in range(1, 6):
-        first.log({"step": step})
-        if step == 3:
-            first.save({"step": step})
-    first.land()
-    first.close()
+    five_steps_saved_at_three(tmp_path)
     path = tmp_path / "checkpoint" / tracking.CHECKPOINT
     saved = torch.load(path, weights_only=True)
     torch.save({"config_hash": saved["config_hash"], **planted}, path)
