@@ -38,13 +38,13 @@ def resumed(
     given = next((str(o.value()) for o in overrides if key_of(o.input_line) == "experiment"), None)
     sweep_id = named_sweep(results, check_name("sweep id", sweep_id), given)
     experiment, manifest = _sweep_to_resume(results, sweep_id, given)
+    _check_config_dirs(manifest, experiment, sweep_id, config_dirs, results)
+    _check_writable(store.sweep_dir(results, experiment, sweep_id))
     try:
         hold.enter_context(store.claimed(results, experiment, sweep_id))
     except store.Claimed as taken:
         raise BadInput(str(taken)) from None
     manifest = store.read_manifest(results, experiment, sweep_id) or manifest  # as now, held
-    _check_config_dirs(manifest, experiment, sweep_id, config_dirs, results)
-    _check_writable(store.sweep_dir(results, experiment, sweep_id))
     resources = manifest.get("experiment_config", {}).get("resources") or []
     allowed = (*RESUME_SETTINGS, *resources)
     settings = [
