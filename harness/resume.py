@@ -37,14 +37,14 @@ def resumed(
     results = results_root(overrides)
     given = next((str(o.value()) for o in overrides if key_of(o.input_line) == "experiment"), None)
     sweep_id = named_sweep(results, check_name("sweep id", sweep_id), given)
-    experiment, manifest = _sweep_to_resume(results, sweep_id, given)
-    _check_config_dirs(manifest, experiment, sweep_id, config_dirs, results)
+    experiment = _experiment_to_resume(results, sweep_id, given)
     _check_writable(store.sweep_dir(results, experiment, sweep_id))
-    try:
+    try:  # before the manifest is read: what it says now is what this command goes on
         hold.enter_context(store.claimed(results, experiment, sweep_id))
     except store.Claimed as taken:
         raise BadInput(str(taken)) from None
-    manifest = store.read_manifest(results, experiment, sweep_id) or manifest  # as now, held
+    manifest = _manifest_to_resume(results, experiment, sweep_id)
+    _check_config_dirs(manifest, experiment, sweep_id, config_dirs, results)
     resources = manifest.get("experiment_config", {}).get("resources") or []
     allowed = (*RESUME_SETTINGS, *resources)
     settings = [
@@ -100,9 +100,9 @@ def _a_setting(override: Override, allowed: tuple[str, ...]) -> bool:
     return override.is_hydra_override() or key_of(override.input_line) in allowed
 
 
-def _sweep_to_resume(results: Path, sweep_id: str, given: str | None) -> tuple[str, dict]:
-    """The sweep's experiment, found from the sweep itself, and its manifest; one line when
-    there is no such sweep, or it is another experiment's than +experiment (`given`) names."""
+def _experiment_to_resume(results: Path, sweep_id: str, given: str | None) -> str:
+    """The sweep's experiment, found from the sweep itself; one line when there is no such
+    sweep, or it is another experiment's than +experiment (`given`) names."""
     experiment = store.experiment_of(results, sweep_id)
     if experiment is None:
         known = ", ".join(store.sweeps(results, given)[-3:]) if given else ""
@@ -113,11 +113,16 @@ def _sweep_to_resume(results: Path, sweep_id: str, given: str | None) -> tuple[s
             f"sweep {sweep_id} is {experiment}'s, not {given}'s: resume it with "
             f"+experiment={experiment}, or with resume={sweep_id} alone"
         )
+    return experiment
+
+
+def _manifest_to_resume(results: Path, experiment: str, sweep_id: str) -> dict:
+    """The sweep's manifest; one line when it is missing or cannot be read."""
     manifest = store.read_manifest(results, experiment, sweep_id)
     if manifest is None:
         folder = store.sweep_dir(results, experiment, sweep_id)
         raise BadInput(f"{folder / store.MANIFEST} is missing or unreadable: cannot resume")
-    return experiment, manifest
+    return manifest
 
 
 def _check_config_dirs(
