@@ -17,7 +17,6 @@ file holds, so that a process reads it again only when it writes a column it has
 
 from __future__ import annotations
 
-import fcntl
 from pathlib import Path
 
 import pyarrow as pa
@@ -40,8 +39,7 @@ def keep(root: Path, schema: pa.Schema) -> None:
     if _holds(_held.get(root, {}), given):
         return
     root.mkdir(parents=True, exist_ok=True)
-    with open(root / LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with files.held(root / LOCK):
         held = read(root) or _footers(root)
         merged = _merged(held, given)
         if merged != held:

@@ -10,6 +10,7 @@ holds off Ctrl-C, SIGTERM and SIGHUP while a file replaces others, so that no re
 """
 
 import contextlib
+import fcntl
 import functools
 import hashlib
 import json
@@ -46,6 +47,18 @@ class DamagedFile(Exception):
     def __init__(self, path: Path, reason: str):
         super().__init__(f"{path}: {reason}")
         self.path, self.reason = path, reason
+
+
+@contextmanager
+def held(path: Path) -> Iterator[None]:
+    """An exclusive lock on the file `path` (made if missing) while the block runs, waiting
+    for another holder; it goes with the process, however that ends."""
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 class Linked(ValueError):

@@ -1039,9 +1039,5 @@ def claimed(root: Path, experiment: str, sweep: str) -> Iterator[None]:
 def _sweep_lock(folder: Path) -> Iterator[None]:
     """One compaction (or resume's release) of a sweep at a time; the lock goes with the process."""
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with files.held(folder / LOCK):
+        yield
