@@ -20,7 +20,7 @@ from pathlib import Path
 from analysis.page import PAGE, stamp_of
 from analysis.report import write_report
 from analysis.summaries import signature
-from harness import store
+from harness import files, store
 from harness.errors import BadInput
 
 
@@ -112,10 +112,10 @@ class _Served(SimpleHTTPRequestHandler):
 def _through_a_link(root: Path, path: Path) -> bool:
     """Whether `path` lies outside `root` or is reached through a symlink below it."""
     try:
-        parts = path.relative_to(root).parts
-    except ValueError:
+        files.no_links(path, depth=len(path.relative_to(root).parts))
+    except (ValueError, files.Linked):  # outside the root (relative_to), or through a link
         return True
-    return any((root.joinpath(*parts[: n + 1])).is_symlink() for n in range(len(parts)))
+    return False
 
 
 def _serve(folder: Path, port: int) -> ThreadingHTTPServer:
