@@ -301,8 +301,7 @@ class Tracker:
                 path.rename(aside)
                 self.say(f"the checkpoint {path} {fault}: set aside as {aside.name}; starting over")
             return None, None
-        mine = saved["ranks"][self.rank] if self.group else (saved["rows"], saved.get("segments"))
-        count, numbered = mine  # this rank's rows and the segments that hold them
+        count, numbered = _counts(saved, self.rank if self.group else None)  # this rank's
         with self._writing:
             return saved, self._cut(count, numbered)
 
@@ -492,17 +491,22 @@ def _checkpoint_fault(saved: dict, rank: int | None) -> str | None:
     segments it covers; in a group, those of rank `rank`), in words; None where nothing."""
     if "state" not in saved:
         return "holds no state"
-    if rank is None:
-        mine = (saved.get("rows"), saved.get("segments"))
-    else:
-        ranks = saved.get("ranks")
-        mine = ranks[rank] if isinstance(ranks, list) and len(ranks) > rank else None
+    mine = _counts(saved, rank)
     if not isinstance(mine, list | tuple) or len(mine) != 2:
         return "holds no row counts for this process"
     count, numbered = mine
     if not _whole(count) or not (numbered is None or _whole(numbered)):
         return f"holds row counts that are no whole numbers ({count!r:.20}, {numbered!r:.20})"
     return None
+
+
+def _counts(saved: dict, rank: int | None):
+    """The rows and the segments a checkpoint covers, of rank `rank` in a group (None: a point
+    of one process), as saved; None where it has none for that rank."""
+    if rank is None:
+        return saved.get("rows"), saved.get("segments")
+    ranks = saved.get("ranks")
+    return ranks[rank] if isinstance(ranks, list) and len(ranks) > rank else None
 
 
 def _whole(value) -> bool:
