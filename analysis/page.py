@@ -46,7 +46,7 @@ def write_page(
     folder of plotly.min.js (report_dir: the page's own)."""
     script = (assets or report_dir) / PLOTLY
     plotly = get_plotlyjs()
-    if not script.exists() or script.stat().st_size != len(plotly.encode()):
+    if _held(script, len(plotly.encode()) + 1) != plotly.encode():  # kept only if it is plotly's
         files.write_text(script, plotly)
     figures: list[dict] = []
     body = [experiment_html(e, figures) for e in experiments]
@@ -69,6 +69,16 @@ def write_page(
     if stamp is not None:
         files.write_text(report_dir / STAMP, f"window.reportStamp = {stamp!r};\n")
     return path
+
+
+def _held(path: Path, most: int) -> bytes | None:
+    """A file's first `most` bytes; None for none, or a link (replaced, never followed)."""
+    try:
+        opened = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(opened, "rb") as file:
+        return file.read(most)
 
 
 def _json(data) -> str:

@@ -7,14 +7,19 @@ Summaries are cached in the report folder (CACHE/EXPERIMENT/SWEEP.json), each wi
 signature (its files' names, sizes and modification times) and that of the code and configs
 that make it (`code_version`): a sweep whose files have not changed since is not read again,
 so the page of a store of thousands of finished sweeps reads one small JSON file per sweep
-(analysis.report caches each sweep's section so too). The cache is JSON, never pickle:
-whatever is in it is data.
+(analysis.report caches each sweep's section so too). The cache is JSON, never pickle, and each
+file opens with a MAC of its JSON under a key kept outside outputs/ (KEY, made once, readable by
+its owner alone): a cache edited in the report folder (a claim turned to PASS, markup in a
+section) does not verify, so it is computed again, not believed.
 """
 
 import functools
 import hashlib
+import hmac
 import json
 import os
+import secrets
+import tempfile
 from importlib import metadata
 from pathlib import Path
 
@@ -28,7 +33,12 @@ CACHE = ".summaries"
 PROVENANCE = ["started_at", "git_commit", "torch_version", "device_name"]
 KEPT = {"job", "status", "error", "cell", "trial", *PROVENANCE}  # the harness's columns kept
 RAN = " (ran)"  # of_rows: a searched parameter's column as the rows have it, while merging
-VERSION = 1  # of the caches' layout: a cache of another is recomputed
+VERSION = 2  # of the caches' layout: a cache of another is recomputed
+KEY = (
+    Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    / "octlm-harness"
+    / "report.key"
+)
 
 
 def summaries(root: Path, experiment: str, report_dir: Path) -> pd.DataFrame:
@@ -75,16 +85,58 @@ def cached(path: Path, folder: Path, compute, extra=None, fresh: bool = False) -
     key = {"version": VERSION, "code": code_version(), "extra": extra}
     before = signature(folder)
     try:
-        kept = {} if fresh else files.read_json(path)
+        kept = {} if fresh else _verified(path)
         if kept.get("key") == key and kept.get("signature") == before:
             return kept["value"]
     except (OSError, ValueError, KeyError, AttributeError):
-        pass  # none yet, or unreadable: computed again
+        pass  # none yet, unreadable, or not ours: computed again
     value = compute()
     # Kept under the signature from before: rows that landed while it read are read next time.
-    kept = {"key": key, "signature": before, "value": value}
-    files.write_text(path, json.dumps(kept, separators=(",", ":"), default=str))
+    body = json.dumps({"key": key, "signature": before, "value": value}, separators=(",", ":"),
+                      default=str).encode()  # fmt: skip
+    files.write_text(path, f"{_mac(body)}\n{body.decode()}")
     return value
+
+
+def _verified(path: Path) -> dict:
+    """A cache file's JSON, if its MAC holds; ValueError if not."""
+    with open(path, "rb") as file:
+        if os.fstat(file.fileno()).st_size > files.JSON_BYTES:
+            raise ValueError("too big to be a cache of the report's")
+        mac, _, body = file.read().partition(b"\n")
+    if not hmac.compare_digest(mac, _mac(body).encode()):
+        raise ValueError("its MAC does not hold")
+    return json.loads(body)
+
+
+def _mac(body: bytes) -> str:
+    return hmac.new(_secret(), body, hashlib.sha256).hexdigest()
+
+
+@functools.cache
+def _secret() -> bytes:
+    """The key of the caches' MACs: KEY's, made at the first report (32 random bytes, mode
+    0600, linked into place whole so that two reports agree on one); where KEY cannot be made,
+    one of this process's own, so that its caches hold for it alone."""
+    try:
+        return bytes.fromhex(KEY.read_text())
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError):
+        return secrets.token_bytes(32)
+    try:
+        KEY.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=KEY.parent, delete=False) as made:
+            made.write(secrets.token_hex(32))  # NamedTemporaryFile's mode is 0600
+        try:
+            os.link(made.name, KEY)  # fails if another report made it first: that one holds
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(made.name)
+        return bytes.fromhex(KEY.read_text())
+    except (OSError, ValueError):
+        return secrets.token_bytes(32)
 
 
 def records(frame: pd.DataFrame) -> list[dict]:
@@ -149,7 +201,9 @@ def of_rows(rows: pd.DataFrame, manifest: dict | None, sweep: str) -> pd.DataFra
         points[column] = values.where(values.notna(), points[column])
     if points.empty:
         return pd.DataFrame()
-    points["status"] = points.get("status", pd.Series(index=points.index)).fillna("not run")
+    points["status"] = points.get("status", pd.Series(index=points.index, dtype=object)).fillna(
+        "not run"
+    )
     points.insert(0, "sweep", sweep)
     points = points.sort_values("job", ignore_index=True)
     points.attrs["params"] = [c for c in plan if c != "job"]

@@ -38,6 +38,7 @@ from harness.tables import MISSING, planned
 FAILING = ("FAIL", "INCOMPLETE", "ERROR")  # the results that make --check exit 1
 COLUMNS = ["claim", "result", "worst", "points", "missing"]
 NAMED = 5  # missing points named in full, then a count
+MOST_BOUNDS = 16  # in one min or max: a claim's text is anyone's to edit (harness.expressions)
 KEYS = ("metric", "min", "max", "where", "needs", "table", "text")  # a claim's keys
 
 
@@ -136,6 +137,7 @@ def _validate_claim(claim) -> None:
     for key in ("min", "max"):
         if claim.get(key) == []:
             raise ValueError(f"its {key} is an empty list")
+        _count(claim.get(key), f"its {key}")
         for bound in _listed(claim.get(key)):
             if isinstance(bound, str):
                 _parsed(key, bound)
@@ -206,6 +208,7 @@ def _values(table: pd.DataFrame, metric: str) -> pd.Series:
 def _bound(table: pd.DataFrame, bound, default: float, tightest: str) -> pd.Series:
     """A bound per row: a number or an expression over the table's columns; of a list, the
     tightest ("max" of lower bounds, "min" of upper ones), missing where any is."""
+    _count(bound)
     values = [
         pd.to_numeric(expressions.evaluate(b, table), errors="coerce").astype(float)
         if isinstance(b, str)
@@ -233,6 +236,12 @@ def _lacking(short: pd.DataFrame, needs: str | None) -> str:
     names = sorted(expressions.parse(needs).names)
     lines = (" ".join(setting(name, row[name]) for name in names) for _, row in short.iterrows())
     return f" ({', '.join(dict.fromkeys(lines))}, where it needs {needs})"
+
+
+def _count(bound, what: str = "a bound") -> None:
+    """ValueError for a list of more than MOST_BOUNDS bounds."""
+    if isinstance(bound, list | tuple) and len(bound) > MOST_BOUNDS:
+        raise ValueError(f"{what} lists {len(bound)} bounds, over the {MOST_BOUNDS} it may have")
 
 
 def _listed(bound) -> list:

@@ -14,7 +14,8 @@ executes nothing), and only these constructs evaluate, over a table's columns at
 
 Anything else (a call, an attribute, a subscript, a lambda, a comprehension...) is refused with
 an ExpressionError that says what is not allowed. As in pandas' query, a comparison with a
-missing value is false (and != true), and a missing truth value counts as false.
+missing value is false (and != true), and a missing truth value counts as false. An expression
+is at most LONGEST characters (a where of hundreds of kB would take minutes over every sweep).
 """
 
 import ast
@@ -43,6 +44,7 @@ COMPARISONS = {
     ast.GtE: operator.ge,
 }
 MEMBERSHIP = (ast.In, ast.NotIn)
+LONGEST = 2000  # characters; the project's longest where is under 100
 SIGNS = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 REFUSED = {  # what the message calls a refused construct; others go by their node's name
     ast.Call: "calls",
@@ -82,6 +84,11 @@ def parse(text: str) -> Expression:
     cached, as the same claims are checked over many sweeps."""
     if not isinstance(text, str):
         raise ExpressionError(f"an expression is text, not {type(text).__name__}")
+    if len(text) > LONGEST:
+        raise ExpressionError(
+            f"an expression of {len(text)} characters, over the {LONGEST} one may have: "
+            f"{_quoted(text)}"
+        )
     return _parse(text)
 
 

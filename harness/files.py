@@ -217,8 +217,42 @@ def write_json(path: Path, data: dict) -> None:
     write_text(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
+JSON_BYTES = 64 << 20  # a manifest of a million points is about 50 MB
+JSON_DEPTH = 32  # a manifest nests 5 deep; a config rarely more than 10
+
+
 def read_json(path: Path) -> dict:
-    return json.loads(Path(path).read_text())
+    """A JSON file of the harness's (a manifest), read as data: ValueError for one over
+    JSON_BYTES or nested over JSON_DEPTH deep, before anything recurses into it."""
+    most_bytes = JSON_BYTES
+    with open(path, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        if size > most_bytes:
+            raise ValueError(f"{size} bytes, over the {most_bytes} such a file may have")
+        text = file.read(most_bytes + 1)
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"nested over {JSON_DEPTH} deep") from None
+    if _deeper(value, JSON_DEPTH):
+        raise ValueError(f"nested over {JSON_DEPTH} deep")
+    return value
+
+
+def _deeper(value, depth: int) -> bool:
+    """Whether a JSON value nests lists or mappings more than `depth` deep."""
+    level, containers = 0, [value]
+    while containers:
+        inner = []
+        for one in containers:
+            if isinstance(one, dict):
+                inner += [v for v in one.values() if isinstance(v, dict | list)]
+            elif isinstance(one, list):
+                inner += [v for v in one if isinstance(v, dict | list)]
+        containers, level = inner, level + 1
+        if inner and level > depth:
+            return True
+    return False
 
 
 def remove_temporaries(

@@ -399,7 +399,8 @@ def read_manifest(root: Path, experiment: str, sweep: str) -> dict | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as error:
-        _name_once(path, f"unreadable manifest ({type(error).__name__})")
+        reason = (str(error).splitlines() or [""])[0][:120]
+        _name_once(path, f"unreadable manifest ({type(error).__name__}: {reason})")
         return None
     wrong = _manifest_fault(manifest)
     if wrong:

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from sweeps import own_file
 
-from harness import store
+from harness import files, store
 
 GRID = ["+experiment=exp014_tiled", "length=64,80,96", "block=16", "heads=2"]
 
@@ -55,18 +55,27 @@ def test_every_command_names_a_damaged_job_file_and_resume_reruns_its_point(
     assert again.returncode == 0 and again.stderr == "" and "3 ok" in again.stdout
 
 
-@pytest.mark.parametrize("damage", ["garbage", "deleted"])
+@pytest.mark.parametrize("damage", ["garbage", "deleted", "deep", "deeper", "big"])
 def test_a_sweep_without_a_readable_manifest_is_damaged_and_fails_the_check(
-    harness, analysis, swept, damage
+    harness, analysis, swept, damage, monkeypatch
 ):
     manifest = store.sweep_dir(harness.results, "exp014_tiled", swept) / store.MANIFEST
+    kept = json.loads(manifest.read_text())
     if damage == "deleted":
         manifest.unlink()
-    else:
+    elif damage == "garbage":
         manifest.write_text('{"points": [')
+    elif damage == "big":  # over the limit: refused before it is parsed
+        monkeypatch.setattr(files, "JSON_BYTES", manifest.stat().st_size - 1)
+    else:  # nested past the limit, or past what Python's parser can
+        depth = files.JSON_DEPTH if damage == "deep" else 100_000
+        kept["experiment_config"]["table"] = "nested"
+        manifest.write_text(json.dumps(kept).replace('"nested"', "[" * depth + "]" * depth))
     checked = analysis("--check")
     assert checked.returncode == 1, checked.stdout + checked.stderr
     assert f"{manifest.parent.name}/{store.MANIFEST} is missing or unreadable" in checked.stdout
+    reason = {"deep": "nested over 32 deep", "deeper": "nested over 32 deep", "big": "bytes, over"}
+    assert reason.get(damage, "") in checked.stderr and "Traceback" not in checked.stderr
     report = (harness.cwd / "outputs" / "report" / "REPORT.md").read_text()
     assert "**Damaged:**" in report
     for command in (["status", swept], ["+experiment=exp014_tiled", f"resume={swept}"]):

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from harness import store
-from harness.claims import claims_table, validate
+from harness.claims import check, claims_table, validate
 from harness.expressions import ExpressionError, evaluate, parse, select
 from harness.names import CONF
 from harness.tables import sweep_table, validate_table
@@ -107,7 +107,8 @@ REFUSED = [
     ("length +", "not an expression"),
     ("", "not an expression"),
     ("length\n+ 1", "not an expression"),
-    ("+".join(["1"] * 100_000), "too deeply nested"),
+    ("+".join(["1"] * 100_000), "an expression of 199999 characters, over the 2000"),
+    ("-" * 1990 + "1", "too deeply nested"),
     ("foo + 1", "unknown column 'foo'"),
     ("dtype * 3", "arithmetic takes numbers, and dtype"),
     ("'x' * 1000000000000", "arithmetic takes numbers"),
@@ -211,6 +212,9 @@ BAD_CLAIMS = [
     ({"claims": [{"metric": "err", "max": [1e-5, "os.system('x')"]}]},
      r"its max: calls are not allowed: os.system\(\.\.\.\)"),
     ({"claims": [{"metric": "err", "where": "length =="}]}, "its where: not an expression"),
+    ({"claims": [{"metric": "err", "where": "length > 1" + " or length > 1" * 200}]},
+     "its where: an expression of 2810 characters, over the 2000"),
+    ({"claims": [{"metric": "err", "max": [1.0] * 17}]}, "its max lists 17 bounds, over the 16"),
     ({"claims": [{"metric": "err", "where": "length.real > 0"}]},
      "its where: attributes are not allowed: length.real"),
 ]  # fmt: skip
@@ -222,6 +226,18 @@ BAD_TABLES = [
     ({"index": "length", "columns": ["block"], "values": "x"}, "table's columns must be a column"),
     ({"index": 1, "columns": "block", "values": "x"}, "table's index must be a column name, not 1"),
 ]
+
+
+@pytest.mark.parametrize(
+    "claim, said",
+    [({"metric": "err", "where": "length > 1" + " or length > 1" * 200}, "2810 characters"),
+     ({"metric": "err", "max": [1.0] * 17}, "lists 17 bounds"),
+     ({"metric": "err", "min": ["length - " + "1 - " * 600 + "1"]}, "2410 characters")],
+)  # fmt: skip
+def test_a_where_or_bound_over_the_limits_is_an_error_claim_of_one_line(claim, said):
+    table = pd.DataFrame({"status": ["ok"] * 3, "length": [1, 2, 3], "err": [0.1, 0.2, 0.3]})
+    line = check({"rows": table}, claim)
+    assert line["result"] == "ERROR" and said in line["worst"] and "\n" not in line["worst"]
 
 
 @pytest.mark.parametrize("config, said", BAD_CLAIMS)

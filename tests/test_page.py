@@ -18,9 +18,10 @@ import plotly.graph_objects as go
 import pytest
 from browser import Browser, chromium
 from commands import call_command, start_command
+from plotly.offline import get_plotlyjs
 from sweeps import write_jobs, write_plan
 
-from analysis import plots, summaries
+from analysis import page, plots, summaries
 from harness import store
 
 if chromium() is None and os.environ.get("HARNESS_REQUIRE_CHROMIUM") != "1":
@@ -242,24 +243,73 @@ def test_points_without_an_answer_are_listed_and_the_summaries_cache_follows_the
     assert "RuntimeError: boom" in problems and "not run" in problems and ">128<" not in problems
     assert "Points without an answer" in (report / "REPORT.md").read_text()
     cached = report / summaries.CACHE / "exp014_tiled" / f"{sweep}.json"
-    first = json.loads(cached.read_text())
+    first = cache_json(cached)
     assert [p["status"] for p in first["value"]["points"]] == ["ok", "failed", "not run"]
     write_jobs(results, "exp014_tiled", sweep, [
         {"job": 2, "status": "ok", "length": 512, "max_abs_diff": 2e-7}])  # fmt: skip
     time.sleep(0.01)  # a later modification time on filesystems of coarse clocks
     assert analysis().returncode == 0
-    again = json.loads(cached.read_text())
+    again = cache_json(cached)
     assert [p["status"] for p in again["value"]["points"]] == ["ok", "failed", "ok"], "new row"
     assert "3 points: 2 ok, 1 failed" in (report / "REPORT.md").read_text(), "the section too"
-    kept = json.loads(cached.read_text())
-    kept["value"]["points"][1]["error"] = "planted in the cache"  # the store unchanged: a hit
-    cached.write_text(json.dumps(kept))
-    assert analysis().returncode == 0
-    assert "planted in the cache" in (report / "index.html").read_text()
     cached.write_text("{not json")
     assert analysis().returncode == 0
-    assert json.loads(cached.read_text())["value"] == again["value"], "unreadable: read again"
+    assert cache_json(cached)["value"] == again["value"], "unreadable: read again"
     assert "RuntimeError: boom" in (report / "REPORT.md").read_text()
+
+
+def cache_json(path):
+    """A report cache's JSON, after the MAC line it opens with."""
+    mac, body = path.read_text().split("\n", 1)
+    assert len(mac) == 64
+    return json.loads(body)
+
+
+def test_a_cache_edited_in_the_report_folder_is_computed_again_not_believed(tmp_path, analysis):
+    results = tmp_path / "outputs" / "results"
+    sweep = "20261129-120000-cccc"
+    config = {**CONFIG, "claims": [{"metric": "max_abs_diff", "max": 1e-9, "text": "exact"}]}
+    write_plan(results, "exp014_tiled", sweep, [{"length": 128}], config)
+    write_jobs(results, "exp014_tiled", sweep, [
+        {"job": 0, "status": "ok", "length": 128, "max_abs_diff": 1e-3}])  # fmt: skip
+    assert analysis("--check").returncode == 1  # the claim FAILs
+    report = tmp_path / "outputs" / "report"
+    caches = report / summaries.CACHE / "exp014_tiled"
+    section, points = caches / f"{sweep}.section.json", caches / f"{sweep}.json"
+    for path, edit in [
+        (section, lambda text: text.replace('"FAIL"', '"PASS"')),
+        (section, lambda text: text.replace("exact", "<img src=x onerror=alert(1)>exact")),
+        (points, lambda text: text.replace('max_abs_diff":0.001', 'max_abs_diff":7.77')),
+        (section, lambda text: "0" * 64 + "\n" + text.split("\n", 1)[1].replace("FAIL", "PASS")),
+    ]:
+        before = path.read_text()
+        path.write_text(edit(before))
+        assert path.read_text() != before, "the edit changed the cache"
+        assert analysis("--check").returncode == 1, "an edited claim is not believed"
+        assert path.read_text() == before, "computed again, and kept with its MAC"
+        page = (report / "index.html").read_text()
+        assert "alert(1)" not in page and "7.77" not in page and "FAIL" in page
+
+
+def test_a_replaced_plotly_script_is_written_again_and_a_link_in_its_place_not_followed(
+    tmp_path, analysis
+):
+    results = tmp_path / "outputs" / "results"
+    write_plan(results, "exp014_tiled", "20261129-120000-dddd", [{"length": 128}], CONFIG)
+    assert analysis().returncode == 0
+    script = tmp_path / "outputs" / "report" / page.PLOTLY
+    plotly = get_plotlyjs().encode()
+    assert script.read_bytes() == plotly
+    forged = b"alert(document.cookie);//"
+    script.write_bytes(forged + b" " * (len(plotly) - len(forged)))  # the same size
+    assert analysis().returncode == 0
+    assert script.read_bytes() == plotly
+    elsewhere = tmp_path / "elsewhere.js"
+    elsewhere.write_bytes(plotly)
+    script.unlink()
+    script.symlink_to(elsewhere)
+    assert analysis().returncode == 0
+    assert not script.is_symlink() and script.read_bytes() == plotly
 
 
 def test_a_summary_is_a_line_per_planned_point_with_its_last_row(tmp_path):
