@@ -10,6 +10,7 @@ holds off Ctrl-C, SIGTERM and SIGHUP while a file replaces others, so that no re
 """
 
 import contextlib
+import errno
 import fcntl
 import functools
 import hashlib
@@ -53,12 +54,34 @@ class DamagedFile(Exception):
 def held(path: Path) -> Iterator[None]:
     """An exclusive lock on the file `path` (made if missing) while the block runs, waiting
     for another holder; it goes with the process, however that ends."""
-    with open(path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    opened = lock(path)
+    try:
+        yield
+    finally:
+        unlock(opened)
+
+
+def lock(path: Path) -> int:
+    """An open file that holds an exclusive lock on `path` (made if missing; a symlink is
+    refused, Linked), once another holder lets go: the kernel lets go of it when the process
+    ends, however it ends, so a killed holder leaves no stale lock. unlock() ends it."""
+    try:
+        opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            no_links(path)
+        raise
+    try:
+        fcntl.flock(opened, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(opened)
+        raise
+    return opened
+
+
+def unlock(opened: int) -> None:
+    fcntl.flock(opened, fcntl.LOCK_UN)
+    os.close(opened)
 
 
 class Linked(ValueError):

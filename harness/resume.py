@@ -82,6 +82,10 @@ def resumed(
         print(f"{len(scheduled)} points are still queued or running on SLURM: left to it")
     changed = {key: values[key] for key in resources if _key_given(key, settings)}
     sweep.points = _unfinished(sweep, manifest, scheduled)
+    if searched:  # no point takes back a trial a kill left running without its job
+        folder = store.sweep_dir(results, experiment, sweep_id)
+        for line in search.fail_orphans(folder, {p.job for p in sweep.points} | scheduled):
+            print(line)
     if changed:  # the manifest says what each point runs with, so its rerun's rows match it
         for point in sweep.points:
             point.params = experiment_.params({**point.params, **changed})

@@ -173,11 +173,31 @@ def storage(folder: Path):
 @functools.lru_cache(maxsize=8)
 def _storage(path: str):
     from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
+    from optuna.storages.journal import JournalFileBackend
 
-    lock = JournalFileSymlinkLock(path)  # the backend's own lock, which every append takes
+    lock = _JournalLock(path)  # the lock every append takes
     _cut_partial_line(path, lock)
     return JournalStorage(JournalFileBackend(path, lock_obj=lock))
+
+
+class _JournalLock:
+    """The journal's lock, as Optuna's file backend takes it (acquire, release): files.lock on
+    JOURNAL.flock, which the kernel lets go when its holder dies, so that a trial killed while
+    it appended holds up no one. (Optuna's own symlink lock stays behind a kill, and the next
+    writer waits out its grace period, 30 s, before it takes it over.)"""
+
+    def __init__(self, journal: str):
+        self.path, self.opened = Path(journal + ".flock"), None
+
+    def acquire(self) -> bool:
+        opened = files.lock(self.path)
+        self.opened = opened  # set once held: one holder at a time, across threads too
+        return True
+
+    def release(self) -> None:
+        opened, self.opened = self.opened, None
+        if opened is not None:
+            files.unlock(opened)
 
 
 def _cut_partial_line(path: str, lock) -> None:
@@ -266,6 +286,24 @@ def studies(folder: Path) -> dict[int, object]:
         print(f"warning: the sweep's trials cannot be read from {Path(folder) / JOURNAL}: "
               f"{type(error).__name__}: {one_line(error)[:200]}", file=sys.stderr)  # fmt: skip
         return {}
+
+
+def fail_orphans(folder: Path, kept: set[int]) -> list[str]:
+    """Fail the trials a kill left running that no point will take back: asked but killed
+    before the trial recorded its job, or of a job that `kept` (the points a resume reruns,
+    and those SLURM still runs) does not hold. A line per cell saying which."""
+    import optuna
+
+    said = []
+    for cell, held in sorted(studies(folder).items()):
+        running = held.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        orphans = [t.number for t in running if t.user_attrs.get("job") not in kept]
+        for number in orphans:
+            held.tell(number, state=optuna.trial.TrialState.FAIL)
+        if orphans:
+            listed = ", ".join(map(str, orphans))
+            said.append(f"cell {cell}: failed trial {listed}, which a killed run left running")
+    return said
 
 
 def progress(folder: Path, search: dict) -> list[str]:

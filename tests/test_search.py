@@ -301,3 +301,69 @@ def test_a_trial_that_failed_before_its_study_answered_counts_in_its_cell(tmp_pa
     spec = {"objective": "accuracy", "direction": "maximize", "where": {"phase": "eval"}}
     (best,) = search.best_rows(rows, spec).itertuples()
     assert (best.job, best.status) == (0, "running"), "two trials of three have no answer"
+
+
+def test_a_trial_a_kill_left_running_is_failed_at_the_next_resume(tuned):
+    """Killed between study.ask and the trial's record of its job, a trial would stay running
+    for ever: no point takes it back. The resume fails it; the point's own trials stand."""
+    ran = tuned(SEARCH[0], "search.trials=2", "search.pruner=none", "variant=a")
+    assert ran.returncode == 0, ran.stderr
+    sweep, manifest, _, studies = _sweep(tuned.results)
+    folder = store.sweep_dir(tuned.results, "tuned", sweep)
+    orphan = studies[0].ask()  # as a kill before set_user_attr("job") leaves it
+    resumed = tuned(f"resume={sweep}")
+    assert resumed.returncode == 0, resumed.stderr
+    said = f"cell 0: failed trial {orphan.number}, which a killed run left running"
+    assert said in resumed.stdout, resumed.stdout
+    states = {t.number: t.state.name for t in search.studies(folder)[0].get_trials()}
+    assert states == {0: "COMPLETE", 1: "COMPLETE", orphan.number: "FAIL"}
+    again = tuned(f"resume={sweep}")
+    assert again.returncode == 0 and "failed trial" not in again.stdout
+
+
+def test_fail_orphans_keeps_the_running_trials_of_the_points_still_to_run(tmp_path):
+    study = search.study(tmp_path, PLAIN, 0)
+    asked = [study.ask() for _ in range(3)]
+    asked[1].set_user_attr("job", 1)  # rerun by the resume: it takes its trial back
+    asked[2].set_user_attr("job", 2)  # answered already, yet left running
+    assert search.fail_orphans(tmp_path, {1}) == [
+        "cell 0: failed trial 0, 2, which a killed run left running"
+    ]
+    states = [t.state.name for t in search.studies(tmp_path)[0].get_trials()]
+    assert states == ["FAIL", "RUNNING", "FAIL"]
+
+
+@pytest.mark.process
+def test_a_holder_of_the_journals_lock_killed_mid_append_holds_up_no_one(tmp_path):
+    """Optuna's symlink lock outlives a kill (the next writer waits out 30 s); the journal's
+    lock is the kernel's, let go when its holder dies."""
+    import fcntl
+    import subprocess
+    import sys
+
+    journal = tmp_path / search.JOURNAL
+    code = (
+        "import sys, time; from harness import search; "
+        f"search._JournalLock({str(journal)!r}).acquire(); print('held', flush=True); "
+        "time.sleep(600)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline() == "held\n"
+        lock = os.open(f"{journal}.flock", os.O_RDONLY)
+        with pytest.raises(BlockingIOError):  # held while it lives
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        holder.kill()
+        holder.wait()
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free as soon as it died
+    os.close(lock)
+    study = search.study(tmp_path, PLAIN, 0)
+    study.tell(study.ask(), 0.5)
+    assert [t.value for t in study.get_trials()] == [0.5]
+    (tmp_path / "aside").touch()
+    journal.with_name(journal.name + ".flock").unlink()
+    journal.with_name(journal.name + ".flock").symlink_to(tmp_path / "aside")
+    with pytest.raises(files.Linked):
+        search._JournalLock(str(journal)).acquire()
