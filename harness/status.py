@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from harness import search, store, tracking
+from harness import search, store
 from harness.errors import BadInput, shorten
 
 LAST = "last"  # the sweep id that names the newest sweep (status last, resume=last)
@@ -126,7 +126,7 @@ def point_states(manifest: dict, rows: pa.Table, results: Path) -> list[dict]:
             path = store.job_file(results, manifest["experiment"], manifest["sweep"], job)
             if row_state == store.RUNNING and state in ALIVE:
                 detail = f"{detail}; {row_detail}"
-            elif row_state == store.RUNNING and tracking.still_running(path) is False:
+            elif row_state == store.RUNNING and store.still_running(path) is False:
                 state, detail = "killed", f"its process is gone; it last logged {row_detail}"
             else:
                 state, detail = row_state, row_detail

@@ -71,6 +71,7 @@ MANIFEST = "_sweep.json"
 MANIFEST_KINDS = {"command": str, "overrides": list, "hydra_overrides": list,
                   "config_dirs": list, "launches": list}  # fmt: skip
 LOCK = "_compact.lock"  # held while a compaction or a resume rewrites a sweep's files
+RUNNING_MARK = ".running"  # _job-N.running: held by the process that runs job N (hold_running)
 RUN_LOCK = "_run.lock"  # held by the command that runs a sweep's points here (claimed)
 COMPACTED = re.compile(r"compacted-(\d+)\.parquet")
 JOB = re.compile(r"job-(\d+)\.parquet")
@@ -567,7 +568,9 @@ def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[
     file that a job rewrote after it was merged is kept: it is newer, and `read` prefers it.
     Temporary files that writers killed mid-write left behind (older than files.STALE_S) go too,
     and so do the segments a job file has replaced (a SIGKILL left them). A sweep with a
-    training job that has not ended (rows "running") is left as it is: (None, []).
+    training job that has not ended (rows "running"), or with a point that a process runs now
+    (its running mark held: a restore writes its rows back as segments beside its job file,
+    which a compaction would take for replaced ones), is left as it is: (None, []).
     """
     folder = sweep_dir(root, experiment, sweep)
     if not folder.is_dir():
@@ -577,6 +580,8 @@ def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[
         names = _listing(folder)
         if len(names) <= 1 and _compacted(names) == names:  # nothing, or one compacted file
             return (folder / names[0] if names else None), []
+        if _a_point_runs(folder):  # its files are its own until it ends (a restore rewrites them)
+            return None, []
         parts, identities = _read_parts(folder, names)
         foreign = _foreign_files(root, experiment, sweep, parts)
         parts = {name: part for name, part in parts.items() if name not in foreign}
@@ -1042,3 +1047,49 @@ def _sweep_lock(folder: Path) -> Iterator[None]:
     folder.mkdir(parents=True, exist_ok=True)
     with files.held(folder / LOCK):
         yield
+
+
+def hold_running(path: Path):
+    """Mark the job of file `path` as running in this process: a lock (_job-N.running, beside
+    the job's file) that this process holds until release_running, or its death, lets it go."""
+    marker = open(_running_marker(path), "a")  # noqa: SIM115 (held until release_running)
+    fcntl.flock(marker, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return marker
+
+
+def release_running(marker) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(marker.name)
+    marker.close()
+
+
+def still_running(path: Path) -> bool | None:
+    """Whether a process holds the job's running mark (hold_running); None where it has none
+    (the job ended, or its store predates the mark)."""
+    return _mark_held(_running_marker(path))
+
+
+def _mark_held(marker: Path) -> bool | None:
+    try:
+        with open(marker, "rb") as held:
+            fcntl.flock(held, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    return False
+
+
+def _running_marker(path: Path) -> Path:
+    return Path(path).with_name(f"_{Path(path).stem}{RUNNING_MARK}")
+
+
+def _a_point_runs(folder: Path) -> bool:
+    """Whether a process holds the running mark of one of the sweep's jobs."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return False
+    return any(
+        _mark_held(folder / n) for n in names if n.startswith("_") and n.endswith(RUNNING_MARK)
+    )

@@ -34,9 +34,7 @@ any experiment does). Through it the experiment:
 """
 
 import contextlib
-import fcntl
 import io
-import os
 import pickle
 import signal
 import threading
@@ -105,7 +103,9 @@ class Tracker:
         self.store_error: OSError | None = None  # the store could not take rows or a checkpoint
         files.no_links(self.folder, depth=3)  # job-N, sweep=ID, experiment=NAME
         files.remove_temporaries(self.folder, older_than_s=0)  # killed runs': the job's own
-        self._marker = None if self.rank else hold_running(self.path)  # a dead run from a live
+        self._marker = (
+            None if self.rank else store.hold_running(self.path)
+        )  # a dead run from a live
         self._requeue: Callable[[], None] | None = None  # submitit's handler, when deferred
         self._lock = threading.Lock()  # waiting, times, oldest
         self._writing = threading.Lock()  # one write of the job's files at a time
@@ -190,8 +190,8 @@ class Tracker:
             return None
         if kept is None:
             return None
-        if self.group and not self.rank and self.path.exists():  # every rank took its rows
-            self.path.unlink()
+        if self.group and not self.rank:  # every rank took its rows
+            self.path.unlink(missing_ok=True)
         if self.sinks is not None:  # they continue after the checkpoint's last row
             self.sinks.open(store.settled(kept.slice(kept.num_rows - 1).to_pylist())[0]
                             if kept.num_rows else None)  # fmt: skip
@@ -234,7 +234,7 @@ class Tracker:
         self._wake.set()
         self._thread.join()
         if self._marker is not None:
-            release_running(self._marker)
+            store.release_running(self._marker)
             self._marker = None
 
     @contextlib.contextmanager
@@ -438,7 +438,7 @@ class Tracker:
             for part in parts:
                 store.write_file(part, store.as_running(kept), sync=False)
             if not self.group:
-                self.path.unlink()
+                self.path.unlink(missing_ok=True)
         self.parts, self.landed, self.logged, self.fresh = parts, count, count, False
         return kept
 
@@ -516,34 +516,3 @@ def _whole(value) -> bool:
 class Requeued(SystemExit):
     """The task is requeued, and this process ends: nothing may take it for the experiment's
     own exit (harness.job.measure lets it through)."""
-
-
-def hold_running(path: Path):
-    """Mark the job of file `path` as running in this process: a lock (_job-N.running, beside
-    the job's file) that this process holds until release_running, or its death, lets it go."""
-    marker = open(_running_marker(path), "a")  # noqa: SIM115 (held until release_running)
-    fcntl.flock(marker, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    return marker
-
-
-def release_running(marker) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(marker.name)
-    marker.close()
-
-
-def still_running(path: Path) -> bool | None:
-    """Whether a process holds the job's running mark (hold_running); None where it has none
-    (the job ended, or its store predates the mark)."""
-    try:
-        with open(_running_marker(path), "rb") as marker:
-            fcntl.flock(marker, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return None
-    return False
-
-
-def _running_marker(path: Path) -> Path:
-    return Path(path).with_name(f"_{Path(path).stem}.running")

@@ -331,6 +331,33 @@ def test_a_job_file_beside_the_segments_it_replaced_is_read_alone_and_compaction
     seen_once(root, list(range(1, 11)))
 
 
+def test_compact_by_hand_leaves_a_sweep_alone_while_a_point_restores_and_ends_it_after(tmp_path):
+    """A group's restore writes each rank's checkpointed rows back as segments beside the job
+    file, which rank 0 removes once every rank has: a compaction then would take the fresh
+    segments for replaced ones. While the point's process holds its running mark, it waits."""
+    root = tmp_path / "results"
+    first = sweep_tracker(root, every_rows=100, every_s=3600)
+    for step in range(1, 6):
+        first.log({"step": step})
+        if step == 3:
+            first.save({"step": step})
+    first.end([])
+    path = store.job_file(root, "exp", "s", 0)
+    again = sweep_tracker(root, every_rows=100, every_s=3600)  # holds the running mark
+    kept = store.job_table(path).slice(0, 3)
+    store.write_file(store.segment_file(path, 1), store.as_running(kept))  # as a rank's cut
+    assert store.compact(root, "exp", "s") == (None, [])
+    assert path.exists() and len(store.segments(path)) == 1
+    assert sorted(store.read(root)["step"]) == [1, 2, 3, 4, 5], "the job file's rows, once"
+    assert again.restore() == {"step": 3} and not path.exists()
+    again.log({"step": 4})
+    again.end([])
+    assert [row["step"] for row in store.job_rows(path)] == [1, 2, 3, 4]
+    compacted, absorbed = store.compact(root, "exp", "s")
+    assert compacted is not None and absorbed == [path.name]
+    seen_once(root, [1, 2, 3, 4])
+
+
 def test_a_restore_removes_the_segments_past_its_checkpoint(tmp_path):
     path = tmp_path / "job-000000.parquet"
     first = tracker_for(tmp_path, every_s=3600)
