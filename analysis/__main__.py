@@ -5,7 +5,8 @@ sweeps --sweep chooses get a page of their own, outputs/report/sweeps/ID/.
 --watch keeps them up to date while sweeps run and serves the page on http://127.0.0.1:PORT
 (the page reloads itself when it changes); Ctrl-C stops it.
 python -m analysis compare SWEEP_A SWEEP_B [--fail-on-regression FACTOR]: two sweeps side by
-side, written to outputs/report/compare-A-vs-B.md."""
+side, written to outputs/report/compare-A-vs-B.md; a side may be several sweeps of one grid,
+A1,A2,A3, each a process of its own, judged by the spread between them."""
 
 import argparse
 import sys
@@ -20,9 +21,12 @@ from harness.errors import BadInput, os_error, reader_gone
 
 def main(argv: list[str] | None = None) -> int:
     """The command; a filesystem error (a report folder this user may not write, a store gone
-    mid-read) is one line and exit 1."""
+    mid-read) is one line and exit 1, a symlink in the report folder one line and exit 2."""
     try:
         return _main(argv)
+    except files.Linked as error:  # in the report folder: nothing written through it
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         raise
     except OSError as error:
@@ -93,8 +97,9 @@ def _main(argv: list[str] | None) -> int:
         help="compare two sweeps of one experiment, point by point",
         description=f"Compare two sweeps of one experiment, point by point. {RULE}",
     )
-    compare.add_argument("sweep_a", metavar="SWEEP_A")
-    compare.add_argument("sweep_b", metavar="SWEEP_B")
+    several = "; or several sweeps of one grid, joined by commas (each a process of its own)"
+    compare.add_argument("sweep_a", metavar="SWEEP_A", help=f"a sweep's id{several}")
+    compare.add_argument("sweep_b", metavar="SWEEP_B", help=f"as SWEEP_A{several[1:]}")
     compare.add_argument(
         "--fail-on-regression",
         type=float,
@@ -191,7 +196,9 @@ def _compare(results: Path, args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     text, regressed = document(comparison, factor)
-    path = args.report / f"compare-{args.sweep_a}-vs-{args.sweep_b}.md"
+    files.no_links_below(args.report)
+    named = (side.replace(",", "+") for side in (args.sweep_a, args.sweep_b))
+    path = args.report / "compare-{}-vs-{}.md".format(*named)
     files.write_text(path, text)
     print(text, end="")
     print(f"comparison: {path}")

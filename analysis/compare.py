@@ -11,9 +11,18 @@ slower than A only when (1) each sweep's median lies outside the other's interqu
 and (2) a two-sided Mann-Whitney U test on the two sets of repeats (scipy.stats.mannwhitneyu:
 exact p for small samples without ties) gives p < 0.05; otherwise "same". (1) asks for a
 change bigger than the spread of the repeats, (2) guards against deciding on a few repeats
-(three against three can never be told apart: their smallest p is 0.1). Repeats of one
-process do not show the variation between processes or machines, so gate on a factor too
-(--fail-on-regression 1.10).
+(three against three can never be told apart: their smallest p is 0.1).
+
+Repeats of one process do not show how much a timing moves between processes (where its memory
+lies, which core it runs on, the clock's state): the same code, timed in two processes, differs
+by more than either's repeats say. So a side may be several sweeps of one grid, each run by its
+own command and so in processes of its own (`compare A1,A2,A3 B1,B2,B3`). A timing is then each
+sweep's median, a value per process, and its A and B the medians of those; B is faster or
+slower only when the two sides' values do not overlap (every process of B slower than every
+process of A, or faster). Two sides of the same code fail that, with three processes a side,
+one time in ten either way by chance alone, and a gate asks for its factor as well
+(--fail-on-regression 1.10): a timing regresses only when it is slower by the rule and by more
+than the factor.
 
 Two sweeps run at different moments, and other work on the machine slows a CPU timing by as
 much as a change in the code could (two busy processes on two cores: 2x to 4x). A CPU
@@ -23,6 +32,7 @@ BUSY of them, in either sweep, is not judged ("busy machine"), neither faster, s
 the same, and no gate counts it. The header gives both sweeps' loads.
 """
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +43,7 @@ import pandas as pd
 from analysis.report import sweep_header, trusted_config
 from harness import store
 from harness.claims import claims_table
+from harness.errors import one_line
 from harness.names import setting
 from harness.tables import markdown
 
@@ -40,12 +51,21 @@ ALPHA = 0.05
 RULE = (
     "A timing is faster or slower only when each sweep's median lies outside the other's "
     f"interquartile range and a Mann-Whitney U test on the repeats gives p < {ALPHA}; "
-    "otherwise it is the same (no samples: not judged). A CPU timing during which other "
+    "otherwise it is the same (no samples: not judged). Where each side is several sweeps "
+    "(A1,A2,... each in processes of its own), it is faster or slower only when the sweeps' "
+    "medians on one side all lie beyond those on the other. A CPU timing during which other "
     "processes used over a quarter of its CPUs, in either sweep, is not judged (busy machine)."
 )
+ONE_PROCESS = (
+    "Each side is one sweep, and so its timings' repeats come from one process, which do not "
+    "show how much a timing moves between processes: give each side as several sweeps of one "
+    "grid (SWEEP_A1,SWEEP_A2,SWEEP_A3) for a gate that judges by that spread."
+)
+PROCESS = "process"  # the row's sweep among its side's (0, 1, ...): a process of its own
+PER_PROCESS = " per process"  # "X per process A": a timing's median in each of A's sweeps
 LOAD = "cpu_load_beside"  # the share of a CPU timing's CPUs others used (harness.measure)
 BUSY = 0.25  # a timing with more than this LOAD on either side is not judged
-NOT_METRICS = {"experiment", "sweep", "repeats", LOAD, *store.HARNESS_COLUMNS}
+NOT_METRICS = {"experiment", "sweep", "repeats", LOAD, PROCESS, *store.HARNESS_COLUMNS}
 
 
 class CompareError(Exception):
@@ -57,8 +77,9 @@ class Sweep:
     id: str
     experiment: str
     manifest: dict
-    rows: pd.DataFrame
+    rows: pd.DataFrame  # of a side of several sweeps: each row's PROCESS says whose
     config: dict  # the experiment config its claims are checked by
+    parts: list["Sweep"] | None = None  # a side of several sweeps: each of them
 
 
 @dataclass
@@ -72,7 +93,33 @@ class Comparison:
     others: list[str]
 
 
-def load(results: Path, sweep_id: str, config_dirs: list[Path] = ()) -> Sweep:
+def load(results: Path, given: str, config_dirs: list[Path] = ()) -> Sweep:
+    """A side of the comparison: a sweep by its id, or several sweeps of one grid (ids joined
+    by commas), each a process of its own, as one Sweep whose rows say whose (PROCESS)."""
+    ids = given.split(",")
+    if len(set(ids)) < len(ids):
+        raise CompareError(f"{given} names a sweep twice: a side's sweeps are its processes")
+    parts = [_sweep(results, sweep_id, config_dirs) for sweep_id in ids]
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    for other in parts[1:]:
+        if other.experiment != first.experiment:
+            raise CompareError(
+                f"sweep {first.id} is {first.experiment} and sweep {other.id} is "
+                f"{other.experiment}: a side's sweeps are one grid's"
+            )
+        if _grid(other.manifest) != _grid(first.manifest):
+            raise CompareError(
+                f"sweeps {first.id} and {other.id} are not of one grid: a side's sweeps run "
+                "the same points, each in processes of its own"
+            )
+    rows = pd.concat([p.rows.assign(**{PROCESS: n}) for n, p in enumerate(parts)],
+                     ignore_index=True)  # fmt: skip
+    return Sweep(given, first.experiment, first.manifest, rows, first.config, parts)
+
+
+def _sweep(results: Path, sweep_id: str, config_dirs: list[Path]) -> Sweep:
     """A sweep by its id, whichever experiment it belongs to (its report module as the
     experiment's own config, in conf/ or a config dir, names it: report.trusted_config)."""
     experiment = store.experiment_of(results, sweep_id)
@@ -86,6 +133,12 @@ def load(results: Path, sweep_id: str, config_dirs: list[Path] = ()) -> Sweep:
     return Sweep(sweep_id, experiment, manifest, rows, config)
 
 
+def _grid(manifest: dict) -> list[str]:
+    """A sweep's points' parameters, as sorted text: what sweeps of one grid share."""
+    return sorted(json.dumps(p.get("params", {}), sort_keys=True, default=str)
+                  for p in manifest["points"])  # fmt: skip
+
+
 def compare(a: Sweep, b: Sweep) -> Comparison:
     """Match the two sweeps' measurements; raises CompareError for different experiments."""
     if a.experiment != b.experiment:
@@ -96,8 +149,9 @@ def compare(a: Sweep, b: Sweep) -> Comparison:
     params_a, params_b = parameters(a.manifest), parameters(b.manifest)
     keys, settings = split_parameters(params_a, params_b)
     names = set(params_a) | set(params_b)
-    matched = match(measurements(a, keys, names), measurements(b, keys, names), keys)
     timings, others = metrics([a.rows, b.rows], names)
+    sides = [_pooled(measurements(s, keys, names), timings) for s in (a, b)]
+    matched = match(*sides, keys)
     return Comparison(a, b, keys, settings, matched, timings, others)
 
 
@@ -135,11 +189,37 @@ def measurements(sweep: Sweep, keys: list[str], params: set[str]) -> pd.DataFram
         else pd.DataFrame({"job": pd.Series(dtype="int64"), "status": []})
     )
     rows = rows.drop(columns=[c for c in rows if c in params or c in ("experiment", "sweep")])
-    rows = rows.assign(row=rows.groupby("job").cumcount())
+    by = ["job", PROCESS] if PROCESS in rows else "job"
+    rows = rows.assign(row=rows.groupby(by).cumcount())
     lines = grid.merge(rows, on="job", how="left")
     lines["status"] = lines["status"].fillna("not run")
     lines["row"] = lines["row"].fillna(0).astype(int)
     return lines
+
+
+def _pooled(lines: pd.DataFrame, timings: list[str]) -> pd.DataFrame:
+    """A side of several sweeps (measurements' lines with PROCESS) as one line per point and
+    row: each timing the median of its sweeps' values, which "X per process" lists; the status
+    ok only where every sweep's is (else the first that is not, its error with it); the load
+    the largest; the rest the first sweep's. A side of one sweep, as it is."""
+    if PROCESS not in lines or lines[PROCESS].isna().all():
+        return lines.drop(columns=[PROCESS], errors="ignore")
+    lines = lines.sort_values(PROCESS, kind="stable")
+    groups = lines.groupby(["job", "row"], sort=True)
+    pooled = groups.first()
+    answered = lines["status"].eq("ok")
+    failed = lines[~answered].groupby(["job", "row"]).first()
+    pooled.loc[failed.index, ["status", "error"]] = failed.reindex(columns=["status", "error"])
+    for timing in [t for t in timings if t in lines]:
+        values = pd.to_numeric(lines[timing], errors="coerce")
+        pooled[timing] = values.groupby([lines["job"], lines["row"]]).median()
+        pooled[timing + PER_PROCESS] = values.groupby([lines["job"], lines["row"]]).agg(
+            lambda v: [float(x) for x in v.dropna()]
+        )
+    if LOAD in lines:
+        pooled[LOAD] = pd.to_numeric(lines[LOAD], errors="coerce").groupby(
+            [lines["job"], lines["row"]]).max()  # fmt: skip
+    return pooled.drop(columns=[PROCESS]).reset_index()
 
 
 def match(a: pd.DataFrame, b: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -184,10 +264,11 @@ def metric_table(matched: pd.DataFrame, metric: str, keys: list[str]) -> pd.Data
     samples = metric.removesuffix("_ms") + "_samples_ms"
     if metric.endswith(("_ms", "_s")):
         pairs = zip(_column(both, f"{samples} A"), _column(both, f"{samples} B"), strict=True)
+        processes = zip(*(_column(both, f"{metric}{PER_PROCESS} {s}") for s in "AB"), strict=True)
         busy = np.fmax(*(_loads(both, side) for side in "AB")) > BUSY
         table["change"] = [
-            "busy machine" if busy_here else change(a, b)
-            for (a, b), busy_here in zip(pairs, busy, strict=True)
+            "busy machine" if busy_here else change(a, b, *per_process)
+            for (a, b), per_process, busy_here in zip(pairs, processes, busy, strict=True)
         ]
     table.index = _index(both, keys)
     return table[table[["A", "B"]].notna().any(axis=1)]
@@ -248,10 +329,9 @@ def unmatched(matched: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def claim_changes(a: Sweep, b: Sweep) -> pd.DataFrame:
-    """Each claim's result in A and B (each sweep by its own manifest's claims); flipped."""
-    results = [
-        claims_table(s.rows, s.config, s.manifest["points"]).set_index("claim") for s in (a, b)
-    ]
+    """Each claim's result in A and B (each sweep by its own manifest's claims; a side of
+    several, its sweeps' worst, _side_claims); flipped."""
+    results = [_side_claims(side) for side in (a, b)]
     table = results[0][["result", "worst"]].merge(
         results[1][["result", "worst"]],
         how="outer",
@@ -261,6 +341,42 @@ def claim_changes(a: Sweep, b: Sweep) -> pd.DataFrame:
     )
     table["flipped"] = np.where(table["result A"] != table["result B"], "yes", "")
     return table[["result A", "result B", "worst A", "worst B", "flipped"]]
+
+
+WORST_FIRST = ("ERROR", "FAIL", "INCOMPLETE", "N/A", "PASS")
+
+
+def _side_claims(side: Sweep) -> pd.DataFrame:
+    """The side's claims (claims_table, by claim): of a side of several sweeps, each claim's
+    worst result among its sweeps, and where they differ, the worst one's sweep named."""
+    each = [_claims(one) for one in side.parts or [side]]
+    if len(each) == 1:
+        return each[0]
+    lines = pd.concat([t.assign(sweep=one.id) for t, one in zip(each, side.parts, strict=True)])
+    rank = lines["result"].map({r: n for n, r in enumerate(WORST_FIRST)}).fillna(-1)
+    worst = lines.assign(rank=rank).sort_values("rank", kind="stable")
+    worst = worst[~worst.index.duplicated()]
+    differ = lines.groupby(level=0)["result"].nunique() > 1
+    worst["worst"] = (
+        worst["worst"]
+        .astype(str)
+        .where(
+            ~differ.reindex(worst.index),
+            worst["worst"].astype(str) + " (in " + worst["sweep"] + ")",
+        )
+    )
+    return worst.drop(columns=["rank", "sweep"])
+
+
+def _claims(sweep: Sweep) -> pd.DataFrame:
+    """One sweep's claims_table, by claim; an ERROR line where its report module's tables
+    cannot be made of its rows (as the report says of such a sweep)."""
+    try:
+        return claims_table(sweep.rows, sweep.config, sweep.manifest["points"]).set_index("claim")
+    except Exception as error:
+        line = {"result": "ERROR", "worst": f"{type(error).__name__}: {one_line(error)[:200]}"}
+        return pd.DataFrame([line], index=pd.Index(["the sweep's claims can be checked"],
+                                                   name="claim"))  # fmt: skip
 
 
 def regressions(timing_tables: dict[str, pd.DataFrame], factor: float) -> pd.DataFrame:
@@ -273,8 +389,15 @@ def regressions(timing_tables: dict[str, pd.DataFrame], factor: float) -> pd.Dat
     return pd.concat(slower) if slower else pd.DataFrame(columns=["metric", "A", "B", "B/A"])
 
 
-def change(a, b) -> str:
-    """faster, slower or same for B against A by the noise rule; "no samples" without them."""
+def change(a, b, processes_a=None, processes_b=None) -> str:
+    """faster, slower or same for B against A by the noise rule: by the repeats `a` and `b` of
+    one process each, or, where each side has several, by their values per process (each
+    sweep's median): slower only if every one of B's lies above every one of A's, faster
+    likewise. "no samples" without either."""
+    if _samples(processes_a) and _samples(processes_b):
+        if min(processes_b) > max(processes_a):
+            return "slower"
+        return "faster" if max(processes_b) < min(processes_a) else "same"
     if not (_samples(a) and _samples(b)):
         return "no samples"
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
@@ -311,12 +434,14 @@ def document(c: Comparison, factor: float | None) -> tuple[str, int]:
 
 
 def _header(c: Comparison) -> list[str]:
-    parts = [
-        f"# {c.a.experiment}: sweep {c.a.id} (A) vs {c.b.id} (B)",
-        f"A: {sweep_header(c.a.rows, c.a.manifest, c.a.id)}",
-        f"B: {sweep_header(c.b.rows, c.b.manifest, c.b.id)}",
-        f"Points match on: {', '.join(c.keys)}. {RULE}",
-    ]
+    parts = [f"# {c.a.experiment}: sweep {c.a.id} (A) vs {c.b.id} (B)"]
+    for name, side in (("A", c.a), ("B", c.b)):
+        parts += [f"{name}{'' if side.parts is None else n + 1}: "
+                  f"{sweep_header(one.rows, one.manifest, one.id)}"
+                  for n, one in enumerate(side.parts or [side])]  # fmt: skip
+    parts.append(f"Points match on: {', '.join(c.keys)}. {RULE}")
+    if c.timings and (c.a.parts is None or c.b.parts is None):
+        parts.append(ONE_PROCESS)
     load = load_line(c.matched)
     if load:
         parts.append(load)

@@ -255,6 +255,7 @@ def write_report(
     every sweep shown. `stamp`: the page is live (--watch), at this version. `page_dir`: where
     the two go (report_dir: the main ones), their plots and caches staying in report_dir."""
     report_dir.mkdir(parents=True, exist_ok=True)
+    files.no_links_below(report_dir)  # before anything is written there (files.Linked)
     page_dir = page_dir or report_dir
     generated = f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
     heading = f"Generated {generated} from `{root}`."

@@ -97,8 +97,16 @@ def no_links(path: Path, depth: int = 1) -> None:
         if place.is_symlink():
             raise Linked(
                 f"{place} is a symlink: the harness writes nothing through a link in its "
-                "outputs (remove it, then resume)"
+                "outputs (remove it, then run the command again)"
             )
+
+
+def no_links_below(folder: Path) -> None:
+    """Linked, naming the first, when a file or folder below `folder` is a symlink (a report
+    folder the harness writes into: a link there would take its writes elsewhere)."""
+    for top, folders, names in os.walk(folder):
+        for name in sorted([*folders, *names]):
+            no_links(Path(top) / name)
 
 
 def write_table(path: Path, table: pa.Table, sync: bool = True) -> None:

@@ -219,3 +219,111 @@ def test_a_timing_beside_other_load_is_not_judged(tmp_path, slower, load_a, load
     said = "Other processes' share of the CPUs" in text.split("## ")[0]
     assert said == (load_a is not None or load_b is not None)
     assert f"1 {expected}" in text
+
+
+def sides(results, factors_a, factors_b, failed_in_b=None) -> tuple[str, str]:
+    """Sweeps of one point whose samples are TIMES times each factor: a sweep a process (its
+    repeats tight, the processes apart), A's and B's ids joined by commas."""
+    ids = {}
+    for side, factors in (("a", factors_a), ("b", factors_b)):
+        ids[side] = [f"20261129-12{side}{n:03d}-{side * 4}" for n in range(len(factors))]
+        for number, (sweep, factor) in enumerate(zip(ids[side], factors, strict=True)):
+            row = timed_row(factor, 0.01)
+            if side == "b" and number == failed_in_b:
+                row = {"status": "failed", "error": "RuntimeError: out of memory"}
+            write_timed(results, sweep, row)
+    return ",".join(ids["a"]), ",".join(ids["b"])
+
+
+def test_a_side_of_several_sweeps_is_judged_by_the_spread_between_its_processes(tmp_path):
+    """The same code in six processes, each apart from the others by more than its repeats
+    spread: one sweep against one calls it 1.12x slower; three against three, the same."""
+    results = tmp_path / "results"
+    a, b = sides(results, [1.0, 1.06, 0.97], [1.09, 1.01, 1.04])
+    alone = compare(load(results, a.split(",")[2]), load(results, b.split(",")[0]))
+    table = metric_table(alone.matched, "time_ms", alone.keys)
+    assert table["change"].tolist() == ["slower"] and table["B/A"].iloc[0] > 1.10
+    assert document(alone, factor=1.10)[1] == 1
+    assert "come from one process" in document(alone, factor=1.10)[0]
+    pooled = compare(load(results, a), load(results, b))
+    table = metric_table(pooled.matched, "time_ms", pooled.keys)
+    assert table["change"].tolist() == ["same"]
+    assert table["A"].iloc[0] == pytest.approx(10.05) and table["B"].iloc[0] == pytest.approx(
+        10.05 * 1.04
+    ), "the medians of the processes' medians"
+    text, regressed = document(pooled, factor=1.10)
+    assert regressed == 0 and "come from one process" not in text
+    assert all(f"A{n}: sweep `{sweep}`" in text for n, sweep in enumerate(a.split(","), 1))
+
+
+@pytest.mark.parametrize(
+    "factors_b, failed_in_b, expected, regressed",
+    [
+        ([1.3, 1.36, 1.28], None, "slower", 1),  # a real 1.3x: every process of B slower
+        ([0.7, 0.75, 0.72], None, "faster", 0),
+        ([1.3, 0.99, 1.36], None, "same", 0),  # one of B's processes as fast as A's
+        ([1.0, 1.0, 1.0], 1, "same", 1),  # B's second sweep failed the point: a lost answer
+    ],
+)
+def test_a_side_of_several_sweeps_finds_a_real_change_and_a_lost_answer(
+    tmp_path, analysis, factors_b, failed_in_b, expected, regressed
+):
+    results = tmp_path / "outputs" / "results"
+    a, b = sides(results, [1.0, 1.06, 0.97], factors_b, failed_in_b)
+    comparison = compare(load(results, a), load(results, b))
+    table = metric_table(comparison.matched, "time_ms", comparison.keys)
+    if failed_in_b is None:
+        assert table["change"].tolist() == [expected]
+    assert document(comparison, factor=1.10)[1] == regressed
+    gate = analysis("compare", a, b, "--fail-on-regression", "1.10")
+    assert gate.returncode == (1 if regressed else 0), gate.stdout + gate.stderr
+    named = f"compare-{a.replace(',', '+')}-vs-{b.replace(',', '+')}.md"
+    assert (results.parent / "report" / named).read_text() in gate.stdout
+
+
+def test_a_side_whose_sweeps_are_not_one_grid_or_name_one_twice_is_one_line_and_exit_2(
+    results, analysis
+):
+    for side, said in [(f"{A},{B}", "are not of one grid"), (f"{A},{A}", "names a sweep twice")]:
+        refused = analysis("compare", side, B)
+        assert refused.returncode == 2 and said in refused.stderr, refused.stderr
+        assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+
+
+def test_a_symlink_in_the_report_folder_writes_no_comparison_through_it(results, analysis):
+    report = results.parent / "report"
+    report.mkdir()
+    (report / f"compare-{A}-vs-{B}.md").symlink_to(results.parent / "elsewhere.md")
+    refused = analysis("compare", A, B)
+    assert refused.returncode == 2 and "is a symlink" in refused.stderr, refused.stderr
+    assert not (results.parent / "elsewhere.md").exists()
+
+
+def test_a_side_of_several_sweeps_has_each_claims_worst_result_and_names_its_sweep(tmp_path):
+    results = tmp_path / "results"
+    ids = {"a": [], "b": []}
+    for side, errors in (("a", [1e-7, 1e-7]), ("b", [1e-7, 1e-3])):
+        for number, error in enumerate(errors):
+            sweep = f"20261129-13{side}{number:03d}-{side * 4}"
+            write_timed(results, sweep, timed_row(1.0, 0.0) | {"max_abs_diff": error})
+            ids[side].append(sweep)
+    comparison = compare(*(load(results, ",".join(ids[side])) for side in "ab"))
+    text, _ = document(comparison, factor=None)
+    claim = next(line for line in text.splitlines() if line.startswith("| matches to 1e-6"))
+    cells = [cell.strip() for cell in claim.strip("|").split("|")]
+    assert cells[1:3] == ["PASS", "FAIL"] and cells[-1] == "yes", claim
+    assert f"(in {ids['b'][1]})" in cells[4] and "(in " not in cells[3]
+
+
+def test_a_sweep_whose_claims_cannot_be_checked_is_an_error_line_not_a_traceback(
+    results, monkeypatch
+):
+    import analysis.compare as compare_module
+
+    def broken(rows, config, points):
+        raise ValueError("two measurements share length\nand more")
+
+    monkeypatch.setattr(compare_module, "claims_table", broken)
+    text, _ = document(compare(load(results, A), load(results, B)), factor=None)
+    claim = next(line for line in text.splitlines() if "the sweep's claims can be checked" in line)
+    assert claim.count("ERROR") == 2 and "ValueError: two measurements share length" in claim

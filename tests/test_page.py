@@ -291,9 +291,7 @@ def test_a_cache_edited_in_the_report_folder_is_computed_again_not_believed(tmp_
         assert "alert(1)" not in page and "7.77" not in page and "FAIL" in page
 
 
-def test_a_replaced_plotly_script_is_written_again_and_a_link_in_its_place_not_followed(
-    tmp_path, analysis
-):
+def test_a_plotly_script_replaced_by_one_of_the_same_size_is_written_again(tmp_path, analysis):
     results = tmp_path / "outputs" / "results"
     write_plan(results, "exp014_tiled", "20261129-120000-dddd", [{"length": 128}], CONFIG)
     assert analysis().returncode == 0
@@ -304,12 +302,29 @@ def test_a_replaced_plotly_script_is_written_again_and_a_link_in_its_place_not_f
     script.write_bytes(forged + b" " * (len(plotly) - len(forged)))  # the same size
     assert analysis().returncode == 0
     assert script.read_bytes() == plotly
-    elsewhere = tmp_path / "elsewhere.js"
-    elsewhere.write_bytes(plotly)
-    script.unlink()
-    script.symlink_to(elsewhere)
-    assert analysis().returncode == 0
-    assert not script.is_symlink() and script.read_bytes() == plotly
+
+
+@pytest.mark.parametrize("linked", [".summaries", "plots", "index.html", "plotly.min.js"])
+def test_a_symlink_in_the_report_folder_is_refused_in_one_line_and_nothing_goes_through_it(
+    tmp_path, analysis, linked
+):
+    results = tmp_path / "outputs" / "results"
+    write_plan(results, "exp014_tiled", "20261129-120000-eeee", [{"length": 128}], CONFIG)
+    report = tmp_path / "outputs" / "report"
+    report.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "kept").mkdir(parents=True)
+    place = report / linked
+    place.symlink_to(elsewhere)  # refused whatever it leads to
+    for command in [(), ("--check",)]:
+        refused = analysis(*command)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert refused.stderr == (
+            f"error: {place.relative_to(tmp_path)} is a symlink: the harness writes nothing "
+            "through a link in its outputs (remove it, then run the command again)\n"
+        )
+    assert [p.name for p in elsewhere.rglob("*")] == ["kept"], "nothing written through it"
+    assert not (report / "REPORT.md").exists()
 
 
 def test_a_summary_is_a_line_per_planned_point_with_its_last_row(tmp_path):
