@@ -70,8 +70,8 @@ def test_every_state_a_compaction_passes_through_reads_each_row_once(tmp_path, m
     absorbed, a job rerun after the compaction, two compacted files. store.read takes each
     job's rows from one file; plain readers see the overlap until the next compaction."""
     write_sweep(tmp_path, "s1")
-    removal = store._remove_unchanged
-    monkeypatch.setattr(store, "_remove_unchanged", lambda folder, identities: None)
+    removal = store.compaction._remove_unchanged
+    monkeypatch.setattr(store.compaction, "_remove_unchanged", lambda folder, identities: None)
     store.compact(tmp_path, "exp", "s1")  # as if it crashed before removing what it absorbed
     assert len(files(tmp_path, "s1")) == JOBS + 1
     assert once_each(store.read(tmp_path)) and len(pd.read_parquet(tmp_path)) == 2 * JOBS
@@ -84,7 +84,7 @@ def test_every_state_a_compaction_passes_through_reads_each_row_once(tmp_path, m
     write_sweep(tmp_path, "s1", jobs=[5], version=2)
     rows = store.read(tmp_path).set_index("job")
     assert once_each(rows.reset_index()) and rows.loc[[3, 5], "version"].tolist() == [1, 2]
-    monkeypatch.setattr(store, "_remove_unchanged", removal)
+    monkeypatch.setattr(store.compaction, "_remove_unchanged", removal)
     store.compact(tmp_path, "exp", "s1")
     assert files(tmp_path, "s1") == ["compacted-000003.parquet"]
     by_pandas = pd.read_parquet(tmp_path).set_index("job")
@@ -102,7 +102,7 @@ def test_a_listing_that_missed_the_compacted_file_is_taken_again(tmp_path, monke
     it absorbed may miss both; the compacted files listed after the read differ, so the read
     starts over instead of returning only the job files the first listing saw."""
     write_sweep(tmp_path, "s1")
-    monkeypatch.setattr(store, "_remove_unchanged", lambda folder, identities: None)
+    monkeypatch.setattr(store.compaction, "_remove_unchanged", lambda folder, identities: None)
     store.compact(tmp_path, "exp", "s1")
     listdir, calls = os.listdir, []
 

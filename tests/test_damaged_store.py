@@ -123,7 +123,7 @@ def test_status_into_a_closed_pipe_exits_quietly(harness, swept):
     process = subprocess.run(
         [sys.executable, "-m", "harness", "status", swept],
         cwd=harness.cwd,
-        env={**os.environ, "PYTHONPATH": str(Path(store.__file__).parent.parent)},
+        env={**os.environ, "PYTHONPATH": str(Path(store.__file__).parents[2])},
         stdout=write,
         stderr=subprocess.PIPE,
         text=True,

@@ -32,8 +32,8 @@ def imports(path: Path) -> set[str]:
 def top_levels(package: str) -> dict[str, set[str]]:
     """module -> the top-level packages of this project it imports."""
     return {
-        path.stem: {name.split(".")[0] for name in imports(path)} & set(PACKAGES)
-        for path in sorted((ROOT / package).glob("*.py"))
+        module_name(path): {name.split(".")[0] for name in imports(path)} & set(PACKAGES)
+        for path in sorted((ROOT / package).rglob("*.py"))
     }
 
 

@@ -338,7 +338,7 @@ def test_a_file_written_in_parts_reads_back_whole_and_no_flipped_byte_changes_it
         ),  # fmt: skip
     ]
     schema = pa.unify_schemas([p.schema for p in parts], promote_options="permissive")
-    conformed = [store._conformed(part, schema) for part in parts]
+    conformed = [store.rows._conformed(part, schema) for part in parts]
     files.write_parts(path, lambda: conformed, schema)
     written, _ = files.read_table(path)
     assert written["step"].to_pylist() == [1, 2, 3]

@@ -1,0 +1,264 @@
+"""The store's layout: where a sweep's files lie and what their names say (job files,
+segments, compacted files, the manifest), the harness's own columns and statuses, and the locks
+and marks that say who is writing a sweep now (a command that runs it, a compaction, a point's
+process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import glob
+import os
+import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyarrow as pa
+
+from harness import files
+from harness.lifetime import per_command
+
+MANIFEST = "_sweep.json"
+# The manifest's settings that commands read, and their kinds (a manifest is anyone's to edit).
+MANIFEST_KINDS = {"command": str, "overrides": list, "hydra_overrides": list,
+                  "config_dirs": list, "launches": list}  # fmt: skip
+LOCK = "_compact.lock"  # held while a compaction or a resume rewrites a sweep's files
+RUNNING_MARK = ".running"  # _job-N.running: held by the process that runs job N (hold_running)
+RUN_LOCK = "_run.lock"  # held by the command that runs a sweep's points here (claimed)
+COMPACTED = re.compile(r"compacted-(\d+)\.parquet")
+JOB = re.compile(r"job-(\d+)\.parquet")
+# A job's segment: job-N.part-K, or job-N.rank-R.part-K for rank R of a point of several processes.
+SEGMENT = re.compile(r"job-(\d+)\.(?:rank-(\d+)\.)?part-(\d+)\.parquet")
+READ_ATTEMPTS = 50  # a read retries while compactions change the folder under it
+# A point's answer: resume skips these. Other statuses (failed, killed, oom, timeout) rerun.
+DONE = ("ok", "unsupported", "pruned")  # pruned: a search's trial that its pruner stopped
+RUNNING = "running"  # the rows a training job lands before it ends (harness.tracking)
+# The statuses an experiment's row may give; running and pruned are the harness's to write.
+ROW_STATUSES = ("ok", "unsupported", "failed", "oom", "killed", "timeout")
+PARTITIONS = pa.schema([("experiment", pa.string()), ("sweep", pa.string())])
+SET_ASIDE = "_damaged-"  # the prefix of a damaged file moved aside: neither "." nor ".parquet"
+_named: dict[Path, str] = per_command({})  # the damaged files this process has named, and why
+_named_columns: set[str] = per_command(set())  # the columns of two kinds it has named
+
+# The harness's own columns and their types; parameters and metrics are typed by their values.
+HARNESS_COLUMNS = {
+    "job": pa.int64(),
+    "status": pa.string(),
+    "error": pa.string(),
+    "config_hash": pa.string(),
+    "started_at": pa.timestamp("us", tz="UTC"),
+    "duration_s": pa.float64(),
+    "git_commit": pa.string(),
+    "git_dirty": pa.bool_(),
+    "command": pa.string(),
+    "torch_version": pa.string(),
+    "cuda_version": pa.string(),
+    "python_version": pa.string(),
+    "packages_digest": pa.string(),
+    "device_name": pa.string(),
+    "threads": pa.int64(),
+    "hostname": pa.string(),
+    "slurm_job_id": pa.string(),
+    "slurm_array_task_id": pa.int64(),
+    "slurm_node": pa.string(),
+    "slurm_restarts": pa.int64(),
+    "gpus": pa.string(),
+    "run_dir": pa.string(),
+    "rank": pa.int64(),  # of a point that runs as several processes (harness.distributed)
+    "world_size": pa.int64(),
+    "cell": pa.int64(),  # a search's trial (harness.search): its cell of the grid
+    "trial": pa.int64(),  #   and its number in that cell's study
+}
+# Names no parameter or metric may take, compared without case (DuckDB reads `Sweep` as the
+# partition `sweep`): the harness's columns and the partitions. A row's `status` and `error` are
+# the experiment's to set, in those spellings.
+RESERVED = frozenset(name.lower() for name in [*HARNESS_COLUMNS, *PARTITIONS.names])
+ROW_SETS = ("status", "error")
+
+
+def sweep_dir(root: Path, experiment: str, sweep: str) -> Path:
+    return Path(root) / f"experiment={experiment}" / f"sweep={sweep}"
+
+
+def job_file(root: Path, experiment: str, sweep: str, job: int) -> Path:
+    return sweep_dir(root, experiment, sweep) / f"job-{job:06d}.parquet"
+
+
+def segment_file(path: Path, number: int, rank: int | None = None) -> Path:
+    """Segment `number` (from 1) of the job whose file is `path`; of its process `rank`, where
+    the point runs as several (harness.distributed)."""
+    ranked = "" if rank is None else f".rank-{rank:04d}"
+    return Path(path).with_name(f"{Path(path).stem}{ranked}.part-{number:08d}.parquet")
+
+
+def segments(path: Path) -> list[Path]:
+    """The segments of the job whose file is `path`, in order: by rank (none first), number."""
+    found = [
+        (_segment_order(m), folder_path)
+        for folder_path in Path(path).parent.glob(f"{glob.escape(Path(path).stem)}.*part-*.parquet")
+        if (m := SEGMENT.fullmatch(folder_path.name))
+    ]
+    return [segment for _, segment in sorted(found)]
+
+
+def segment_number(path: Path) -> int:
+    return int(SEGMENT.fullmatch(Path(path).name)[3])
+
+
+def segment_rank(path: Path) -> int | None:
+    """The rank whose rows the segment holds; None for a point of one process."""
+    rank = SEGMENT.fullmatch(Path(path).name)[2]
+    return None if rank is None else int(rank)
+
+
+def _segment_order(match: re.Match) -> tuple[int, int, int]:
+    """(job, rank, number) of a segment's name, a point of one process as rank -1."""
+    return int(match[1]), -1 if match[2] is None else int(match[2]), int(match[3])
+
+
+def _sweep_dirs(root: Path, experiment: str | None, sweep: str | None) -> list[Path]:
+    named = [glob.escape(name) if name else "*" for name in (experiment, sweep)]
+    pattern = f"experiment={named[0]}/sweep={named[1]}"
+    return sorted(p for p in Path(root).glob(pattern) if p.is_dir())
+
+
+def _listing(folder: Path) -> list[str]:
+    """The folder's row files: *.parquet, without hidden (temporary) and "_" files."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if n.endswith(".parquet") and not n.startswith((".", "_")))
+
+
+def _job_files(names: list[str]) -> dict[int, str]:
+    return {int(m[1]): name for name in names if (m := JOB.fullmatch(name))}
+
+
+def _segments(names: list[str]) -> dict[int, list[str]]:
+    """job -> the names of its segments among `names`, in order."""
+    found = sorted((_segment_order(m), name) for name in names if (m := SEGMENT.fullmatch(name)))
+    jobs: dict[int, list[str]] = {}
+    for (job, _, _), name in found:
+        jobs.setdefault(job, []).append(name)
+    return jobs
+
+
+def _replaced_segments(names: list[str]) -> list[str]:
+    """The segments of jobs that have a job file: it replaced them (the reading rule)."""
+    own = _job_files(names)
+    return [name for job, listed in _segments(names).items() if job in own for name in listed]
+
+
+def _compacted(names: list[str]) -> list[str]:
+    """The compacted files among `names`, newest first."""
+    found = [(int(m[1]), name) for name in names if (m := COMPACTED.fullmatch(name))]
+    return [name for _, name in sorted(found, reverse=True)]
+
+
+def _next_generation(names: list[str]) -> int:
+    newest = _compacted(names)
+    return int(COMPACTED.fullmatch(newest[0])[1]) + 1 if newest else 1
+
+
+def _in_order(name: str) -> tuple:
+    """A row file's place: by job, a job's segments by rank and number (past 10^8 too), then
+    the rest."""
+    if m := SEGMENT.fullmatch(name):
+        return (0, *_segment_order(m), name)
+    if m := JOB.fullmatch(name):
+        return (0, int(m[1]), -1, 0, name)
+    return (1, 0, -1, 0, name)
+
+
+def _name_once(path: Path, reason: str) -> None:
+    """Say on stderr, once per process, that a file is skipped and why."""
+    if path not in _named:
+        _named[path] = reason
+        print(f"warning: skipping {path}: {reason}", file=sys.stderr)
+
+
+class Claimed(Exception):
+    """Another command runs the sweep (claimed): its message says which."""
+
+
+@contextmanager
+def claimed(root: Path, experiment: str, sweep: str) -> Iterator[None]:
+    """Hold the sweep for this command while it runs its points: a second command that would
+    run them too (two resumes) raises Claimed, naming the process that holds it. The lock goes
+    with the process, however it ends."""
+    folder = sweep_dir(root, experiment, sweep)
+    with open(folder / RUN_LOCK, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"
+            raise Claimed(
+                f"sweep {sweep} is being run by another command ({holder}): let it end, or "
+                f"stop it, then resume; see its points with: python -m harness status {sweep}"
+            ) from None
+        lock.truncate(0)
+        lock.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
+        lock.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextmanager
+def _sweep_lock(folder: Path) -> Iterator[None]:
+    """One compaction (or resume's release) of a sweep at a time; the lock goes with the process."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with files.held(folder / LOCK):
+        yield
+
+
+def hold_running(path: Path):
+    """Mark the job of file `path` as running in this process: a lock (_job-N.running, beside
+    the job's file) that this process holds until release_running, or its death, lets it go."""
+    marker = open(_running_marker(path), "a")  # noqa: SIM115 (held until release_running)
+    fcntl.flock(marker, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return marker
+
+
+def release_running(marker) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(marker.name)
+    marker.close()
+
+
+def still_running(path: Path) -> bool | None:
+    """Whether a process holds the job's running mark (hold_running); None where it has none
+    (the job ended, or its store predates the mark)."""
+    return _mark_held(_running_marker(path))
+
+
+def _mark_held(marker: Path) -> bool | None:
+    try:
+        with open(marker, "rb") as held:
+            fcntl.flock(held, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    return False
+
+
+def _running_marker(path: Path) -> Path:
+    return Path(path).with_name(f"_{Path(path).stem}{RUNNING_MARK}")
+
+
+def _a_point_runs(folder: Path) -> bool:
+    """Whether a process holds the running mark of one of the sweep's jobs."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return False
+    return any(
+        _mark_held(folder / n) for n in names if n.startswith("_") and n.endswith(RUNNING_MARK)
+    )
