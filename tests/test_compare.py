@@ -5,7 +5,8 @@ import re
 import numpy as np
 import pytest
 
-from analysis.compare import change, compare, document, load, metric_table
+from analysis.compare import change, compare, document, metric_table
+from analysis.sides import load
 from harness import store
 
 EXPERIMENT = "exp_timed"
@@ -318,12 +319,12 @@ def test_a_side_of_several_sweeps_has_each_claims_worst_result_and_names_its_swe
 def test_a_sweep_whose_claims_cannot_be_checked_is_an_error_line_not_a_traceback(
     results, monkeypatch
 ):
-    import analysis.compare as compare_module
+    import analysis.sides as sides_module
 
     def broken(rows, config, points):
         raise ValueError("two measurements share length\nand more")
 
-    monkeypatch.setattr(compare_module, "claims_table", broken)
+    monkeypatch.setattr(sides_module, "claims_table", broken)
     text, _ = document(compare(load(results, A), load(results, B)), factor=None)
     claim = next(line for line in text.splitlines() if "the sweep's claims can be checked" in line)
     assert claim.count("ERROR") == 2 and "ValueError: two measurements share length" in claim

@@ -1,0 +1,114 @@
+"""A side of a comparison (analysis.compare): one sweep, or several sweeps of one grid, each
+made by a command of its own and so in processes of its own (`compare A1,A2,A3 B1,B2,B3`),
+whose rows say which sweep each came from (PROCESS), and the side's claims: of several sweeps,
+each claim's worst result among them.
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.report import trusted_config
+from harness import store
+from harness.claims import claims_table
+from harness.errors import one_line
+
+PROCESS = "process"  # the row's sweep among its side's (0, 1, ...): a process of its own
+
+
+class CompareError(Exception):
+    """A comparison that cannot be made: one line for the user."""
+
+
+@dataclass
+class Sweep:
+    id: str
+    experiment: str
+    manifest: dict
+    rows: pd.DataFrame  # of a side of several sweeps: each row's PROCESS says whose
+    config: dict  # the experiment config its claims are checked by
+    parts: list["Sweep"] | None = None  # a side of several sweeps: each of them
+
+
+def load(results: Path, given: str, config_dirs: list[Path] = ()) -> Sweep:
+    """A side of the comparison: a sweep by its id, or several sweeps of one grid (ids joined
+    by commas), each a process of its own, as one Sweep whose rows say whose (PROCESS)."""
+    ids = given.split(",")
+    if len(set(ids)) < len(ids):
+        raise CompareError(f"{given} names a sweep twice: a side's sweeps are its processes")
+    parts = [_sweep(results, sweep_id, config_dirs) for sweep_id in ids]
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    for other in parts[1:]:
+        if other.experiment != first.experiment:
+            raise CompareError(
+                f"sweep {first.id} is {first.experiment} and sweep {other.id} is "
+                f"{other.experiment}: a side's sweeps are one grid's"
+            )
+        if _grid(other.manifest) != _grid(first.manifest):
+            raise CompareError(
+                f"sweeps {first.id} and {other.id} are not of one grid: a side's sweeps run "
+                "the same points, each in processes of its own"
+            )
+    rows = pd.concat([p.rows.assign(**{PROCESS: n}) for n, p in enumerate(parts)],
+                     ignore_index=True)  # fmt: skip
+    return Sweep(given, first.experiment, first.manifest, rows, first.config, parts)
+
+
+def _sweep(results: Path, sweep_id: str, config_dirs: list[Path]) -> Sweep:
+    """A sweep by its id, whichever experiment it belongs to (its report module as the
+    experiment's own config, in conf/ or a config dir, names it: report.trusted_config)."""
+    experiment = store.experiment_of(results, sweep_id)
+    if experiment is None:
+        raise CompareError(f"no sweep {sweep_id} in {results}")
+    manifest = store.read_manifest(results, experiment, sweep_id)
+    if manifest is None:
+        raise CompareError(f"sweep {sweep_id} has no manifest ({store.MANIFEST}) in {results}")
+    rows = store.as_planned(store.read(results, experiment, sweep_id), manifest, results)
+    config = trusted_config(manifest, experiment, config_dirs)
+    return Sweep(sweep_id, experiment, manifest, rows, config)
+
+
+def _grid(manifest: dict) -> list[str]:
+    """A sweep's points' parameters, as sorted text: what sweeps of one grid share."""
+    return sorted(json.dumps(p.get("params", {}), sort_keys=True, default=str)
+                  for p in manifest["points"])  # fmt: skip
+
+
+WORST_FIRST = ("ERROR", "FAIL", "INCOMPLETE", "N/A", "PASS")
+
+
+def side_claims(side: Sweep) -> pd.DataFrame:
+    """The side's claims (claims_table, by claim): of a side of several sweeps, each claim's
+    worst result among its sweeps, and where they differ, the worst one's sweep named."""
+    each = [_claims(one) for one in side.parts or [side]]
+    if len(each) == 1:
+        return each[0]
+    lines = pd.concat([t.assign(sweep=one.id) for t, one in zip(each, side.parts, strict=True)])
+    rank = lines["result"].map({r: n for n, r in enumerate(WORST_FIRST)}).fillna(-1)
+    worst = lines.assign(rank=rank).sort_values("rank", kind="stable")
+    worst = worst[~worst.index.duplicated()]
+    differ = lines.groupby(level=0)["result"].nunique() > 1
+    worst["worst"] = (
+        worst["worst"]
+        .astype(str)
+        .where(
+            ~differ.reindex(worst.index),
+            worst["worst"].astype(str) + " (in " + worst["sweep"] + ")",
+        )
+    )
+    return worst.drop(columns=["rank", "sweep"])
+
+
+def _claims(sweep: Sweep) -> pd.DataFrame:
+    """One sweep's claims_table, by claim; an ERROR line where its report module's tables
+    cannot be made of its rows (as the report says of such a sweep)."""
+    try:
+        return claims_table(sweep.rows, sweep.config, sweep.manifest["points"]).set_index("claim")
+    except Exception as error:
+        line = {"result": "ERROR", "worst": f"{type(error).__name__}: {one_line(error)[:200]}"}
+        return pd.DataFrame([line], index=pd.Index(["the sweep's claims can be checked"],
+                                                   name="claim"))  # fmt: skip
