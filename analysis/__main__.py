@@ -214,6 +214,6 @@ if __name__ == "__main__":
         sys.exit(main())
     except BrokenPipeError:  # the reader went away (python -m analysis | head)
         sys.exit(reader_gone())
-    except KeyboardInterrupt:  # a compaction it started finished first (store.compact)
+    except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         sys.exit(130)

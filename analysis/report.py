@@ -29,7 +29,6 @@ from analysis import page, plots, search, summaries
 from harness import files, store
 from harness.claims import claims_of, claims_table, derived_tables, report_module
 from harness.names import available_experiments, experiment_file
-from harness.status import compact_if_finished
 from harness.tables import MISSING, markdown, planned, sweep_table
 
 
@@ -114,7 +113,6 @@ def section(
     plots go to `report_dir` (their links are relative to the report's own folder, its parent
     if report_dir is a sweeps/ID/ one)."""
     manifest = store.read_manifest(root, experiment, sweep)
-    compact_if_finished(root, experiment, sweep, manifest)  # one file to read, now and later
     rows = store.as_planned(store.read(root, experiment, sweep), manifest, root)
     config = trusted_config(manifest, experiment, config_dirs)
     plan = manifest["points"] if manifest else None
@@ -358,7 +356,6 @@ def _cached_section(root, experiment, sweep, report_dir, folder, config_dirs):
     sweep's files, the code and the experiment's config are as they were, and the plots its
     text links to are still there; a sweep that could not be reported is not kept."""
     manifest = store.read_manifest(root, experiment, sweep)
-    compact_if_finished(root, experiment, sweep, manifest)  # before its signature is taken
     own = experiment_file(experiment, config_dirs) if experiment in available_experiments(
         config_dirs) else None  # fmt: skip
     module = trusted_config(manifest, experiment, config_dirs).get("report")

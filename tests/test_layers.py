@@ -125,6 +125,8 @@ atexit.register(lambda: open(listed, "w").write(json.dumps(sorted(sys.modules)))
 sys.argv = sys.argv[1:]
 runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
 """  # python -c LOADS MODULE ARGS... FILE: the modules loaded, written to FILE at exit
+RUNS = ("harness.launchers", "harness.tracking", "harness.job", "harness.status",
+        "harness.dispatch", "harness.slurm_cli")  # fmt: skip
 NEVER = {"torch", "hydra", "omegaconf", "optuna", "submitit"}  # what no command but a sweep needs
 
 
@@ -152,6 +154,10 @@ def test_a_command_loads_only_what_it_needs(harness, tmp_path, command, absent):
     ran = subprocess.run([sys.executable, "-c", LOADS, *args, str(listed)], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    loaded = {name.split(".")[0] for name in json.loads(listed.read_text())}
+    modules = json.loads(listed.read_text())
+    loaded = {name.split(".")[0] for name in modules}
     assert not loaded & absent, f"{' '.join(command)} loaded {sorted(loaded & absent)}"
     assert "harness" in loaded
+    if command == ["analysis"]:  # a report only reads: no launcher, job, tracker or scheduler
+        running = [m for m in modules if m.startswith(RUNS)]
+        assert not running, f"the report loaded {running}"

@@ -327,6 +327,27 @@ def test_a_symlink_in_the_report_folder_is_refused_in_one_line_and_nothing_goes_
     assert not (report / "REPORT.md").exists()
 
 
+def test_a_report_only_reads_the_store(tmp_path, analysis):
+    """A finished sweep of job files stays as it is: the report compacts nothing (that is the
+    sweep's end's, compact's and resume's), so a store it may only read is reported alike."""
+    results = tmp_path / "outputs" / "results"
+    sweep = "20261129-120000-ffff"
+    write_plan(results, "exp014_tiled", sweep, [{"length": 128}, {"length": 256}], CONFIG)
+    write_jobs(results, "exp014_tiled", sweep, [
+        {"job": 0, "status": "ok", "length": 128, "max_abs_diff": 1e-7},
+        {"job": 1, "status": "ok", "length": 256, "max_abs_diff": 2e-7}])  # fmt: skip
+
+    def listing():
+        return sorted((str(p.relative_to(results)), p.stat().st_size, p.stat().st_mtime_ns)
+                      for p in results.rglob("*"))  # fmt: skip
+
+    before = listing()
+    assert len([name for name, *_ in before if name.endswith(".parquet")]) == 2
+    for command in [(), ("--check",), ("--all",)]:
+        assert analysis(*command).returncode == 0
+        assert listing() == before
+
+
 def test_a_summary_is_a_line_per_planned_point_with_its_last_row(tmp_path):
     results = tmp_path / "results"
     sweep = "20261129-120000-bbbb"
