@@ -100,10 +100,7 @@ def cached(path: Path, folder: Path, compute, extra=None, fresh: bool = False) -
 
 def _verified(path: Path) -> dict:
     """A cache file's JSON, if its MAC holds; ValueError if not."""
-    with open(path, "rb") as file:
-        if os.fstat(file.fileno()).st_size > files.JSON_BYTES:
-            raise ValueError("too big to be a cache of the report's")
-        mac, _, body = file.read().partition(b"\n")
+    mac, _, body = files.read_bounded(path).partition(b"\n")
     if not hmac.compare_digest(mac, _mac(body).encode()):
         raise ValueError("its MAC does not hold")
     return json.loads(body)

@@ -255,19 +255,23 @@ JSON_DEPTH = 32  # a manifest nests 5 deep; a config rarely more than 10
 def read_json(path: Path) -> dict:
     """A JSON file of the harness's (a manifest), read as data: ValueError for one over
     JSON_BYTES or nested over JSON_DEPTH deep, before anything recurses into it."""
-    most_bytes = JSON_BYTES
-    with open(path, "rb") as file:
-        size = os.fstat(file.fileno()).st_size
-        if size > most_bytes:
-            raise ValueError(f"{size} bytes, over the {most_bytes} such a file may have")
-        text = file.read(most_bytes + 1)
     try:
-        value = json.loads(text)
+        value = json.loads(read_bounded(path))
     except RecursionError:
         raise ValueError(f"nested over {JSON_DEPTH} deep") from None
     if _deeper(value, JSON_DEPTH):
         raise ValueError(f"nested over {JSON_DEPTH} deep")
     return value
+
+
+def read_bounded(path: Path) -> bytes:
+    """A file's bytes; ValueError for one over JSON_BYTES (a file of the harness's is never
+    that big: one that is was made to be)."""
+    with open(path, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        if size > JSON_BYTES:
+            raise ValueError(f"{size} bytes, over the {JSON_BYTES} such a file may have")
+        return file.read(JSON_BYTES + 1)
 
 
 def _deeper(value, depth: int) -> bool:

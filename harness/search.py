@@ -302,7 +302,8 @@ def fail_orphans(folder: Path, kept: set[int]) -> list[str]:
             held.tell(number, state=optuna.trial.TrialState.FAIL)
         if orphans:
             listed = ", ".join(map(str, orphans))
-            said.append(f"cell {cell}: failed trial {listed}, which a killed run left running")
+            trials = "trial" if len(orphans) == 1 else "trials"
+            said.append(f"cell {cell}: failed {trials} {listed}, which a killed run left running")
     return said
 
 

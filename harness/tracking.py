@@ -103,9 +103,8 @@ class Tracker:
         self.store_error: OSError | None = None  # the store could not take rows or a checkpoint
         files.no_links(self.folder, depth=3)  # job-N, sweep=ID, experiment=NAME
         files.remove_temporaries(self.folder, older_than_s=0)  # killed runs': the job's own
-        self._marker = (
-            None if self.rank else store.hold_running(self.path)
-        )  # a dead run from a live
+        # The running mark (store.hold_running) tells a dead run from a live one.
+        self._marker = None if self.rank else store.hold_running(self.path)
         self._requeue: Callable[[], None] | None = None  # submitit's handler, when deferred
         self._lock = threading.Lock()  # waiting, times, oldest
         self._writing = threading.Lock()  # one write of the job's files at a time

@@ -327,7 +327,7 @@ def test_fail_orphans_keeps_the_running_trials_of_the_points_still_to_run(tmp_pa
     asked[1].set_user_attr("job", 1)  # rerun by the resume: it takes its trial back
     asked[2].set_user_attr("job", 2)  # answered already, yet left running
     assert search.fail_orphans(tmp_path, {1}) == [
-        "cell 0: failed trial 0, 2, which a killed run left running"
+        "cell 0: failed trials 0, 2, which a killed run left running"
     ]
     states = [t.state.name for t in search.studies(tmp_path)[0].get_trials()]
     assert states == ["FAIL", "RUNNING", "FAIL"]
