@@ -61,10 +61,11 @@ def held(path: Path) -> Iterator[None]:
         unlock(opened)
 
 
-def lock(path: Path) -> int:
+def lock(path: Path, wait: bool = True) -> int:
     """An open file that holds an exclusive lock on `path` (made if missing; a symlink is
-    refused, Linked), once another holder lets go: the kernel lets go of it when the process
-    ends, however it ends, so a killed holder leaves no stale lock. unlock() ends it."""
+    refused, Linked), once another holder lets go (wait=False: BlockingIOError if one holds
+    it): the kernel lets go of it when the process ends, however it ends, so a killed holder
+    leaves no stale lock. unlock() ends it."""
     try:
         opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
     except OSError as error:
@@ -72,7 +73,7 @@ def lock(path: Path) -> int:
             no_links(path)
         raise
     try:
-        fcntl.flock(opened, fcntl.LOCK_EX)
+        fcntl.flock(opened, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BaseException:
         os.close(opened)
         raise

@@ -41,7 +41,7 @@ def resumed(
     _check_writable(store.sweep_dir(results, experiment, sweep_id))
     try:  # before the manifest is read: what it says now is what this command goes on
         hold.enter_context(store.claimed(results, experiment, sweep_id))
-    except store.Claimed as taken:
+    except (store.Claimed, files.Linked) as taken:
         raise BadInput(str(taken)) from None
     manifest = _manifest_to_resume(results, experiment, sweep_id)
     _check_config_dirs(manifest, experiment, sweep_id, config_dirs, results)

@@ -184,6 +184,27 @@ def test_a_resume_of_a_sweep_another_command_runs_is_refused_in_one_line(probe, 
     assert again.returncode == 0 and "0 points to run" in again.stdout, again.stderr
 
 
+def test_a_sweeps_run_lock_that_is_a_symlink_writes_nothing_through_it(harness, tmp_path):
+    """The command's claim on the sweep (_run.lock, which records its pid) is a file of the
+    sweep's folder: a link in its place is refused in one line, and the file it points to
+    stays as it was."""
+    made = harness("+experiment=exp014_tiled", "length=16", "block=16", "seed=0,1")
+    assert made.returncode == 0, made.stderr
+    (sweep,) = store.sweeps(harness.results, "exp014_tiled")
+    folder = store.sweep_dir(harness.results, "exp014_tiled", sweep)
+    for path in folder.glob("*.parquet"):
+        path.unlink()  # points to rerun
+    victim = tmp_path / "precious.txt"
+    victim.write_text("a user's own words\n")
+    (folder / store.RUN_LOCK).unlink(missing_ok=True)
+    (folder / store.RUN_LOCK).symlink_to(victim)
+    resumed = harness("+experiment=exp014_tiled", f"resume={sweep}")
+    assert resumed.returncode == 2 and resumed.stderr.count("\n") == 1, resumed.stderr
+    assert f"{folder / store.RUN_LOCK} is a symlink" in resumed.stderr
+    assert victim.read_text() == "a user's own words\n"
+    assert not list(folder.glob("*.parquet")), "nothing ran"
+
+
 LOCAL = ["+experiment=exp014_tiled", "hydra/launcher=local"]
 SLURM = ["+experiment=exp014_tiled", "hydra/launcher=slurm"]
 BAD_INPUT = [

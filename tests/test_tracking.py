@@ -358,6 +358,19 @@ def test_compact_by_hand_leaves_a_sweep_alone_while_a_point_restores_and_ends_it
     seen_once(root, [1, 2, 3, 4])
 
 
+def test_a_running_mark_that_is_a_symlink_is_refused_and_its_target_left_as_it_was(tmp_path):
+    root = tmp_path / "results"
+    path = store.job_file(root, "exp", "s", 0)
+    path.parent.mkdir(parents=True)
+    victim = tmp_path / "precious.txt"
+    victim.write_text("a user's own words\n")
+    marker = path.with_name(f"_{path.stem}{store.RUNNING_MARK}")
+    marker.symlink_to(victim)
+    with pytest.raises(files.Linked, match="is a symlink"):
+        sweep_tracker(root)
+    assert victim.read_text() == "a user's own words\n" and store.still_running(path) is None
+
+
 def test_a_restore_removes_the_segments_past_its_checkpoint(tmp_path):
     path = tmp_path / "job-000000.parquet"
     first = tracker_for(tmp_path, every_s=3600)

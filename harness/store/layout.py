@@ -190,24 +190,21 @@ def claimed(root: Path, experiment: str, sweep: str) -> Iterator[None]:
     """Hold the sweep for this command while it runs its points: a second command that would
     run them too (two resumes) raises Claimed, naming the process that holds it. The lock goes
     with the process, however it ends."""
-    folder = sweep_dir(root, experiment, sweep)
-    with open(folder / RUN_LOCK, "a+") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "another process"
-            raise Claimed(
-                f"sweep {sweep} is being run by another command ({holder}): let it end, or "
-                f"stop it, then resume; see its points with: python -m harness status {sweep}"
-            ) from None
-        lock.truncate(0)
-        lock.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
-        lock.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    path = sweep_dir(root, experiment, sweep) / RUN_LOCK
+    try:
+        opened = files.lock(path, wait=False)  # a symlink there: files.Linked, written to never
+    except BlockingIOError:
+        holder = path.read_text().strip() or "another process"
+        raise Claimed(
+            f"sweep {sweep} is being run by another command ({holder}): let it end, or "
+            f"stop it, then resume; see its points with: python -m harness status {sweep}"
+        ) from None
+    try:
+        os.ftruncate(opened, 0)
+        os.write(opened, f"pid {os.getpid()} on {os.uname().nodename}\n".encode())
+        yield
+    finally:
+        files.unlock(opened)
 
 
 @contextmanager
@@ -218,18 +215,19 @@ def _sweep_lock(folder: Path) -> Iterator[None]:
         yield
 
 
-def hold_running(path: Path):
+def hold_running(path: Path) -> tuple[Path, int]:
     """Mark the job of file `path` as running in this process: a lock (_job-N.running, beside
-    the job's file) that this process holds until release_running, or its death, lets it go."""
-    marker = open(_running_marker(path), "a")  # noqa: SIM115 (held until release_running)
-    fcntl.flock(marker, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    return marker
+    the job's file; files.lock, so never through a symlink) that this process holds until
+    release_running, or its death, lets it go."""
+    marker = _running_marker(path)
+    return marker, files.lock(marker, wait=False)
 
 
-def release_running(marker) -> None:
+def release_running(marker: tuple[Path, int]) -> None:
+    path, opened = marker
     with contextlib.suppress(OSError):
-        os.unlink(marker.name)
-    marker.close()
+        path.unlink()
+    files.unlock(opened)
 
 
 def still_running(path: Path) -> bool | None:
@@ -240,12 +238,15 @@ def still_running(path: Path) -> bool | None:
 
 def _mark_held(marker: Path) -> bool | None:
     try:
-        with open(marker, "rb") as held:
-            fcntl.flock(held, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        opened = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:  # none, or a link: no mark of the harness's
+        return None
+    try:
+        fcntl.flock(opened, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
-    except OSError:
-        return None
+    finally:
+        os.close(opened)
     return False
 
 
