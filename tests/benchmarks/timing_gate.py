@@ -8,10 +8,11 @@ min_time_s=0.2: the sweep whose same-code gate failed 2 of 5 idle runs with one 
 side), three of the code as it is and three more of it; and six of the probe experiment `spin`
 (tests/support: ten products of size x size matrices a call, one thread, sizes 128 to 256),
 three as it is and three with 1.3x its work (work=1.3: 13 products a call). Then four gates,
-`python -m analysis compare X Y --fail-on-regression 1.10`: exp018's first sweep against its
-fourth (one process a side) and its first three against the other three; spin's first against
-its first slowed one, and its three against the three slowed. Printed: each gate's exit code (0
-passed, 1 a regression) and its timings' verdicts, then how many runs each gate passed. The
+`python -m analysis compare X Y --fail-on-regression 1.10`: the first sweep of exp018's one
+side against the first of its other (one process a side), then each side's three against the
+other's; spin's first against its first slowed one, then its three against the three slowed.
+Printed: each gate's exit code (0 passed, 1 a regression) and its timings' verdicts, then how
+many runs each gate passed. The
 gate judges the code when the same code passes every run and the slowdown fails every run (a
 run whose machine was busy judges nothing: "busy machine"). It asserts nothing about time.
 Run: python tests/benchmarks/timing_gate.py [--runs N]
