@@ -104,10 +104,20 @@ def no_links(path: Path, depth: int = 1) -> None:
 
 def no_links_below(folder: Path) -> None:
     """Linked, naming the first, when a file or folder below `folder` is a symlink (a report
-    folder the harness writes into: a link there would take its writes elsewhere)."""
-    for top, folders, names in os.walk(folder):
-        for name in sorted([*folders, *names]):
-            no_links(Path(top) / name)
+    folder the harness writes into: a link there would take its writes elsewhere); nothing
+    for a folder that is not there."""
+    below = [Path(folder)]
+    while below:
+        try:
+            with os.scandir(below.pop()) as listed:
+                entries = sorted(listed, key=lambda entry: entry.name)
+        except FileNotFoundError:  # none yet (or gone since): nothing written through it
+            continue
+        for entry in entries:  # the listing says what each is: no stat of its own
+            if entry.is_symlink():
+                no_links(Path(entry.path))
+            if entry.is_dir(follow_symlinks=False):
+                below.append(Path(entry.path))
 
 
 def write_table(path: Path, table: pa.Table, sync: bool = True) -> None:
