@@ -3,11 +3,8 @@
 Memory is whichever column the device has, named as measured: rss_delta_mib (CPU, resident
 memory over the baseline) or cuda_peak_mib (the CUDA allocator's peak over the baseline).
 
-Ratios of times are the points' own where their rows carry them (speedup_over_math,
-time_growth: timed in turns in the point's process, see experiments.backends), since two
-points' medians come from two processes at two moments, under whatever load each met; rows of
-older sweeps, which lack them, fall back to the two points' medians, and COLUMN_paired says
-which (paired_first).
+The tables (measurements, speedup, growth, fused) are the experiment's own, which its claims
+read too: experiments.derived.backends.
 """
 
 from pathlib import Path
@@ -15,92 +12,19 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.plots import lines
-from analysis.scaling import keys, loglog, per_doubling, speedup_over, with_memory
+from analysis.scaling import loglog
+from experiments.derived.backends import shape as shape_of
+from harness.scaling import with_memory
 from harness.tables import markdown
-
-SHAPE = ["device_used", "dtype", "batch", "heads", "head_dim", "causal"]  # one table each
-OTHERS = ["device", "seed", "num_threads", "warmup", "min_repeats", "min_time_s",
-          "memory_cap_mib", "timeout_s"]  # fmt: skip
-
-
-def measurements(rows: pd.DataFrame) -> pd.DataFrame:
-    """Every planned point with its memory (analysis.scaling.with_memory). A point that has not
-    run has no device_used yet: it gets the one device its sweep's other points used (a sweep
-    with device=auto runs on one kind of machine), else its device parameter."""
-    data = with_memory(rows)
-    if "device_used" not in data:
-        data["device_used"] = None
-    used = data["device_used"].dropna().unique()
-    fallback = used[0] if len(used) == 1 else data.get("device")
-    data["device_used"] = data["device_used"].fillna(fallback)
-    return data
-
-
-def speedup(data: pd.DataFrame) -> pd.DataFrame:
-    """Per shape, length and backend other than math: speedup_over_math, the point's own
-    (paired_first; else scaling.speedup_over). data: measurements(rows)."""
-    across = speedup_over(data, _shape(data), "backend", "math")
-    own = data[data["backend"] != "math"]
-    return paired_first(across, own, _shape(data) + ["backend"], "speedup_over_math")
-
-
-def growth(data: pd.DataFrame) -> pd.DataFrame:
-    """Per shape and backend: memory and time at each length over those at half the length;
-    time_growth the point's own (paired_first). data: measurements(rows)."""
-    ratios = {"memory_mib": "memory_growth", "time_ms": "time_growth"}
-    across = per_doubling(data, _shape(data) + ["backend"], ratios)
-    return paired_first(across, data, _shape(data) + ["backend"], "time_growth")
-
-
-def paired_first(
-    across: pd.DataFrame, data: pd.DataFrame, keys: list[str], column: str
-) -> pd.DataFrame:
-    """`across` (a line per keys and length, `column` a ratio of two points' medians) with
-    `column` taken instead from the ok row of `data` at that line's point where the row
-    measured it in its own process, in turns (a missing value: not measured there), and
-    COLUMN_paired saying which it is. The lines are `across`'s: what a claim selects does not
-    change, only how its values were measured."""
-    keys, paired, own = [*keys, "length"], f"{column}_paired", f"{column} own"
-    if column not in data:
-        return across.assign(**{paired: False})
-    values = data[keys].assign(**{own: data[column].where(data["status"] == "ok")})
-    lines = across.merge(values, on=keys, how="left")
-    lines[paired] = lines[own].notna()
-    lines[column] = lines.pop(own).fillna(lines.get(column, float("nan")))
-    return lines
-
-
-def fused(data: pd.DataFrame) -> pd.DataFrame:
-    """Per shape and length: fused_speedup_over_math, the better of flash's and efficient's
-    speedups over math (missing where neither ran), beside the GPU's capability where the rows
-    have it. data: measurements(rows)."""
-    keys = _shape(data) + ["length"]
-    candidates = speedup(data)
-    candidates = candidates[candidates["backend"].isin(["flash", "efficient"])]
-    best = candidates.groupby(keys, dropna=False)["speedup_over_math"].max()
-    capability = data.assign(capability=data.get("capability", float("nan")))
-    capability = capability.groupby(keys, dropna=False)["capability"].max()
-    table = pd.DataFrame({"fused_speedup_over_math": best}).join(capability, how="left")
-    return table.reset_index()
-
-
-def tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    data = measurements(rows)
-    return {
-        "measurements": data,
-        "speedup": speedup(data),
-        "growth": growth(data),
-        "fused": fused(data),
-    }
 
 
 def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
     """Tables per shape (length x backend), speedup, growth, the plots, the refusals."""
     rows, parts = derived["measurements"], []
-    for shape, group in rows.groupby(_shape(rows), dropna=False):
-        parts.append(f"{_describe(dict(zip(_shape(rows), shape, strict=True)), group)}:")
+    for shape, group in rows.groupby(shape_of(rows), dropna=False):
+        parts.append(f"{_describe(dict(zip(shape_of(rows), shape, strict=True)), group)}:")
         parts.append(markdown(time_and_memory(group)))
-    hidden = sorted(set(_shape(rows)) - set(_varying(rows)))
+    hidden = sorted(set(shape_of(rows)) - set(_varying(rows)))
     speedups = _by_backend(derived["speedup"], hidden).dropna(axis=1, how="all")
     if not speedups.empty:
         caption = (
@@ -201,13 +125,9 @@ def _by_backend(speedup: pd.DataFrame, hidden: list[str]) -> pd.DataFrame:
     )
 
 
-def _shape(rows: pd.DataFrame) -> list[str]:
-    return keys(rows, SHAPE, OTHERS)
-
-
 def _varying(rows: pd.DataFrame) -> list[str]:
     """The shape columns that tell this sweep's points apart: the device, and what varies."""
-    return [c for c in _shape(rows) if c == "device_used" or rows[c].nunique(dropna=False) > 1]
+    return [c for c in shape_of(rows) if c == "device_used" or rows[c].nunique(dropna=False) > 1]
 
 
 def _describe(shape: dict, rows: pd.DataFrame) -> str:

@@ -1,24 +1,16 @@
 """exp016_backward_memory in the report: forward + backward memory per method and length, its
-growth per doubling (4x is the square, 2x linear), and a log-log plot."""
+growth per doubling (4x is the square, 2x linear: experiments.derived.backward_memory's
+tables), and a log-log plot."""
 
 from pathlib import Path
 
 import pandas as pd
 
 from analysis import plots
-from analysis.scaling import keys, loglog, per_doubling, with_memory
+from analysis.scaling import loglog
+from experiments.derived.backward_memory import OTHERS, SHAPE
+from harness.scaling import keys
 from harness.tables import markdown
-
-SHAPE = ["device", "dtype", "batch", "heads", "kv_heads", "head_dim", "causal", "window"]
-OTHERS = ["block", "seed", "warmup_length", "memory_cap_mib", "timeout_s"]
-
-
-def tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    data = with_memory(rows)
-    growth = per_doubling(
-        data, keys(rows, SHAPE, OTHERS) + ["method"], {"memory_mib": "memory_growth"}
-    )
-    return {"measurements": data, "growth": growth}
 
 
 def figures(rows: pd.DataFrame, derived: dict) -> list[dict]:

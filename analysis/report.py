@@ -1,9 +1,10 @@
 """The store as report tables: one small function per table, Markdown written apart from them.
 
 An experiment's config declares its report: `table` (index, columns, values: a pivot of its
-rows), or `report`, a module of its own (e.g. analysis.backends) with `tables(rows)` (derived
-tables by name) and `sections(rows, tables, folder)` (the section's Markdown parts, its plots
-written to folder); and `claims` (analysis.claims), checked over the sweep's planned points.
+rows), or `report`, a module of its own (e.g. analysis.backends) with `sections(rows, tables,
+folder)` (the section's Markdown parts, its plots written to folder) and `figures(rows, tables)`
+(the page's plots), the tables being those the experiment derives (`derive`, harness.claims);
+and `claims` (harness.claims), checked over the sweep's planned points.
 Tables and claims see every planned point: one without rows is a "not run" row with its
 parameters, so that it shows as a gap rather than vanishing.
 
@@ -12,6 +13,7 @@ The report shows each experiment's newest sweep by default, or the sweeps chosen
 lists all the sweeps of its experiment, with their points planned and landed.
 """
 
+import importlib
 import importlib.util
 import json
 import os
@@ -27,7 +29,7 @@ from plotly.io.json import to_json_plotly
 
 from analysis import page, plots, search, summaries
 from harness import files, store
-from harness.claims import claims_of, claims_table, derived_tables, report_module
+from harness.claims import claims_of, claims_table, derived_tables
 from harness.names import available_experiments, experiment_file
 from harness.tables import MISSING, markdown, planned, sweep_table
 
@@ -67,29 +69,38 @@ def _provenance(first: pd.Series, rows: pd.DataFrame) -> list[str]:
     return parts
 
 
+IMPORTED = {"derive": "tables", "report": "report module"}  # config keys that name code
+
+
 def trusted_config(manifest: dict | None, experiment: str, config_dirs: list[Path]) -> dict:
     """The sweep's experiment config (its claims and table, as the manifest recorded them),
-    with the report module that the experiment's own config names (conf/experiment/, or a
-    --config-dir's): a module is never imported because a file in the store names it."""
+    with the tables' function and report module that the experiment's own config names
+    (conf/experiment/, or a --config-dir's): code is never imported because a file in the store
+    names it."""
     config = dict(manifest.get("experiment_config") or {}) if manifest else {}
-    config.pop("report", None)
+    for key in IMPORTED:
+        config.pop(key, None)
     if experiment in available_experiments(config_dirs):
         own = yaml.safe_load(experiment_file(experiment, config_dirs).read_text()) or {}
         own = own.get("experiment") or {}
-        if own.get("report"):
-            config["report"] = str(own["report"])
+        config.update({key: str(own[key]) for key in IMPORTED if own.get(key)})
     return config
 
 
-def _untrusted_report(manifest: dict | None, config: dict) -> str | None:
-    """A note when the manifest names a report module that the experiment's config does not."""
-    named = ((manifest or {}).get("experiment_config") or {}).get("report")
-    if named and named != config.get("report"):
-        return (
-            f"**Not loaded:** the report module `{named}` that the sweep's manifest names: the "
-            "experiment's own config does not (give its --config-dir to load its own)."
-        )
-    return None
+def report_module(config: dict):
+    """The experiment's own report module (config `report`), or None."""
+    return importlib.import_module(config["report"]) if config.get("report") else None
+
+
+def _untrusted_code(manifest: dict | None, config: dict) -> list[str]:
+    """A note for each piece of code the manifest names that the experiment's config does not."""
+    recorded = (manifest or {}).get("experiment_config") or {}
+    return [
+        f"**Not loaded:** the {what} `{recorded[key]}` that the sweep's manifest names: the "
+        "experiment's own config does not (give its --config-dir to load its own)."
+        for key, what in IMPORTED.items()
+        if recorded.get(key) and recorded[key] != config.get(key)
+    ]
 
 
 def sweep_list(experiment: str, states: pd.DataFrame) -> str:
@@ -123,7 +134,7 @@ def section(
     parts = [f"## {experiment}", header]
     if manifest is None:
         parts.append(f"**Damaged:** {claims['worst'].iloc[0]}: its plan and claims are unknown.")
-    parts += [note for note in [_untrusted_report(manifest, config)] if note]
+    parts += _untrusted_code(manifest, config)
     for path, reason in store.skipped(root, experiment, sweep).items():
         parts.append(f"**Skipped** `{path.name}` ({reason}): its point counts as not run.")
     notes = parts[2:]

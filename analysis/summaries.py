@@ -144,12 +144,13 @@ def records(frame: pd.DataFrame) -> list[dict]:
 @functools.cache
 def code_version() -> str:
     """The names, sizes and modification times of the code and configs a report is made by
-    (the analysis and harness packages, conf/) and the versions of the libraries it uses, as a
-    digest: an edit or an upgrade of any recomputes."""
+    (the analysis and harness packages, the experiments' derived tables, conf/) and the versions
+    of the libraries it uses, as a digest: an edit or an upgrade of any recomputes."""
     here = Path(__file__).resolve().parent
+    folders = (here, here.parent / "harness", here.parent / "experiments" / "derived", CONF)
     listed = [
         f"{path} {path.stat().st_size} {path.stat().st_mtime_ns}"
-        for folder in (here, here.parent / "harness", CONF)
+        for folder in folders
         for path in sorted(folder.rglob("*"))
         if path.suffix in (".py", ".yaml")
     ]

@@ -4,35 +4,20 @@ plots of time and memory (a panel per window, a line per method).
 
 speedup_over_sdpa and time_growth are the points' own where their rows carry them (timed in
 turns in the point's process: experiments.window), not two points' medians from two processes
-at two moments; rows of older sweeps fall back to those (analysis.backends.paired_first)."""
+at two moments; rows of older sweeps fall back to those (experiments.derived.window's tables,
+harness.scaling.paired_first)."""
 
 from pathlib import Path
 
 import pandas as pd
 
-from analysis.backends import by_length, measurements, paired_first, time_and_memory
-from analysis.scaling import keys, loglog, per_doubling, speedup_over
+from analysis.backends import by_length, time_and_memory
+from analysis.scaling import loglog
+from experiments.derived.window import OTHERS, SHAPE
+from harness.scaling import keys
 from harness.tables import markdown
 
-SHAPE = ["device_used", "dtype", "batch", "heads", "head_dim", "window"]
-OTHERS = ["device", "block", "seed", "num_threads", "warmup", "min_repeats", "min_time_s",
-          "memory_cap_mib", "timeout_s"]  # fmt: skip
 FIGURES = ["err64", "gflops", "pct_of_peak", "compile_s"]  # per point, beside time and memory
-
-
-def tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    data = measurements(rows)  # a point not run yet gets its sweep's device
-    shape = keys(data, SHAPE, OTHERS)
-    ratios = {"time_ms": "time_growth", "memory_mib": "memory_growth"}
-    speedup = speedup_over(data, shape, "method", "sdpa")
-    growth = per_doubling(data, shape + ["method"], ratios)
-    return {
-        "measurements": data,
-        "speedup": paired_first(
-            speedup, data[data["method"] != "sdpa"], shape + ["method"], "speedup_over_sdpa"
-        ),
-        "growth": paired_first(growth, data, shape + ["method"], "time_growth"),
-    }
 
 
 def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:

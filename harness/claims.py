@@ -3,7 +3,11 @@
 A claim (an experiment config's `claims`) is {metric, min and/or max, where, needs, table, text}.
 `where` (a condition such as `dtype == 'float32' and length > 1`) selects among the sweep's
 PLANNED points (its manifest), not only the ones with rows, in the rows or in a table the
-experiment's report module derives (`table`; the default is the rows). A bound is a number, or an
+experiment derives from them (`table`; the default is the rows): its config's `derive` names a
+function of the rows that returns its tables by name (experiments.derived.backends.tables), of
+the experiments' layer and pandas only, so that the harness checks the claims at a sweep's end
+and the report shows them without the harness importing the report's code or the report the
+code that measures. A bound is a number, or an
 expression over the table's columns evaluated row by row (FlashAttention's rule:
 `max: 2 * sdpa_err64 + 1.0e-6`), or a list of these that must all hold
 (`max: [2 * sdpa_err64 + 1.0e-6, 1.0e-5]`). `needs` is what a selected line must have for its
@@ -27,7 +31,7 @@ Only ok rows carry values: a metric on a row of any other status counts as missi
 
 import importlib
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import pandas as pd
 
@@ -42,15 +46,26 @@ MOST_BOUNDS = 16  # in one min or max: a claim's text is anyone's to edit (harne
 KEYS = ("metric", "min", "max", "where", "needs", "table", "text")  # a claim's keys
 
 
-def report_module(config: dict):
-    """The experiment's own report module (config `report`), or None."""
-    return importlib.import_module(config["report"]) if config.get("report") else None
+def deriving(config: dict) -> Callable | None:
+    """The experiment's function of its derived tables (config `derive`), or None; a name that
+    does not import as a function is a ValueError of one line."""
+    named = config.get("derive")
+    if not named:
+        return None
+    module, _, function = str(named).rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), function)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise ValueError(f"cannot import experiment.derive={named}: {error}") from None
+    if not callable(found):
+        raise ValueError(f"experiment.derive={named} is not a function of the rows")
+    return found
 
 
 def derived_tables(rows: pd.DataFrame, config: dict) -> dict[str, pd.DataFrame]:
-    """The rows, and the tables the experiment's report module derives from them, by name."""
-    module = report_module(config)
-    tables = {"rows": rows, **(module.tables(rows) if module and not rows.empty else {})}
+    """The rows, and the tables the experiment derives from them (`derive`), by name."""
+    derive = deriving(config)
+    tables = {"rows": rows, **(derive(rows) if derive and not rows.empty else {})}
     if config.get("search"):  # each cell's best trial (harness.search)
         tables["best"] = search.best_rows(rows, config["search"])
     return tables
@@ -102,9 +117,11 @@ def check(tables: dict[str, pd.DataFrame], claim: dict) -> dict:
 
 
 def validate(config: dict) -> None:
-    """Refuse a claims spec that cannot work, with a ValueError of one line: `claims` not a list
-    of mappings, each with a metric and no unknown keys, its bounds numbers or expressions (or
-    lists of them), its where and bounds within harness.expressions' grammar."""
+    """Refuse a claims spec that cannot work, with a ValueError of one line: a `derive` that does
+    not import, `claims` not a list of mappings, each with a metric and no unknown keys, its
+    bounds numbers or expressions (or lists of them), its where and bounds within
+    harness.expressions' grammar."""
+    deriving(config)
     claims = config.get("claims")
     if claims is None:
         return

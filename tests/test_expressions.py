@@ -217,6 +217,12 @@ BAD_CLAIMS = [
     ({"claims": [{"metric": "err", "max": [1.0] * 17}]}, "its max lists 17 bounds, over the 16"),
     ({"claims": [{"metric": "err", "where": "length.real > 0"}]},
      "its where: attributes are not allowed: length.real"),
+    ({"derive": "experiments.derived.nowhere.tables"},
+     "cannot import experiment.derive=experiments.derived.nowhere.tables: No module named"),
+    ({"derive": "experiments.derived.backends.absent"},
+     "cannot import experiment.derive=experiments.derived.backends.absent: module"),
+    ({"derive": "experiments.derived.backends.SHAPE"},
+     "experiment.derive=experiments.derived.backends.SHAPE is not a function of the rows"),
 ]  # fmt: skip
 BAD_TABLES = [
     ("length", "table must be a mapping of index, columns, values, not 'length'"),

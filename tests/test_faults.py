@@ -76,20 +76,26 @@ def one_line_error(result) -> bool:
 # claims' expressions in test_expressions.py).
 
 
-def test_a_report_module_named_only_by_a_manifest_is_not_imported(harness, analysis):
+@pytest.mark.parametrize(
+    "key, named, said", [("report", "outputs.evil", "report module"),
+                         ("derive", "outputs.evil.tables", "tables")]
+)  # fmt: skip
+def test_code_named_only_by_a_manifest_is_not_imported(harness, analysis, key, named, said):
     assert harness(*TINY, "length=64,80").returncode == 0
     sweep = only_sweep(harness.results, "exp014_tiled")
     planted = harness.cwd / "planted"
-    (harness.cwd / "outputs" / "evil.py").write_text(f"open({str(planted)!r}, 'w').close()\n")
+    (harness.cwd / "outputs" / "evil.py").write_text(
+        f"open({str(planted)!r}, 'w').close()\ndef tables(rows):\n    return {{}}\n"
+    )
     path = manifest_path(harness.results, "exp014_tiled", sweep)
     manifest = json.loads(path.read_text())
-    manifest["experiment_config"]["report"] = "outputs.evil"
+    manifest["experiment_config"][key] = named
     path.write_text(json.dumps(manifest))
     result = analysis()
     assert result.returncode == 0, result.stderr
-    assert not planted.exists(), "the manifest's report module ran"
+    assert not planted.exists(), f"the manifest's {key} ran"
     report = (harness.cwd / "outputs" / "report" / "REPORT.md").read_text()
-    assert "**Not loaded:** the report module `outputs.evil`" in report
+    assert f"**Not loaded:** the {said} `{named}`" in report
 
 
 # 2-4. The row stored is the planned point's: what the manifest planned runs on resume, values

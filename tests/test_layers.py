@@ -1,6 +1,8 @@
 """The layers: the harness (runner) never imports the report layer (analysis) or the experiments;
-experiments never import the report layer, nor the report layer the experiments (it reads their
-rows, not their code); harness modules import each other without a cycle."""
+experiments never import the report layer, nor the report layer the experiments' code (it reads
+their rows, and the tables they derive from them: experiments.derived, pandas alone); harness
+modules import each other without a cycle. And at run time: a sweep loads no report module, a
+report none of the launchers, the tracker, torch or the code that measures."""
 
 import ast
 import json
@@ -15,6 +17,7 @@ from harness import store
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("harness", "experiments", "analysis")
+DERIVED = "experiments.derived"  # the experiments' tables, which the report reads too
 
 
 def imports(path: Path) -> set[str]:
@@ -29,18 +32,10 @@ def imports(path: Path) -> set[str]:
     return found
 
 
-def top_levels(package: str) -> dict[str, set[str]]:
-    """module -> the top-level packages of this project it imports."""
-    return {
-        module_name(path): {name.split(".")[0] for name in imports(path)} & set(PACKAGES)
-        for path in sorted((ROOT / package).rglob("*.py"))
-    }
-
-
 @pytest.mark.parametrize(
     "package, forbidden",
     [
-        ("harness", {"analysis", "experiments"}),
+        ("harness", {"analysis", "experiments", DERIVED}),
         ("experiments", {"analysis"}),
         ("analysis", {"experiments"}),
     ],
@@ -48,6 +43,28 @@ def top_levels(package: str) -> dict[str, set[str]]:
 def test_a_layer_does_not_import_the_ones_above_it(package, forbidden):
     offending = {m: sorted(names & forbidden) for m, names in top_levels(package).items()}
     assert not {m: names for m, names in offending.items() if names}
+
+
+def top_levels(package: str) -> dict[str, set[str]]:
+    """module -> the top-level packages of this project it imports (experiments.derived's
+    tables counted apart, as DERIVED)."""
+    return {
+        module_name(path): {_layer(name) for name in imports(path)} & {*PACKAGES, DERIVED}
+        for path in sorted((ROOT / package).rglob("*.py"))
+    }
+
+
+def _layer(name: str) -> str:
+    return DERIVED if name == DERIVED or name.startswith(DERIVED + ".") else name.split(".")[0]
+
+
+def test_the_derived_tables_import_pandas_and_the_harness_alone():
+    """experiments.derived is read by the report as well as by the sweep: none of the code that
+    measures (torch, the subjects), so that a report loads it in a moment."""
+    allowed = ("pandas", "numpy", "harness", DERIVED)
+    for path in sorted((ROOT / "experiments" / "derived").rglob("*.py")):
+        found = {name for name in imports(path) if not name.startswith(allowed)}
+        assert not found, f"{module_name(path)} imports {sorted(found)}"
 
 
 @pytest.mark.process
@@ -95,6 +112,7 @@ def test_harness_modules_import_each_other_without_a_cycle():
 CONFIG_TARGETS = [  # what a config may name for the harness to import at run time
     ("experiment/*.yaml", ("experiment", "run"), "experiments."),
     ("experiment/*.yaml", ("experiment", "check"), "experiments."),
+    ("experiment/*.yaml", ("experiment", "derive"), "experiments.derived."),
     ("experiment/*.yaml", ("experiment", "report"), "analysis."),
     ("hydra/launcher/*.yaml", ("_target_",), "harness.launchers."),
     ("sinks/*.yaml", (None, "_target_"), "harness.sinks."),
@@ -103,9 +121,9 @@ CONFIG_TARGETS = [  # what a config may name for the harness to import at run ti
 
 @pytest.mark.parametrize("pattern, keys, package", CONFIG_TARGETS)
 def test_what_configs_name_to_import_is_of_its_layer(pattern, keys, package):
-    """The run-time imports that configs name (an experiment's function, check and report
-    module; a launcher; a sink) are of the layer each belongs to, so that the harness reaches
-    the experiments and the report only through what a config names."""
+    """The run-time imports that configs name (an experiment's function, check, derived tables
+    and report module; a launcher; a sink) are of the layer each belongs to, so that the
+    harness reaches the experiments and the report only through what a config names."""
     named = []
     for path in sorted((ROOT / "conf").glob(pattern)):
         node = yaml.safe_load(path.read_text()) or {}
@@ -161,3 +179,31 @@ def test_a_command_loads_only_what_it_needs(harness, tmp_path, command, absent):
     if command == ["analysis"]:  # a report only reads: no launcher, job, tracker or scheduler
         running = [m for m in modules if m.startswith(RUNS)]
         assert not running, f"the report loaded {running}"
+
+
+@pytest.mark.process
+def test_a_sweep_loads_no_report_module_and_a_report_no_code_that_runs_or_measures(tmp_path):
+    """The layers at run time (python -c LOADS): a sweep whose claims read derived tables checks
+    them with the experiment's own (experiments.derived) and loads no module of analysis; the
+    report of it loads neither the launchers, the tracker, the job, torch nor any experiment's
+    code but the tables it derives."""
+    sweep_modules, report_modules = tmp_path / "sweep.json", tmp_path / "report.json"
+    grid = ["backend=math,flash", "length=64,128", "dtype=float32", "device=cpu",
+            "min_repeats=2", "min_time_s=0", "num_threads=1"]  # fmt: skip
+    for command, listed in (
+        (["harness", "+experiment=exp015_backends", *grid], sweep_modules),
+        (["analysis"], report_modules),
+    ):
+        ran = subprocess.run([sys.executable, "-c", LOADS, *command, str(listed)], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        if command[0] == "harness":  # every claim's verdict at the sweep's end
+            assert ran.stdout.count("claim ") == 7, ran.stdout
+    swept = json.loads(sweep_modules.read_text())
+    assert "experiments.derived.backends" in swept  # the claims' tables were derived here
+    assert not [m for m in swept if m.split(".")[0] == "analysis"]
+    reported = json.loads(report_modules.read_text())
+    assert "experiments.derived.backends" in reported and "analysis.backends" in reported
+    code = [m for m in reported if _layer(m) == "experiments"]
+    assert code == ["experiments"], f"the report loaded {code}"  # the package, for derived/
+    assert not [m for m in reported if m.startswith(RUNS) or m.split(".")[0] in NEVER]

@@ -14,6 +14,7 @@ from test_recall import Dying, tracker  # the killed-and-resumed trainer's track
 
 from analysis import precision as report
 from experiments import attention, precision
+from experiments.derived import precision as deriving
 from harness import claims, store
 
 TINY = {"width": 16, "length": 16, "steps": 6, "batch": 2, "warmup_steps": 2, "device": "cpu"}
@@ -277,7 +278,7 @@ def test_the_report_tables_and_plot(tiny_runs, tmp_path):
         [{"job": job, "status": row.get("status", "ok"), **DEFAULTS, **TINY, "precision": name,
           **row} for job, (name, run) in enumerate(tiny_runs.items()) for row in run]
     )  # fmt: skip
-    tables = report.tables(rows)
+    tables = deriving.tables(rows)
     final, versus = tables["final"], tables["versus_float32"]
     assert final["precision"].tolist() == list(precision.PRECISIONS)
     assert (final["status"] == "ok").all() and final["tokens_per_s"].gt(0).all()

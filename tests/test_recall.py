@@ -12,6 +12,7 @@ import yaml
 from analysis import recall as report
 from experiments import recall
 from experiments.attention import PATHS, naive_attention
+from experiments.derived import recall as deriving
 from experiments.model import ModelConfig, OctLM
 from harness import claims, store, tracking
 
@@ -175,7 +176,7 @@ def sweep_rows(runs: dict[tuple, list[dict]]) -> pd.DataFrame:
 
 
 def test_the_agreement_claim_passes_for_tiled_and_fails_for_a_broken_path(monkeypatch):
-    steps = {**SHORT, "steps": report.AGREEMENT_STEPS, "batch": 16}
+    steps = {**SHORT, "steps": deriving.AGREEMENT_STEPS, "batch": 16}
     runs = {("sdpa", 0): recall.run(**steps), ("tiled", 0): recall.run(**steps, attention="tiled")}
     result = claim_results(sweep_rows(runs))
     assert result["tiled and naive attention train as sdpa does from the same seed"] == "PASS"
@@ -215,7 +216,7 @@ def test_the_recall_claims_fail_for_a_path_that_cannot_see_the_pairs(monkeypatch
 def test_the_report_tables_and_curves(tmp_path):
     rows = sweep_rows({("sdpa", 0): recall.run(**SHORT), ("naive", 0): recall.run(**SHORT,
                        attention="naive")})  # fmt: skip
-    tables = report.tables(rows)
+    tables = deriving.tables(rows)
     final = tables["final"]
     assert final["last_step"].tolist() == [12, 12] and final["accuracy"].between(0, 1).all()
     assert (final["status"] == "ok").all() and final["tokens_per_s"].gt(0).all()
@@ -225,7 +226,7 @@ def test_the_report_tables_and_curves(tmp_path):
     # A point whose run is still going (its rows "running") has no final values yet.
     rows.loc[rows["job"] == 1, "status"] = store.RUNNING
     rows = rows[~((rows["job"] == 1) & (rows["phase"] == "eval"))]
-    final = report.tables(rows)["final"].set_index("job")
+    final = deriving.tables(rows)["final"].set_index("job")
     assert final.loc[1, "status"] == "running" and pd.isna(final.loc[1, "accuracy"])
 
 
@@ -239,5 +240,5 @@ def test_the_report_finds_a_points_parameters_in_its_rows():
         for job, attention in enumerate(["sdpa", "tiled"])
         for phase, step in [("train", 1), ("train", 2), ("eval", 2)]
     ])  # fmt: skip
-    assert report.parameters(rows) == ["attention", "new_knob"]
-    assert report.tables(rows)["final"]["new_knob"].tolist() == [[0], [1]]
+    assert deriving.parameters(rows) == ["attention", "new_knob"]
+    assert deriving.tables(rows)["final"]["new_knob"].tolist() == [[0], [1]]

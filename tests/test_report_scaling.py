@@ -6,9 +6,11 @@ import pytest
 from omegaconf import OmegaConf
 
 from analysis import backends, backward_memory
-from analysis.scaling import with_memory
+from experiments.derived import backends as backends_tables
+from experiments.derived import backward_memory as backward_memory_tables
 from harness.claims import claims_table
 from harness.names import CONF
+from harness.scaling import with_memory
 
 
 def experiment_config(name: str) -> dict:
@@ -43,7 +45,7 @@ CONFIG = experiment_config("exp015_backends")
 
 
 def test_growth_speedup_and_memory_over_inputs():
-    derived = backends.tables(rows())
+    derived = backends_tables.tables(rows())
     growth = derived["growth"].set_index(["backend", "length"])
     assert growth.loc[("math", 8192), "memory_growth"] == 4.0
     assert growth.loc[("flash", 2048), "memory_growth"] == 6.0 / 5.0
@@ -72,7 +74,7 @@ def test_the_speedup_and_time_growth_are_each_points_own_where_rows_carry_them()
     )
     own.loc[own["backend"] == "math", "speedup_over_math"] = None
     assert claims_table(own, CONFIG)["result"].tolist() == ["PASS"] * 3 + CUDA_CLAIMS
-    derived = backends.tables(own)
+    derived = backends_tables.tables(own)
     speedup = derived["speedup"].set_index(["backend", "length"])
     assert speedup.loc[("flash", 8192), "speedup_over_math"] == 10.0
     assert speedup.loc[("flash", 8192), "speedup_over_math_paired"]
@@ -122,7 +124,7 @@ def test_the_cuda_claims_on_a_gpu_sweep_and_gpu_memory_keeps_its_name():
 
 def test_the_section_has_its_tables_plots_and_refusals(tmp_path):
     data = rows()
-    parts = backends.sections(data, backends.tables(data), tmp_path)
+    parts = backends.sections(data, backends_tables.tables(data), tmp_path)
     text = "\n".join(parts)
     assert "rss_delta_mib" in text and "unsupported" in text and "No viable backend" in text
     assert "Speedup over math" in text and "memory_growth" in text
@@ -151,7 +153,7 @@ def test_backward_memory_claims_tell_linear_from_the_square(tmp_path):
     assert claims_table(linear, config)["result"].tolist() == ["PASS", "PASS"]
     square = memory_rows({1024: 12.0, 2048: 48.0, 4096: 190.0, 8192: 760.0})
     assert claims_table(square, config)["result"].tolist() == ["FAIL", "PASS"]
-    parts = backward_memory.sections(linear, backward_memory.tables(linear), tmp_path)
+    parts = backward_memory.sections(linear, backward_memory_tables.tables(linear), tmp_path)
     assert "rss_delta_mib" in parts[0] and "](exp016_backward_memory.png)" in parts[-1]
     assert (tmp_path / "exp016_backward_memory.png").stat().st_size > 10_000
 
@@ -159,7 +161,7 @@ def test_backward_memory_claims_tell_linear_from_the_square(tmp_path):
 def test_a_backends_sweep_without_one_measurement_still_reports(tmp_path):
     refused = rows().assign(status="unsupported", error="No viable backend")
     refused = refused.drop(columns=["time_ms", "time_iqr_ms", "rss_delta_mib"])
-    derived = backends.tables(refused)
+    derived = backends_tables.tables(refused)
     assert derived["speedup"]["speedup_over_math"].isna().all()
     assert derived["growth"]["memory_growth"].isna().all()
     assert "unsupported" in "\n".join(backends.sections(refused, derived, tmp_path))
@@ -179,7 +181,7 @@ def test_growth_is_per_setting_when_another_parameter_varies(tmp_path):
     small = memory_rows({1024: 10.0, 2048: 20.0, 4096: 40.0, 8192: 80.0}).assign(block=64)
     large = memory_rows({1024: 30.0, 2048: 60.0, 4096: 120.0, 8192: 240.0}).assign(block=256)
     both = pd.concat([small, large.assign(job=large["job"] + 100)], ignore_index=True)
-    growth = backward_memory.tables(both)["growth"].query("method == 'tiled'")
+    growth = backward_memory_tables.tables(both)["growth"].query("method == 'tiled'")
     assert sorted(growth["memory_growth"]) == [2.0] * 6, "each block against itself"
-    text = "\n".join(backward_memory.sections(both, backward_memory.tables(both), tmp_path))
+    text = "\n".join(backward_memory.sections(both, backward_memory_tables.tables(both), tmp_path))
     assert "block 64" in text and "block 256" in text

@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 from analysis import window as report
 from experiments import window
 from experiments.attention import attention_mask
+from experiments.derived import window as deriving
 from harness.claims import claims_table
 from harness.measure import paired_ratio
 from harness.names import CONF
@@ -129,7 +130,7 @@ def rows(tiled_mib=None, sdpa_ms_at_16384=None, err64=5e-7, paired=False, load=N
 
 
 def test_speedup_and_growth():
-    derived = report.tables(rows())
+    derived = deriving.tables(rows())
     speedup = derived["speedup"].set_index(["method", "window", "length"])["speedup_over_sdpa"]
     assert speedup[("tiled", 256, 16384)] == pytest.approx(10 * 256 / 16.1)
     assert speedup[("naive", 64, 16384)] != speedup[("naive", 64, 16384)], "oom: NaN"
@@ -158,7 +159,7 @@ def test_the_claims_take_each_points_own_ratios_not_two_points_medians():
     process; rows of an older sweep, without those, still get the ratio of the medians."""
     across = claims_table(rows(load=LOADED), CLAIMS)["result"].tolist()
     assert across == ["FAIL", "PASS", "PASS", "FAIL", "PASS"]
-    own = report.tables(rows(paired=True, load=LOADED))
+    own = deriving.tables(rows(paired=True, load=LOADED))
     assert claims_table(rows(paired=True, load=LOADED), CLAIMS)["result"].tolist() == ["PASS"] * 5
     growth = own["growth"].set_index(["method", "window", "length"])
     assert growth.loc[("tiled", 64, 8192), "time_growth"] == pytest.approx(8.1 / 4.1)
@@ -182,7 +183,7 @@ def test_a_row_without_its_own_growth_falls_back_and_a_point_not_run_is_missing(
         None,
         None,
     ]
-    growth = report.tables(data)["growth"].set_index(["method", "window", "length"])
+    growth = deriving.tables(data)["growth"].set_index(["method", "window", "length"])
     assert growth.loc[("flex", 64, 8192), "time_growth_paired"]
     fallback = growth.loc[("flex", 64, 4096)]
     assert pd.isna(fallback["time_growth"]) and not fallback["time_growth_paired"], "2,048 lost"
@@ -190,13 +191,13 @@ def test_a_row_without_its_own_growth_falls_back_and_a_point_not_run_is_missing(
     assert claims["result"].tolist()[0] == "INCOMPLETE"
     assert "method=flex length=2048" in claims["missing"][0]
     data.loc[at & (data["length"] == 2048), ["status", "time_ms"]] = ["ok", 2.1]
-    fallback = report.tables(data)["growth"].set_index(["method", "window", "length"])
+    fallback = deriving.tables(data)["growth"].set_index(["method", "window", "length"])
     assert fallback.loc[("flex", 64, 4096), "time_growth"] == pytest.approx(4.1 / 2.1)
 
 
 def test_the_section_has_its_tables_plots_and_what_did_not_run(tmp_path):
     data = rows()
-    parts = report.sections(data, report.tables(data), tmp_path)
+    parts = report.sections(data, deriving.tables(data), tmp_path)
     text = "\n\n".join(parts)
     assert "Speedup over sdpa with a mask" in text and "Growth per doubling" in text
     assert "naive, oom at length 16384 (window 64)" in text
