@@ -1,5 +1,5 @@
 """Attention four ways: the naive reference, FlashAttention's tiling, PyTorch's fused SDPA,
-and PyTorch's FlexAttention; and the registry of attention paths (PATHS) that the model and
+and PyTorch's FlexAttention, which experiments.paths registers as the paths that the model and
 the experiments choose from by name.
 
 Shapes, here and in the model: B batch, H query heads, H_kv key/value heads (H_kv divides H),
@@ -14,24 +14,17 @@ which keys a query sees (visible):
 - A query row that sees no key at all (more queries than keys, with a window) gets output 0 and
   zero gradients, in every path: the convention of SDPA and FlashAttention.
 
-A new path is one register(name, function, ...) call, with what it can do (Capabilities): the
-model (ModelConfig.attention), exp014's path, exp016's memory methods, exp017's attention and
-exp018's method then take its name, and refuse a name never registered with one line that lists
-the registered ones (check_path). Make the call here, or where a module that the experiment
-imports is loaded; the measuring children of exp016 and exp018 import the modules of every path
-registered in their parent first. The tests check every registered path against the
-float64 reference as its capabilities allow; `pytest -p MODULE` runs them on a path that MODULE
-registers (README.md, Tests).
+A new path is one experiments.paths.register(name, function, ...) call, with what it can do.
+The tests check every registered path against the float64 reference as its capabilities allow;
+`pytest -p MODULE` runs them on a path that MODULE registers (README.md, Tests).
 
 The tiled path has its own autograd (TiledAttention): its backward recomputes the probabilities
 block by block, as FlashAttention-2's does, so that training never holds an (L, L) tensor.
 """
 
 import functools
-import inspect
 import math
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -427,112 +420,3 @@ def _kv_groups(heads: int, kv_heads: int) -> int:
     """How many query heads share each KV head."""
     checks.heads(heads, kv_heads)
     return heads // kv_heads
-
-
-# The registry of attention paths: name -> function. A path's function is called as
-# function(query, key, value, causal=..., window=...), with block= (the tile size) and dropout=
-# (attention dropout's probability) too where its signature names them: a path that names no
-# dropout has none, and one that names no block does not tile. What else it can do is declared
-# once, where it registers (Capabilities), and read by callers and tests instead of its name.
-PATHS: dict[str, Callable[..., Tensor]] = {}
-CAPABILITIES: dict[str, "Capabilities"] = {}
-_REGISTERED_IN: dict[str, str] = {}  # path -> the module its function comes from
-EVERY_DEVICE = frozenset({"cpu", "cuda"})
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What an attention path can do. backward: the devices where it has a backward pass (flex:
-    CUDA only, in torch 2.13); compiles: its kernel is torch.compile's, compiled anew for each
-    shape on first use (seconds each), so that checks of many shapes run it where it does not
-    compile (float64) and time it after a warm-up; tiles and dropout: read from its signature
-    (block=, dropout=). Every path takes any dtype, a window and grouped KV heads."""
-
-    backward: frozenset[str] = EVERY_DEVICE
-    compiles: bool = False
-    tiles: bool = False
-    dropout: bool = False
-
-
-def register(
-    name: str,
-    function: Callable[..., Tensor],
-    *,
-    backward: frozenset[str] | set[str] = EVERY_DEVICE,
-    compiles: bool = False,
-) -> None:
-    """Make `function` the attention path `name`, for the model and every experiment that takes
-    a path, with what it can do (Capabilities). A ValueError (one line) for a name already
-    registered, or a function that cannot be called as PATHS says."""
-    if name in PATHS:
-        raise ValueError(f"the attention path {name!r} is registered already")
-    try:
-        inspect.signature(function).bind(None, None, None, causal=True, window=0)
-    except TypeError as error:
-        raise ValueError(
-            f"attention path {name!r}: {function.__name__} cannot be called as "
-            f"(query, key, value, *, causal, window): {error}"
-        ) from None
-    named = inspect.signature(function).parameters
-    CAPABILITIES[name] = Capabilities(frozenset(backward), compiles, "block" in named,
-                                      "dropout" in named)  # fmt: skip
-    PATHS[name] = function
-    _REGISTERED_IN[name] = function.__module__
-
-
-def unregister(name: str) -> None:
-    """Take the path `name` out of the registry (a path registered for a while: a test's)."""
-    del PATHS[name], CAPABILITIES[name], _REGISTERED_IN[name]
-
-
-def registering_modules() -> list[str]:
-    """The modules beside this one whose functions are registered paths: what a measuring child
-    imports first, so that it knows every path this process knows (experiments.measuring)."""
-    here = {__name__, "__main__"}
-    return sorted({module for module in _REGISTERED_IN.values() if module not in here})
-
-
-def has_backward(path: str, device: torch.device | str) -> bool:
-    """Whether the path can compute gradients on the device (its type: cpu, cuda)."""
-    return torch.device(device).type in CAPABILITIES[path].backward
-
-
-def check_path(value: str, name: str = "path", *, also: tuple[str, ...] = ()) -> None:
-    """A one-line ValueError unless `value` names a registered path, or one of `also` (what a
-    caller takes beside them: the model's "auto"); it lists them all, as the harness lists a
-    Literal's choices."""
-    choices = (*also, *PATHS)
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
-
-
-def attend(
-    path: str,
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    *,
-    causal: bool = True,
-    window: int = 0,
-    block: int | None = None,
-    dropout: float = 0.0,
-) -> Tensor:
-    """Attention through the registered `path`: the one dispatch on a path's name. block is the
-    tile size of a path that tiles (None: its default); dropout > 0 through a path without
-    attention dropout is a NotImplementedError."""
-    check_path(path)
-    can = CAPABILITIES[path]
-    if dropout > 0 and not can.dropout:
-        raise NotImplementedError(
-            f"the attention path {path!r} has no attention dropout: use dropout=0 or another path"
-        )
-    options = {"block": block} if can.tiles and block is not None else {}
-    if can.dropout:
-        options["dropout"] = dropout
-    return PATHS[path](query, key, value, causal=causal, window=window, **options)
-
-
-register("naive", naive_attention)
-register("sdpa", sdpa_attention)
-register("tiled", tiled_attention)
-register("flex", flex_attention, backward={"cuda"}, compiles=True)

@@ -6,7 +6,8 @@ how far apart the parameter gradients of one next-token cross-entropy step are. 
 float64 with attention="naive", is the independent reference: each of the two paths' errors
 against it (path_err64, naive_err64; path_grad_err64, naive_grad_err64) tells which one drifted.
 A path without a backward on the device (flex on the CPU in torch 2.13) has its logits compared
-and no gradient figures: grad_unsupported gives PyTorch's reason.
+and no gradient figures: grad_unsupported says why (experiments.paths.unsupported). A path that
+does not run on the device or in the dtype at all is an unsupported row saying so.
 """
 
 from dataclasses import replace
@@ -15,8 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from experiments import checks
-from experiments.attention import check_path
+from experiments import checks, paths
 from experiments.model import ModelConfig, OctLM
 
 
@@ -35,7 +35,7 @@ def check(
     device: str,
 ) -> None:
     """Raise a one-line ValueError if the point is outside the experiment's domain; no work done."""
-    check_path(path)
+    paths.check_path(path)
     checks.positive(length=length, batch=batch, layers=layers, vocab_size=vocab_size, block=block)
     checks.heads(heads, kv_heads)
     checks.rotary_width(width, heads)
@@ -62,6 +62,10 @@ def run(
     """One row: logits and gradient differences between attention=path and attention="naive", and
     each one's largest errors against the float64 naive model."""
     checks.point(check, locals())
+    floating = getattr(torch, dtype)
+    refused = paths.unsupported(path, device, floating)
+    if refused:
+        return [{"status": "unsupported", "error": refused}]
     config = ModelConfig(
         vocab_size=vocab_size,
         width=width,
@@ -75,7 +79,6 @@ def run(
     )
     torch.manual_seed(seed)
     weights = OctLM(config).state_dict()
-    floating = getattr(torch, dtype)
     models = [  # the reference, the candidate, and the float64 reference of both
         _model(replace(config, attention=attention), weights, precision, device)
         for attention, precision in (
@@ -90,12 +93,12 @@ def run(
     (expected, expected_grads), (exact, exact_grads) = (
         _training_step(model, tokens) for model in (models[0], models[2])
     )
-    try:
-        actual, actual_grads = _training_step(models[1], tokens)
-        unsupported = None
-    except NotImplementedError as error:  # the path has no backward on this device
+    unsupported = paths.unsupported(path, device, floating, backward=True)
+    if unsupported:  # no backward on this device: its logits alone are compared
         with torch.no_grad():
-            actual, actual_grads, unsupported = models[1](tokens[:, :-1]), None, str(error)
+            actual, actual_grads = models[1](tokens[:, :-1]), None
+    else:
+        actual, actual_grads = _training_step(models[1], tokens)
     row = {
         "max_abs_diff": _largest([actual - expected]),
         "mean_abs_diff": (actual - expected).abs().mean().item(),

@@ -16,7 +16,7 @@ import importlib
 
 import torch
 
-from experiments.attention import registering_modules
+from experiments.paths import registering_modules
 from harness.measure import MIB, is_out_of_memory, paired_ratio, run_isolated, time_call
 
 HALF_LENGTH_FLOOR = 128  # shorter halves time call overheads more than attention: no growth

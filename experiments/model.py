@@ -2,7 +2,7 @@
 
 Token embedding, then n_layers blocks of (RMSNorm, causal self-attention with rotary position
 embeddings and grouped-query attention, RMSNorm, MLP), each around a residual connection, then a
-final RMSNorm and the output head. The attention path (any that experiments.attention registers,
+final RMSNorm and the output head. The attention path (any that experiments.paths registers,
 or "auto", the default, see auto_path) is chosen by the config alone; the parameters are the same
 for all of them, so weights move freely between them.
 
@@ -19,21 +19,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from experiments import checks
-from experiments.attention import attend, check_path
+from experiments.paths import CAPABILITIES, attend, check_path
 
 AUTO = "auto"  # attention=AUTO: the path auto_path picks, call by call
-# From this length on, a sliding window on the CPU runs tiled rather than through SDPA's (L, L)
-# mask. exp018_window, one forward, 8 heads of width 32, float32, 2 CPU cores, windows 64 to
-# 1,024: at 2,048 tiled is 1.3x to 3x faster, at 16,384 10x to 24x, in 20 MiB where the mask
-# path takes 2.5 GiB; at 1,024 the two take about the same time; below, the mask path is 1.4x to
-# 3x faster.
-TILED_WINDOW_FROM = 2048
-# From this length on, a sliding window on CUDA runs flex rather than SDPA with the mask.
-# exp018_window on an H200 (torch 2.11, one forward, 8 heads of width 32, float32): at 4,096
-# flex is 4.8x to 13x faster (windows 1,024 to 64), at 16,384 17x to 65x, in 17 MiB where the
-# mask path takes 2,560 MiB; flex's backward there passes exp014_equivalence's gradient claims.
-# It compiles for about 6 s per new shape. Shorter lengths were not measured there.
-FLEX_WINDOW_FROM_CUDA = 4096
+DEFAULT = "sdpa"  # what auto takes where no path declares itself faster
 
 
 def check_attention(attention: str) -> None:
@@ -42,15 +31,22 @@ def check_attention(attention: str) -> None:
 
 
 def auto_path(window: int, length: int, device: torch.device, dropout: float) -> str:
-    """The path attention="auto" takes: for a sliding window of a sequence of at least
-    TILED_WINDOW_FROM positions on the CPU, tiled; of at least FLEX_WINDOW_FROM_CUDA on CUDA,
-    flex; both without attention dropout (neither has any). SDPA otherwise. Not flex on the
-    CPU: it has no backward there (torch 2.13), and compiles for seconds per new shape."""
-    if window == 0 or dropout > 0:
-        return "sdpa"
-    if device.type == "cpu":
-        return "tiled" if length >= TILED_WINDOW_FROM else "sdpa"
-    return "flex" if device.type == "cuda" and length >= FLEX_WINDOW_FROM_CUDA else "sdpa"
+    """The path attention="auto" takes: for a sliding window, the registered path that declares
+    itself faster than SDPA with the mask on this device from a length this sequence reaches
+    (Capabilities.windowed_from, the one declared from the longest such length: tiled from
+    2,048 on the CPU, flex from 4,096 on CUDA, as measured), with a backward pass there and the
+    attention dropout asked for (neither has any); SDPA otherwise."""
+    if window == 0:
+        return DEFAULT
+    kind = device.type
+    faster = [
+        (can.windowed_from[kind], name)
+        for name, can in CAPABILITIES.items()
+        if can.windowed_from.get(kind, math.inf) <= length
+        and kind in can.backward
+        and (dropout == 0 or can.dropout)
+    ]
+    return max(faster)[1] if faster else DEFAULT
 
 
 class RMSNorm(nn.Module):
@@ -94,7 +90,7 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 class ModelConfig:
     """Everything that shapes an OctLM; checked on construction.
 
-    attention picks the attention path (experiments.attention.PATHS, or auto), window > 0 makes it
+    attention picks the attention path (experiments.paths.PATHS, or auto), window > 0 makes it
     a sliding window (a query sees at most `window` keys, itself included), tiled_block is the
     block size of a path that tiles (tiled's).
     """

@@ -36,8 +36,8 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from experiments import checks
-from experiments.model import ModelConfig, OctLM, check_attention
+from experiments import checks, paths
+from experiments.model import AUTO, ModelConfig, OctLM, check_attention
 
 IGNORE = -100  # a position without a target
 EVAL_SEED = 1_000_003  # the held-out set's generator: seed + this
@@ -130,6 +130,10 @@ def run(
                          "hydra/launcher=local hydra.launcher.tasks_per_node=2")  # fmt: skip
     if batch % world:
         raise ValueError(f"batch={batch} does not split evenly across {world} processes")
+    if attention != AUTO:  # auto takes a path that trains here
+        refused = paths.unsupported(attention, used, getattr(torch, dtype), backward=True)
+        if refused:
+            return [{"status": "unsupported", "error": refused}]
     if task == "recall":
         data = Recall(pairs, queries, gap, keys, values, pair_tokens)
     else:
@@ -169,13 +173,8 @@ def run(
         rate = schedule(step, steps, lr, warmup)
         tokens, targets = (t.to(used) for t in data.batch(generator, batch))
         clock = time.perf_counter()
-        try:
-            logits, loss = train_step(trained, optimizer, rate, tokens[share], targets[share],
-                                      autocast)  # fmt: skip
-        except NotImplementedError as error:  # flex on the CPU (torch 2.13): no backward there
-            if step > start + 1:
-                raise
-            return [{"status": "unsupported", "error": f"{type(error).__name__}: {error}"}]
+        logits, loss = train_step(trained, optimizer, rate, tokens[share], targets[share],
+                                  autocast)  # fmt: skip
         # .item() waits for the step on CUDA too
         loss_value, correct = averaged(loss.item(), accuracy(logits, targets[share]), world)
         seconds = time.perf_counter() - clock

@@ -23,15 +23,14 @@ import torch
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from experiments import checks, measuring
+from experiments import checks, measuring, paths
 from experiments.attention import (
-    attend,
-    check_path,
     reference_attention,
     sdpa_attention,
     sdpa_refusal,
     tiled_attention,
 )
+from experiments.paths import attend, check_path
 from harness.measure import MIB, default_memory_cap_mib, measure_memory
 
 # memory's methods beside the registered attention paths: SDPA forced onto one backend.
@@ -140,13 +139,18 @@ def memory(
     CPU, or cuda_peak_mib and cuda_reserved_mib on CUDA (harness.measure.measure_memory). Before
     the inputs exist, the child runs one forward + backward at warmup_length tokens (0: none), so
     that one-off costs (thread pools, the autograd engine, first-use buffers: some 45 MiB of
-    resident memory on CPU) are not counted as the cost of the length. memory_cap_mib bounds the
-    CPU child (None: harness.measure's default, 8 GiB); CUDA children run uncapped, since the
-    CUDA driver maps far more address space than it uses.
+    resident memory on CPU) are not counted as the cost of the length. A path without a backward
+    pass on the device, or that does not take the dtype (its Capabilities), is an "unsupported"
+    row saying so. memory_cap_mib bounds the CPU child (None: harness.measure's default, 8 GiB);
+    CUDA children run uncapped, since the CUDA driver maps far more address space than it uses.
     """
     checks.point(check, locals())
     checks.point(check_memory, locals())
     used = checks.usable_device(device)
+    path = "sdpa" if method in SDPA_BACKENDS else method
+    refused = paths.unsupported(path, used, dtype, backward=True)
+    if refused:
+        return [{"status": "unsupported", "error": refused, "device_used": str(used)}]
     shape = dict(batch=batch, heads=heads, kv_heads=kv_heads, length=length, head_dim=head_dim)
     point = dict(method=method, block=block, causal=causal, window=window)
     inputs = dict(**shape, dtype=dtype, seed=seed, device=str(used))

@@ -32,8 +32,8 @@ import time
 
 import torch
 
-from experiments import attention, backends, checks, measuring
-from experiments.attention import flex_block_mask, reference_attention, sdpa_attention
+from experiments import backends, checks, measuring, paths
+from experiments.attention import reference_attention, sdpa_attention
 from harness.measure import gflops, measure_memory, peak_gflops
 
 REFERENCE_ROWS = 128  # the output rows checked against float64: the last ones, which see most
@@ -49,7 +49,7 @@ def window_pairs(length: int, window: int) -> int:
 def check(*, method: str, window: int, block: int) -> None:
     """What exp015's check does not cover (the config runs both): the method (a registered
     attention path), a window, and its blocks."""
-    attention.check_path(method, "method")
+    paths.check_path(method, "method")
     checks.positive(window=window, block=block)
 
 
@@ -74,11 +74,15 @@ def run(
 ) -> list[dict]:
     """One (B, H, L, D) windowed causal forward through `method`: one row of time, memory,
     FLOP/s and error. block is the tiled path's block size. Out of memory (memory_cap_mib on the
-    CPU, as in exp015) is an "oom" row; a method that raises (a dtype it has no kernel for) is a
-    "failed" row with its error."""
+    CPU, as in exp015) is an "oom" row; a method that does not run on the device or in the dtype
+    (its Capabilities) is an "unsupported" row saying so, and one that raises a "failed" row with
+    its error."""
     checks.point(backends.check, locals())
     checks.point(check, locals())
     used = checks.usable_device(device)
+    refused = paths.unsupported(method, used, dtype)
+    if refused:
+        return [{"status": "unsupported", "error": refused, "device_used": str(used)}]
     point = {
         "method": method,
         "window": window,
@@ -98,18 +102,22 @@ def run(
 
 def _measure(*, method, window, dtype, device, shape, block, seed, num_threads, timing) -> dict:
     """Inputs; a warm-up; one call's memory; the error of a call's last rows; warm timings; the
-    matmul peak. flex's warm-up is its compilation, on the whole inputs, and its output is kept
-    through the memory call so that the measured call's own output counts; the others warm up
-    on the first WARMUP_LENGTH positions (threads, first-use buffers: as exp015)."""
+    matmul peak. A path that builds something per shape (Capabilities.prepare: flex's block
+    mask) builds it first, timed apart (mask_s); the warm-up of a path that compiles is its
+    compilation (compile_s: that call's time less a warm call's), on the whole inputs, and its
+    output is kept through the memory call so that the measured call's own output counts; the
+    others warm up on the first WARMUP_LENGTH positions (threads, first-use buffers: as
+    exp015)."""
     device, (query, key, value), row = measuring.inputs(device, shape, dtype, seed, num_threads)
     batch, heads, length, head_dim = shape
-    attend = functools.partial(attention.attend, method, block=block)
+    can = paths.CAPABILITIES[method]
+    attend = functools.partial(paths.attend, method, block=block)
     forward = functools.partial(attend, query, key, value, window=window)
     with torch.no_grad():
-        if method == "flex":
-            _, row["mask_s"] = _timed(
-                lambda: flex_block_mask(length, length, True, window, str(device)), device
-            )
+        if can.prepare is not None:
+            prepare = functools.partial(can.prepare, length, length, True, window, str(device))
+            _, row["mask_s"] = _timed(prepare, device)
+        if can.compiles:
             warm, first_s = _timed(forward, device)
         else:
             head = (t[..., :WARMUP_LENGTH, :] for t in (query, key, value))
@@ -122,7 +130,7 @@ def _measure(*, method, window, dtype, device, shape, block, seed, num_threads, 
         row |= measuring.timed_beside(forward, beside, device, timing)
     row["threads_used"] = row.pop("threads")
     row |= measuring.own_ratios(row, "sdpa")
-    if method == "flex":
+    if can.compiles:
         row["compile_s"] = first_s - row["time_ms"] / 1000
     row["flops"] = 4 * batch * heads * head_dim * window_pairs(length, window)
     achieved, peak = gflops(row["flops"], row["time_ms"]), peak_gflops(device, query.dtype)
@@ -133,14 +141,15 @@ def _measure(*, method, window, dtype, device, shape, block, seed, num_threads, 
 
 def _beside(method: str, attend, inputs: tuple, window: int, device: torch.device) -> dict:
     """What the point times in turns with its own forward (time_call's beside), each warmed
-    up here: `half_length`, the method on the inputs' first half (flex compiles for it), where
+    up here: `half_length`, the method on the inputs' first half (one that compiles does so for
+    it here), where
     that half holds a window and measuring.HALF_LENGTH_FLOOR positions; `sdpa`, sdpa with the
     mask on the same inputs, for every method but sdpa itself."""
     beside = {}
     half = measuring.half_length_inputs(inputs, floor=window)
     if half:
         beside["half_length"] = functools.partial(attend, *half, window=window)
-        if method == "flex":
+        if paths.CAPABILITIES[method].compiles:
             beside["half_length"]()  # its compilation and block mask: out of the timings
     if method != "sdpa":
         beside["sdpa"] = functools.partial(sdpa_attention, *inputs, window=window)

@@ -16,25 +16,22 @@ import yaml
 from shapes import SHAPES
 from torch.testing import assert_close
 
-from experiments import equivalence
+from experiments import equivalence, recall, tiled_backward
+from experiments import window as sliding
 from experiments.attention import (
-    PATHS,
     TiledAttention,
     Tiling,
-    attend,
     attention_mask,
     flex_block_mask,
-    has_backward,
     naive_attention,
     reference_attention,
-    register,
     repeat_kv,
     sdpa_attention,
     tiled_attention,
-    unregister,
     visible,
 )
-from experiments.model import ModelConfig, OctLM
+from experiments.model import ModelConfig, OctLM, auto_path
+from experiments.paths import PATHS, attend, has_backward, register, unregister
 from harness.errors import BadInput
 from harness.signature import Experiment
 
@@ -321,6 +318,62 @@ def test_an_unknown_path_is_refused_in_one_line_that_lists_the_paths():
         equivalence.run(path="x", length=4)
     with pytest.raises(ValueError, match="path must be one of"):
         attend("x", *qkv(1, 2, 2, 4, 4))
+
+
+def _naive(query, key, value, *, causal=True, window=0):
+    return naive_attention(query, key, value, causal=causal, window=window)
+
+
+@pytest.fixture
+def narrow():
+    """Two paths registered for the test: one that runs on CUDA alone, one in float32 alone."""
+    register("cuda_only", _naive, devices={"cuda"})
+    register("float32_only", _naive, dtypes={"float32"})
+    yield
+    unregister("cuda_only")
+    unregister("float32_only")
+
+
+def test_what_a_path_cannot_do_is_declared_once_and_an_unsupported_row_says_it(narrow):
+    """attend refuses a device or dtype a path does not take in one line, and every experiment
+    that takes a path makes such a point an unsupported row saying why, before it runs."""
+    with pytest.raises(NotImplementedError) as refused:
+        attend("cuda_only", *qkv(1, 2, 2, 4, 4))
+    assert str(refused.value) == "the attention path 'cuda_only' does not run on cpu (only cuda)"
+    with pytest.raises(NotImplementedError, match="'float32_only' does not take float64"):
+        attend("float32_only", *qkv(1, 2, 2, 4, 4))
+    said = "the attention path 'float32_only' does not take float64 (only float32)"
+    point = dict(kv_heads=2, heads=4, width=32, layers=1, vocab_size=64, length=9, block=8)
+    assert equivalence.run(path="float32_only", dtype="float64", **point) == [
+        {"status": "unsupported", "error": said}
+    ]
+    for rows in (
+        sliding.run(method="cuda_only", length=64, window=4, device="cpu"),
+        tiled_backward.memory(method="cuda_only", length=64, device="cpu"),
+        recall.run(attention="cuda_only", steps=2, batch=2, device="cpu"),
+    ):
+        [row] = rows
+        assert row["status"] == "unsupported", row
+        assert row["error"] == "the attention path 'cuda_only' does not run on cpu (only cuda)"
+    [row] = recall.run(attention="flex", steps=2, batch=2, device="cpu")
+    assert (
+        row["error"] == "the attention path 'flex' has no backward pass on cpu (it has one on cuda)"
+    )
+
+
+def test_auto_takes_the_path_declared_faster_from_the_longest_length_reached():
+    """attention="auto" reads each path's windowed_from: of the paths declared faster for a
+    window on this device from a length the sequence reaches, the one declared from the longest,
+    if it has a backward pass here; SDPA otherwise."""
+    register("short_windows", _naive, windowed_from={"cpu": 512})
+    register("inference_only", _naive, backward=set(), windowed_from={"cpu": 256})
+    try:
+        picked = [auto_path(4, n, torch.device("cpu"), 0.0) for n in (255, 511, 512, 2047, 2048)]
+        assert picked == ["sdpa", "sdpa", "short_windows", "short_windows", "tiled"]
+        assert auto_path(0, 4096, torch.device("cpu"), 0.0) == "sdpa"  # no window
+    finally:
+        unregister("short_windows")
+        unregister("inference_only")
 
 
 def test_a_name_is_registered_once_and_a_path_takes_the_one_signature():

@@ -6,8 +6,9 @@ import torch
 import torch.nn.functional as F
 
 import experiments.model
-from experiments.attention import PATHS, tiled_attention
+from experiments.attention import tiled_attention
 from experiments.model import ModelConfig, OctLM, apply_rotary, rotary_angles
+from experiments.paths import PATHS
 
 LAYOUTS = {"multi-head": (8, 8), "grouped": (8, 2), "multi-query": (8, 1)}
 # float64 is tight: the paths differ by reordered sums only, about 1e-16 on logits of about 1.

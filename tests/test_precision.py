@@ -13,7 +13,7 @@ import yaml
 from test_recall import Dying, tracker  # the killed-and-resumed trainer's tracker, as exp017's
 
 from analysis import precision as report
-from experiments import attention, precision
+from experiments import attention, paths, precision
 from experiments.derived import precision as deriving
 from harness import claims, store
 
@@ -81,7 +81,7 @@ def test_a_kernel_the_device_lacks_for_the_dtype_is_an_unsupported_row(monkeypat
             raise RuntimeError("\"scaled_dot_product_attention\" not implemented for 'Half'")
         return attention.naive_attention(query, key, value, **options)
 
-    monkeypatch.setitem(attention.PATHS, "sdpa", no_half)
+    monkeypatch.setitem(paths.PATHS, "sdpa", no_half)
     [row] = precision.run(**TINY, precision="float16_unscaled")
     assert row["status"] == "unsupported" and "not implemented for 'Half'" in row["error"]
 
@@ -90,7 +90,7 @@ def test_an_error_that_is_no_missing_kernel_still_raises(monkeypatch):
     def broken(query, key, value, **options):
         raise RuntimeError("shapes do not match")
 
-    monkeypatch.setitem(attention.PATHS, "sdpa", broken)
+    monkeypatch.setitem(paths.PATHS, "sdpa", broken)
     with pytest.raises(RuntimeError, match="shapes do not match"):
         precision.run(**TINY, precision="bfloat16")
 

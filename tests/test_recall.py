@@ -11,9 +11,10 @@ import yaml
 
 from analysis import recall as report
 from experiments import recall
-from experiments.attention import PATHS, naive_attention
+from experiments.attention import naive_attention
 from experiments.derived import recall as deriving
 from experiments.model import ModelConfig, OctLM
+from experiments.paths import PATHS
 from harness import claims, store, tracking
 
 SHORT = {"steps": 12, "batch": 8, "device": "cpu", "checkpoint_every": 5}
