@@ -8,7 +8,7 @@ runs slower, not faster. Day 2's note found bfloat16 slower than float32 on its 
 experiment measures it as the subject: the same model, task and seed trained in each precision.
 
 A point trains octlm (experiments.model, SDPA attention) for `steps` steps on exp017_recall's task
-(experiments.recall: 8 key-value pairs, 4 queries, the gap of filler making up `length`), from
+(experiments.tasks.Recall: 8 key-value pairs, 4 queries, the gap of filler making up `length`), from
 `seed`, in `precision`:
 
 - float32: no autocast;
@@ -32,19 +32,29 @@ backward, and the step's time in matrix multiplies. A precision the device canno
 with status "unsupported" and the reason.
 """
 
-import dataclasses
+import copy
 import statistics
 import time
 import warnings
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 
 from experiments import checks
 from experiments.backends import default_backend
 from experiments.model import ModelConfig, OctLM
-from experiments.recall import IGNORE, Recall, accuracy, evaluate, schedule
+from experiments.tasks import Recall
+from experiments.training import (
+    WARMUP,
+    Observer,
+    Plan,
+    Training,
+    Unsupported,
+    evaluate,
+    group,
+    train,
+    train_step,
+)
 from harness.measure import measure_memory, run_isolated
 
 Precision = Literal["float32", "bfloat16", "float16", "float16_unscaled"]
@@ -104,6 +114,7 @@ def run(
     thread count, n > 0 sets it for the point."""
     checks.point(check, locals())
     used = checks.usable_device(device)
+    group(tracker, None, batch)
     shape = dict(precision=precision, width=width, length=length, heads=heads,
                  kv_heads=kv_heads, layers=layers, lr=lr, seed=seed)  # fmt: skip
     threads = torch.get_num_threads()
@@ -112,26 +123,16 @@ def run(
         training = build(**shape, device=used)
         if isinstance(training, str):
             return [unsupported(training, used)]
-        rows, history = train(training, steps, batch, lr, checkpoint_every, seed, tracker)
-        if history is None:
-            return rows
+        history, plan = History(), Plan(steps, batch, lr, WARMUP, seed, checkpoint_every)
+        try:
+            rows = train(training, plan, tracker, observer=history, refused=_refused)
+        except Unsupported as error:
+            return [unsupported(str(error), used)]
         measured = measure_step(**shape, batch=batch, num_threads=num_threads, device=used)
-        return [*rows, summary(training, history, measured, steps, batch, warmup_steps, seed)]
+        return [*rows, summary(training, history.kept, measured, steps, batch, warmup_steps,
+                               seed)]  # fmt: skip
     finally:
         torch.set_num_threads(threads)
-
-
-@dataclasses.dataclass
-class Training:
-    """What a run trains with: the task, the model, its optimizer, the precision's autocast and
-    scaler (disabled where the precision has none), and the device."""
-
-    data: Recall
-    model: OctLM
-    optimizer: torch.optim.Optimizer
-    autocast: torch.autocast
-    scaler: torch.amp.GradScaler
-    device: torch.device
 
 
 def build(*, precision, width, length, heads, kv_heads, layers, lr, seed, device) -> Training | str:
@@ -141,14 +142,13 @@ def build(*, precision, width, length, heads, kv_heads, layers, lr, seed, device
     torch.manual_seed(seed)
     config = ModelConfig(vocab_size=data.vocab_size, width=width, n_layers=layers, n_heads=heads,
                          n_kv_heads=kv_heads, max_length=length, attention="sdpa")  # fmt: skip
-    model = OctLM(config).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.0)
+    model = OctLM(config)
     dtype, scaled = PRECISIONS[precision]
     autocast = autocast_for(device, dtype)
     if isinstance(autocast, str):
         return autocast
     scaler = torch.amp.GradScaler(device.type, enabled=scaled)
-    return Training(data, model, optimizer, autocast, scaler, device)
+    return Training.of(data, model, lr, device, autocast, scaler)
 
 
 def autocast_for(device: torch.device, dtype: torch.dtype | None) -> torch.autocast | str:
@@ -166,84 +166,43 @@ def autocast_for(device: torch.device, dtype: torch.dtype | None) -> torch.autoc
     return " ".join(refusals) if dtype is not None and refusals else autocast
 
 
-def train_step(training: Training, tokens: torch.Tensor, targets: torch.Tensor) -> tuple:
-    """One step: forward under autocast, the loss in float32 (answers only), the backward of the
-    scaled loss, and the optimizer's step through the scaler (a plain step when disabled).
-    Returns (logits, loss)."""
-    with training.autocast:
-        logits = training.model(tokens)
-    loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
-    training.optimizer.zero_grad(set_to_none=True)
-    training.scaler.scale(loss).backward()
-    training.scaler.step(training.optimizer)
-    training.scaler.update()
-    return logits, loss
+class History(Observer):
+    """exp019's own beside the loop: each step's scale (the one the scaler used) and whether it
+    skipped the step (None without a scaler), the gradients' zero share; and over the steps,
+    what the final row summarizes (kept, in the checkpoint too)."""
+
+    def __init__(self):
+        self.kept = {"tokens_per_s": [], "zero_grad_fraction": [], "skipped_steps": 0}
+        self.scale = None
+
+    def before(self, training: Training) -> None:
+        self.scale = training.scaler.get_scale() if training.scaler.is_enabled() else None
+
+    def columns(self, training, step, tokens, targets, rate, row) -> dict:
+        scaled = training.scaler.is_enabled()
+        skipped = training.scaler.get_scale() < self.scale if scaled else None  # halved: overflow
+        zeros = zero_fraction(training.model)
+        self.kept["tokens_per_s"].append(row["tokens_per_s"])
+        self.kept["zero_grad_fraction"].append(zeros)
+        self.kept["skipped_steps"] += int(bool(skipped))
+        return {"zero_grad_fraction": zeros, "loss_scale": self.scale, "step_skipped": skipped}
+
+    def state(self, step: int) -> dict:
+        return {"history": copy.deepcopy(self.kept)}
+
+    def restore(self, saved: dict) -> None:
+        self.kept.update(saved["history"])
 
 
-def train(training: Training, steps, batch, lr, checkpoint_every, seed, tracker) -> tuple:
-    """The training loop, from the tracker's checkpoint if there is one: (rows not logged
-    through a tracker, history), or ([the unsupported row], None) when the first step says
-    the device has no kernel for the precision."""
-    generator = torch.Generator().manual_seed(seed)
-    history = {"tokens_per_s": [], "zero_grad_fraction": [], "skipped_steps": 0}
-    start, rows = restore(training, generator, tracker, history), []
-    record = tracker.log if tracker is not None else rows.append
-    for step in range(start + 1, steps + 1):
-        rate = schedule(step, steps, lr)
-        for group in training.optimizer.param_groups:
-            group["lr"] = rate
-        tokens, targets = (t.to(training.device) for t in training.data.batch(generator, batch))
-        try:
-            timed = timed_step(training, tokens, targets)
-        except (RuntimeError, NotImplementedError) as error:
-            if step > start + 1 or not any(words in str(error) for words in UNSUPPORTED):
-                raise
-            return [unsupported(f"{type(error).__name__}: {error}", training.device)], None
-        record({"phase": "train", "step": step, **timed, "learning_rate": rate})
-        for key in ("tokens_per_s", "zero_grad_fraction"):
-            history[key].append(timed[key])
-        history["skipped_steps"] += int(bool(timed["step_skipped"]))
-        if tracker is not None and (step % checkpoint_every == 0 or tracker.stopping):
-            tracker.save(state(training, generator, step, history))
-    return rows, history
+def _refused(error: Exception) -> str | None:
+    """The reason, where the first step's error says the device has no kernel for the dtype."""
+    said = f"{type(error).__name__}: {error}"
+    return said if any(words in str(error) for words in UNSUPPORTED) else None
 
 
-def timed_step(training: Training, tokens: torch.Tensor, targets: torch.Tensor) -> dict:
-    """One training step, timed: loss, accuracy, tokens_per_s, then the gradients' zero share,
-    and the scale the scaler used and whether it skipped the step (None without a scaler)."""
-    scaled = training.scaler.is_enabled()
-    scale = training.scaler.get_scale() if scaled else None
-    clock = time.perf_counter()
-    logits, loss = train_step(training, tokens, targets)
-    loss_value = loss.item()  # waits for the step on CUDA too
-    seconds = time.perf_counter() - clock
-    skipped = training.scaler.get_scale() < scale if scaled else None  # an overflow halves it
-    return {"loss": loss_value, "accuracy": accuracy(logits, targets),
-            "tokens_per_s": tokens.numel() / seconds,
-            "zero_grad_fraction": zero_fraction(training.model), "loss_scale": scale,
-            "step_skipped": skipped}  # fmt: skip
-
-
-def state(training: Training, generator: torch.Generator, step: int, history: dict) -> dict:
-    """What a checkpoint holds: weights, optimizer, scaler, data generator, step, and the
-    history the final row summarizes."""
-    return {"model": training.model.state_dict(), "optimizer": training.optimizer.state_dict(),
-            "scaler": training.scaler.state_dict(), "data": generator.get_state(), "step": step,
-            "history": history}  # fmt: skip
-
-
-def restore(training: Training, generator: torch.Generator, tracker, history: dict) -> int:
-    """Load the tracker's last checkpoint, if any, into the training, generator and history:
-    the step it was taken at (0 without one)."""
-    saved = tracker.restore() if tracker is not None else None
-    if saved is None:
-        return 0
-    training.model.load_state_dict(saved["model"])
-    training.optimizer.load_state_dict(saved["optimizer"])
-    training.scaler.load_state_dict(saved["scaler"])
-    generator.set_state(saved["data"])
-    history.update(saved["history"])
-    return saved["step"]
+def _step(training: Training, tokens: torch.Tensor, targets: torch.Tensor) -> tuple:
+    """One training step at the optimizer's own learning rate (a measuring child's)."""
+    return train_step(training, training.optimizer.defaults["lr"], tokens, targets)
 
 
 @torch.no_grad()
@@ -268,8 +227,7 @@ def summary(training, history, measured, steps, batch, warmup_steps, seed) -> di
     quartiles = statistics.quantiles(timed, n=4, method="inclusive") if len(timed) > 1 else []
     median = statistics.median(timed)
     scaled = training.scaler.is_enabled()
-    loss, correct = evaluate(training.model, training.data, batch, seed, training.device,
-                             training.autocast)  # fmt: skip
+    loss, correct = evaluate(training, batch, seed)
     step_ms = 1000 * batch * training.data.length / median
     return {
         "phase": "final", "step": steps, "device_used": str(training.device),
@@ -308,11 +266,11 @@ def measured_step(*, batch: int, num_threads: int, device: str, **shape) -> dict
         torch.set_num_threads(num_threads)
     tiny = build(**{**shape, "width": 2 * shape["heads"], "length": PAIRS + 2 * QUERIES},
                  device=device)  # fmt: skip
-    train_step(tiny, *(t.to(device) for t in tiny.data.batch(torch.Generator(), 1)))
+    _step(tiny, *(t.to(device) for t in tiny.data.batch(torch.Generator(), 1)))
     training = build(**shape, device=device)
     generator = torch.Generator().manual_seed(shape["seed"])
     tokens, targets = (t.to(device) for t in training.data.batch(generator, batch))
-    row = measure_memory(lambda: train_step(training, tokens, targets), device=device)
+    row = measure_memory(lambda: _step(training, tokens, targets), device=device)
     if device.type == "cuda":  # 8.0 for sm80: which fused kernels exist is told by it
         major, minor = torch.cuda.get_device_capability(device)
         row["capability"] = major + minor / 10
@@ -329,7 +287,7 @@ def profiled_step(training: Training, tokens: torch.Tensor, targets: torch.Tenso
     cuda = training.device.type == "cuda"
     with _profiled(cuda) as profile:
         clock = time.perf_counter()
-        train_step(training, tokens, targets)
+        _step(training, tokens, targets)
         if cuda:
             torch.cuda.synchronize(training.device)
         seconds = time.perf_counter() - clock

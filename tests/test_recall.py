@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from analysis import recall as report
-from experiments import recall
+from experiments import recall, tasks
 from experiments.attention import naive_attention
 from experiments.derived import recall as deriving
 from experiments.model import ModelConfig, OctLM
@@ -24,7 +24,7 @@ DEFAULTS = {name: parameter.default for name, parameter in
 
 
 def test_a_recall_batch_holds_pairs_a_gap_and_queries_with_their_answers():
-    data = recall.Recall(pairs=5, queries=3, gap=4, keys=9, values=7, pair_tokens=True)
+    data = tasks.Recall(pairs=5, queries=3, gap=4, keys=9, values=7, pair_tokens=True)
     tokens, targets = data.batch(torch.Generator().manual_seed(0), 16)
     assert tokens.shape == targets.shape == (16, data.length) and data.length == 5 + 4 + 6
     for row, target in zip(tokens.tolist(), targets.tolist(), strict=True):
@@ -34,13 +34,13 @@ def test_a_recall_batch_holds_pairs_a_gap_and_queries_with_their_answers():
         asked = [row[9 + 2 * i] - data.query0 for i in range(3)]
         answers = [row[10 + 2 * i] - data.answer0 for i in range(3)]
         assert len(set(asked)) == 3 and answers == [pairs[key] for key in asked]
-        scored = [(i, t) for i, t in enumerate(target) if t != recall.IGNORE]
+        scored = [(i, t) for i, t in enumerate(target) if t != tasks.IGNORE]
         assert scored == [(9 + 2 * i, data.answer0 + answers[i]) for i in range(3)]
     assert data.vocab_size == 9 * 7 + 9 + 7 + 1 and data.chance == 1 / 7
 
 
 def test_the_two_token_form_puts_each_value_after_its_key():
-    data = recall.Recall(pairs=4, queries=2, gap=0, keys=6, values=5, pair_tokens=False)
+    data = tasks.Recall(pairs=4, queries=2, gap=0, keys=6, values=5, pair_tokens=False)
     tokens, targets = data.batch(torch.Generator().manual_seed(1), 4)
     for row, target in zip(tokens.tolist(), targets.tolist(), strict=True):
         pairs = dict(zip(row[0:8:2], (t - 6 for t in row[1:8:2]), strict=True))
