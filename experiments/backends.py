@@ -41,12 +41,8 @@ from experiments.measuring import (
     own_ratios,
     timed_beside,
 )
-from harness.measure import (
-    default_memory_cap_mib,
-    gflops,
-    measure_memory,
-    peak_gflops,
-)
+from harness.measure import default_memory_cap_mib, measure_memory
+from harness.timing import gflops, peak_gflops
 
 Backend = Literal["math", "flash", "efficient", "cudnn"]
 

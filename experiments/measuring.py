@@ -7,7 +7,7 @@ run_isolated) and turns its outcome into the point's row: the child's row, or on
 status (oom, timeout, ...) with the device used, so that every row says where it ran. The
 rest runs in that child: inputs makes the (B, H, L, D) inputs from the seed; half_length_inputs,
 timed_beside and own_ratios time the point's call in turns with the same call at half the
-length and with a reference (harness.measure.time_call's beside), and give each ratio as the
+length and with a reference (harness.timing.time_call's beside), and give each ratio as the
 median of the rounds' ratios, of CPU time on one CPU thread (which other processes leave
 alone), else of wall time.
 """
@@ -17,7 +17,8 @@ import importlib
 import torch
 
 from experiments.paths import registering_modules
-from harness.measure import MIB, is_out_of_memory, paired_ratio, run_isolated, time_call
+from harness.measure import MIB, is_out_of_memory, run_isolated
+from harness.timing import paired_ratio, time_call
 
 HALF_LENGTH_FLOOR = 128  # shorter halves time call overheads more than attention: no growth
 

@@ -17,7 +17,7 @@ against the float64 reference, warm repeats (the memory call warmed them up: `wa
 first, default none), then the matmul peak in the same process.
 
 The ratios the claims bound are the point's own, timed in turns with its repeats in the same
-process (time_call's beside; see harness.measure): the method at half the length, for
+process (time_call's beside; see harness.timing): the method at half the length, for
 time_growth (where that half still holds a window and measuring.HALF_LENGTH_FLOOR positions), and
 for a method other than sdpa, sdpa with the mask at the same shape, for speedup_over_sdpa; each
 the median of the rounds' ratios. Two points' medians, taken in two processes at two moments,
@@ -34,7 +34,8 @@ import torch
 
 from experiments import backends, checks, measuring, paths
 from experiments.attention import reference_attention, sdpa_attention
-from harness.measure import gflops, measure_memory, peak_gflops
+from harness.measure import measure_memory
+from harness.timing import gflops, peak_gflops
 
 REFERENCE_ROWS = 128  # the output rows checked against float64: the last ones, which see most
 WARMUP_LENGTH = 16

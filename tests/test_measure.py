@@ -1,4 +1,5 @@
-"""harness.measure: the isolated runner's statuses, its memory figure, timing, FLOPs.
+"""harness.measure and harness.timing: the isolated runner's statuses, its memory figure, timing,
+FLOPs.
 
 The children run stdlib and torch functions only, so they unpickle whatever pytest's import mode.
 """
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 from torch.utils import benchmark
 
 from harness import measure
+from harness import timing as clock
 
 ALLOCATION_MIB = 256
 
@@ -149,7 +151,7 @@ def test_time_call_agrees_with_torch_benchmark_timer(one_thread):
     for turn in range(200):
         if turn % 2:
             theirs.append(timer.timeit(number=1).median * 1000)
-        timing = measure.time_call(lambda: torch.mm(a, b, out=c), min_repeats=1, min_time_s=0)
+        timing = clock.time_call(lambda: torch.mm(a, b, out=c), min_repeats=1, min_time_s=0)
         ours.append(timing["time_ms"])
         if not turn % 2:
             theirs.append(timer.timeit(number=1).median * 1000)
@@ -157,13 +159,13 @@ def test_time_call_agrees_with_torch_benchmark_timer(one_thread):
 
 
 def test_time_call_reports_its_samples_and_threads(one_thread):
-    result = measure.time_call(lambda: None, warmup=0, min_repeats=7, min_time_s=0)
+    result = clock.time_call(lambda: None, warmup=0, min_repeats=7, min_time_s=0)
     assert result["repeats"] == len(result["time_samples_ms"]) == 7
     assert result["threads"] == 1
 
 
 def test_a_cpu_timing_says_how_busy_the_machine_was(one_thread):
-    result = measure.time_call(lambda: torch.ones(1000).sum(), min_repeats=6, min_time_s=0)
+    result = clock.time_call(lambda: torch.ones(1000).sum(), min_repeats=6, min_time_s=0)
     assert 0 <= result["cpu_load_beside"] <= 1
     assert result["repeats"] == len(result["time_samples_ms"]) == 6
 
@@ -176,7 +178,7 @@ def test_cpu_load_counts_other_processes_on_this_processs_cpus_not_its_own():
     cpus = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(cpus)})
     try:
-        load = measure.CpuLoad()
+        load = clock.CpuLoad()
         spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # inherits it
         try:
             time.sleep(1.0)
@@ -185,7 +187,7 @@ def test_cpu_load_counts_other_processes_on_this_processs_cpus_not_its_own():
             spinner.wait()
         beside_a_spinner = load.share()
         assert beside_a_spinner > 0.5
-        load, end = measure.CpuLoad(), time.perf_counter() + 1.0
+        load, end = clock.CpuLoad(), time.perf_counter() + 1.0
         while time.perf_counter() < end:
             pass
         assert load.share() < beside_a_spinner - 0.25
@@ -195,7 +197,7 @@ def test_cpu_load_counts_other_processes_on_this_processs_cpus_not_its_own():
 
 def test_calls_beside_are_timed_in_turns_and_named(one_thread):
     calls = []
-    result = measure.time_call(
+    result = clock.time_call(
         lambda: calls.append("fn"),
         beside={"half": lambda: calls.append("half"), "reference": lambda: calls.append("ref")},
         warmup=1,
@@ -212,7 +214,7 @@ def test_calls_beside_are_timed_in_turns_and_named(one_thread):
     beside = {f"{name}_{kind}_samples_ms" for name in ("half", "reference") for kind in kinds}
     assert {c for c in result if c.startswith(("half_", "reference_"))} == beside, "samples only"
     with pytest.raises(ValueError, match="needs a name"):
-        measure.time_call(lambda: None, beside={"": lambda: None})
+        clock.time_call(lambda: None, beside={"": lambda: None})
 
 
 def test_a_paired_ratio_cancels_a_change_of_speed_between_rounds():
@@ -223,10 +225,10 @@ def test_a_paired_ratio_cancels_a_change_of_speed_between_rounds():
     def costing(cost_ms: float):
         return lambda calls: cost_ms * calls * next(speeds)
 
-    rounds = measure.sample_rounds({"long": costing(8.0), "short": costing(2.0)}, 5, 0, cpu=True)
-    assert measure.paired_ratio(rounds.samples["long"], rounds.samples["short"]) == 4.0
+    rounds = clock.sample_rounds({"long": costing(8.0), "short": costing(2.0)}, 5, 0, cpu=True)
+    assert clock.paired_ratio(rounds.samples["long"], rounds.samples["short"]) == 4.0
     with pytest.raises(ValueError, match="needs a sample of each"):
-        measure.paired_ratio([], [1.0])
+        clock.paired_ratio([], [1.0])
 
 
 def test_a_slow_call_beside_costs_its_minimum_repeats_and_fn_keeps_its_own():
@@ -238,24 +240,24 @@ def test_a_slow_call_beside_costs_its_minimum_repeats_and_fn_keeps_its_own():
         return lambda calls: timed.append(name) or cost_ms * calls
 
     batches = {"fn": costing("fn", 1.0), "reference": costing("reference", 100.0)}
-    rounds = measure.sample_rounds(batches, 3, 0.01, cpu=True)
+    rounds = clock.sample_rounds(batches, 3, 0.01, cpu=True)
     assert rounds.samples == {"fn": [1.0] * 10, "reference": [100.0] * 3}
     assert timed == ["fn", "reference"] * 3 + ["fn"] * 7
-    assert measure.paired_ratio(rounds.samples["reference"], rounds.samples["fn"]) == 100.0
-    alone = measure.sample_rounds({"fn": batches["fn"]}, 3, 0.01, cpu=True)
+    assert clock.paired_ratio(rounds.samples["reference"], rounds.samples["fn"]) == 100.0
+    alone = clock.sample_rounds({"fn": batches["fn"]}, 3, 0.01, cpu=True)
     assert (alone.samples["fn"], alone.calls["fn"]) == (rounds.samples["fn"], 1)
 
 
 def test_a_sample_holds_enough_calls_to_last_a_millisecond():
-    assert measure.calls_per_sample(0.004) == 250  # a 4 us kernel: 250 back to back
-    assert measure.calls_per_sample(0.3) == 4
-    assert measure.calls_per_sample(5.0) == 1
-    assert measure.calls_per_sample(0.0) == measure.MOST_CALLS
+    assert clock.calls_per_sample(0.004) == 250  # a 4 us kernel: 250 back to back
+    assert clock.calls_per_sample(0.3) == 4
+    assert clock.calls_per_sample(5.0) == 1
+    assert clock.calls_per_sample(0.0) == clock.MOST_CALLS
 
 
 def test_the_flush_buffer_is_twice_the_l2():
-    assert measure.flush_bytes(50 * measure.MIB) == 100 * measure.MIB  # an H100's 50 MiB
-    assert measure.flush_bytes(0) == measure.FLUSH_FALLBACK_BYTES
+    assert clock.flush_bytes(50 * measure.MIB) == 100 * measure.MIB  # an H100's 50 MiB
+    assert clock.flush_bytes(0) == clock.FLUSH_FALLBACK_BYTES
 
 
 def test_batched_samples_amortize_a_fixed_cost_per_sample():
@@ -268,26 +270,26 @@ def test_batched_samples_amortize_a_fixed_cost_per_sample():
         batches.append(calls)
         return 0.02 + 0.004 * calls
 
-    rounds = measure.sample_rounds({"": batch}, min_repeats=5, min_time_s=0.01)
+    rounds = clock.sample_rounds({"": batch}, min_repeats=5, min_time_s=0.01)
     samples, calls = rounds.samples[""], rounds.calls[""]
-    assert batches[0] == measure.ESTIMATE_CALLS and calls == 125 == batches[1]
+    assert batches[0] == clock.ESTIMATE_CALLS and calls == 125 == batches[1]
     assert len(samples) == 20, "until 10 ms of calls: 20 samples of 125 x 0.00416 ms"
     assert statistics.median(samples) == pytest.approx(0.00416)
-    rounds = measure.sample_rounds({"": batch}, min_repeats=3, min_time_s=0, cpu=True)
+    rounds = clock.sample_rounds({"": batch}, min_repeats=3, min_time_s=0, cpu=True)
     cpu, one = rounds.samples[""], rounds.calls[""]
     assert one == 1 and cpu == [pytest.approx(0.024)] * 3
 
 
 def test_summary_of_known_samples():
-    summary = measure.summarize_ms([5.0, 1.0, 4.0, 2.0, 3.0])
+    summary = clock.summarize_ms([5.0, 1.0, 4.0, 2.0, 3.0])
     assert (summary["time_ms"], summary["time_iqr_ms"], summary["repeats"]) == (3.0, 2.0, 5)
 
 
 def test_gflops_and_a_measured_cached_peak():
-    assert measure.gflops(3e9, 1500.0) == pytest.approx(2.0)
-    peak = measure.peak_gflops("cpu", torch.float32, size=512)
+    assert clock.gflops(3e9, 1500.0) == pytest.approx(2.0)
+    peak = clock.peak_gflops("cpu", torch.float32, size=512)
     assert peak > 0
-    assert measure.peak_gflops("cpu", torch.float32, size=512) == peak  # cached
+    assert clock.peak_gflops("cpu", torch.float32, size=512) == peak  # cached
 
 
 @pytest.mark.gpu
@@ -314,9 +316,9 @@ def test_cuda_timing_agrees_with_torch_benchmark_timer():
     timer = benchmark.Timer("forward()", globals={"forward": forward})
     ours, theirs = [], []
     for _ in range(3):
-        ours.append(measure.time_call(forward, device="cuda", min_time_s=0.3)["time_ms"])
+        ours.append(clock.time_call(forward, device="cuda", min_time_s=0.3)["time_ms"])
         theirs.append(timer.blocked_autorange(min_run_time=0.3).median * 1000)
     assert statistics.median(ours) == pytest.approx(statistics.median(theirs), rel=0.10)
-    timing = measure.time_call(forward, device="cuda", min_time_s=0.1)
+    timing = clock.time_call(forward, device="cuda", min_time_s=0.1)
     assert timing["calls_per_sample"] > 1 and "L2 flushed" in timing["timing_method"]
-    assert measure.peak_gflops("cuda", torch.bfloat16) > 0
+    assert clock.peak_gflops("cuda", torch.bfloat16) > 0

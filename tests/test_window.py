@@ -12,8 +12,8 @@ from experiments.attention import attention_mask
 from experiments.derived import window as deriving
 from experiments.paths import CAPABILITIES
 from harness.claims import claims_table
-from harness.measure import paired_ratio
 from harness.names import CONF
+from harness.timing import paired_ratio
 
 CONFIG = OmegaConf.to_container(OmegaConf.load(CONF / "experiment" / "exp018_window.yaml"))
 CLAIMS = CONFIG["experiment"]

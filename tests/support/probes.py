@@ -231,7 +231,7 @@ class BrokenSink:
 def spin(*, size: int, work: float = 1.0, min_time_s: float = 0.2) -> list[dict]:
     """A timing whose work is `work` times ten products of size x size matrices (work=1.3: a
     real 1.3x slowdown of the code, for a timing gate to catch), on one thread."""
-    from harness.measure import time_call
+    from harness.timing import time_call
 
     torch.set_num_threads(1)
     a = torch.randn(size, size, generator=torch.Generator().manual_seed(0))
