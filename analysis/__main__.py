@@ -183,7 +183,8 @@ def _chosen(results: Path, sweeps: list[str], every: bool) -> dict[str, list[str
 
 
 def _compare(results: Path, args: argparse.Namespace) -> int:
-    from analysis.compare import CompareError, compare, document, in_common, nothing_in_common
+    from analysis.compare import CompareError, compare, in_common, nothing_in_common
+    from analysis.comparison import document
     from analysis.sides import load
 
     factor = args.fail_on_regression

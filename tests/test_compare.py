@@ -5,7 +5,8 @@ import re
 import numpy as np
 import pytest
 
-from analysis.compare import change, compare, document, metric_table
+from analysis.compare import change, compare, metric_table
+from analysis.comparison import document
 from analysis.sides import load
 from harness import store
 
