@@ -42,7 +42,8 @@ def _elsewhere(error: OSError) -> str:
     return ""
 
 
-def _main(argv: list[str] | None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The command line's arguments: the report's, and compare's."""
     parser = argparse.ArgumentParser(
         prog="python -m analysis",
         description=__doc__,
@@ -62,7 +63,7 @@ def _main(argv: list[str] | None) -> int:
         default=[],
         metavar="DIR",
         help="a folder of experiments of your own (DIR/experiment/NAME.yaml), as the harness "
-        "takes it: their report modules load only as their own configs name them",
+        "takes it: their tables and report modules load only as their own configs name them",
     )
     parser.add_argument(
         "--check",
@@ -108,7 +109,11 @@ def _main(argv: list[str] | None) -> int:
     )
     compare.add_argument("--out", type=Path, default=argparse.SUPPRESS, help="as above")
     compare.add_argument("--report", type=Path, default=argparse.SUPPRESS, help="as above")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _main(argv: list[str] | None) -> int:
+    args = _parser().parse_args(argv)
     args.report = args.report or args.out / "report"
     results = args.out / "results"
     if not results.is_dir():

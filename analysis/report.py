@@ -131,13 +131,8 @@ def section(
     tables = derived_tables(every, config)
     claims = claims_of(tables, config) if manifest else _unknown_plan(root, experiment, sweep)
     header = sweep_header(rows, manifest, sweep)
-    parts = [f"## {experiment}", header]
-    if manifest is None:
-        parts.append(f"**Damaged:** {claims['worst'].iloc[0]}: its plan and claims are unknown.")
-    parts += _untrusted_code(manifest, config)
-    for path, reason in store.skipped(root, experiment, sweep).items():
-        parts.append(f"**Skipped** `{path.name}` ({reason}): its point counts as not run.")
-    notes = parts[2:]
+    notes = _notes(root, experiment, sweep, manifest, config, claims)
+    parts = [f"## {experiment}", header, *notes]
     params = list(plan[0]["params"]) if plan else []
     table, module = sweep_table(every, config, params), report_module(config)
     module_parts = []
@@ -152,19 +147,10 @@ def section(
         shown = []
         parts.append(f"**Not drawn:** the plots failed ({error!r}).")
     if module is None and not rows.empty:  # the claims' plots, where no module draws its own
-        plot = plots.png(shown[:PNG_PANELS], report_dir / f"{experiment}-claims.png")
-        if plot is not None:
-            module_parts.append(_linked([f"![the sweep's metrics]({plot.name})"],
-                                        report_dir)[0])  # fmt: skip
-    searched = config.get("search")
-    if searched and not rows.empty:  # each cell's best trial, the studies' own plots
-        best = search.best_table(tables["best"], searched, params)
-        said = f"Best trial per cell ({searched['direction']} {searched['objective']})"
-        module_parts.append(f"{said}:\n\n{markdown(best, index=False)}")
-        try:
-            shown += search.figures(root, experiment, sweep)
-        except Exception as error:  # a study that cannot be read: the table stands
-            parts.append(f"**Not drawn:** the search's plots failed ({error!r}).")
+        module_parts += _claims_png(shown, report_dir, experiment)
+    if config.get("search") and not rows.empty:  # each cell's best trial, the studies' plots
+        best, figures, failed = _searched(root, experiment, sweep, config, tables["best"], params)
+        module_parts, shown, parts = [*module_parts, best], [*shown, *figures], [*parts, *failed]
     parts += module_parts
     points = summaries.of_rows(rows, manifest, sweep)
     problems = _problems(points, params)
@@ -183,6 +169,37 @@ def section(
         "metrics": [c["metric"] for c in config.get("claims") or []],
     }
     return "\n\n".join(parts) + "\n", claims, view
+
+
+def _claims_png(figures: list[dict], report_dir: Path, experiment: str) -> list[str]:
+    """The PNG of the claims' plots (its first PNG_PANELS), linked; none without a figure."""
+    plot = plots.png(figures[:PNG_PANELS], report_dir / f"{experiment}-claims.png")
+    return [] if plot is None else _linked([f"![the sweep's metrics]({plot.name})"], report_dir)
+
+
+def _searched(root: Path, experiment: str, sweep: str, config: dict, best: pd.DataFrame,
+              params: list[str]) -> tuple[str, list[dict], list[str]]:  # fmt: skip
+    """A search's best trial per cell as Markdown, the studies' own plots, and a note where
+    they cannot be drawn (a study that cannot be read: the table stands)."""
+    searched = config["search"]
+    said = f"Best trial per cell ({searched['direction']} {searched['objective']})"
+    table = f"{said}:\n\n{markdown(search.best_table(best, searched, params), index=False)}"
+    try:
+        return table, search.figures(root, experiment, sweep), []
+    except Exception as error:
+        return table, [], [f"**Not drawn:** the search's plots failed ({error!r})."]
+
+
+def _notes(root: Path, experiment: str, sweep: str, manifest: dict | None, config: dict,
+           claims: pd.DataFrame) -> list[str]:  # fmt: skip
+    """What a section says of its sweep beside the header: damaged, code not loaded, skipped."""
+    notes = []
+    if manifest is None:
+        notes.append(f"**Damaged:** {claims['worst'].iloc[0]}: its plan and claims are unknown.")
+    notes += _untrusted_code(manifest, config)
+    for path, reason in store.skipped(root, experiment, sweep).items():
+        notes.append(f"**Skipped** `{path.name}` ({reason}): its point counts as not run.")
+    return notes
 
 
 def claims_list(claims: pd.DataFrame, config: dict) -> str:
