@@ -66,17 +66,9 @@ def run(
     refused = paths.unsupported(path, device, floating)
     if refused:
         return [{"status": "unsupported", "error": refused}]
-    config = ModelConfig(
-        vocab_size=vocab_size,
-        width=width,
-        n_layers=layers,
-        n_heads=heads,
-        n_kv_heads=kv_heads,
-        max_length=length,
-        attention="naive",
-        window=window,
-        tiled_block=block,
-    )
+    config = ModelConfig(vocab_size=vocab_size, width=width, n_layers=layers, n_heads=heads,
+                         n_kv_heads=kv_heads, max_length=length, attention="naive",
+                         window=window, tiled_block=block)  # fmt: skip
     torch.manual_seed(seed)
     weights = OctLM(config).state_dict()
     models = [  # the reference, the candidate, and the float64 reference of both
@@ -85,7 +77,7 @@ def run(
             ("naive", floating),
             (path, floating),
             ("naive", torch.float64),
-        )
+        )  # fmt: skip
     ]
     # Drawn on the CPU so that a point's tokens are the same on every device.
     generator = torch.Generator().manual_seed(seed)
@@ -110,13 +102,9 @@ def run(
     }
     if unsupported:
         return [row | {"grad_unsupported": unsupported}]
-    return [
-        row
-        | {
-            "max_grad_diff": _largest(_differences(actual_grads, expected_grads)),
-            "path_grad_err64": _largest(_differences(actual_grads, exact_grads)),
-        }
-    ]
+    grads = {"max_grad_diff": _differences(actual_grads, expected_grads),
+             "path_grad_err64": _differences(actual_grads, exact_grads)}  # fmt: skip
+    return [row | {name: _largest(differences) for name, differences in grads.items()}]
 
 
 def _model(config: ModelConfig, weights: dict, dtype: torch.dtype, device: str) -> OctLM:
