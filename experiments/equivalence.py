@@ -69,16 +69,7 @@ def run(
     config = ModelConfig(vocab_size=vocab_size, width=width, n_layers=layers, n_heads=heads,
                          n_kv_heads=kv_heads, max_length=length, attention="naive",
                          window=window, tiled_block=block)  # fmt: skip
-    torch.manual_seed(seed)
-    weights = OctLM(config).state_dict()
-    models = [  # the reference, the candidate, and the float64 reference of both
-        _model(replace(config, attention=attention), weights, precision, device)
-        for attention, precision in (
-            ("naive", floating),
-            (path, floating),
-            ("naive", torch.float64),
-        )  # fmt: skip
-    ]
+    models = _models(config, path, floating, seed, device)
     # Drawn on the CPU so that a point's tokens are the same on every device.
     generator = torch.Generator().manual_seed(seed)
     tokens = torch.randint(vocab_size, (batch, length + 1), generator=generator).to(device)
@@ -105,6 +96,17 @@ def run(
     grads = {"max_grad_diff": _differences(actual_grads, expected_grads),
              "path_grad_err64": _differences(actual_grads, exact_grads)}  # fmt: skip
     return [row | {name: _largest(differences) for name, differences in grads.items()}]
+
+
+def _models(config: ModelConfig, path: str, dtype: torch.dtype, seed: int, device: str) -> list:
+    """The reference (naive), the candidate (path), both in dtype, and the float64 reference of
+    both (naive): one set of weights, made from the seed."""
+    torch.manual_seed(seed)
+    weights = OctLM(config).state_dict()
+    return [
+        _model(replace(config, attention=attention), weights, precision, device)
+        for attention, precision in (("naive", dtype), (path, dtype), ("naive", torch.float64))
+    ]
 
 
 def _model(config: ModelConfig, weights: dict, dtype: torch.dtype, device: str) -> OctLM:
