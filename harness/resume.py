@@ -46,19 +46,7 @@ def resumed(
     manifest = _manifest_to_resume(results, experiment, sweep_id)
     _check_config_dirs(manifest, experiment, sweep_id, config_dirs, results)
     resources = manifest.get("experiment_config", {}).get("resources") or []
-    allowed = (*RESUME_SETTINGS, *resources)
-    settings = [
-        f"resume={sweep_id}" if key_of(o.input_line) == "resume" else o.input_line  # last: its id
-        for o in overrides
-        if _a_setting(o, allowed)
-    ]
-    extra = [o.input_line for o in overrides if not _a_setting(o, (*allowed, "experiment"))]
-    if extra:
-        may = ", ".join([*(k for k in RESUME_SETTINGS if k != "resume"), "hydra.*", *resources])
-        raise BadInput(
-            f"resume={sweep_id} reruns that sweep's own points; drop {' '.join(extra)} "
-            f"(a resume may set {may})"
-        )
+    settings = _settings(overrides, sweep_id, resources)
     replaced = {key_of(line) for line in settings} | {*SET_BY_HARNESS, "hydra.searchpath"}
     original = [line for line in manifest["overrides"] if key_of(line) not in replaced]
     launcher = manifest.get("hydra_overrides", [])
@@ -87,16 +75,42 @@ def resumed(
         for line in search.fail_orphans(folder, {p.job for p in sweep.points} | scheduled):
             print(line)
     if changed:  # the manifest says what each point runs with, so its rerun's rows match it
-        for point in sweep.points:
-            point.params = experiment_.params({**point.params, **changed})
-            if point.cell is None:  # a trial's digest is its cell's and slot's
-                point.config_hash = config_hash(experiment, point.params)
-        rerun = {point.job: point for point in sweep.points}
-        for entry in manifest["points"]:
-            if entry["job"] in rerun:
-                entry.update(rerun[entry["job"]].planned())
-        store.write_manifest(results, manifest)
+        _rerun_with(changed, sweep, experiment_, manifest, results)
     return sweep, cfg
+
+
+def _settings(overrides: list[Override], sweep_id: str, resources: list[str]) -> list[str]:
+    """The command line's overrides a resume takes (RESUME_SETTINGS, Hydra's, the experiment's
+    resources), resume= last, with the sweep's id; BadInput of one line naming any other."""
+    allowed = (*RESUME_SETTINGS, *resources)
+    settings = [
+        f"resume={sweep_id}" if key_of(o.input_line) == "resume" else o.input_line  # last: its id
+        for o in overrides
+        if _a_setting(o, allowed)
+    ]
+    extra = [o.input_line for o in overrides if not _a_setting(o, (*allowed, "experiment"))]
+    if extra:
+        may = ", ".join([*(k for k in RESUME_SETTINGS if k != "resume"), "hydra.*", *resources])
+        raise BadInput(
+            f"resume={sweep_id} reruns that sweep's own points; drop {' '.join(extra)} "
+            f"(a resume may set {may})"
+        )
+    return settings
+
+
+def _rerun_with(changed: dict, sweep: Sweep, experiment: Experiment, manifest: dict,
+                results: Path) -> None:  # fmt: skip
+    """The points to rerun with the resources changed on the command line, and the manifest
+    rewritten to say so."""
+    for point in sweep.points:
+        point.params = experiment.params({**point.params, **changed})
+        if point.cell is None:  # a trial's digest is its cell's and slot's
+            point.config_hash = config_hash(experiment.name, point.params)
+    rerun = {point.job: point for point in sweep.points}
+    for entry in manifest["points"]:
+        if entry["job"] in rerun:
+            entry.update(rerun[entry["job"]].planned())
+    store.write_manifest(results, manifest)
 
 
 def _a_setting(override: Override, allowed: tuple[str, ...]) -> bool:
