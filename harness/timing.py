@@ -93,13 +93,16 @@ def time_call(
     }
     if load and (share := load.share()) is not None:
         result["cpu_load_beside"] = share
-    for name in calls:
-        prefix = f"{name}_" if name else ""
-        if name:
-            result[f"{prefix}time_samples_ms"] = rounds.samples[name]
-        if cpu:
-            result[f"{prefix}cpu_time_samples_ms"] = cpu_ms[name]
-    return result
+    return result | _samples(rounds, cpu_ms if cpu else None)
+
+
+def _samples(rounds: Rounds, cpu_ms: dict[str, list[float]] | None) -> dict[str, list[float]]:
+    """The calls' samples as time_call's columns: NAME_time_samples_ms of each call beside fn,
+    and on the CPU (cpu_ms) every call's cpu_time_samples_ms (NAME_ before those beside)."""
+    columns = {f"{name}_time_samples_ms": rounds.samples[name] for name in rounds.samples if name}
+    for name, samples in (cpu_ms or {}).items():
+        columns[f"{name}_cpu_time_samples_ms" if name else "cpu_time_samples_ms"] = samples
+    return columns
 
 
 def sample_rounds(
