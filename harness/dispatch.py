@@ -4,7 +4,8 @@ Through the launchers' protocol (harness.launchers) and nothing else: start the 
 their placement in the manifest where there is any, return if the launcher runs on without us
 and wait=false, else follow them, each point's progress line as it ends. A point that ends
 without its rows (a killed task, a crash outside the experiment) gets a row from here saying
-so; a job that could not write its rows stops the sweep (its OSError).
+so; a job that could not write its rows stops the sweep (its OSError: a StoreUnwritable, where
+its process sent it back, harness.launchers.received).
 """
 
 import sys
@@ -46,6 +47,7 @@ def launch(cfg: DictConfig, sweep, launcher) -> bool:
     followed = launcher.follow(jobs, placement)
     try:
         for job, summary in followed:
+            summary = launchers.received(summary)  # a store that cannot be written raises
             finish(sweep, points[job], summary, progress)
             if same.stops(summary):
                 print(same.said(len(points) - progress.done), file=sys.stderr, flush=True)
@@ -158,8 +160,6 @@ def finish(sweep, point, summary: dict, progress: "Progress") -> None:
     """Make sure the point has a row that says how it ended (a killed job wrote none, or only
     the "running" rows a training job landed as it went), then print its progress line."""
     path = store.job_file(sweep.results, sweep.experiment.name, sweep.id, point.job)
-    if summary.get("store_error"):  # the job could not write its rows: neither can we
-        raise OSError(summary["error"])
     ended = {
         "job": point.job,
         "status": summary["status"],

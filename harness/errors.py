@@ -1,6 +1,7 @@
-"""Bad input and one-line messages: what the user typed or configured is wrong (BadInput: one
-line on stderr, exit code 2), and the helpers that make an exception one line for a message, a
-table or a progress line."""
+"""Bad input, a store that cannot be written, and one-line messages: what the user typed or
+configured is wrong (BadInput: one line on stderr, exit code 2), the store cannot take a job's
+rows (StoreUnwritable: the sweep stops, exit code 1), and the helpers that make an exception one
+line for a message, a table or a progress line."""
 
 import os
 import re
@@ -9,6 +10,29 @@ import sys
 
 class BadInput(Exception):
     """Something the user typed or configured is wrong: one line, exit code 2."""
+
+
+class StoreUnwritable(OSError):
+    """The store cannot take what a point writes (its rows, its checkpoint: a full disk, a
+    folder it may not write): no failed row, which could not land either; the sweep stops in
+    one line (exit code 1), and its resume finishes it once the store can be written. The
+    tracker raises it where a write fails (harness.tracking); a job's own process sends it back
+    in place of the job's summary, and the sweep's process raises it (harness.launchers)."""
+
+    kind = "OSError"  # the type of the store's own error, which a message names
+
+    @classmethod
+    def of(cls, error: OSError) -> "StoreUnwritable":
+        """The store's own `error` as a StoreUnwritable that reads as it does: its errno, words
+        and paths (os_error, str) and, as `kind`, its type."""
+        if isinstance(error, cls):
+            return error
+        if error.filename is None:
+            unwritable = cls(*error.args)
+        else:  # OSError's own arguments: its args hold no paths
+            unwritable = cls(error.errno, error.strerror, error.filename, None, error.filename2)
+        unwritable.kind = type(error).__name__
+        return unwritable
 
 
 def one_line(error: BaseException) -> str:

@@ -16,6 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from harness import distributed, files, provenance, search, store, tracking
+from harness.errors import StoreUnwritable
 from harness.lifetime import per_command
 from harness.signature import Experiment, config_hash, config_values
 from harness.sinks import PointInfo, Sinks
@@ -189,7 +190,7 @@ def measure(
     """The experiment's rows for one point; a point that raises, or tries to end the process
     (sys.exit, os._exit), is one failed row. A training experiment gets the tracker, and may
     return no rows beyond those it logged. A store that cannot take the tracker's rows or
-    checkpoints (a full disk) is no failed row: its OSError stops the sweep."""
+    checkpoints (a full disk) is no failed row: its StoreUnwritable stops the sweep."""
     _seed_everything(seed)
     try:
         with _exits_refused():
@@ -204,11 +205,13 @@ def measure(
         return rows
     except tracking.Requeued:  # the task is requeued: this process ends
         raise
+    except StoreUnwritable:  # the store cannot take the rows: the sweep stops
+        raise
     except search.Pruned as stop:  # a search's pruner stopped the trial: an answer
         return [{"status": "pruned", "error": str(stop)}]
     except (Exception, SystemExit) as error:
-        if tracker is not None and tracker.store_error is not None:
-            raise tracker.store_error from None
+        if tracker is not None and tracker.unwritable is not None:  # whatever the experiment
+            raise tracker.unwritable from None  # made of it (a landing's RuntimeError, say)
         if tracker is not None:
             tracker.raised = True
         log.error("%s failed:\n%s", experiment.name, traceback.format_exc())

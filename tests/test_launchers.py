@@ -3,6 +3,7 @@ detached ones on the SLURM test cluster, tests/slurm); the local launcher's poin
 processes here, under a cap, a GPU of their own each."""
 
 import os
+import pickle
 import signal
 import time
 from pathlib import Path
@@ -11,7 +12,8 @@ import contracts
 import pytest
 from probes import arrivals, await_arrivals
 
-from harness import store
+from harness import launchers, store
+from harness.errors import StoreUnwritable, os_error
 from harness.launchers.local import LocalLauncher, visible_gpus
 
 # Each launcher that runs here; Hydra's basic launcher runs the points in the harness's process.
@@ -168,3 +170,29 @@ def test_hydras_own_launcher_runs_in_batches_what_the_loop_cannot_reproduce(harn
     assert all((runs / f"job-{job}" / ".hydra" / "hydra.yaml").is_file() for job in range(3))
     rows = store.read(harness.results).sort_values("job")
     assert rows["length"].tolist() == [64, 80, 96] and set(rows["status"]) == {"ok"}
+
+
+STORE_ERRORS = [
+    OSError(28, "No space left on device"),
+    PermissionError(13, "Permission denied", "/out/results/job-000001.parquet"),
+    FileNotFoundError(2, "No such file or directory", "/a", None, "/b"),
+    OSError("rank 0 could not write job-000000.parquet"),
+]
+
+
+@pytest.mark.parametrize("error", STORE_ERRORS, ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("tracked", [False, True], ids=["store", "tracker"])
+def test_a_store_error_crosses_to_the_sweep_as_the_named_error_it_was(error, tracked):
+    """What a job's process sends back for a store that cannot be written (the store's own
+    OSError, or the tracker's StoreUnwritable of it) reads as before, names the store's error's
+    type, survives the pipe (pickle), and is raised by name in the sweep's process."""
+    raised = StoreUnwritable.of(error) if tracked else error
+    assert str(raised) == str(error) and os_error(raised) == os_error(error)
+    sent = pickle.loads(pickle.dumps(launchers.unwritable(raised)))
+    said = f"harness error: the store cannot be written ({type(error).__name__}: {error})"
+    assert str(sent) == os_error(sent) == said
+    with pytest.raises(StoreUnwritable) as caught:
+        launchers.received(sent)
+    assert caught.value is sent
+    summary = {"status": "ok", "error": None}
+    assert launchers.received(summary) is summary

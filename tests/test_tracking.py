@@ -2,9 +2,11 @@
 the last checkpoint on resume with each step once (harness.tracking), through the trainer probe
 (tests/support/probes.py), run by the harness as a user would run it."""
 
+import contextlib
 import itertools
 import os
 import signal
+import types
 
 import duckdb
 import pandas as pd
@@ -14,7 +16,8 @@ import pytest
 import torch
 from probes import PROBE_PATH, SUPPORT, held, wait_for
 
-from harness import files, store, tracking
+from harness import files, job, store, tracking
+from harness.errors import StoreUnwritable
 
 STEPS = 20
 
@@ -185,6 +188,64 @@ def tracker_for(tmp_path, config_hash="a", **kwargs) -> tracking.Tracker:
                             prepare, config_hash=config_hash, **kwargs)  # fmt: skip
 
 
+def full_disk(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+
+@pytest.mark.parametrize("fails", ["landing", "checkpoint", "end"])
+def test_a_write_the_store_cannot_take_is_the_named_error_and_the_tracker_keeps_it(
+    tmp_path, monkeypatch, fails
+):
+    tracker = tracker_for(tmp_path, every_rows=2, every_s=3600)
+    tracker.log({"step": 1})
+    tracker.land()  # what follows writes only what fails
+    target = {"landing": (store, "write_file"), "checkpoint": (files, "replace_atomically"),
+              "end": (store, "end_segments")}[fails]  # fmt: skip
+    monkeypatch.setattr(*target, full_disk)
+    with pytest.raises(StoreUnwritable) as caught:
+        if fails == "landing":
+            tracker.log({"step": 2})
+            tracker.log({"step": 3})
+        elif fails == "checkpoint":
+            tracker.save({"step": 1})
+        else:
+            tracker.end([])
+    assert caught.value is tracker.unwritable and caught.value.__cause__.errno == 28
+    assert str(caught.value) == "[Errno 28] No space left on device"
+    assert caught.value.kind == "OSError"
+    tracker.close()
+    if fails == "landing":  # they land with the next rows, if the store takes them then
+        assert len(tracker.landing.waiting) == 2
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["store-writable", "store-full"])
+def test_a_store_failure_the_experiment_swallowed_still_stops_the_sweep(
+    tmp_path, monkeypatch, full
+):
+    """harness.job.measure raises the tracker's StoreUnwritable whatever the experiment raised
+    after it (here its own ValueError): no failed row for a store that could not take it."""
+
+    def run(tracker):
+        with contextlib.suppress(OSError):
+            tracker.log({"step": 1})
+        raise ValueError("the experiment's own")
+
+    experiment = types.SimpleNamespace(name="swallows", run=run)
+    if full:
+        monkeypatch.setattr(store, "write_file", full_disk)
+    tracker = tracker_for(tmp_path, every_rows=1, every_s=3600)
+    try:
+        if full:
+            with pytest.raises(StoreUnwritable) as caught:
+                job.measure(experiment, {}, 0, tracker)
+            assert caught.value is tracker.unwritable
+        else:
+            [row] = job.measure(experiment, {}, 0, tracker)
+            assert row["status"] == "failed" and "the experiment's own" in row["error"]
+    finally:
+        tracker.close()
+
+
 def five_steps_saved_at_three(tmp_path) -> None:
     """A run that logs steps 1 to 5, checkpoints at step 3, and ends: all 5 rows landed."""
     first = tracker_for(tmp_path)
@@ -266,7 +327,7 @@ def test_a_landing_writes_only_the_rows_logged_since_the_last_one(tmp_path, monk
     tracker = tracker_for(tmp_path, every_rows=10, every_s=3600)
     for step in range(1, 401):
         tracker.log({"step": step, "loss": 1 / step})
-        assert len(tracker.waiting) == step % 10, "it holds only the rows not landed yet"
+        assert len(tracker.landing.waiting) == step % 10, "it holds only the rows not landed yet"
     tracker.close()
     path = tmp_path / "job-000000.parquet"
     assert written == [10] * 40 and segment_sizes(path) == [10] * 40

@@ -10,7 +10,9 @@ service) is one file: a class with these methods, named by a hydra/launcher/NAME
 - start(jobs) hands the jobs over and returns their placement: JSON that the manifest records
   (`launches`: launcher, placement) where there is any, for status, resume and compact.
 - follow(jobs, placement) yields (job number, summary) as each job ends: what the job returned
-  (harness.job's summary), or why it returned nothing ({"status": "killed", "error": why}).
+  (harness.job's summary), or why it returned nothing ({"status": "killed", "error": why}). A
+  job whose rows the store could not take is the StoreUnwritable (harness.errors) that its
+  process sent back in place of a summary (unwritable); the sweep raises it (received).
 - states(placement), a class method: job -> (state, detail) of the jobs that it still queues or
   runs ("pending", "running") or that it lost without a row ("killed").
 
@@ -33,7 +35,7 @@ from hydra.core.utils import run_job, setup_globals
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from harness.errors import with_type
+from harness.errors import StoreUnwritable, one_line, with_type
 from harness.hydra_internals import hydra_context
 from harness.inprocess import InProcess
 
@@ -92,11 +94,13 @@ def job_runner(config: DictConfig, task_function) -> Callable[[JobSpec], dict]:
     return lambda spec: _hydra_job(config, task_function, spec)
 
 
-def work(config: DictConfig, task_function, jobs: list[JobSpec], state: dict) -> list[dict]:
+def work(
+    config: DictConfig, task_function, jobs: list[JobSpec], state: dict
+) -> list[dict | StoreUnwritable]:
     """What a process of its own (a submitit job, a pool's worker) runs: this process's Hydra
     `state` (Singleton.get_state(), its config search path), then run_here's jobs; their
-    summaries. A store that cannot be written ends the rest: each says so (store_error), and
-    the sweep stops."""
+    summaries. A store that cannot be written ends the rest: each is the StoreUnwritable that
+    says so (unwritable), on which the sweep stops."""
     Singleton.set_state(state)
     setup_globals()
     summaries = []
@@ -104,14 +108,24 @@ def work(config: DictConfig, task_function, jobs: list[JobSpec], state: dict) ->
         for _, summary in run_here(config, task_function, jobs):
             summaries.append(summary)
     except OSError as error:
-        summaries += [store_error(error)] * (len(jobs) - len(summaries))
+        summaries += [unwritable(error)] * (len(jobs) - len(summaries))
     return summaries
 
 
-def store_error(error: OSError) -> dict:
-    """The summary of a job whose rows the store could not take: the sweep stops on it."""
-    said = f"harness error: the store cannot be written ({with_type(error)})"
-    return {"status": "failed", "error": said, "store_error": True}
+def unwritable(error: OSError) -> StoreUnwritable:
+    """What a job's own process sends back in place of the summary of a job whose rows the
+    store could not take (`error`, the store's), and of each job after it: one line saying so,
+    which the sweep's process raises (received)."""
+    said = f"{StoreUnwritable.of(error).kind}: {one_line(error)}"  # the store's error's type
+    return StoreUnwritable(f"harness error: the store cannot be written ({said})")
+
+
+def received(summary: dict | StoreUnwritable) -> dict:
+    """A job's summary as its launcher hands it to the sweep; the StoreUnwritable that a job's
+    process sent in its place (unwritable) is raised here, in the sweep's process."""
+    if isinstance(summary, StoreUnwritable):
+        raise summary
+    return summary
 
 
 def shipped(launcher: Launcher, jobs: list[JobSpec]) -> bytes:
@@ -122,7 +136,7 @@ def shipped(launcher: Launcher, jobs: list[JobSpec]) -> bytes:
     return cloudpickle.dumps((launcher.config, launcher.task_function, list(jobs), state))
 
 
-def work_shipped(payload: bytes) -> list[dict]:
+def work_shipped(payload: bytes) -> list[dict | StoreUnwritable]:
     """work() on what shipped() sent: the jobs' summaries."""
     return work(*cloudpickle.loads(payload))
 

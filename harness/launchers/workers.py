@@ -32,7 +32,7 @@ from pathlib import Path
 import cloudpickle
 
 from harness.errors import with_type
-from harness.launchers import JobSpec, job_runner, store_error
+from harness.launchers import JobSpec, job_runner, unwritable
 from harness.warm import context
 
 CHECK_S = 1.0  # how often the timeouts are looked at while every worker computes
@@ -220,7 +220,7 @@ def serve(
         try:
             summary = run(spec)
         except OSError as error:  # the store cannot be written: the sweep stops
-            summary = store_error(error)
+            summary = unwritable(error)
         except Exception as error:  # the harness's own, around the point: a failed row
             summary = {"status": "failed", "error": f"harness error: {with_type(error)}"}
         try:

@@ -12,9 +12,9 @@ harness's columns on every stored row), in a scratch directory:
   resident memory after the loop and after the end, against the same process before the run.
 Each long run is a process of its own, so that its peak memory is its own.
 
-With --old, the same for the tracker of the commit checked out (git show HEAD:harness/
-tracking.py, as a module of its own; its long run is cut to OLD_STEPS steps: every landing
-rewrites every row so far).
+With --old, the same for the tracker before segments (git show OLD:harness/tracking.py, the
+commit before 66a4563, as a module of its own; its long run is cut to OLD_STEPS steps: every
+landing rewrites every row so far).
 Run: python tests/benchmarks/tracker_log.py [--old] [STEPS]
 """
 
@@ -35,12 +35,13 @@ sys.path.insert(0, str(ROOT))
 from harness import job, provenance, store, tracking  # noqa: E402
 
 LOOP, ROUNDS, STEPS, OLD_STEPS = 10_000, 5, 1_000_000, 20_000
+OLD = "66a4563^"  # the last commit whose tracker rewrote every row at each landing
 PARAMS = {"attention": "sdpa", "window": 0, "steps": STEPS, "lr": 3e-4, "device": "cpu"}
 
 
 def old_tracking():
-    """The Tracker of the commit checked out, as a module of its own."""
-    text = subprocess.run(["git", "show", "HEAD:harness/tracking.py"], cwd=ROOT, check=True,
+    """The Tracker of commit OLD, as a module of its own."""
+    text = subprocess.run(["git", "show", f"{OLD}:harness/tracking.py"], cwd=ROOT, check=True,
                           capture_output=True, text=True).stdout  # fmt: skip
     path = Path(tempfile.mkdtemp()) / "old_tracking.py"
     path.write_text(text)
@@ -147,7 +148,7 @@ def main(argv: list[str]) -> None:
         return
     report("this tree", False, numbers[0] if numbers else STEPS)
     if old:
-        report("HEAD", True, min(numbers[0] if numbers else STEPS, OLD_STEPS))
+        report(OLD, True, min(numbers[0] if numbers else STEPS, OLD_STEPS))
 
 
 if __name__ == "__main__":
