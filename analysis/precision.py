@@ -1,14 +1,7 @@
 """exp019_precision in the report: each point's final values (throughput, memory, the gradients'
 zero share, the scaler, the SDPA backends), each half-precision point against float32's point of
-the same shape and seed, and the loss curves.
-
-A ratio here divides two points' figures, each a median over that point's own steps: the
-precisions train one after another, so each met whatever load the machine had then. The claims
-over them are bounded far from 1 (bfloat16 on this CPU runs at a fraction of float32's speed),
-so a shift of load does not decide them.
-
-Memory is compared as measured, never one kind for the other: rss_delta_ratio (resident memory
-over the baseline, CPU) and cuda_peak_ratio (the CUDA allocator's peak, CUDA).
+the same shape and seed, and the loss curves. The tables, and what their ratios are, are the
+experiment's own (experiments.derived.precision).
 """
 
 from pathlib import Path
