@@ -53,37 +53,20 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
     root = Path(values["out"]) / "results"
     sweep, job = values["sweep_id"], values["job"]
 
-    def say(text: str) -> None:
-        print(f"  job {job}: {text}", flush=True)
-
+    say = functools.partial(_say, job)
     planned = planned or planned_point(root, experiment.name, sweep, job)
     params = planned["params"] if planned else experiment.params(values)
     _note_changes(params, values)
     path = store.job_file(root, experiment.name, sweep, job)
-    started, clock = datetime.now(UTC), time.perf_counter()
     digest = planned["config_hash"] if planned else config_hash(experiment.name, params)
     trial = _trial(root, experiment, sweep, job, planned, values["seed"])
     if trial is not None:  # a search's trial: the parameters its study asked for, typed
         params = {**params, **{k: experiment._typed(k, v) for k, v in trial.params.items()}}
         trial.fixed = params
-    shared: dict = {}  # the harness's columns, taken once the experiment has started
     group = distributed.current()
-    ranked = {"rank": group.rank, "world_size": group.world_size} if group else {}
-
-    def prepare(row: dict) -> dict:
-        if not shared:
-            shared.update(
-                job=job,
-                config_hash=digest,
-                started_at=started,
-                command=command,
-                run_dir=run_dir,
-                **provenance.provenance(str(params.get("device", "cpu"))),
-                **ranked,
-                **({"cell": trial.cell, "trial": trial.number} if trial else {}),
-            )
-        return _row(row, params, {**shared, "duration_s": time.perf_counter() - clock})
-
+    extra = {"rank": group.rank, "world_size": group.world_size} if group else {}
+    extra |= {"cell": trial.cell, "trial": trial.number} if trial else {}
+    prepare = _Columns(params, {"job": job, "config_hash": digest}, command, run_dir, extra)
     point = PointInfo(experiment.name, sweep, job, params, Path(values["out"]))
     sending = values.get("sinks") and not (group and group.rank)  # rank 0's rows: the point's
     sinks = Sinks(values.get("sinks"), point, say) if sending else None
@@ -95,7 +78,7 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
             prepare,
             config_hash=digest if trial is None else f"{digest}.trial-{trial.number}",
             check=_row_check(params),
-            clock=clock,
+            clock=prepare.clock,
             every_rows=values.get("stream_rows", 1000),
             every_s=values.get("stream_s", 1.0),
             say=say,
@@ -120,6 +103,30 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
     _keep_package_list(store.sweep_dir(root, experiment.name, sweep))
     told = summary(rows, params, last=tracker is not None)
     return {**told, "trial": trial.label()} if trial else told
+
+
+def _say(job: int, text: str) -> None:
+    print(f"  job {job}: {text}", flush=True)
+
+
+class _Columns:
+    """A point's rows with the harness's columns (_row): its job and config_hash, when it
+    started, its command and run_dir, its provenance (taken at the first row, once the
+    experiment has started), then `extra` (rank, cell, trial where it has them), and each
+    row's duration_s since the start."""
+
+    def __init__(self, params: dict, first: dict, command, run_dir: str, extra: dict):
+        self.params, self.first, self.extra, self.shared = params, first, extra, {}
+        self.then = {"command": command, "run_dir": run_dir}
+        self.started, self.clock = datetime.now(UTC), time.perf_counter()
+
+    def __call__(self, row: dict) -> dict:
+        if not self.shared:
+            device = str(self.params.get("device", "cpu"))
+            self.shared = {**self.first, "started_at": self.started, **self.then,
+                           **provenance.provenance(device), **self.extra}  # fmt: skip
+        duration = time.perf_counter() - self.clock
+        return _row(row, self.params, {**self.shared, "duration_s": duration})
 
 
 @contextlib.contextmanager
