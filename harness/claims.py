@@ -44,6 +44,7 @@ COLUMNS = ["claim", "result", "worst", "points", "missing"]
 NAMED = 5  # missing points named in full, then a count
 MOST_BOUNDS = 16  # in one min or max: a claim's text is anyone's to edit (harness.expressions)
 KEYS = ("metric", "min", "max", "where", "needs", "table", "text")  # a claim's keys
+HARNESS_TABLES = ("rows", "best")  # the tables there are without a derive (best: a search's)
 
 
 def deriving(config: dict) -> Callable | None:
@@ -88,6 +89,10 @@ def claims_of(tables: dict[str, pd.DataFrame], config: dict) -> pd.DataFrame:
 def check(tables: dict[str, pd.DataFrame], claim: dict) -> dict:
     """One claim against the tables: its line of claims_table."""
     text, name = statement(claim), claim.get("table", "rows")
+    # The rows are there and the table is not (best, a search's, is N/A in a sweep without one).
+    if name not in (*tables, *HARNESS_TABLES) and not tables["rows"].empty:
+        names = ", ".join(tables)
+        return _line(text, "ERROR", f"no table {name!r} (the tables are {names})", MISSING)
     table = tables.get(name, pd.DataFrame())
     try:
         where = claim.get("where")
@@ -120,7 +125,7 @@ def validate(config: dict) -> None:
     """Refuse a claims spec that cannot work, with a ValueError of one line: a `derive` that does
     not import, `claims` not a list of mappings, each with a metric and no unknown keys, its
     bounds numbers or expressions (or lists of them), its where and bounds within
-    harness.expressions' grammar."""
+    harness.expressions' grammar, its table one there is (without a derive: HARNESS_TABLES)."""
     deriving(config)
     claims = config.get("claims")
     if claims is None:
@@ -130,6 +135,12 @@ def validate(config: dict) -> None:
     for number, claim in enumerate(claims, 1):
         try:
             _validate_claim(claim)
+            if claim.get("table") not in (None, *HARNESS_TABLES) and not config.get("derive"):
+                raise ValueError(
+                    f"its table {claim['table']!r} is none the experiment derives: name the "
+                    "function that makes it as experiment.derive (tables(rows) -> {name: "
+                    "table}, as experiments/derived/ do)"
+                )
         except ValueError as error:
             metric = claim.get("metric") if isinstance(claim, Mapping) else None
             named = f" ({metric})" if isinstance(metric, str) else ""

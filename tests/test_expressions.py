@@ -223,6 +223,8 @@ BAD_CLAIMS = [
      "cannot import experiment.derive=experiments.derived.backends.absent: module"),
     ({"derive": "experiments.derived.backends.SHAPE"},
      "experiment.derive=experiments.derived.backends.SHAPE is not a function of the rows"),
+    ({"claims": [{"metric": "memory_growth", "table": "growth"}]},
+     r"claim 1 \(memory_growth\): its table 'growth' is none the experiment derives: name"),
 ]  # fmt: skip
 BAD_TABLES = [
     ("length", "table must be a mapping of index, columns, values, not 'length'"),
@@ -244,6 +246,16 @@ def test_a_where_or_bound_over_the_limits_is_an_error_claim_of_one_line(claim, s
     table = pd.DataFrame({"status": ["ok"] * 3, "length": [1, 2, 3], "err": [0.1, 0.2, 0.3]})
     line = check({"rows": table}, claim)
     assert line["result"] == "ERROR" and said in line["worst"] and "\n" not in line["worst"]
+
+
+def test_a_claim_on_a_table_there_is_not_is_an_error_that_names_the_tables():
+    """Not N/A: a claim whose table the experiment's derive does not make (a report module of
+    the old kind, a derive dropped from the config) says so, and --check fails on it."""
+    rows = pd.DataFrame({"status": ["ok"], "length": [1], "err": [0.1]})
+    line = check({"rows": rows, "growth": rows}, {"metric": "err", "table": "speedup"})
+    assert line["result"] == "ERROR"
+    assert line["worst"] == "no table 'speedup' (the tables are rows, growth)"
+    assert check({"rows": rows.iloc[:0]}, {"metric": "err", "table": "speedup"})["result"] == "N/A"
 
 
 @pytest.mark.parametrize("config, said", BAD_CLAIMS)
