@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from experiments import checks
-from experiments.paths import CAPABILITIES, attend, check_path
+from experiments.paths import CAPABILITIES, attend, check_path, unsupported
 
 AUTO = "auto"  # attention=AUTO: the path auto_path picks, call by call
 DEFAULT = "sdpa"  # what auto takes where no path declares itself faster
@@ -30,20 +30,22 @@ def check_attention(attention: str) -> None:
     check_path(attention, "attention", also=(AUTO,))
 
 
-def auto_path(window: int, length: int, device: torch.device, dropout: float) -> str:
+def auto_path(
+    window: int, length: int, device: torch.device, dropout: float, dtype=torch.float32
+) -> str:
     """The path attention="auto" takes: for a sliding window, the registered path that declares
     itself faster than SDPA with the mask on this device from a length this sequence reaches
     (Capabilities.windowed_from, the one declared from the longest such length: tiled from
-    2,048 on the CPU, flex from 4,096 on CUDA, as measured), with a backward pass there and the
-    attention dropout asked for (neither has any); SDPA otherwise."""
+    2,048 on the CPU, flex from 4,096 on CUDA, as measured), that trains in the dtype there
+    (paths.unsupported) and has the attention dropout asked for (neither has any); SDPA
+    otherwise."""
     if window == 0:
         return DEFAULT
-    kind = device.type
     faster = [
-        (can.windowed_from[kind], name)
+        (can.windowed_from[device.type], name)
         for name, can in CAPABILITIES.items()
-        if can.windowed_from.get(kind, math.inf) <= length
-        and kind in can.backward
+        if can.windowed_from.get(device.type, math.inf) <= length
+        and unsupported(name, device, dtype, backward=True) is None
         and (dropout == 0 or can.dropout)
     ]
     return max(faster)[1] if faster else DEFAULT
@@ -161,7 +163,7 @@ class CausalSelfAttention(nn.Module):
         dropout = self.dropout if self.training else 0.0
         path = self.attention
         if path == AUTO:
-            path = auto_path(self.window, query.shape[-2], query.device, dropout)
+            path = auto_path(self.window, query.shape[-2], query.device, dropout, query.dtype)
         return attend(
             path, query, key, value, window=self.window, block=self.block, dropout=dropout
         )

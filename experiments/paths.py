@@ -107,11 +107,6 @@ def registering_modules() -> list[str]:
     return sorted({module for module in _REGISTERED_IN.values() if module not in here})
 
 
-def has_backward(path: str, device: torch.device | str) -> bool:
-    """Whether the path can compute gradients on the device (its type: cpu, cuda)."""
-    return torch.device(device).type in CAPABILITIES[path].backward
-
-
 def unsupported(
     path: str, device: torch.device | str, dtype: torch.dtype | str, *, backward: bool = False
 ) -> str | None:

@@ -51,7 +51,6 @@ from experiments.training import (
     Training,
     Unsupported,
     evaluate,
-    group,
     train,
     train_step,
 )
@@ -114,7 +113,6 @@ def run(
     thread count, n > 0 sets it for the point."""
     checks.point(check, locals())
     used = checks.usable_device(device)
-    group(tracker, None, batch)
     shape = dict(precision=precision, width=width, length=length, heads=heads,
                  kv_heads=kv_heads, layers=layers, lr=lr, seed=seed)  # fmt: skip
     threads = torch.get_num_threads()
@@ -123,7 +121,7 @@ def run(
         training = build(**shape, device=used)
         if isinstance(training, str):
             return [unsupported(training, used)]
-        history, plan = History(), Plan(steps, batch, lr, WARMUP, seed, checkpoint_every)
+        history, plan = History(), Plan(steps, batch, lr, WARMUP, seed, checkpoint_every, None)
         try:
             rows = train(training, plan, tracker, observer=history, refused=_refused)
         except Unsupported as error:

@@ -119,8 +119,11 @@ def run(
     prepared = training.Training.of(data, OctLM(config), lr, used, autocast)
     # Rank 0 of a group also trains a copy alone, on the whole batch, for reference_steps steps.
     alone = training.Alone(prepared, lr, reference_steps) if world > 1 and rank == 0 else None
-    plan = training.Plan(steps, batch, lr, warmup, seed, checkpoint_every)
-    rows = training.train(prepared, plan, tracker, observer=alone if reference_steps else None)
+    plan = training.Plan(steps, batch, lr, warmup, seed, checkpoint_every, ddp)
+    try:
+        rows = training.train(prepared, plan, tracker, observer=alone if reference_steps else None)
+    except training.Unsupported as error:
+        return [{"status": "unsupported", "error": str(error)}]
     loss, correct = training.evaluate(prepared, batch, seed)
     return [*rows, {"phase": "eval", "step": steps, "loss": loss, "accuracy": correct,
                     "chance": data.chance}]  # fmt: skip

@@ -55,7 +55,8 @@ class Training:
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """How long and how a run trains: steps of `batch` sequences, the peak learning rate and its
-    warm-up, the data's seed, and how often a checkpoint is taken."""
+    warm-up, the data's seed, how often a checkpoint is taken, and whether across the point's
+    processes (ddp; None: the experiment trains in one process only, see group)."""
 
     steps: int
     batch: int
@@ -63,6 +64,7 @@ class Plan:
     warmup: int = WARMUP
     seed: int = 0
     checkpoint_every: int = 100
+    ddp: bool | None = False
 
 
 class Observer:
@@ -117,10 +119,11 @@ def train(
     """Train from the tracker's last checkpoint, if there is one, to plan.steps: a row per step
     (phase train: step, loss, accuracy, tokens_per_s, learning_rate and the observer's
     columns), logged through the tracker where the harness gives one; the rows not logged so.
-    refused(error) -> the reason, or None: an error of the first step that it names raises
-    Unsupported."""
-    observer = observer or Observer()
-    rank, world = (tracker.rank, tracker.world_size) if tracker is not None else (0, 1)
+    refused(error) -> the reason, or None (default: not_implemented): an error of the first
+    step that it names raises Unsupported. The point's processes are checked against plan.ddp
+    first (group)."""
+    observer, refused = observer or Observer(), refused or not_implemented
+    rank, world = group(tracker, plan.ddp, plan.batch)
     generator = torch.Generator().manual_seed(plan.seed)
     start = _restore(training, generator, tracker, observer)
     share = slice(rank * plan.batch // world, (rank + 1) * plan.batch // world)
@@ -139,13 +142,13 @@ def train(
         try:
             logits, loss = train_step(run, rate, tokens[share], targets[share])
         except (RuntimeError, NotImplementedError) as error:
-            reason = refused(error) if refused and step == start + 1 else None
+            reason = refused(error) if step == start + 1 else None
             if reason is None:
                 raise
             raise Unsupported(reason) from error
-        # .item() waits for the step on CUDA too
-        loss_value, correct = averaged(loss.item(), accuracy(logits, targets[share]), world)
-        seconds = time.perf_counter() - clock
+        loss_value = loss.item()  # waits for the step on CUDA too
+        seconds = time.perf_counter() - clock  # the step's: not its accuracy, nor the average
+        loss_value, correct = averaged(loss_value, accuracy(logits, targets[share]), world)
         row = {"phase": "train", "step": step, "loss": loss_value, "accuracy": correct,
                "tokens_per_s": tokens.numel() / seconds}  # fmt: skip
         row |= observer.columns(training, step, tokens, targets, rate, row)
@@ -155,6 +158,12 @@ def train(
         if tracker is not None and (step % plan.checkpoint_every == 0 or tracker.stopping):
             tracker.save(_state(training, generator, step) | observer.state(step))
     return rows
+
+
+def not_implemented(error: Exception) -> str | None:
+    """A first step's NotImplementedError (a kernel or path the device lacks, not declared in
+    its capabilities) as the reason the run cannot train here; None for any other error."""
+    return f"{type(error).__name__}: {error}" if isinstance(error, NotImplementedError) else None
 
 
 def adamw(model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:

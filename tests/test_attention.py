@@ -31,7 +31,7 @@ from experiments.attention import (
     visible,
 )
 from experiments.model import ModelConfig, OctLM, auto_path
-from experiments.paths import PATHS, attend, has_backward, register, unregister
+from experiments.paths import PATHS, attend, register, unregister, unsupported
 from harness.errors import BadInput
 from harness.signature import Experiment
 
@@ -236,7 +236,7 @@ def test_a_path_declared_without_a_cpu_backward_has_none(path):
     query, key, value = (t.requires_grad_() for t in qkv(1, 2, 2, 16, 8, dtype=torch.float64))
     with pytest.raises(NotImplementedError):
         attend(path, query, key, value, window=4).sum().backward()
-    assert not has_backward(path, "cpu")
+    assert "no backward pass on cpu" in unsupported(path, "cpu", torch.float64, backward=True)
 
 
 def test_the_visibility_rule_is_every_paths_mask():
@@ -361,19 +361,37 @@ def test_what_a_path_cannot_do_is_declared_once_and_an_unsupported_row_says_it(n
     )
 
 
+def test_a_path_that_raises_not_implemented_at_the_first_step_trains_to_an_unsupported_row():
+    """What a path does not declare, the first step finds: its NotImplementedError is the
+    unsupported row's reason (experiments.training.not_implemented), not a failed point."""
+
+    def lacking(query, key, value, *, causal=True, window=0):
+        raise NotImplementedError("no kernel for this here")
+
+    register("lacking", lacking)
+    try:
+        [row] = recall.run(attention="lacking", steps=2, batch=2, device="cpu")
+    finally:
+        unregister("lacking")
+    assert row == {"status": "unsupported", "error": "NotImplementedError: no kernel for this here"}
+
+
 def test_auto_takes_the_path_declared_faster_from_the_longest_length_reached():
     """attention="auto" reads each path's windowed_from: of the paths declared faster for a
     window on this device from a length the sequence reaches, the one declared from the longest,
-    if it has a backward pass here; SDPA otherwise."""
+    if it trains here in the dtype; SDPA otherwise."""
     register("short_windows", _naive, windowed_from={"cpu": 512})
     register("inference_only", _naive, backward=set(), windowed_from={"cpu": 256})
+    register("float64_only", _naive, dtypes={"float64"}, windowed_from={"cpu": 128})
+    cpu = torch.device("cpu")
     try:
-        picked = [auto_path(4, n, torch.device("cpu"), 0.0) for n in (255, 511, 512, 2047, 2048)]
+        picked = [auto_path(4, n, cpu, 0.0) for n in (255, 511, 512, 2047, 2048)]
         assert picked == ["sdpa", "sdpa", "short_windows", "short_windows", "tiled"]
-        assert auto_path(0, 4096, torch.device("cpu"), 0.0) == "sdpa"  # no window
+        assert auto_path(0, 4096, cpu, 0.0) == "sdpa"  # no window
+        assert auto_path(4, 256, cpu, 0.0, torch.float64) == "float64_only"  # its one dtype
     finally:
-        unregister("short_windows")
-        unregister("inference_only")
+        for name in ("short_windows", "inference_only", "float64_only"):
+            unregister(name)
 
 
 def test_a_name_is_registered_once_and_a_path_takes_the_one_signature():

@@ -125,6 +125,30 @@ def test_a_run_resumed_from_its_checkpoint_continues_the_same_run(tmp_path):
     assert [r["loss"] for r in rows] == straight
 
 
+class DyingWithAnOlderCheckpoint(Dying):
+    """Dying, its checkpoints as a run before the shared training loop took them: without the
+    scaler's state."""
+
+    def save(self, state):
+        super().save({key: value for key, value in state.items() if key != "scaler"})
+
+
+def test_a_checkpoint_an_older_run_took_continues_the_same_run(tmp_path):
+    straight = [r["loss"] for r in recall.run(**SHORT)[:-1]]
+    dying = tracker(tmp_path, DyingWithAnOlderCheckpoint, at=8)
+    with pytest.raises(KeyboardInterrupt):
+        recall.run(**SHORT, tracker=dying)
+    dying.close()
+    (kept,) = (tmp_path / "checkpoints").rglob("*.pt")
+    assert "scaler" not in torch.load(kept, weights_only=True)["state"]  # what the resume finds
+    again = tracker(tmp_path)
+    recall.run(**SHORT, tracker=again)
+    again.end([])
+    rows = store.job_rows(tmp_path / "job-000000.parquet")
+    assert [r["step"] for r in rows] == list(range(1, 13))
+    assert [r["loss"] for r in rows] == straight
+
+
 def test_the_text_task_learns_characters_from_a_file(tmp_path):
     text = tmp_path / "notes.txt"
     text.write_text("the quick brown fox jumps over the lazy dog; naïve café. " * 40, "utf-8")
