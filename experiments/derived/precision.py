@@ -12,19 +12,17 @@ over the baseline, CPU) and cuda_peak_ratio (the CUDA allocator's peak, CUDA).
 
 import pandas as pd
 
+from experiments.derived.pairs import early_losses, loss_gap, with_reference
 from harness import store
 
 REFERENCE = "float32"
 AGREEMENT_STEPS = 100  # a precision's loss is compared with float32's over the first steps, this
 # many at most (a claim over them says how many it needs: `needs: compared_steps >= 100`)
 # The final row's columns that the tables carry (a point without one has them missing).
-# many at most (a claim over them says how many it needs: `needs: compared_steps >= 100`)
-# The final row's columns that the tables carry (a point without one has them missing).
 FINAL = ["device_used", "capability", "tokens_per_s", "tokens_per_s_iqr", "step_ms",
          "rss_delta_mib", "cuda_peak_mib", "zero_grad_fraction", "loss_scaling", "final_scale",
          "skipped_steps", "eval_loss", "eval_accuracy", "sdpa_forward", "sdpa_backward",
          "sdpa_fused_ops", "matmul_share"]  # fmt: skip
-# The columns of a step's row, which a point's parameters are told from (store.parameter_columns).
 # The columns of a step's row, which a point's parameters are told from (store.parameter_columns).
 STEP = ["phase", "step", "loss", "accuracy", "tokens_per_s", "learning_rate",
         "zero_grad_fraction", "loss_scale", "step_skipped"]  # fmt: skip
@@ -79,30 +77,14 @@ def versus_float32(rows: pd.DataFrame, final: pd.DataFrame, params: list[str]) -
     if "precision" not in final:
         return pd.DataFrame()
     shared = [p for p in params if p != "precision"]
-    keys = final[shared].map(repr)  # a missing value equal to itself
-    reference = final[final["precision"] == REFERENCE]
-    losses = early_losses(rows)
-    lines = []
-    for _, point in final[final["precision"] != REFERENCE].iterrows():
-        same = reference[(keys.loc[reference.index] == keys.loc[point.name]).all(axis=1)]
-        if not same.empty:
-            lines.append(compared(point, same.iloc[0], shared, losses))
-    return pd.DataFrame(lines)
-
-
-def early_losses(rows: pd.DataFrame) -> pd.DataFrame:
-    """The training loss of the first AGREEMENT_STEPS steps, a column per job."""
-    if "phase" not in rows or "step" not in rows:
-        return pd.DataFrame()
-    early = rows[(rows["phase"] == "train") & (rows["step"] <= AGREEMENT_STEPS)]
-    return early.pivot_table(index="step", columns="job", values="loss")
+    losses = early_losses(rows, AGREEMENT_STEPS)
+    pairs = with_reference(final, "precision", REFERENCE, shared)
+    return pd.DataFrame([compared(point, base, shared, losses) for point, base in pairs])
 
 
 def compared(point: pd.Series, base: pd.Series, shared: list[str], losses) -> dict:
     """versus_float32's line for one point against its float32 point."""
-    both = [base["job"], point["job"]]
-    steps = losses[both].dropna() if all(j in losses for j in both) else pd.DataFrame()
-    difference = (steps[both[0]] - steps[both[1]]).abs().max() if len(steps) else float("nan")
+    steps, gap = loss_gap(losses, base, point)
     ok = point["status"] == base["status"] == "ok"
     return {
         **point[shared].to_dict(), "precision": point["precision"],
@@ -114,7 +96,7 @@ def compared(point: pd.Series, base: pd.Series, shared: list[str], losses) -> di
         "float32_matmul_share": base["matmul_share"],
         "zero_grad_fraction": point["zero_grad_fraction"],
         "float32_zero_grad_fraction": base["zero_grad_fraction"],
-        "compared_steps": len(steps), "max_loss_diff": difference,
+        "compared_steps": steps, "max_loss_diff": gap,
     }  # fmt: skip
 
 

@@ -7,6 +7,7 @@ point's parameters beside its measurements."""
 
 import pandas as pd
 
+from experiments.derived.pairs import early_losses, loss_gap, with_reference
 from harness import store
 
 MEASURED = ["phase", "step", "loss", "accuracy", "tokens_per_s", "learning_rate", "chance",
@@ -54,24 +55,14 @@ def agreement(rows: pd.DataFrame, final: pd.DataFrame) -> pd.DataFrame:
     if "phase" not in rows or "attention" not in final:
         return pd.DataFrame()
     shared = [p for p in parameters(rows) if p in final and p != "attention"]
-    early = rows[(rows["phase"] == "train") & (rows["step"] <= AGREEMENT_STEPS)]
-    losses = early.pivot_table(index="step", columns="job", values="loss")
-    lines = []
-    reference = final[final["attention"] == REFERENCE]
-    keys = final[shared].map(repr)  # a missing value equal to itself
-    others = final[final["attention"].notna() & ~final["attention"].isin(NOT_COMPARED)]
-    for _, other in others.iterrows():
-        same = reference[(keys.loc[reference.index] == keys.loc[other.name]).all(axis=1)]
-        if same.empty:
-            continue
-        base = same.iloc[0]
-        both = [base["job"], other["job"]]
-        steps = losses[both].dropna() if all(j in losses for j in both) else pd.DataFrame()
-        ok = base["status"] == other["status"] == "ok" and len(steps) > 0
-        difference = (steps[both[0]] - steps[both[1]]).abs().max() if ok else float("nan")
+    losses, lines = early_losses(rows, AGREEMENT_STEPS), []
+    for other, base in with_reference(final, "attention", REFERENCE, shared, NOT_COMPARED):
+        steps, gap = loss_gap(losses, base, other)
+        ok = base["status"] == other["status"] == "ok" and steps > 0
         lines.append({**other[shared].to_dict(), "attention": other["attention"],
                       "against": REFERENCE, "status": "ok" if ok else "incomplete",
-                      "compared_steps": len(steps), "max_loss_diff": difference})  # fmt: skip
+                      "compared_steps": steps,
+                      "max_loss_diff": gap if ok else float("nan")})  # fmt: skip
     return pd.DataFrame(lines)
 
 
