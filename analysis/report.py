@@ -379,6 +379,16 @@ def _history_metrics(views: list[dict], points: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys([*named, *timings]))
 
 
+def _origin(module: str | None) -> Path | None:
+    """The file a module is loaded from, without importing it; None where it cannot be found
+    (the section says why)."""
+    try:
+        spec = importlib.util.find_spec(module) if module else None
+    except (ImportError, ValueError):
+        return None
+    return Path(spec.origin) if spec and spec.origin else None
+
+
 def _cached_section(root, experiment, sweep, report_dir, folder, config_dirs):
     """_reported(), kept in the report folder's cache (analysis.summaries.cached) while the
     sweep's files, the code and the experiment's config are as they were, and the plots its
@@ -386,13 +396,10 @@ def _cached_section(root, experiment, sweep, report_dir, folder, config_dirs):
     manifest = store.read_manifest(root, experiment, sweep)
     own = experiment_file(experiment, config_dirs) if experiment in available_experiments(
         config_dirs) else None  # fmt: skip
-    module = trusted_config(manifest, experiment, config_dirs).get("report")
-    try:
-        spec = importlib.util.find_spec(module) if module else None
-    except (ImportError, ValueError):  # not importable: the section says so
-        spec = None
-    origin = Path(spec.origin) if spec and spec.origin else None
-    extra = [str(folder), summaries.file_version(own), summaries.file_version(origin)]
+    config = trusted_config(manifest, experiment, config_dirs)
+    derive = (config.get("derive") or "").rpartition(".")[0]  # the module of its function
+    code = [_origin(config.get("report")), _origin(derive)]  # a module of one's own, edited
+    extra = [str(folder), summaries.file_version(own), *map(summaries.file_version, code)]
 
     def computed() -> dict:
         text, claims, view = _reported(root, experiment, sweep, folder, config_dirs)
