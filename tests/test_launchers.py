@@ -190,7 +190,7 @@ def test_a_store_error_crosses_to_the_sweep_as_the_named_error_it_was(error, tra
     assert str(raised) == str(error) and os_error(raised) == os_error(error)
     sent = pickle.loads(pickle.dumps(launchers.unwritable(raised)))
     said = f"harness error: the store cannot be written ({type(error).__name__}: {error})"
-    assert str(sent) == os_error(sent) == said
+    assert str(sent) == os_error(sent) == said and sent.kind == type(error).__name__
     with pytest.raises(StoreUnwritable) as caught:
         launchers.received(sent)
     assert caught.value is sent

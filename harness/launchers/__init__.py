@@ -116,8 +116,11 @@ def unwritable(error: OSError) -> StoreUnwritable:
     """What a job's own process sends back in place of the summary of a job whose rows the
     store could not take (`error`, the store's), and of each job after it: one line saying so,
     which the sweep's process raises (received)."""
-    said = f"{StoreUnwritable.of(error).kind}: {one_line(error)}"  # the store's error's type
-    return StoreUnwritable(f"harness error: the store cannot be written ({said})")
+    kind = StoreUnwritable.of(error).kind  # the store's error's type, kept across the pickle
+    said = f"harness error: the store cannot be written ({kind}: {one_line(error)})"
+    sent = StoreUnwritable(said)
+    sent.kind = kind
+    return sent
 
 
 def received(summary: dict | StoreUnwritable) -> dict:
