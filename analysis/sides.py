@@ -104,8 +104,8 @@ def side_claims(side: Sweep) -> pd.DataFrame:
 
 
 def _claims(sweep: Sweep) -> pd.DataFrame:
-    """One sweep's claims_table, by claim; an ERROR line where its report module's tables
-    cannot be made of its rows (as the report says of such a sweep)."""
+    """One sweep's claims_table, by claim; an ERROR line where the tables its experiment
+    derives cannot be made of its rows (as the report says of such a sweep)."""
     try:
         return claims_table(sweep.rows, sweep.config, sweep.manifest["points"]).set_index("claim")
     except Exception as error:
