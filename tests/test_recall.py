@@ -109,22 +109,6 @@ def tracker(tmp_path, cls=tracking.Tracker, **kwargs):
                config_hash="h", **kwargs)  # fmt: skip
 
 
-def test_a_run_resumed_from_its_checkpoint_continues_the_same_run(tmp_path):
-    """Killed at step 8 (checkpoints at 5 and 10), resumed: the same losses, step for step, as
-    a run that was never interrupted (weights, optimizer and data generator restored)."""
-    straight = [r["loss"] for r in recall.run(**SHORT)[:-1]]
-    dying = tracker(tmp_path, Dying, at=8)
-    with pytest.raises(KeyboardInterrupt):
-        recall.run(**SHORT, tracker=dying)
-    dying.close()
-    again = tracker(tmp_path)
-    recall.run(**SHORT, tracker=again)
-    again.end([])
-    rows = store.job_rows(tmp_path / "job-000000.parquet")
-    assert [r["step"] for r in rows] == list(range(1, 13))
-    assert [r["loss"] for r in rows] == straight
-
-
 class DyingWithAnOlderCheckpoint(Dying):
     """Dying, its checkpoints as a run before the shared training loop took them: without the
     scaler's state."""
@@ -133,14 +117,19 @@ class DyingWithAnOlderCheckpoint(Dying):
         super().save({key: value for key, value in state.items() if key != "scaler"})
 
 
-def test_a_checkpoint_an_older_run_took_continues_the_same_run(tmp_path):
+@pytest.mark.parametrize("dying", [Dying, DyingWithAnOlderCheckpoint], ids=["now", "older"])
+def test_a_run_resumed_from_its_checkpoint_continues_the_same_run(tmp_path, dying):
+    """Killed at step 8 (checkpoints at 5 and 10), resumed: the same losses, step for step, as
+    a run that was never interrupted (weights, optimizer and data generator restored); from a
+    checkpoint of today's, or of a run before the shared training loop (no scaler's state)."""
     straight = [r["loss"] for r in recall.run(**SHORT)[:-1]]
-    dying = tracker(tmp_path, DyingWithAnOlderCheckpoint, at=8)
+    killed = tracker(tmp_path, dying, at=8)
     with pytest.raises(KeyboardInterrupt):
-        recall.run(**SHORT, tracker=dying)
-    dying.close()
+        recall.run(**SHORT, tracker=killed)
+    killed.close()
     (kept,) = (tmp_path / "checkpoints").rglob("*.pt")
-    assert "scaler" not in torch.load(kept, weights_only=True)["state"]  # what the resume finds
+    state = torch.load(kept, weights_only=True)["state"]
+    assert ("scaler" in state) == (dying is Dying)  # what the resume finds
     again = tracker(tmp_path)
     recall.run(**SHORT, tracker=again)
     again.end([])
