@@ -46,7 +46,8 @@ def write_page(
     folder of plotly.min.js (report_dir: the page's own)."""
     script = (assets or report_dir) / PLOTLY
     plotly = get_plotlyjs()
-    if _held(script, len(plotly.encode()) + 1) != plotly.encode():  # kept only if it is plotly's
+    encoded = plotly.encode()  # 4.8 MB: encoded once
+    if _held(script, len(encoded) + 1) != encoded:  # kept only if it is plotly's, byte for byte
         files.write_text(script, plotly)
     figures: list[dict] = []
     body = [experiment_html(e, figures) for e in experiments]

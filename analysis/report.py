@@ -13,7 +13,6 @@ The report shows each experiment's newest sweep by default, or the sweeps chosen
 lists all the sweeps of its experiment, with their points planned and landed.
 """
 
-import importlib
 import importlib.util
 import json
 import os

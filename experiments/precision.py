@@ -121,7 +121,7 @@ def run(
         training = build(**shape, device=used)
         if isinstance(training, str):
             return [unsupported(training, used)]
-        history, plan = History(), Plan(steps, batch, lr, WARMUP, seed, checkpoint_every, None)
+        history, plan = History(), Plan(steps, batch, lr, WARMUP, seed, checkpoint_every, ddp=None)
         try:
             rows = train(training, plan, tracker, observer=history, refused=_refused)
         except Unsupported as error:

@@ -22,7 +22,6 @@ import torch
 from experiments import checks, paths, training
 from experiments.model import AUTO, ModelConfig, OctLM, check_attention
 from experiments.tasks import Recall, Text
-from experiments.training import WARMUP
 
 
 def check(
@@ -82,7 +81,7 @@ def run(
     steps: int = 800,
     batch: int = 128,
     lr: float = 5e-3,
-    warmup: int = WARMUP,
+    warmup: int = training.WARMUP,
     pairs: int = 8,
     queries: int = 4,
     gap: int = 8,
@@ -119,7 +118,7 @@ def run(
     prepared = training.Training.of(data, OctLM(config), lr, used, autocast)
     # Rank 0 of a group also trains a copy alone, on the whole batch, for reference_steps steps.
     alone = training.Alone(prepared, lr, reference_steps) if world > 1 and rank == 0 else None
-    plan = training.Plan(steps, batch, lr, warmup, seed, checkpoint_every, ddp)
+    plan = training.Plan(steps, batch, lr, warmup, seed, checkpoint_every, ddp=ddp)
     try:
         rows = training.train(prepared, plan, tracker, observer=alone if reference_steps else None)
     except training.Unsupported as error:

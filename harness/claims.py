@@ -1,21 +1,20 @@
 """Claims: bounds on a sweep's measurements, checked over every point the sweep planned.
 
-A claim (an experiment config's `claims`) is {metric, min and/or max, where, needs, table, text}.
-`where` (a condition such as `dtype == 'float32' and length > 1`) selects among the sweep's
-PLANNED points (its manifest), not only the ones with rows, in the rows or in a table the
-experiment derives from them (`table`; the default is the rows): its config's `derive` names a
-function of the rows that returns its tables by name (experiments.derived.backends.tables), of
+A claim (an experiment config's `claims`) is {metric, min and/or max, where, needs, table,
+text}. `where` (a condition such as `dtype == 'float32' and length > 1`) selects among the
+sweep's PLANNED points (its manifest), not only the ones with rows, in the rows or in a table
+the experiment derives from them (`table`; the default is the rows): its config's `derive` names
+a function of the rows that returns its tables by name (experiments.derived.backends.tables), of
 the experiments' layer and pandas only, so that the harness checks the claims at a sweep's end
-and the report shows them without the harness importing the report's code or the report the
-code that measures. A bound is a number, or an
-expression over the table's columns evaluated row by row (FlashAttention's rule:
-`max: 2 * sdpa_err64 + 1.0e-6`), or a list of these that must all hold
-(`max: [2 * sdpa_err64 + 1.0e-6, 1.0e-5]`). `needs` is what a selected line must have for its
-value to count (`needs: compared_steps >= 100`: a loss compared over fewer steps proves less);
-a line without it counts as missing, and the INCOMPLETE line says what it has and what the claim
-needs. Wheres, needs and bounds are read by harness.expressions, a grammar of numbers, strings,
-column names, arithmetic, comparisons and and/or/not that can call nothing: a manifest is
-anyone's to edit, and pandas' query and eval would run its code.
+and the report shows them without the harness importing the report's code or the report the code
+that measures. A bound is a number, or an expression over the table's columns evaluated row by
+row (FlashAttention's rule: `max: 2 * sdpa_err64 + 1.0e-6`), or a list of these that must all
+hold (`max: [2 * sdpa_err64 + 1.0e-6, 1.0e-5]`). `needs` is what a selected line must have for
+its value to count (`needs: compared_steps >= 100`: a loss compared over fewer steps proves
+less); a line without it counts as missing, and the INCOMPLETE line says what it has and what
+the claim needs. Wheres, needs and bounds are read by harness.expressions, a grammar of numbers,
+strings, column names, arithmetic, comparisons and and/or/not that can call nothing: a manifest
+is anyone's to edit, and pandas' query and eval would run its code.
 
 - PASS: every selected point has a value, and every value meets the bounds.
 - FAIL: some value breaks a bound.
