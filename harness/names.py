@@ -10,7 +10,7 @@ from pathlib import Path
 from harness.errors import BadInput
 
 HERE = Path(__file__).resolve().parent
-CONF = HERE / "conf" if (HERE / "conf").is_dir() else HERE.parent / "conf"  # installed; checkout
+CONF = (HERE / "conf").resolve()  # a checkout's conf/ (harness/conf links to it), or the wheel's
 USER_KEYS = ("out", "resume", "wait", "seed", "threads", "max_points", "fail_fast",
              "stream_rows", "stream_s")  # for users  # fmt: skip
 HARNESS_KEYS = (*USER_KEYS, "sinks", "search", "sweep_id", "job")  # config.yaml; conf/sinks/
