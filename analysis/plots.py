@@ -275,12 +275,15 @@ FIGURES = 8  # the most metrics drawn for an experiment that draws none of its o
 
 
 def axis(rows: pd.DataFrame, config: dict, params: list[str]) -> str | None:
-    """The x axis of an experiment's plots: its declared table's index (config `table`), else
-    its swept parameter with the most values (the first of them, in the grid's order), else
-    None (a single point: nothing to draw a line through)."""
+    """The x axis of an experiment's plots: its declared table's index (config `table`; the
+    last of several that varies, the innermost of the grid), else its swept parameter with the
+    most values (the first of them, in the grid's order), else None (a single point: nothing
+    to draw a line through)."""
     index = (config.get("table") or {}).get("index")
-    if isinstance(index, str) and index in rows and rows[index].nunique() > 1:
-        return index
+    listed = index if isinstance(index, list) else [index]
+    declared = [n for n in listed if isinstance(n, str) and n in rows and rows[n].nunique() > 1]
+    if declared:
+        return declared[-1]
     counts = {p: rows[p].astype(str).nunique() for p in params if p in rows}
     counts = {p: n for p, n in counts.items() if n > 1 and _numeric(rows[p])}
     return max(counts, key=counts.get) if counts else None

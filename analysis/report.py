@@ -136,7 +136,7 @@ def section(
     table, module = sweep_table(every, config, params), report_module(config)
     module_parts = []
     if table is not None:
-        module_parts.append(f"{table.columns.name}:\n\n{markdown(table)}")
+        module_parts.append(f"{table.attrs['caption']}:\n\n{markdown(table)}")
     if module is not None and not rows.empty:
         report_dir.mkdir(parents=True, exist_ok=True)
         module_parts += _linked(module.sections(every, tables, report_dir), report_dir)

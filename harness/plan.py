@@ -19,6 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from harness import search, store
 from harness.claims import validate as validate_claims
+from harness.config import compose_config
 from harness.errors import BadInput, one_line
 from harness.names import HARNESS_KEYS, SET_BY_HARNESS, check_name, key_of
 from harness.signature import Experiment, config_hash, config_values
@@ -65,6 +66,22 @@ def new_sweep_id(now: datetime | None = None) -> str:
     by chance, and write_manifest refuses an id that is taken)."""
     now = now or datetime.now(UTC)
     return f"{now:%Y%m%d-%H%M%S}-{now.microsecond // 1000 * 64 + secrets.randbelow(64):04x}"
+
+
+def plan_command(
+    overrides: list[Override], experiment: str, config_dirs: list[Path], sweep_id: str
+) -> tuple[DictConfig, Sweep, list[str]]:
+    """A new sweep's config and plan from its command line, every point checked (what a sweep
+    runs, and what --help and --cfg check before they show anything), and the override lines
+    that every job gets."""
+    overrides, space = search.command_line(overrides)
+    fixed = [*(o.input_line for o in overrides if not o.is_sweep_override()), *space]
+    grid = [o for o in overrides if o.is_sweep_override()]
+    cfg = compose_config([*fixed, f"sweep_id={sweep_id}"], experiment, config_dirs)
+    added = absent_keys(cfg, grid)  # grid keys the config lacks, added for every job
+    if added:
+        cfg = compose_config([*fixed, *added, f"sweep_id={sweep_id}"], experiment, config_dirs)
+    return cfg, plan(cfg, grid, added), [*fixed, *added]
 
 
 def plan(cfg: DictConfig, sweeps: list[Override], added: list[str] = ()) -> Sweep:

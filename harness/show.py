@@ -16,7 +16,7 @@ from harness.config import check_harness_keys, compose_config, experiment_name, 
 from harness.errors import BadInput
 from harness.hydra_internals import show_info
 from harness.names import USER_KEYS, Flags, experiment_file, key_of
-from harness.plan import Sweep, plan, seeded_grid
+from harness.plan import Sweep, plan_command, seeded_grid
 from harness.signature import Experiment, config_values
 
 MISSING_KEY = object()
@@ -24,22 +24,22 @@ MISSING_KEY = object()
 
 def show(overrides: list[Override], flags: Flags) -> int:
     """--help +experiment=NAME, --info or --cfg: print what they show; nothing runs and nothing
-    is written."""
+    is written. --help and --cfg check the config and every point as a sweep of this command
+    line would, and refuse in one line what it would refuse."""
     config_dirs = flags.config_dirs
     experiment = experiment_name(overrides, config_dirs)
+    check_harness_keys(overrides)
+    if any(key_of(o.input_line) == "resume" for o in overrides):
+        raise BadInput("--help, --cfg and --info show a new sweep: drop resume")
+    if flags.info:
+        overrides, space = search.command_line(overrides)  # the search's space: no grid axes
+        fixed = [*(o.input_line for o in overrides if not o.is_sweep_override()), *space]
+        show_info(flags.info, with_searchpath([*fixed, "sweep_id=SWEEP_ID"], config_dirs))
+        return 0
+    _, sweep, fixed = plan_command(overrides, experiment, config_dirs, "SWEEP_ID")
     if flags.help:
         print(experiment_help(experiment, config_dirs))
         return 0
-    check_harness_keys(overrides)
-    if any(key_of(o.input_line) == "resume" for o in overrides):
-        raise BadInput("--cfg and --info show a new sweep's config: drop resume")
-    overrides, space = search.command_line(overrides)  # the search's space: no grid axes
-    fixed = [*(o.input_line for o in overrides if not o.is_sweep_override()), *space]
-    if flags.info:
-        show_info(flags.info, with_searchpath([*fixed, "sweep_id=SWEEP_ID"], config_dirs))
-        return 0
-    cfg = compose_config([*fixed, "sweep_id=SWEEP_ID"], experiment, config_dirs)
-    sweep = plan(cfg, [o for o in overrides if o.is_sweep_override()])  # every point checked
     first = sweep.points[0]
     point = [*fixed, *first.overrides, "sweep_id=SWEEP_ID", f"job={first.job}"]
     print(config_text(compose_config(point, experiment, config_dirs), sweep, flags), end="")

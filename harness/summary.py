@@ -20,7 +20,7 @@ def report(sweep: Sweep, manifest: dict, seconds: float) -> int:
     params = list(points[0]["params"]) if points else []
     table = sweep_table(planned(rows, points), sweep.experiment.config, params)
     if table is not None:
-        print(f"{table.columns.name}:\n{markdown(table)}")
+        print(f"{table.attrs['caption']}:\n{markdown(table)}")
     for line in claims_table(rows, sweep.experiment.config, points).itertuples():
         print(f"claim {line.result}: {line.claim} ({outcome(line)})")
     print(

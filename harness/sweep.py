@@ -17,12 +17,12 @@ from contextlib import contextmanager
 
 from hydra import initialize_config_dir
 
-from harness import search, store
-from harness.config import check_harness_keys, compose_config, experiment_name, parse
+from harness import store
+from harness.config import check_harness_keys, experiment_name, parse
 from harness.dispatch import check_devices, launch, prepare_launcher
 from harness.errors import BadInput, os_error
 from harness.names import CONF, split_flags
-from harness.plan import SweepExists, absent_keys, discard, new_sweep_id, plan, write_manifest
+from harness.plan import SweepExists, discard, new_sweep_id, plan_command, write_manifest
 from harness.resume import resumed
 from harness.show import show
 from harness.status import compact_if_finished
@@ -91,17 +91,9 @@ def _new_sweep(argv: list[str], overrides: list, experiment: str, config_dirs: l
     """A new sweep's plan, written to its manifest under an id of its own; its config and
     launcher."""
     command = shlex.join(["python", "-m", "harness", *argv])
-    overrides, space = search.command_line(overrides)
-    fixed = [*(o.input_line for o in overrides if not o.is_sweep_override()), *space]
-    grid = [o for o in overrides if o.is_sweep_override()]
     for _ in range(ID_ATTEMPTS):
-        cfg = compose_config([*fixed, f"sweep_id={new_sweep_id()}"], experiment, config_dirs)
-        added = absent_keys(cfg, grid)  # grid keys the config lacks, added for every job
-        if added:
-            lines = [*fixed, *added, f"sweep_id={cfg.sweep_id}"]
-            cfg = compose_config(lines, experiment, config_dirs)
+        cfg, sweep, _ = plan_command(overrides, experiment, config_dirs, new_sweep_id())
         launcher = prepare_launcher(cfg, command)
-        sweep = plan(cfg, grid, added)
         sweep.command, sweep.config_dirs = command, config_dirs
         check_devices(sweep.points, launcher)
         try:

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from harness.names import setting
+
 MISSING = "—"
 TABLE_KEYS = ("index", "columns", "values")  # an experiment's `table`: column names
 
@@ -30,47 +32,96 @@ def _cell(point: dict) -> dict:
 
 def validate_table(spec) -> None:
     """Refuse, with a ValueError of one line, an experiment's `table` that is not a mapping of
-    `index`, `columns` and `values` to column names (None: no table)."""
+    `index` (a column name, or a list of them), `values` (a column name) and, optionally,
+    `columns` (a name or a list) to columns no two of its keys share (None: no table)."""
     if spec is None:
         return
     if not isinstance(spec, Mapping):
         raise ValueError(f"table must be a mapping of {', '.join(TABLE_KEYS)}, not {spec!r:.60}")
-    for key in TABLE_KEYS:
+    unknown = sorted(str(key) for key in spec if key not in TABLE_KEYS)
+    if unknown:
+        raise ValueError(f"table takes {', '.join(TABLE_KEYS)}, not {', '.join(unknown)}")
+    for key in ("index", "values"):
         if key not in spec:
-            raise ValueError(f"table has no {key} (it needs {', '.join(TABLE_KEYS)}: column names)")
-        if not isinstance(spec[key], str):
-            raise ValueError(f"table's {key} must be a column name, not {spec[key]!r:.60}")
+            raise ValueError(
+                f"table has no {key} (it needs index and values, and may have columns: "
+                "column names)"
+            )
+    if not isinstance(spec["values"], str):
+        raise ValueError(f"table's values must be a column name, not {spec['values']!r:.60}")
+    for key in ("index", "columns"):
+        names = spec.get(key, [])
+        listed = names if isinstance(names, list) else [names]
+        if not all(isinstance(name, str) for name in listed) or (key == "index" and not listed):
+            raise ValueError(
+                f"table's {key} must be a column name or a list of them, not {names!r:.60}"
+            )
+    named = [spec["values"], *table_axes(spec)[0], *table_axes(spec)[1]]
+    twice = sorted({name for name in named if named.count(name) > 1})
+    if twice:
+        raise ValueError(f"table names {', '.join(twice)} twice: each column in one place")
+
+
+def table_axes(spec: Mapping) -> tuple[list[str], list[str]]:
+    """A valid `table`'s index and columns, each as a list of column names."""
+
+    def listed(names) -> list[str]:
+        return list(names) if isinstance(names, list) else [names] if names else []
+
+    return listed(spec["index"]), listed(spec.get("columns"))
 
 
 def sweep_table(rows: pd.DataFrame, config: dict, params: list[str] = ()) -> pd.DataFrame | None:
-    """The experiment's declared pivot (e.g. length x block of max_abs_diff) of ok rows; where
-    other parameters (of `params`) vary too, each cell is the largest over them, as it says.
+    """The experiment's declared pivot of ok rows: its values by its index (one parameter or
+    several), and by its columns where it names some (e.g. max_abs_diff, length by block);
+    where other parameters (of `params`) vary too, each cell is the largest over them, as its
+    caption (attrs["caption"]) says. Rows and columns in the grid's order, a failed point a gap.
     None without one, or for a spec that cannot work (validate_table) or names absent columns."""
     spec = config.get("table")
     try:
         validate_table(spec)
     except ValueError:
         return None
-    if not spec or rows.empty or not all(spec[key] in rows for key in TABLE_KEYS):
+    if not spec:
+        return None
+    index, columns = table_axes(spec)
+    values = spec["values"]
+    if rows.empty or not all(name in rows for name in [*index, *columns, values]):
         return None
     ok = rows[rows["status"] == "ok"]
-    table = ok.pivot_table(
-        index=spec["index"], columns=spec["columns"], values=spec["values"], aggfunc="max"
-    )
+    table = ok.pivot_table(index=index, columns=columns or None, values=values, aggfunc="max")
     in_grid_order = rows.sort_values("job")
-    index = in_grid_order[spec["index"]].drop_duplicates()
-    columns = in_grid_order[spec["columns"]].drop_duplicates()
-    table = table.reindex(index=index, columns=columns)  # grid order; failed points show as gaps
-    table.columns.name = f"{spec['values']}, {spec['index']} (rows) by {spec['columns']} (columns)"
-    hidden = [p for p in params if p in rows and p not in spec.values() and rows[p].nunique() > 1]
+    table = table.reindex(index=_in_order(in_grid_order, index))  # failed points: gaps
+    if columns:
+        table = table.reindex(columns=_in_order(in_grid_order, columns))
+    else:
+        table = table.reindex(columns=[values])
+    shown = f"{values} by {', '.join(index)}"
+    if columns:
+        shown = f"{values}, {', '.join(index)} (rows) by {', '.join(columns)} (columns)"
+    hidden = [p for p in params if p in rows and p not in [*index, *columns, values]
+              and rows[p].nunique() > 1]  # fmt: skip
     if hidden:
-        table.columns.name += f", the largest over {', '.join(hidden)}"
+        shown += f", the largest over {', '.join(hidden)}"
+    table.attrs["caption"] = shown
     return table
+
+
+def _in_order(rows: pd.DataFrame, names: list[str]) -> pd.Index:
+    """The values (or combinations of values) of `names` in the order the rows first hold them."""
+    if len(names) == 1:
+        return pd.Index(rows[names[0]].drop_duplicates(), name=names[0])
+    return pd.MultiIndex.from_frame(rows[names].drop_duplicates())
 
 
 def markdown(table: pd.DataFrame, floatfmt: str = ".3g", index: bool = True) -> str:
     """A table as Markdown, numbers to three digits, gaps as a dash, text escaped (_as_text);
-    an index of several levels as a column each (not as tuples)."""
+    an index of several levels as a column each, and columns of several levels each headed by
+    its settings (dtype=float32 cap=30), not as tuples."""
+    if isinstance(table.columns, pd.MultiIndex):
+        names = table.columns.names
+        heads = [" ".join(map(setting, names, key)) for key in table.columns]
+        table = table.set_axis(heads, axis=1)
     if index and isinstance(table.index, pd.MultiIndex):
         table, index = table.reset_index(), False
     cells = table.map(_as_text).astype(object).where(table.notna(), None)

@@ -52,6 +52,40 @@ def test_the_table_is_the_declared_pivot_with_gaps_for_failed_points():
     assert "| —" in markdown(table) and "nan" not in markdown(table)
 
 
+def test_a_table_of_one_index_and_its_values_takes_the_largest_over_the_rest():
+    table = sweep_table(
+        rows([1e-7, 2e-7, 3e-7, None], ["ok", "ok", "ok", "failed"]),
+        {"table": {"index": "length", "values": "max_abs_diff"}},
+        ["length", "block"],
+    )
+    assert table.index.tolist() == [128, 512] and table.columns.tolist() == ["max_abs_diff"]
+    assert table["max_abs_diff"].tolist() == [2e-7, 3e-7]  # 512's failed point: the other's
+    assert table.attrs["caption"] == "max_abs_diff by length, the largest over block"
+
+
+def test_a_table_over_several_parameters_keeps_each_combination_in_grid_order():
+    grid = [
+        {"method": m, "dtype": d, "cap": c, "length": n}
+        for m in ("tiled", "sdpa") for d in ("bfloat16", "float32") for c in (30, 50)
+        for n in (128, 256)
+    ]  # fmt: skip
+    frame = pd.DataFrame(grid).assign(job=range(len(grid)), status="ok")
+    frame["err"] = frame["job"] * 1e-7
+    frame.loc[5, "status"] = "failed"  # tiled, float32, cap 30, length 256
+    spec = {"index": ["method", "length"], "columns": ["dtype", "cap"], "values": "err"}
+    table = sweep_table(frame, {"table": spec}, ["method", "dtype", "cap", "length"])
+    assert table.index.tolist() == [("tiled", 128), ("tiled", 256), ("sdpa", 128), ("sdpa", 256)]
+    assert table.columns.tolist() == [("bfloat16", 30), ("bfloat16", 50), ("float32", 30),
+                                      ("float32", 50)]  # fmt: skip
+    assert pd.isna(table.loc[("tiled", 256), ("float32", 30)])  # a gap, never another dtype's
+    assert table.loc[("sdpa", 128), ("float32", 50)] == pytest.approx(14e-7)
+    assert table.attrs["caption"] == "err, method, length (rows) by dtype, cap (columns)"
+    header = markdown(table).splitlines()[0]
+    assert [cell.strip() for cell in header.strip("|").split("|")] == [
+        "method", "length", "dtype=bfloat16 cap=30", "dtype=bfloat16 cap=50",
+        "dtype=float32 cap=30", "dtype=float32 cap=50"]  # fmt: skip
+
+
 def test_an_index_of_several_levels_is_a_column_each_not_tuples():
     pivot = pd.DataFrame({"device": ["cpu", "cpu"], "dtype": ["bfloat16", "float32"],
                           "length": [1024, 1024], "flash": ["1.2 (3%)", "0.9 (2%)"]})  # fmt: skip

@@ -229,10 +229,15 @@ BAD_CLAIMS = [
 BAD_TABLES = [
     ("length", "table must be a mapping of index, columns, values, not 'length'"),
     (["length", "block"], "table must be a mapping"),
-    ({"index": "length", "values": "max_abs_diff"}, "table has no columns"),
+    ({"columns": "block", "values": "max_abs_diff"}, "table has no index"),
     ({}, "table has no index"),
-    ({"index": "length", "columns": ["block"], "values": "x"}, "table's columns must be a column"),
-    ({"index": 1, "columns": "block", "values": "x"}, "table's index must be a column name, not 1"),
+    ({"index": "length"}, "table has no values"),
+    ({"index": "length", "columns": [1], "values": "x"}, "table's columns must be a column name"),
+    ({"index": 1, "columns": "block", "values": "x"}, "table's index must be a column name or a"),
+    ({"index": [], "values": "x"}, "table's index must be a column name or a list of them"),
+    ({"index": "length", "values": ["x", "y"]}, "table's values must be a column name, not"),
+    ({"index": "length", "columns": ["block", "length"], "values": "x"}, "names length twice"),
+    ({"index": "length", "values": "x", "rows": "block"}, "table takes index, columns, values, n"),
 ]
 
 

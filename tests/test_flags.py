@@ -2,6 +2,7 @@
 ones runs anything or writes anything."""
 
 import pytest
+from commands import SUPPORT
 from omegaconf import OmegaConf
 
 from harness import store
@@ -97,3 +98,34 @@ def test_multirun_flag_is_accepted(harness):
     result = harness("-m", "+experiment=exp014_tiled", "length=16", "block=16", "--multirun")
     assert result.returncode == 0, result.stderr
     assert len(store.read(harness.results)) == 1
+
+
+@pytest.mark.parametrize("flag", [["--help"], ["--cfg", "job"]])
+@pytest.mark.parametrize(
+    "spec, said",
+    [
+        (
+            "{index: point, columns: [point], values: point}",
+            "table names point twice: each column in one place",
+        ),
+        ("{index: point, value: point}", "table takes index, columns, values, not value"),
+    ],
+)
+def test_help_and_cfg_refuse_what_the_run_refuses(harness, tmp_path, flag, spec, said):
+    """--help checks the experiment's config as its sweep would: a table spec the run refuses
+    is the run's one line and exit code 2, not a help page that exits 0."""
+    mine = tmp_path / "mine"
+    (mine / "experiment").mkdir(parents=True)
+    (mine / "experiment" / "tabled.yaml").write_text(
+        "# @package _global_\n"
+        f"experiment: {{name: tabled, run: probes.sized, table: {spec}}}\n"
+        "point: 0\nwidth: 2\nhydra: {sweeper: {params: {point: '0,1'}}}\n"
+    )
+    path = {"PYTHONPATH": str(SUPPORT)}
+    args = ("--config-dir", str(mine), "+experiment=tabled")
+    refused = harness(*args, *flag, env=path)
+    ran = harness(*args, env=path)
+    for result in (refused, ran):
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert result.stderr == f"error: tabled: {said}\n"
+    assert not (harness.cwd / "outputs").exists()
