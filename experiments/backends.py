@@ -166,7 +166,6 @@ def _measure(*, backend, length, dtype, device, shape, causal, seed, num_threads
         beside = _beside(backend, (query, key, value), causal)
         times = timed_beside(forward, beside, device, timing)
     row |= memory_or_refusal | times
-    row["threads_used"] = row.pop("threads")
     row |= own_ratios(row, "math")
     batch, heads, _, head_dim = shape
     flops = attention_flops(

@@ -129,7 +129,6 @@ def _measure(*, method, window, dtype, device, shape, block, seed, num_threads, 
         row["err64"] = _error_of_last_rows(query, key, value, kept.pop(), window)
         beside = _beside(method, attend, (query, key, value), window, device)
         row |= measuring.timed_beside(forward, beside, device, timing)
-    row["threads_used"] = row.pop("threads")
     row |= measuring.own_ratios(row, "sdpa")
     if can.compiles:
         row["compile_s"] = first_s - row["time_ms"] / 1000

@@ -10,31 +10,22 @@ timing's cpu_load_beside is the share of the process's CPUs that other processes
 it ran (from /proc/stat), so that a comparison can tell a slower machine from slower code.
 """
 
-import math
+import functools
+import operator
 import os
+import re
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from harness.measure import MIB
 
-ESTIMATE_CALLS = 5  # back-to-back calls whose mean estimates one call before CUDA sampling
-SAMPLE_MS = 1.0  # a CUDA sample's calls last at least this long together
-MOST_CALLS = 1000  # per CUDA sample
 FLUSH_FALLBACK_BYTES = 256 * MIB  # when the device does not say its L2's size
-
-
-@dataclass(frozen=True)
-class Rounds:
-    """Samples taken in turns: samples[name][i] is round i's per-call time (ms) of that batch,
-    calls[name] its calls per sample."""
-
-    samples: dict[str, list[float]]
-    calls: dict[str, int]
+CUDA_METHOD = "CUDA events around each call, L2 flushed before it (triton's do_bench)"
+CPU_METHOD = "perf_counter around each call"
 
 
 def time_call(
@@ -47,15 +38,21 @@ def time_call(
     max_repeats: int = 1000,
     beside: Mapping[str, Callable[[], object]] | None = None,
 ) -> dict[str, Any]:
-    """Warm up, then time samples of fn until min_repeats and min_time_s are both reached.
+    """Warm up, then time calls of fn, a sample each, until min_repeats and min_time_s are
+    both reached (at most max_repeats).
 
-    Returns time_ms (the median per-call time), time_iqr_ms, repeats (samples),
-    time_samples_ms (each sample's per-call time), calls_per_sample, timing_method (in
-    words) and threads. On the CPU a sample is one call, timed with perf_counter. On CUDA, to
-    triton.testing.do_bench's standard: one call's time is estimated from ESTIMATE_CALLS calls
-    back to back; then each sample writes a buffer twice the size of the GPU's L2 (evicting the
-    inputs) and times calls_per_sample calls back to back between one pair of CUDA events,
-    enough to last SAMPLE_MS, so that launch overhead and the events' resolution are amortized.
+    Returns time_ms (the median call), time_iqr_ms, repeats (samples), time_samples_ms (each
+    call's time), timing_method (in words) and threads_used (torch's threads while it timed;
+    the row's own `threads` is the harness's). On the CPU each call is timed with
+    perf_counter. On CUDA, as triton.testing.do_bench does: before each call a buffer twice
+    the size of the GPU's L2 is written (evicting the inputs), then the call runs between its
+    own pair of CUDA events, so that every call starts from a cold cache and the GPU, busy
+    with the flush while the call is queued, does not time its launch. A kernel shorter than
+    the events' resolution (about a microsecond) is timed at that resolution. Each CUDA timing
+    also says what the GPU ran at (GpuClocks, through NVML where nvidia-ml-py can reach the
+    device): gpu_sm_clock_mhz and gpu_mem_clock_mhz, the lowest seen during the calls, and
+    gpu_clock_limits, the reasons other than idleness that held the clocks down (`none`, or
+    e.g. `sw_power_cap, hw_thermal_slowdown`), so that timings of two nodes can be compared.
 
     beside: other calls, by name, timed in turns with fn in this process (each warmed up as fn
     is; a round is one sample of fn, then one of each in order), so that a ratio of their times
@@ -65,7 +62,7 @@ def time_call(
     their samples only, NAME_time_samples_ms (and on the CPU NAME_cpu_time_samples_ms): what a
     ratio needs, and no median that a comparison would take for one of the point's timings.
 
-    On the CPU, also cpu_time_samples_ms: each sample's CPU time of this process per call
+    On the CPU, also cpu_time_samples_ms: each call's CPU time of this process
     (process_time). With one thread it is the call's own work, which other processes on the
     machine do not add to, where they add to its wall time as they take the CPU; with more,
     threads that wait for a preempted one spin and add to it.
@@ -81,60 +78,53 @@ def time_call(
     for call in calls.values():
         for _ in range(warmup):
             call()
-    batches, method, cpu_ms = _batches(calls, device)
-    cpu = device.type != "cuda"
-    load = CpuLoad() if cpu else None
-    rounds = sample_rounds(batches, min_repeats, min_time_s, max_repeats, cpu=cpu)
-    result = {
-        **summarize_ms(rounds.samples[""]),
-        "calls_per_sample": rounds.calls[""],
-        "timing_method": method,
-        "threads": torch.get_num_threads(),
-    }
-    if load and (share := load.share()) is not None:
+    if device.type == "cuda":
+        gpu, clocks = CudaTimer(device), GpuClocks(device)
+        samplers = {name: gpu.sampler(call, clocks.read) for name, call in calls.items()}
+        samples = sample_rounds(samplers, min_repeats, min_time_s, max_repeats)
+        result = {**summarize_ms(samples[""]), "timing_method": CUDA_METHOD, **clocks.columns()}
+        return result | {"threads_used": torch.get_num_threads()} | _beside(samples)
+    cpu_ms = {name: [] for name in calls}
+    samplers = {name: _cpu_sampler(call, cpu_ms[name]) for name, call in calls.items()}
+    load = CpuLoad()
+    samples = sample_rounds(samplers, min_repeats, min_time_s, max_repeats)
+    result = {**summarize_ms(samples[""]), "timing_method": CPU_METHOD}
+    result["threads_used"] = torch.get_num_threads()
+    if (share := load.share()) is not None:
         result["cpu_load_beside"] = share
-    return result | _samples(rounds, cpu_ms if cpu else None)
+    cpu_columns = {f"{name}_cpu_time_samples_ms" if name else "cpu_time_samples_ms": taken
+                   for name, taken in cpu_ms.items()}  # fmt: skip
+    return result | _beside(samples) | cpu_columns
 
 
-def _samples(rounds: Rounds, cpu_ms: dict[str, list[float]] | None) -> dict[str, list[float]]:
-    """The calls' samples as time_call's columns: NAME_time_samples_ms of each call beside fn,
-    and on the CPU (cpu_ms) every call's cpu_time_samples_ms (NAME_ before those beside)."""
-    columns = {f"{name}_time_samples_ms": rounds.samples[name] for name in rounds.samples if name}
-    for name, samples in (cpu_ms or {}).items():
-        columns[f"{name}_cpu_time_samples_ms" if name else "cpu_time_samples_ms"] = samples
-    return columns
+def _beside(samples: dict[str, list[float]]) -> dict[str, list[float]]:
+    """NAME_time_samples_ms of each call timed beside fn (fn's own are its time_samples_ms)."""
+    return {f"{name}_time_samples_ms": taken for name, taken in samples.items() if name}
 
 
 def sample_rounds(
-    batches: Mapping[str, Callable[[int], float]],
+    samplers: Mapping[str, Callable[[], float]],
     min_repeats: int,
     min_time_s: float,
     max_repeats: int = 1000,
-    *,
-    cpu: bool = False,
-) -> Rounds:
-    """Rounds of one sample of each batch in turn. batch(n) runs n calls back to back and
-    returns their total ms; a sample is its per-call time, n being 1 for the CPU, else
-    calls_per_sample of an estimate (ESTIMATE_CALLS calls, once). Each batch
-    is sampled from the first round on until it has min_repeats samples and min_time_s of
-    calls of its own, as if timed alone, so its sample i is round i's and a slow one costs no
-    more than that; rounds go on while a batch wants samples, at most max_repeats of them."""
-    calls = {
-        name: 1 if cpu else calls_per_sample(batch(ESTIMATE_CALLS) / ESTIMATE_CALLS)
-        for name, batch in batches.items()
-    }
-    samples: dict[str, list[float]] = {name: [] for name in batches}
+) -> dict[str, list[float]]:
+    """Rounds of one sample of each call in turn (sampler() times one call and returns its
+    ms): each is sampled from the first round on until it has min_repeats samples and
+    min_time_s of calls of its own, as if timed alone, so its sample i is round i's and a slow
+    one costs no more than that; rounds go on while one wants samples, at most max_repeats of
+    them. Returns each call's samples by name."""
+    samples: dict[str, list[float]] = {name: [] for name in samplers}
 
     def wanted(name: str) -> bool:
         taken = samples[name]
-        return len(taken) < min_repeats or sum(taken) * calls[name] < min_time_s * 1000
+        return len(taken) < min_repeats or sum(taken) < min_time_s * 1000
 
     rounds = 0
-    while rounds < max_repeats and any(wanted(name) for name in batches):
+    while rounds < max_repeats and any(wanted(name) for name in samplers):
         rounds += 1
-        for name in [name for name in batches if wanted(name)]:
-            samples[name].append(batches[name](calls[name]) / calls[name])
-    return Rounds(samples, calls)
+        for name in [name for name in samplers if wanted(name)]:
+            samples[name].append(samplers[name]())
+    return samples
 
 
 def paired_ratio(numerators: list[float], denominators: list[float]) -> float:
@@ -148,16 +138,8 @@ def paired_ratio(numerators: list[float], denominators: list[float]) -> float:
     return statistics.median(n / d for n, d in pairs)
 
 
-def calls_per_sample(
-    estimate_ms: float, target_ms: float = SAMPLE_MS, most: int = MOST_CALLS
-) -> int:
-    """How many calls of about estimate_ms one sample takes to last target_ms: 1 for a call
-    that long, at most `most`."""
-    return max(1, min(most, math.ceil(target_ms / max(estimate_ms, 1e-9))))
-
-
 def flush_bytes(l2_bytes: int) -> int:
-    """The buffer written before each CUDA sample: twice the L2 cache (a write allocates in L2,
+    """The buffer written before each timed CUDA call: twice the L2 cache (a write allocates in L2,
     so this leaves none of the inputs there), FLUSH_FALLBACK_BYTES when the size is unknown."""
     return 2 * l2_bytes if l2_bytes > 0 else FLUSH_FALLBACK_BYTES
 
@@ -210,53 +192,111 @@ class CpuLoad:
         return ticks / os.sysconf("SC_CLK_TCK"), own.user + own.system, time.perf_counter()
 
 
-def _batches(calls: dict[str, Callable[[], object]], device: torch.device) -> tuple:
-    """Each call as a batch for the device, the timing method in words, and (CPU) where each
-    batch puts its samples' CPU time per call (empty lists, by name; CUDA: {})."""
-    if device.type == "cuda":
-        flush = _flush_buffer(device)
-        batches = {name: _cuda_batch(call, device, flush) for name, call in calls.items()}
-        return batches, "CUDA events around back-to-back calls, L2 flushed", {}
-    cpu_ms = {name: [] for name in calls}
-    batches = {name: _cpu_batch(call, cpu_ms[name]) for name, call in calls.items()}
-    return batches, "perf_counter around each call", cpu_ms
+def _cpu_sampler(fn: Callable[[], object], cpu_ms: list[float]) -> Callable[[], float]:
+    """sample(): one call of fn, its wall ms; its CPU ms (this process's, process_time)
+    appended to cpu_ms."""
 
-
-def _cpu_batch(fn: Callable[[], object], cpu_ms: list[float]) -> Callable[[int], float]:
-    """batch(n): n calls of fn back to back, their wall ms; their CPU ms per call (this
-    process's, process_time) appended to cpu_ms."""
-
-    def batch(calls: int) -> float:
+    def sample() -> float:
         start, cpu = time.perf_counter(), time.process_time()
-        for _ in range(calls):
-            fn()
-        cpu_ms.append((time.process_time() - cpu) * 1000 / calls)
+        fn()
+        cpu_ms.append((time.process_time() - cpu) * 1000)
         return (time.perf_counter() - start) * 1000
 
-    return batch
+    return sample
 
 
-def _flush_buffer(device: torch.device) -> torch.Tensor:
-    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
-    return torch.empty(flush_bytes(l2), dtype=torch.int8, device=device)
+class CudaTimer:
+    """What timing a CUDA call takes of its device: the buffer whose writing flushes the L2,
+    and a pair of events on the device's current stream. The tests stand a recording double
+    in for it to check the order: flush, start, call, end, then wait for the end."""
 
+    def __init__(self, device: torch.device) -> None:
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
+        self.buffer = torch.empty(flush_bytes(l2), dtype=torch.int8, device=device)
+        self.stream = torch.cuda.current_stream(device)
+        self.start, self.end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
 
-def _cuda_batch(
-    fn: Callable[[], object], device: torch.device, flush: torch.Tensor
-) -> Callable[[int], float]:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    stream = torch.cuda.current_stream(device)
+    def flush(self) -> None:
+        self.buffer.zero_()
 
-    def batch(calls: int) -> float:
-        flush.zero_()
-        start.record(stream)
-        for _ in range(calls):
+    def sampler(self, fn: Callable[[], object], between: Callable[[], None]) -> Callable[[], float]:
+        """sample(): the L2 flushed, then one call of fn between the events, its ms; `between`
+        is called once the call is queued, before waiting for it (while the GPU works)."""
+
+        def sample() -> float:
+            self.flush()
+            self.start.record(self.stream)
             fn()
-        end.record(stream)
-        end.synchronize()
-        return start.elapsed_time(end)
+            self.end.record(self.stream)
+            between()
+            self.end.synchronize()
+            return self.start.elapsed_time(self.end)
 
-    return batch
+        return sample
+
+
+class GpuClocks:
+    """The clocks a GPU ran at while calls were timed on it, read through NVML (nvidia-ml-py)
+    between the calls: the lowest SM and memory clocks seen, and every reason NVML gave for
+    holding the clocks down (power or thermal caps, slowdowns, application clock settings),
+    idleness aside. Reads nothing, and gives no columns, where NVML or the device cannot be
+    reached (no driver, a MIG slice, nvidia-ml-py not installed)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.sm, self.memory, self.reasons = [], [], 0
+        self.nvml, self.handle = None, None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            uuid = torch.cuda.get_device_properties(device).uuid
+            self.handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+            self.nvml = pynvml
+        except Exception:  # no NVML here: the timing stands without the clocks
+            self.handle = None
+
+    def read(self) -> None:
+        if self.handle is None:
+            return
+        nvml = self.nvml
+        try:
+            self.sm.append(nvml.nvmlDeviceGetClockInfo(self.handle, nvml.NVML_CLOCK_SM))
+            self.memory.append(nvml.nvmlDeviceGetClockInfo(self.handle, nvml.NVML_CLOCK_MEM))
+            self.reasons |= nvml.nvmlDeviceGetCurrentClocksEventReasons(self.handle)
+        except nvml.NVMLError:  # a query this GPU does not support: no clocks from it
+            self.handle = None
+
+    def columns(self) -> dict[str, Any]:
+        if self.handle is None or not self.sm:
+            return {}
+        return {
+            "gpu_sm_clock_mhz": min(self.sm),
+            "gpu_mem_clock_mhz": min(self.memory),
+            "gpu_clock_limits": clock_limits(self.reasons, _nvml_reasons(self.nvml)),
+        }
+
+
+def _nvml_reasons(nvml) -> dict[int, str]:
+    """NVML's clock event reasons by bit, named as the library names them (SwPowerCap:
+    sw_power_cap; of two names for one bit, the first)."""
+    prefix = "nvmlClocksEventReason"
+    named: dict[int, str] = {}
+    for attribute in sorted(dir(nvml)):
+        reason = attribute.removeprefix(prefix)
+        if attribute.startswith(prefix) and reason not in ("All", "None"):
+            words = re.findall(r"[A-Z][a-z]*", reason)
+            named.setdefault(getattr(nvml, attribute), "_".join(w.lower() for w in words))
+    return named
+
+
+def clock_limits(reasons: int, names: Mapping[int, str]) -> str:
+    """The reasons set in the bit mask `reasons` by name ("sw_power_cap, hw_slowdown"), but
+    gpu_idle (a GPU waiting between calls is not held down), or "none"; bits that no name has
+    as their hex value."""
+    said = [name for bit, name in sorted(names.items()) if reasons & bit and name != "gpu_idle"]
+    unknown = reasons & ~functools.reduce(operator.or_, names, 0)
+    said += [f"{unknown:#x}"] if unknown else []
+    return ", ".join(said) or "none"
 
 
 # FLOP/s

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils import benchmark
 
-from harness import measure
+from harness import measure, store
 from harness import timing as clock
 
 ALLOCATION_MIB = 256
@@ -161,7 +161,8 @@ def test_time_call_agrees_with_torch_benchmark_timer(one_thread):
 def test_time_call_reports_its_samples_and_threads(one_thread):
     result = clock.time_call(lambda: None, warmup=0, min_repeats=7, min_time_s=0)
     assert result["repeats"] == len(result["time_samples_ms"]) == 7
-    assert result["threads"] == 1
+    assert result["threads_used"] == 1 and result["timing_method"] == clock.CPU_METHOD
+    assert not set(result) & store.RESERVED, "nothing a row may not carry"
 
 
 def test_a_cpu_timing_says_how_busy_the_machine_was(one_thread):
@@ -223,10 +224,10 @@ def test_a_paired_ratio_cancels_a_change_of_speed_between_rounds():
     speeds = iter([1, 1, 3, 3, 1.5, 1.5, 2, 2, 1, 1])
 
     def costing(cost_ms: float):
-        return lambda calls: cost_ms * calls * next(speeds)
+        return lambda: cost_ms * next(speeds)
 
-    rounds = clock.sample_rounds({"long": costing(8.0), "short": costing(2.0)}, 5, 0, cpu=True)
-    assert clock.paired_ratio(rounds.samples["long"], rounds.samples["short"]) == 4.0
+    samples = clock.sample_rounds({"long": costing(8.0), "short": costing(2.0)}, 5, 0)
+    assert clock.paired_ratio(samples["long"], samples["short"]) == 4.0
     with pytest.raises(ValueError, match="needs a sample of each"):
         clock.paired_ratio([], [1.0])
 
@@ -237,22 +238,14 @@ def test_a_slow_call_beside_costs_its_minimum_repeats_and_fn_keeps_its_own():
     timed = []
 
     def costing(name: str, cost_ms: float):
-        return lambda calls: timed.append(name) or cost_ms * calls
+        return lambda: timed.append(name) or cost_ms
 
-    batches = {"fn": costing("fn", 1.0), "reference": costing("reference", 100.0)}
-    rounds = clock.sample_rounds(batches, 3, 0.01, cpu=True)
-    assert rounds.samples == {"fn": [1.0] * 10, "reference": [100.0] * 3}
+    samplers = {"fn": costing("fn", 1.0), "reference": costing("reference", 100.0)}
+    samples = clock.sample_rounds(samplers, 3, 0.01)
+    assert samples == {"fn": [1.0] * 10, "reference": [100.0] * 3}
     assert timed == ["fn", "reference"] * 3 + ["fn"] * 7
-    assert clock.paired_ratio(rounds.samples["reference"], rounds.samples["fn"]) == 100.0
-    alone = clock.sample_rounds({"fn": batches["fn"]}, 3, 0.01, cpu=True)
-    assert (alone.samples["fn"], alone.calls["fn"]) == (rounds.samples["fn"], 1)
-
-
-def test_a_sample_holds_enough_calls_to_last_a_millisecond():
-    assert clock.calls_per_sample(0.004) == 250  # a 4 us kernel: 250 back to back
-    assert clock.calls_per_sample(0.3) == 4
-    assert clock.calls_per_sample(5.0) == 1
-    assert clock.calls_per_sample(0.0) == clock.MOST_CALLS
+    assert clock.paired_ratio(samples["reference"], samples["fn"]) == 100.0
+    assert clock.sample_rounds({"fn": samplers["fn"]}, 3, 0.01) == {"fn": samples["fn"]}
 
 
 def test_the_flush_buffer_is_twice_the_l2():
@@ -260,24 +253,84 @@ def test_the_flush_buffer_is_twice_the_l2():
     assert clock.flush_bytes(0) == clock.FLUSH_FALLBACK_BYTES
 
 
-def test_batched_samples_amortize_a_fixed_cost_per_sample():
-    """A fake device: each batch costs 0.02 ms of launch and sync plus 0.004 ms per call. One
-    call a sample would read 0.024 ms, six times the call; the estimate (5 calls: 0.008 ms a
-    call) asks for 125 calls a sample, which read the call's own 0.004 ms to 4%."""
-    batches = []
+class RecordingTimer(clock.CudaTimer):
+    """CudaTimer with its device calls as entries of a log (no GPU here): an event's time is
+    the stand-in clock's (`now`) when it is recorded."""
 
-    def batch(calls: int) -> float:
-        batches.append(calls)
-        return 0.02 + 0.004 * calls
+    log: list[str] = []
+    now = [0.0]
 
-    rounds = clock.sample_rounds({"": batch}, min_repeats=5, min_time_s=0.01)
-    samples, calls = rounds.samples[""], rounds.calls[""]
-    assert batches[0] == clock.ESTIMATE_CALLS and calls == 125 == batches[1]
-    assert len(samples) == 20, "until 10 ms of calls: 20 samples of 125 x 0.00416 ms"
-    assert statistics.median(samples) == pytest.approx(0.00416)
-    rounds = clock.sample_rounds({"": batch}, min_repeats=3, min_time_s=0, cpu=True)
-    cpu, one = rounds.samples[""], rounds.calls[""]
-    assert one == 1 and cpu == [pytest.approx(0.024)] * 3
+    def __init__(self, device) -> None:
+        log, now = self.log, self.now
+
+        class Event:
+            def __init__(self, name):
+                self.name, self.at = name, None
+
+            def record(self, stream):
+                log.append(self.name)
+                self.at = now[0]
+
+            def synchronize(self):
+                log.append("wait")
+
+            def elapsed_time(self, end):
+                return end.at - self.at
+
+        self.buffer = type("Buffer", (), {"zero_": lambda _: log.append("flush")})()
+        self.stream, self.start, self.end = None, Event("start"), Event("end")
+
+
+class RecordingClocks:
+    def __init__(self, device) -> None:
+        pass
+
+    def read(self) -> None:
+        RecordingTimer.log.append("clocks")
+
+    def columns(self) -> dict:
+        return {"gpu_sm_clock_mhz": 1980}
+
+
+def test_a_cuda_timing_flushes_the_l2_before_each_call_and_times_it_alone(monkeypatch):
+    """time_call on CUDA, its device stood in for by a log: each sample is the L2 flushed,
+    then one call between its own pair of events, the clocks read while it runs, then the
+    wait for its end (as triton's do_bench), for fn and the call beside it in turns."""
+    RecordingTimer.log, RecordingTimer.now = (log := []), (now := [0.0])
+    monkeypatch.setattr(clock, "CudaTimer", RecordingTimer)
+    monkeypatch.setattr(clock, "GpuClocks", RecordingClocks)
+
+    def call(name):
+        return lambda: log.append(f"call {name}") or now.__setitem__(0, now[0] + 0.25)
+
+    result = clock.time_call(
+        call("fn"), device="cuda", beside={"half": call("half")}, warmup=2, min_repeats=3,
+        min_time_s=0,
+    )  # fmt: skip
+    assert log[:4] == ["call fn", "call fn", "call half", "call half"], "the warm-ups first"
+    one = ["flush", "start", "call {}", "end", "clocks", "wait"]
+    rounds = [entry.format(name) for name in ("fn", "half") for entry in one]
+    assert log[4:] == rounds * 3, "then rounds of one flushed, timed call of each"
+    assert result["time_samples_ms"] == result["half_time_samples_ms"] == [0.25] * 3
+    assert result["time_ms"] == 0.25 and result["timing_method"] == clock.CUDA_METHOD
+    assert result["gpu_sm_clock_mhz"] == 1980 and "cpu_time_samples_ms" not in result
+
+
+def test_clock_limits_are_named_as_nvml_names_them_and_idleness_is_none():
+    import pynvml
+
+    names = clock._nvml_reasons(pynvml)
+    power, slow = pynvml.nvmlClocksEventReasonSwPowerCap, pynvml.nvmlClocksEventReasonHwSlowdown
+    idle = pynvml.nvmlClocksEventReasonGpuIdle
+    assert clock.clock_limits(power | slow | idle, names) == "sw_power_cap, hw_slowdown"
+    assert clock.clock_limits(idle, names) == clock.clock_limits(0, names) == "none"
+    assert clock.clock_limits(1 << 40, names) == "0x10000000000"
+
+
+def test_without_nvml_a_timing_has_no_clock_columns():
+    clocks = clock.GpuClocks(torch.device("cuda"))  # no GPU here: NVML cannot be reached
+    clocks.read()
+    assert clocks.columns() == {}
 
 
 def test_summary_of_known_samples():
@@ -320,5 +373,7 @@ def test_cuda_timing_agrees_with_torch_benchmark_timer():
         theirs.append(timer.blocked_autorange(min_run_time=0.3).median * 1000)
     assert statistics.median(ours) == pytest.approx(statistics.median(theirs), rel=0.10)
     timing = clock.time_call(forward, device="cuda", min_time_s=0.1)
-    assert timing["calls_per_sample"] > 1 and "L2 flushed" in timing["timing_method"]
+    assert timing["timing_method"] == clock.CUDA_METHOD
+    assert timing["gpu_sm_clock_mhz"] > 0 and timing["gpu_mem_clock_mhz"] > 0
+    assert isinstance(timing["gpu_clock_limits"], str)
     assert clock.peak_gflops("cuda", torch.bfloat16) > 0

@@ -242,7 +242,6 @@ def spin(*, size: int, work: float = 1.0, min_time_s: float = 0.2) -> list[dict]
             a @ a
 
     row = time_call(call, min_time_s=min_time_s)
-    row["threads_used"] = row.pop("threads")
     return [{"products": products, **row}]
 
 
