@@ -25,7 +25,7 @@ import pandas as pd
 from plotly.io.json import to_json_plotly
 from plotly.offline import get_plotlyjs
 
-from harness import files
+from harness import files, store
 
 PAGE = "index.html"
 PLOTLY = "plotly.min.js"
@@ -154,7 +154,7 @@ def catalogs(points: pd.DataFrame, headers: dict[str, str]) -> dict[str, dict]:
     columns it has values in). `points`: every sweep's (analysis.summaries), a column "sweep"."""
     if points.empty:
         return {}
-    shown = points.drop(columns="sweep")
+    shown = reading_order(points.drop(columns="sweep"))
     listed = [[_cell(v) for v in row] for row in shown.astype(object).itertuples(index=False)]
     cells = np.array(listed, dtype=object).reshape(len(shown), len(shown.columns))
     present = shown.notna().groupby(points["sweep"].to_numpy()).any()
@@ -171,13 +171,40 @@ def catalogs(points: pd.DataFrame, headers: dict[str, str]) -> dict[str, dict]:
 
 
 def table_html(table: pd.DataFrame) -> str:
-    """A DataFrame as a sortable, filterable table: numbers to four digits, gaps as a dash."""
+    """A DataFrame as a sortable, filterable table: numbers to four digits, gaps as a dash, a
+    text longer than LONG_TEXT characters cut to the cell's width with its whole on hover."""
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)
     rows = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in row) + "</tr>"
+        "<tr>" + "".join(_td(_cell(v)) for v in row) + "</tr>"
         for row in table.astype(object).itertuples(index=False)
     )
     return f'<table class="data"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+
+
+def _td(text: str) -> str:
+    """A cell; a long one (an error, a path) cut by the style, its whole text its title and
+    still its content, which sorting and filtering read."""
+    escaped = html.escape(text)
+    if len(text) <= LONG_TEXT:
+        return f"<td>{escaped}</td>"
+    return f'<td class="long" title="{escaped}">{escaped}</td>'
+
+
+LONG_TEXT = 40  # characters: a longer text in a table is cut to the cell (same in SCRIPT)
+
+
+def reading_order(points: pd.DataFrame) -> pd.DataFrame:
+    """A table of points, its columns in the order a reader looks for them: the job, the
+    parameters that vary, the status, the measurements, the error; then the parameters every
+    point shares, and the harness's columns (provenance, ...). `attrs["params"]`: the
+    parameters' names."""
+    params = [p for p in points.attrs.get("params", []) if p in points]
+    varying = [p for p in params if points[p].astype(str).nunique() > 1]
+    harness = {*store.HARNESS_COLUMNS, "cell", "trial"}
+    measured = [c for c in points if c not in (*params, *harness)]
+    first = ["job", *varying, "status", *measured, "error"]
+    order = [c for c in first if c in points]
+    return points[[*order, *(c for c in points if c not in order)]]
 
 
 def claims_html(claims: pd.DataFrame) -> str:
@@ -255,6 +282,8 @@ nav ul { display: flex; flex-wrap: wrap; gap: .4rem 1.2rem; padding: 0; list-sty
 table.data { border-collapse: collapse; margin: .3rem 0 1rem; font-size: 13px; }
 table.data th, table.data td { border: 1px solid #ddd; padding: 2px 6px; text-align: left;
   max-width: 38rem; vertical-align: top; }
+table.data td.long { max-width: 22rem; overflow: hidden; text-overflow: ellipsis;
+  white-space: nowrap; }
 table.data th { background: #f3f3f3; cursor: pointer; user-select: none; position: sticky;
   top: 0; }
 table.data th.asc::after { content: " \\25B2"; } table.data th.desc::after { content: " \\25BC"; }
@@ -347,7 +376,11 @@ function showSweep(picker) {
   const body = table.createTBody();
   entry.rows.forEach(values => {
     const row = body.insertRow();
-    values.forEach(value => { row.insertCell().textContent = value; });
+    values.forEach(value => {
+      const cell = row.insertCell();
+      cell.textContent = value;
+      if (value.length > 40) { cell.className = 'long'; cell.title = value; }  // LONG_TEXT
+    });
   });
   box.append(header, table);
   enhance(box);

@@ -23,6 +23,9 @@ CURVE_POINTS = 2000  # at most this many points a training curve (2 per bucket: 
 FIGURE_POINTS = 60_000  # and at most about this many a figure of curves, but 400 a curve
 MARKERS = 200  # a line of more points than this is drawn without markers (hover still works)
 DECADES = 1.0  # values that span more than this many decades get a log axis
+TITLE_CHARS = 50  # a plot's title is wrapped to lines of at most this many characters
+TOOLBAR_PX = 38  # the strip at a plot's top where plotly.js draws its tool bar
+GRID_TICKS = 16  # a log axis over at most this many powers of two is ticked at each
 UNITS = {"tokens_per_s": "tokens/s", "_ms": "ms", "_s": "s", "_mib": "MiB"}  # first match
 
 
@@ -33,16 +36,41 @@ def title(column: str) -> str:
 
 
 def figure(traces: list[dict], name: str, x: str, y: str, xs=(), ys=()) -> dict:
-    """A figure of `traces`, titled, its axes titled and log where their values span decades."""
+    """A figure of `traces`, titled (wrapped to TITLE_CHARS a line, below the tool bar's strip
+    at the top), its axes titled and log where their values span decades, a log axis over a
+    grid of powers of two ticked at the grid's values."""
+    lines = textwrap.wrap(name, TITLE_CHARS) or [name]
+    title = {
+        "text": "<br>".join(lines),
+        "x": 0.01,
+        "xanchor": "left",
+        "yref": "container",
+        "y": 1,
+        "yanchor": "top",
+        "pad": {"t": TOOLBAR_PX + 12 * (len(lines) - 1)},
+    }
+    # (plotly.js anchors a title of several lines higher than its top: 12 px a line more)
     layout = {
-        "title": {"text": name, "x": 0.01, "xanchor": "left"},  # clear of the tool bar
-        "xaxis": {"title": {"text": x}, "type": axis_type(xs)},
+        "title": title,
+        "xaxis": {"title": {"text": x}, "type": axis_type(xs), **grid_ticks(xs)},
         "yaxis": {"title": {"text": y}, "type": axis_type(ys)},
         "hovermode": "closest",
         "legend": {"title": {"text": "click to hide or show"}},
-        "margin": {"t": 50, "r": 20},
+        "margin": {"t": TOOLBAR_PX + 12 + 28 * len(lines), "r": 20},
     }
     return {"data": traces, "layout": layout}
+
+
+def grid_ticks(values) -> dict:
+    """Ticks at each value of a log axis over a grid of powers of two (128, 256, ..., 2048),
+    which plotly.js would label 2 3 4 ... 1000 2; {} for any other axis."""
+    if axis_type(values) != "log":
+        return {}
+    grid = sorted(set(pd.to_numeric(pd.Series(list(values)), errors="coerce").dropna()))
+    powers = all(float(v).is_integer() and int(v) & (int(v) - 1) == 0 for v in grid)
+    if not powers or len(grid) > GRID_TICKS:
+        return {}
+    return {"tickvals": grid, "ticktext": [f"{int(v):,}" for v in grid]}
 
 
 def axis_type(values) -> str:
@@ -289,15 +317,37 @@ def axis(rows: pd.DataFrame, config: dict, params: list[str]) -> str | None:
     return max(counts, key=counts.get) if counts else None
 
 
-def metric_figures(rows: pd.DataFrame, x: str, params: list[str], shown: set[str]) -> list[dict]:
-    """A figure per numeric metric of the ok rows (up to FIGURES) that no figure in `shown`
-    has: against `x`, a line per other parameter that varies."""
+def metric_figures(
+    rows: pd.DataFrame, x: str, params: list[str], shown: set[str], config: dict
+) -> list[dict]:
+    """A figure per metric of the ok rows (up to FIGURES) that no figure in `shown` has,
+    against `x`, a line per other parameter that varies: those the experiment's `plots` names,
+    in its order (none for []); without one, its table's values first, then each other numeric metric but
+    the timings' housekeeping (HOUSEKEEPING: repeats, spreads, load, clocks)."""
     ok = rows[rows["status"] == "ok"] if "status" in rows else rows
     skip = {*params, *shown, *store.HARNESS_COLUMNS, "experiment", "sweep"}
-    metrics = [c for c in ok if c not in skip and _numeric(ok[c]) and ok[c].notna().any()]
+    named = config.get("plots")
+    if named is not None:  # [] draws none
+        metrics = [m for m in named if m in ok and m not in skip]
+    else:
+        values = (config.get("table") or {}).get("values")
+        ordered = [values, *ok.columns] if isinstance(values, str) else list(ok.columns)
+        metrics = list(dict.fromkeys(c for c in ordered if c in ok and not housekeeping(c)))
+        metrics = [c for c in metrics if c not in skip]
+    metrics = [c for c in metrics if _numeric(ok[c]) and ok[c].notna().any()]
     settings = [p for p in params if p != x and p in ok]
     drawn = (lines(ok, x, m, settings, m, hover=settings) for m in metrics[:FIGURES])
     return [fig for fig in drawn if fig is not None]
+
+
+# How a time was taken rather than what was measured (harness.timing's columns beside each
+# timing): drawn as error bars or not at all, never as a plot of its own.
+HOUSEKEEPING = {"repeats", "cpu_load_beside", "threads_used", "gpu_sm_clock_mhz",
+                "gpu_mem_clock_mhz"}  # fmt: skip
+
+
+def housekeeping(column: str) -> bool:
+    return column in HOUSEKEEPING or column.endswith("_iqr_ms")
 
 
 def _numeric(column: pd.Series) -> bool:
@@ -372,8 +422,12 @@ def png(figures: list[dict], path: Path) -> Path | None:
         for name, scale in (("x", axis.set_xscale), ("y", axis.set_yscale)):
             if layout[f"{name}axis"]["type"] == "log":
                 scale("log")
+        if "tickvals" in layout["xaxis"]:
+            axis.set_xticks(layout["xaxis"]["tickvals"], layout["xaxis"]["ticktext"])
+            axis.minorticks_off()
         axis.set(xlabel=layout["xaxis"]["title"]["text"], ylabel=layout["yaxis"]["title"]["text"])
-        axis.set_title(textwrap.fill(layout["title"]["text"], 60), fontsize="small")
+        title = layout["title"]["text"].replace("<br>", " ")
+        axis.set_title(textwrap.fill(title, 60), fontsize="small")
         axis.grid(True, which="both", alpha=0.3)
         axis.legend(fontsize="x-small")
     panels.tight_layout()

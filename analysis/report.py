@@ -242,7 +242,7 @@ def _figures(module, every: pd.DataFrame, tables: dict, config: dict, params) ->
     shown = [*own, *plots.claim_figures(tables, claims, x, params)]
     if not drawing:
         claimed = {claim["metric"] for claim in claims}
-        shown += plots.metric_figures(tables["rows"], x, params, claimed)
+        shown += plots.metric_figures(tables["rows"], x, params, claimed, config)
     return shown
 
 
@@ -404,6 +404,7 @@ def _cached_section(root, experiment, sweep, report_dir, folder, config_dirs):
         text, claims, view = _reported(root, experiment, sweep, folder, config_dirs)
         if not view.get("failed"):  # its points, from the rows it read: not read twice
             summaries.keep(root, experiment, sweep, report_dir, view["points"])
+        view["points"] = page.reading_order(view["points"])  # as the page shows them
         tables = {k: _table(view[k]) for k in ("claims", "problems", "points")}
         kept = {**view, **tables, "figures": json.loads(to_json_plotly(view["figures"]))}
         return {"text": text, "claims": _table(claims), "view": kept}

@@ -23,7 +23,7 @@ from harness.config import compose_config
 from harness.errors import BadInput, one_line
 from harness.names import HARNESS_KEYS, SET_BY_HARNESS, check_name, key_of
 from harness.signature import Experiment, config_hash, config_values
-from harness.tables import validate_table
+from harness.tables import validate_plots, validate_table
 
 ABSENT = object()
 
@@ -158,10 +158,11 @@ def absent_keys(cfg: DictConfig, sweeps: list[Override]) -> list[str]:
 
 
 def _check_report_spec(experiment: Experiment) -> None:
-    """The experiment's table and claims can be read (harness.tables, harness.claims): one
+    """The experiment's table, plots and claims can be read (harness.tables, harness.claims): one
     line before anything runs, not a traceback after every sweep."""
     try:
         validate_table(experiment.config.get("table"))
+        validate_plots(experiment.config.get("plots"))
         validate_claims(experiment.config)
     except ValueError as error:
         raise BadInput(f"{experiment.name}: {error}") from None

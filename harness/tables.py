@@ -62,6 +62,15 @@ def validate_table(spec) -> None:
         raise ValueError(f"table names {', '.join(twice)} twice: each column in one place")
 
 
+def validate_plots(spec) -> None:
+    """Refuse, with a ValueError of one line, an experiment's `plots` (the metrics its page
+    plots, in order) that is not a list of column names (None: the page chooses)."""
+    if spec is None:
+        return
+    if not isinstance(spec, list) or not all(isinstance(n, str) and n for n in spec):
+        raise ValueError(f"plots must be a list of metrics (column names), not {spec!r:.60}")
+
+
 def table_axes(spec: Mapping) -> tuple[list[str], list[str]]:
     """A valid `table`'s index and columns, each as a list of column names."""
 

@@ -13,7 +13,7 @@ from harness import store
 from harness.claims import check, claims_table, validate
 from harness.expressions import ExpressionError, evaluate, parse, select
 from harness.names import CONF
-from harness.tables import sweep_table, validate_table
+from harness.tables import sweep_table, validate_plots, validate_table
 
 FRAME = pd.DataFrame(
     {
@@ -281,6 +281,15 @@ def test_no_claims_and_no_table_are_valid():
     for config in ({}, {"claims": None}, {"claims": []}, {"claims": [{"metric": "err"}]}):
         validate(config)
     validate_table(None)
+
+
+@pytest.mark.parametrize("spec", ["err64", ["err64", 3], [""], {"err64": 1}])
+def test_plots_that_name_no_list_of_metrics_are_refused_in_one_line(spec):
+    with pytest.raises(ValueError, match="plots must be a list of metrics") as refused:
+        validate_plots(spec)
+    assert "\n" not in str(refused.value)
+    validate_plots(None)
+    validate_plots(["err64", "time_ms"])
 
 
 @pytest.mark.parametrize("spec, said", BAD_TABLES)

@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 from browser import Browser, chromium
-from commands import call_command, start_command
+from commands import SUPPORT, call_command, start_command
 from plotly.offline import get_plotlyjs
 from sweeps import write_jobs, write_plan
 
@@ -32,6 +32,9 @@ else:
 TILED = ["+experiment=exp014_tiled", "length=16,64", "block=8,16"]
 RECALL = ["+experiment=exp017_recall", "steps=30", "checkpoint_every=10", "reference_steps=5",
           "attention=sdpa,tiled", "window=0", "batch=16"]  # fmt: skip
+LONG = "a-folder-" * 12  # a long error and a long tag: text that must not widen the tables
+FAULTY = ["--config-dir", str(SUPPORT / "conf"), "+experiment=faulty", "fail=1",
+          f"folder={LONG}", f"tag={LONG}"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +45,8 @@ def store_dir(tmp_path_factory) -> Path:
     for args in (TILED, TILED, RECALL):
         ran = call_command("harness", *args, cwd=cwd)
         assert ran.returncode == 0, ran.stdout + ran.stderr
+    ran = call_command("harness", *FAULTY, cwd=cwd, env={"PYTHONPATH": str(SUPPORT)})
+    assert ran.returncode == 1 and "1 failed" in ran.stdout, ran.stdout + ran.stderr
     made = call_command("analysis", cwd=cwd)
     assert made.returncode == 0, made.stdout + made.stderr
     return cwd
@@ -120,9 +125,12 @@ def test_the_page_in_chromium_draws_hovers_toggles_sorts_filters_and_picks(store
         # Sorting by a column's head, descending on a second click; filtering by a word.
         column = "[...document.querySelectorAll('section table.data')].find(t => t.rows[0]" \
                  ".textContent.includes('length'))"  # fmt: skip
-        lengths = (f"[...{column}.tBodies[0].rows].filter(r => !r.hidden).map(r => +r.cells[0]"
+        at = browser.evaluate(f"[...{column}.rows[0].cells].findIndex(c => c.textContent === "
+                              "'length')")  # fmt: skip
+        lengths = (f"[...{column}.tBodies[0].rows].filter(r => !r.hidden).map(r => +r.cells[{at}]"
                    ".textContent)")  # fmt: skip
-        browser.evaluate(f"{column}.rows[0].cells[0].click(); {column}.rows[0].cells[0].click()")
+        head = f"{column}.rows[0].cells[{at}]"
+        browser.evaluate(f"{head}.click(); {head}.click()")
         shown = browser.evaluate(lengths)
         assert shown == sorted(shown, reverse=True) and len(set(shown)) == 2
         browser.evaluate(
@@ -150,6 +158,32 @@ def test_the_page_in_chromium_draws_hovers_toggles_sorts_filters_and_picks(store
             " box.querySelectorAll('tbody tr').length]; })()"
         )
         assert sweeps[0] in picked[0] and picked[1] == 4
+        # A points table reads job, the parameters that vary, status, the measurements: on a
+        # 1,280 px screen, however long the error or a tag is (cut to its cell, whole on hover).
+        heads = browser.evaluate(
+            "Object.fromEntries([...document.querySelectorAll('section')].map(s => {"
+            " const h = [...s.querySelectorAll('h3')].find(h => h.textContent === 'Points');"
+            " let t = h.nextElementSibling; while (t.tagName !== 'TABLE') t = t.nextElementSibling;"
+            " return [s.id, Object.fromEntries([...t.rows[0].cells].map(c => [c.textContent,"
+            " c.getBoundingClientRect().right]))]; }))"
+        )
+        assert list(heads["exp-faulty"])[:5] == ["job", "point", "status", "val", "error"]
+        assert heads["exp-faulty"]["val"] <= 1280 and heads["exp-faulty"]["error"] <= 1280
+        assert heads["exp-exp014_tiled"]["max_abs_diff"] <= 1280
+        cut = browser.evaluate(
+            "[...document.querySelectorAll('#exp-faulty td.long')].map(c => [c.title,"
+            " c.textContent, c.scrollWidth > c.clientWidth])"
+        )
+        assert cut and all(title == text and wider for title, text, wider in cut)
+        assert any(text.startswith("RuntimeError: point 1 fails") for _, text, _ in cut)
+        # Each plot's title lies clear of its tool bar.
+        overlaps = browser.evaluate(
+            "[...document.querySelectorAll('div.plot')].filter(d => { const t = d.querySelector("
+            "'.gtitle').getBoundingClientRect(), m = d.querySelector('.modebar')"
+            ".getBoundingClientRect(); return t.right > m.left && m.right > t.left &&"
+            " t.bottom > m.top && m.bottom > t.top; }).length"
+        )
+        assert overlaps == 0
         assert browser.errors() == []
         browser.screenshot(tmp_path / "page.png")
 
@@ -217,6 +251,40 @@ def test_axes_are_log_only_where_values_span_decades():
     assert plots.axis_type([1.0, 5.0]) == "linear"
     assert plots.axis_type([0.0, 1e3]) == "linear", "a zero has no place on a log axis"
     assert plots.axis_type([]) == "-"
+
+
+def test_a_log_axis_over_powers_of_two_is_ticked_at_the_grid_and_long_titles_wrap(tmp_path):
+    rows = pd.DataFrame({"length": [128, 256, 512, 1024, 2048], "err": [1e-7, 2e-7, 3e-7, 1e-6,
+                         2e-6]})  # fmt: skip
+    title = "the error of a path against float64, the largest over every head width"
+    fig = plots.lines(rows, "length", "err", [], title)
+    axis = fig["layout"]["xaxis"]
+    assert axis["type"] == "log" and axis["tickvals"] == [128, 256, 512, 1024, 2048]
+    assert axis["ticktext"] == ["128", "256", "512", "1,024", "2,048"]
+    shown = fig["layout"]["title"]["text"].split("<br>")
+    assert len(shown) == 2 and all(len(line) <= plots.TITLE_CHARS for line in shown)
+    assert " ".join(shown) == title
+    go.Figure(fig)
+    for xs in ([100, 300, 1000, 5000], [16, 64], [2**k for k in range(20)]):
+        axis = plots.figure([], "t", "x", "y", xs, [1, 2])["layout"]["xaxis"]
+        assert "tickvals" not in axis, f"not a short log grid of powers of two: {xs}"
+    assert plots.png([fig], tmp_path / "p.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("named", [None, ["time_ms", "err"]])
+def test_the_page_plots_the_measurements_first_and_no_housekeeping(named):
+    """Without `plots`, the table's values come first and the timings' housekeeping (repeats,
+    spreads, load, clocks) is drawn nowhere; with it, the metrics it names, in its order."""
+    rows = pd.DataFrame({"length": [128, 256], "status": "ok", "repeats": [5, 7],
+                         "time_ms": [1.0, 2.0], "time_iqr_ms": [0.1, 0.2],
+                         "cpu_load_beside": [0.0, 0.1], "threads_used": [1, 1],
+                         "gflops": [3.0, 4.0], "err": [1e-7, 2e-7]})  # fmt: skip
+    config = {"table": {"index": "length", "values": "err"}}
+    if named:
+        config["plots"] = named
+    drawn = plots.metric_figures(rows, "length", ["length"], set(), config)
+    titles = [fig["layout"]["title"]["text"] for fig in drawn]
+    assert titles == (named or ["err", "time_ms", "gflops"])
 
 
 CONFIG = {"name": "exp014_tiled", "claims": [{"metric": "max_abs_diff", "max": 1e-6}]}
