@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from analysis.compare import RULE
-from analysis.report import write_report
-from harness import files
+from analysis.report import claims_changed, claims_note, write_report
+from harness import files, store
 from harness.claims import FAILING, outcome
 from harness.errors import BadInput, os_error, reader_gone
 
@@ -69,6 +69,12 @@ def _parser() -> argparse.ArgumentParser:
         "--check",
         action="store_true",
         help="exit 1 if a claim of a sweep shown fails, is incomplete or errs",
+    )
+    parser.add_argument(
+        "--current-claims",
+        action="store_true",
+        help="judge each sweep by the claims its experiment's YAML states today, not those the "
+        "sweep recorded when it ran (a claim fixed since)",
     )
     parser.add_argument(
         "--sweep",
@@ -144,14 +150,20 @@ def _main(argv: list[str] | None) -> int:
             return _chosen(results, args.sweep, args.all)
 
         return watch(results, args.report, config_dirs, choose, args.port, args.interval,
-                     _page_dir(args))  # fmt: skip
+                     _page_dir(args), args.current_claims)  # fmt: skip
     path, claims = write_report(results, args.report, config_dirs, shown,
-                                page_dir=_page_dir(args))  # fmt: skip
+                                page_dir=_page_dir(args),
+                                current_claims=args.current_claims)  # fmt: skip
     pairs = claims[["experiment", "sweep"]].drop_duplicates() if len(claims) else claims
     said = ", ".join(f"{e} {s}" for e, s in pairs.itertuples(index=False)) or "none"
     print(f"sweeps shown{' and checked' if args.check else ''}: {said}")
     for claim in claims.itertuples():
         print(f"{claim.result:10} {claim.experiment}: {claim.claim} ({outcome(claim)})")
+    for experiment, sweep in pairs.itertuples(index=False) if len(claims) else []:
+        manifest = store.read_manifest(results, experiment, sweep)
+        if claims_changed(manifest, experiment, config_dirs):
+            note = claims_note(args.current_claims).replace("**", "")
+            print(f"sweep {sweep} ({experiment}): {note}")
     print(f"report: {path} and {path.with_name('index.html')}")
     failing = claims[claims["result"].isin(FAILING)]
     return 1 if args.check and not failing.empty else 0

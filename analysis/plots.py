@@ -322,8 +322,9 @@ def metric_figures(
 ) -> list[dict]:
     """A figure per metric of the ok rows (up to FIGURES) that no figure in `shown` has,
     against `x`, a line per other parameter that varies: those the experiment's `plots` names,
-    in its order (none for []); without one, its table's values first, then each other numeric metric but
-    the timings' housekeeping (HOUSEKEEPING: repeats, spreads, load, clocks)."""
+    in its order (none for []); without one, its table's values first, then each other
+    numeric metric but the timings' housekeeping (HOUSEKEEPING: repeats, spreads, load,
+    clocks)."""
     ok = rows[rows["status"] == "ok"] if "status" in rows else rows
     skip = {*params, *shown, *store.HARNESS_COLUMNS, "experiment", "sweep"}
     named = config.get("plots")

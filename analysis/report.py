@@ -71,19 +71,58 @@ def _provenance(first: pd.Series, rows: pd.DataFrame) -> list[str]:
 IMPORTED = {"derive": "tables", "report": "report module"}  # config keys that name code
 
 
-def trusted_config(manifest: dict | None, experiment: str, config_dirs: list[Path]) -> dict:
+def trusted_config(
+    manifest: dict | None, experiment: str, config_dirs: list[Path], current_claims: bool = False
+) -> dict:
     """The sweep's experiment config (its claims and table, as the manifest recorded them),
     with the tables' function and report module that the experiment's own config names
     (conf/experiment/, or a --config-dir's): code is never imported because a file in the store
-    names it."""
+    names it. current_claims: the claims the experiment's own config states today instead (the
+    recorded ones where it has no config here)."""
     config = dict(manifest.get("experiment_config") or {}) if manifest else {}
     for key in IMPORTED:
         config.pop(key, None)
-    if experiment in available_experiments(config_dirs):
-        own = yaml.safe_load(experiment_file(experiment, config_dirs).read_text()) or {}
-        own = own.get("experiment") or {}
+    own = own_config(experiment, config_dirs)
+    if own is not None:
         config.update({key: str(own[key]) for key in IMPORTED if own.get(key)})
+        if current_claims:
+            config["claims"] = own.get("claims") or []
     return config
+
+
+def own_config(experiment: str, config_dirs: list[Path]) -> dict | None:
+    """The experiment node of the experiment's YAML as it is today (conf/experiment/ or a
+    --config-dir's), read as YAML, nothing imported; None where there is none here."""
+    if experiment not in available_experiments(config_dirs):
+        return None
+    own = yaml.safe_load(experiment_file(experiment, config_dirs).read_text()) or {}
+    return own.get("experiment") or {}
+
+
+def claims_changed(manifest: dict | None, experiment: str, config_dirs: list[Path]) -> bool:
+    """Whether the claims a sweep recorded in its manifest differ from those its experiment's
+    YAML states today (a claim since fixed, added or removed); False where either is unknown."""
+    own = own_config(experiment, config_dirs)
+    if manifest is None or own is None:
+        return False
+    recorded = (manifest.get("experiment_config") or {}).get("claims") or []
+    today = own.get("claims") or []
+    return _numbers(recorded) != _numbers(today)
+
+
+def _numbers(value):
+    """A claim's values with numbers written as text read as numbers: YAML's reader takes 1e-5
+    for a string where Hydra's (the manifest's) takes it for a float."""
+    if isinstance(value, dict):
+        return {key: _numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_numbers(item) for item in value]
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
 
 
 def report_module(config: dict):
@@ -117,6 +156,7 @@ def section(
     sweep: str,
     report_dir: Path,
     config_dirs: list[Path] = (),
+    current_claims: bool = False,
 ) -> tuple[str, pd.DataFrame, dict]:
     """An experiment's REPORT.md section for one sweep, its claims, and its part of the page
     (analysis.page.experiment_html's `shown`, its points those of analysis.summaries); its
@@ -124,13 +164,15 @@ def section(
     if report_dir is a sweeps/ID/ one)."""
     manifest = store.read_manifest(root, experiment, sweep)
     rows = store.as_planned(store.read(root, experiment, sweep), manifest, root)
-    config = trusted_config(manifest, experiment, config_dirs)
+    config = trusted_config(manifest, experiment, config_dirs, current_claims)
     plan = manifest["points"] if manifest else None
     every = planned(rows, plan)
     tables = derived_tables(every, config)
     claims = claims_of(tables, config) if manifest else _unknown_plan(root, experiment, sweep)
     header = sweep_header(rows, manifest, sweep)
     notes = _notes(root, experiment, sweep, manifest, config, claims)
+    if claims_changed(manifest, experiment, config_dirs):
+        notes.append(claims_note(current_claims))
     parts = [f"## {experiment}", header, *notes]
     params = list(plan[0]["params"]) if plan else []
     table, module = sweep_table(every, config, params), report_module(config)
@@ -199,6 +241,16 @@ def _notes(root: Path, experiment: str, sweep: str, manifest: dict | None, confi
     for path, reason in store.skipped(root, experiment, sweep).items():
         notes.append(f"**Skipped** `{path.name}` ({reason}): its point counts as not run.")
     return notes
+
+
+def claims_note(current_claims: bool) -> str:
+    """What a section (and --check) says of a sweep whose recorded claims differ from its
+    experiment's YAML today."""
+    if current_claims:
+        return ("**Claims changed:** the experiment's YAML states other claims than this sweep "
+                "recorded; judged by today's (--current-claims).")  # fmt: skip
+    return ("**Claims changed:** the experiment's YAML states other claims than this sweep "
+            "recorded; judged by the recorded ones (--current-claims: by today's).")  # fmt: skip
 
 
 def claims_list(claims: pd.DataFrame, config: dict) -> str:
@@ -274,11 +326,13 @@ def write_report(
     shown: dict[str, list[str]] | None = None,
     stamp: str | None = None,
     page_dir: Path | None = None,
+    current_claims: bool = False,
 ) -> tuple[Path, pd.DataFrame]:
     """REPORT.md and index.html (analysis.page) with the sweeps `shown` (experiment -> its
     sweeps), by default every experiment's latest; returns REPORT.md's path and the claims of
     every sweep shown. `stamp`: the page is live (--watch), at this version. `page_dir`: where
-    the two go (report_dir: the main ones), their plots and caches staying in report_dir."""
+    the two go (report_dir: the main ones), their plots and caches staying in report_dir.
+    current_claims: judge each sweep by its experiment's claims today, not those it recorded."""
     report_dir.mkdir(parents=True, exist_ok=True)
     files.no_links_below(report_dir)  # before anything is written there (files.Linked)
     page_dir = page_dir or report_dir
@@ -297,7 +351,7 @@ def write_report(
         for sweep in chosen:
             folder = report_dir if shown is None else report_dir / SWEEPS / sweep
             text, checked, view = _cached_section(
-                root, experiment, sweep, report_dir, folder, config_dirs
+                root, experiment, sweep, report_dir, folder, config_dirs, current_claims
             )
             if newer:
                 text += f"\nNewer, with nothing landed yet: {', '.join(f'`{s}`' for s in newer)}.\n"
@@ -388,7 +442,7 @@ def _origin(module: str | None) -> Path | None:
     return Path(spec.origin) if spec and spec.origin else None
 
 
-def _cached_section(root, experiment, sweep, report_dir, folder, config_dirs):
+def _cached_section(root, experiment, sweep, report_dir, folder, config_dirs, current_claims):
     """_reported(), kept in the report folder's cache (analysis.summaries.cached) while the
     sweep's files, the code and the experiment's config are as they were, and the plots its
     text links to are still there; a sweep that could not be reported is not kept."""
@@ -398,10 +452,11 @@ def _cached_section(root, experiment, sweep, report_dir, folder, config_dirs):
     config = trusted_config(manifest, experiment, config_dirs)
     derive = (config.get("derive") or "").rpartition(".")[0]  # the module of its function
     code = [_origin(config.get("report")), _origin(derive)]  # a module of one's own, edited
-    extra = [str(folder), summaries.file_version(own), *map(summaries.file_version, code)]
+    extra = [str(folder), summaries.file_version(own), *map(summaries.file_version, code),
+             current_claims]  # fmt: skip
 
     def computed() -> dict:
-        text, claims, view = _reported(root, experiment, sweep, folder, config_dirs)
+        text, claims, view = _reported(root, experiment, sweep, folder, config_dirs, current_claims)
         if not view.get("failed"):  # its points, from the rows it read: not read twice
             summaries.keep(root, experiment, sweep, report_dir, view["points"])
         view["points"] = page.reading_order(view["points"])  # as the page shows them
@@ -432,11 +487,11 @@ def _frame(table: dict) -> pd.DataFrame:
     return frame
 
 
-def _reported(root: Path, experiment: str, sweep: str, folder: Path, config_dirs):
+def _reported(root: Path, experiment: str, sweep: str, folder: Path, config_dirs, current_claims):
     """section(), or, for a sweep that cannot be reported, a line saying why and an ERROR
     claim: one sweep must not sink the rest."""
     try:
-        return section(root, experiment, sweep, folder, config_dirs)
+        return section(root, experiment, sweep, folder, config_dirs, current_claims)
     except Exception as error:
         text = f"## {experiment}\n\nsweep `{sweep}` could not be reported: {error!r}\n"
         checked = pd.DataFrame(

@@ -32,6 +32,7 @@ def watch(
     port: int,
     interval: float,
     page_dir: Path | None = None,
+    current_claims: bool = False,
 ) -> int:
     """Rewrite the report (in page_dir: the chosen sweeps' page) whenever rows land, and serve
     report_dir, which holds every page and their plots."""
@@ -53,7 +54,7 @@ def watch(
             if listing != seen:
                 began = time.perf_counter()
                 write_report(results, report_dir, config_dirs, choose(), stamp_of(*listing),
-                             page_dir)  # fmt: skip
+                             page_dir, current_claims)  # fmt: skip
                 seen = listing
                 print(f"{time.strftime('%H:%M:%S')} report written in "
                       f"{time.perf_counter() - began:.1f} s", flush=True)  # fmt: skip

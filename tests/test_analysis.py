@@ -4,6 +4,7 @@ import re
 
 import pandas as pd
 import pytest
+from commands import SUPPORT
 from sweeps import write_jobs, write_plan
 
 from analysis import plots
@@ -357,3 +358,42 @@ def test_the_watch_server_serves_the_reports_own_files_to_this_host_only(tmp_pat
     finally:
         server.shutdown()
         server.server_close()
+
+
+SIZED = """# @package _global_
+experiment:
+  name: sized
+  run: probes.sized
+  claims:
+    - {{metric: area, min: 0, max: {bound}, text: the area is bounded}}
+width: 3
+point: 0
+hydra: {{sweeper: {{params: {{point: '1,2'}}}}}}
+"""
+
+
+def test_check_says_when_a_sweep_recorded_other_claims_and_can_judge_by_todays(
+    harness, analysis, tmp_path
+):
+    """A claim fixed in the YAML after a sweep ran: --check judges the sweep by the claims it
+    recorded and says they have changed since; --current-claims judges it by today's."""
+    mine = tmp_path / "mine"
+    (mine / "experiment").mkdir(parents=True)
+    yaml = mine / "experiment" / "sized.yaml"
+    yaml.write_text(SIZED.format(bound=100))
+    given, path = ("--config-dir", str(mine)), {"PYTHONPATH": str(SUPPORT)}
+    ran = harness(*given, "+experiment=sized", env=path)
+    assert ran.returncode == 0 and "PASS" in ran.stdout, ran.stdout + ran.stderr
+    same = analysis("--check", *given)
+    assert same.returncode == 0 and "Claims changed" not in same.stdout, same.stdout
+    yaml.write_text(SIZED.format(bound=5))  # areas 3 and 6: today's claim fails
+    recorded = analysis("--check", *given)
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    assert "the experiment's YAML states other claims than this sweep recorded; judged by " \
+           "the recorded ones (--current-claims: by today's)" in recorded.stdout  # fmt: skip
+    report = (tmp_path / "outputs" / "report" / "REPORT.md").read_text()
+    assert "**Claims changed:**" in report
+    today = analysis("--check", "--current-claims", *given)
+    assert today.returncode == 1, today.stdout + today.stderr
+    assert "FAIL" in today.stdout and "judged by today's (--current-claims)" in today.stdout
+    assert analysis("--check").returncode == 0, "without its YAML, only what it recorded"
