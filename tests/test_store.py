@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 import duckdb
 import pandas as pd
+import polars as pl
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
@@ -47,6 +48,37 @@ def test_rows_come_back_with_partition_columns_in_every_reader(tmp_path):
     files = f"read_parquet('{tmp_path}/**/*.parquet', hive_partitioning=true)"
     query = f"select count(*), count(distinct sweep) from {files}"
     assert duckdb.connect().execute(query).fetchone() == (5, 2)
+
+
+def test_the_last_sweep_is_read_by_name_and_sweeps_read_as_text(tmp_path):
+    write_sweep(tmp_path, sweep="20261201-120000-0001", jobs=3)
+    write_sweep(tmp_path, sweep="20261202-120000-0002", jobs=2)
+    write_sweep(tmp_path, experiment="other", sweep="20261130-120000-0003", jobs=1)
+    last = store.read(tmp_path, sweep="last")
+    assert len(last) == 2 and set(last["sweep"]) == {"20261202-120000-0002"}
+    assert len(store.read(tmp_path, "other", sweep="last")) == 1
+    every = store.read(tmp_path)
+    assert every["sweep"].max() == "20261202-120000-0002", "text, ordered as text is"
+    assert pd.api.types.is_string_dtype(every["sweep"]) and not isinstance(
+        every["sweep"].dtype, pd.CategoricalDtype
+    )
+    for sweep, said in [("20261129-000000-dead", "no sweep 20261129-000000-dead in"),
+                        ("last", "no sweep of nothing in")]:  # fmt: skip
+        experiment = "nothing" if sweep == "last" else None
+        with pytest.raises(LookupError, match=said):
+            store.read(tmp_path, experiment, sweep=sweep)
+
+
+def test_polars_reads_the_store_as_docs_store_md_shows(tmp_path):
+    write_sweep(tmp_path, jobs=3)
+    write_sweep(tmp_path, experiment="other", sweep="s2", jobs=2)
+    store.write_rows(store.job_file(tmp_path, "other", "s2", 9), [{"job": 9, "extra": 1.5}])
+    frame = pl.read_parquet(
+        f"{tmp_path}/**/*.parquet", hive_partitioning=True, missing_columns="insert",
+        schema=pl.read_parquet_schema(tmp_path / "columns"),
+    )  # fmt: skip
+    assert frame.height == 6 and frame["extra"].drop_nulls().to_list() == [1.5]
+    assert sorted(frame["sweep"].unique().to_list()) == ["s1", "s2"]
 
 
 def test_columns_only_some_files_have_are_seen_by_every_folder_reader(tmp_path):

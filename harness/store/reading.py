@@ -33,7 +33,10 @@ from harness.store.layout import (
     job_file,
     sweep_dir,
 )
+from harness.store.manifest import newest_sweep
 from harness.store.rows import _pairs, _trusted, concat
+
+LAST = "last"  # a sweep's name for the newest, as the command line takes it
 
 if TYPE_CHECKING:  # pandas loads where a frame is made: status and compact read Arrow alone
     import pandas as pd
@@ -48,7 +51,7 @@ def result_files(root: Path, experiment: str | None = None, sweep: str | None = 
 
 
 def read(root: Path, experiment: str | None = None, sweep: str | None = None) -> pd.DataFrame:
-    """read_table's rows as one DataFrame."""
+    """read_table's rows as one DataFrame (experiment and sweep as text)."""
     import pandas as pd
 
     table = read_table(root, experiment, sweep)
@@ -58,17 +61,25 @@ def read(root: Path, experiment: str | None = None, sweep: str | None = None) ->
 def read_table(
     root: Path, experiment: str | None = None, sweep: str | None = None, partitions: bool = True
 ) -> pa.Table:
-    """Every row under `root` (or one experiment's, or one sweep's) as one table, with the
-    experiment and sweep as columns (partitions=False: without, and without importing pandas,
-    which pyarrow does to make a column from Python values).
+    """Every row under `root` (or one experiment's, or one sweep's: "last" is the newest, of
+    the experiment where one is given) as one table, with the experiment and sweep as columns
+    of text (partitions=False: without, and without importing pandas, which pyarrow does to
+    make a column from Python values). A sweep that `root` does not hold is a LookupError.
 
     The schema is the union of every file's, so a column that only some files have is kept
     (pandas.read_parquet on a folder would take the first file's schema and drop it). Each
     job's rows come from one place (the reading rule: harness.store's docstring), so neither
     a compaction nor a training job's end running meanwhile hides or doubles any.
     """
+    if sweep == LAST:
+        sweep = newest_sweep(root, experiment)
+        if sweep is None:
+            raise LookupError(f"no sweep{f' of {experiment}' if experiment else ''} in {root}")
+    folders = _sweep_dirs(root, experiment, sweep)
+    if sweep is not None and not folders:
+        raise LookupError(f"no sweep {sweep}{f' of {experiment}' if experiment else ''} in {root}")
     tables = []
-    for folder in _sweep_dirs(root, experiment, sweep):
+    for folder in folders:
         table = _read_sweep(folder)
         if table.num_columns:
             tables.append(_with_partitions(table, folder) if partitions else table)
