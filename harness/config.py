@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.errors import BadInput, one_line
-from harness.names import CONF, PLAIN, USER_KEYS, available_experiments, experiment_file
+from harness.names import CONF, PLAIN, USER_KEYS, available_experiments, experiment_file, key_of
 
 
 def override(key: str, text: str) -> str:
@@ -134,6 +134,21 @@ def command(arguments: list[str], config_dirs: list[Path], out: Path) -> str:
     folders = [part for folder in config_dirs for part in ("--config-dir", str(folder))]
     given = [] if Path(out).resolve() == results_root([]).parent else [override("out", str(out))]
     return shlex.join(["python", "-m", "harness", *folders, *arguments, *given])
+
+
+def resume_command(
+    experiment: str, sweep_id: str, config_dirs: list[Path], out: Path, settings: list[str]
+) -> str:
+    """The command that finishes a sweep: resume=ID with its --config-dir and out=, and the
+    launcher settings of `settings` (the sweep's override lines) repeated, hydra/launcher,
+    hydra.launcher.* and wait, so that what the resume runs with is in plain view (it takes
+    the sweep's own without them too)."""
+    repeated = [
+        line for line in settings
+        if key_of(line) in ("hydra/launcher", "wait") or key_of(line).startswith("hydra.launcher.")
+    ]  # fmt: skip
+    arguments = [f"+experiment={experiment}", f"resume={sweep_id}", *repeated]
+    return command(arguments, config_dirs, out)
 
 
 def results_root(overrides: list[Override]) -> Path:

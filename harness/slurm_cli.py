@@ -120,26 +120,29 @@ def gpu_count(gres: str) -> int:
 
 
 def check_fits(settings: dict) -> None:
-    """ValueError naming the setting when no node of the partition could ever run one task:
-    more CPUs, memory or GPUs than any node has (as sinfo reports them). Silent when sinfo
-    cannot tell."""
+    """ValueError of one line naming every setting that asks for more than any node of the
+    partition has (CPUs, memory, GPUs, as sinfo reports them), with the value that would fit.
+    Silent when sinfo cannot tell."""
     nodes = partition_nodes(settings.get("partition"))
     if not nodes:
         return
     tasks = settings.get("tasks_per_node") or 1
-    asks = {
-        "cpus_per_task": ((settings.get("cpus_per_task") or 1) * tasks, "CPUs"),
-        "mem_gb": ((settings.get("mem_gb") or 0) * 1024, "MB of memory"),
-        "gpus_per_node": (settings.get("gpus_per_node") or 0, "GPUs"),
+    asks = {  # setting: (what a task asks for, in the unit sinfo counts, the unit's name, per)
+        "cpus_per_task": ((settings.get("cpus_per_task") or 1) * tasks, "CPUs", tasks),
+        "mem_gb": ((settings.get("mem_gb") or 0) * 1024, "MB of memory", 1024),
+        "gpus_per_node": (settings.get("gpus_per_node") or 0, "GPUs", 1),
     }
-    for key, (wanted, what) in asks.items():
+    beyond, fixes = [], []
+    for key, (wanted, what, per) in asks.items():
         most = max(node[what] for node in nodes)
         if wanted > most:
-            name = settings.get("partition") or "the default partition"
-            raise ValueError(
-                f"{key}={settings[key]} asks for {wanted:,.0f} {what} a task, and no node of "
-                f"{name} has more than {most:,}: lower hydra.launcher.{key}"
-            )
+            beyond.append(f"{key}={settings[key]} asks for {wanted:,.0f} {what} a task, no node "
+                          f"more than {most:,}")  # fmt: skip
+            fixes.append(f"hydra.launcher.{key}={most // per}")
+    if beyond:
+        name = settings.get("partition") or "the default partition"
+        raise ValueError(f"no node of {name} can run a task: {'; '.join(beyond)}; lower them "
+                         f"({' '.join(fixes)} fits)")  # fmt: skip
 
 
 def max_array_size() -> int:

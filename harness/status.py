@@ -44,11 +44,12 @@ def status(sweep_id: str, out: str = "outputs") -> int:
             print(line)
     if all(state in store.DONE for state in states) or set(states) & set(ALIVE):
         return 0
-    from harness.config import command  # Hydra's quoting of the out dir
+    from harness.config import resume_command  # Hydra's quoting of the out dir
 
     config_dirs = [Path(folder) for folder in manifest.get("config_dirs") or []]
-    arguments = [f"+experiment={experiment}", f"resume={sweep_id}"]
-    print(f"finish it with: {command(arguments, config_dirs, results.parent)}")
+    settings = [*manifest.get("hydra_overrides", []), *manifest.get("overrides", [])]
+    said = resume_command(experiment, sweep_id, config_dirs, results.parent, settings)
+    print(f"finish it with: {said}")
     return 0
 
 

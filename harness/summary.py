@@ -3,7 +3,7 @@ follow it (status) or finish it (resume)."""
 
 import sys
 
-from harness import store
+from harness import config, store
 from harness.claims import claims_table, outcome
 from harness.config import command
 from harness.plan import Sweep
@@ -37,10 +37,11 @@ def report(sweep: Sweep, manifest: dict, seconds: float) -> int:
 
 
 def resume_command(sweep: Sweep) -> str:
-    """The command that finishes the sweep: with its --config-dir and out= where it has them."""
-    name, sweep_id = sweep.experiment.name, sweep.id
-    arguments = [f"+experiment={name}", f"resume={sweep_id}"]
-    return command(arguments, sweep.config_dirs, sweep.results.parent)
+    """The command that finishes the sweep (harness.config.resume_command)."""
+    settings = [*sweep.hydra_overrides, *sweep.overrides]
+    return config.resume_command(
+        sweep.experiment.name, sweep.id, sweep.config_dirs, sweep.results.parent, settings
+    )
 
 
 def status_command(sweep: Sweep) -> str:

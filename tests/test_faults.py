@@ -560,13 +560,20 @@ def test_resuming_another_experiments_sweep_says_whose_it_is(harness):
 
 
 def test_status_of_an_unfinished_sweep_says_how_to_finish_it(faulty):
+    """With its --config-dir and out=, and the launcher settings it ran with repeated; the
+    command it gives finishes the sweep."""
     out = faulty.cwd / "elsewhere"
-    assert faulty(f"out={out}", "fail=1").returncode == 1
+    ran = faulty(f"out={out}", "fail=1", "hydra/launcher=basic", "wait=true")
+    assert ran.returncode == 1
     sweep = only_sweep(out / "results", "faulty")
     shown = faulty.harness("status", sweep, f"out={out}")
     assert shown.returncode == 0
-    command = f"--config-dir {faulty.conf} +experiment=faulty resume={sweep} out={out}"
+    command = (f"--config-dir {faulty.conf} +experiment=faulty resume={sweep} "
+               f"hydra/launcher=basic wait=true out={out}")  # fmt: skip
     assert f"finish it with: python -m harness {command}" in shown.stdout
+    (faulty.cwd / "fixed").touch()
+    finished = faulty.harness(*shlex.split(command), env=faulty.env)
+    assert finished.returncode == 0 and "1 points to run" in finished.stdout, finished.stdout
 
 
 @pytest.mark.parametrize(

@@ -39,10 +39,22 @@ def test_a_partitions_nodes_and_what_fits_them(tmp_path, monkeypatch):
     slurm_cli.check_fits(
         {"partition": None, "cpus_per_task": 64, "mem_gb": 500, "gpus_per_node": 8}
     )
-    with pytest.raises(
-        ValueError, match="gpus_per_node=1 asks for 1 GPUs a task, and no node of cpu"
-    ):
+    with pytest.raises(ValueError) as refused:
         slurm_cli.check_fits({"partition": "cpu", "gpus_per_node": 1})
+    assert str(refused.value) == (
+        "no node of cpu can run a task: gpus_per_node=1 asks for 1 GPUs a task, no node more "
+        "than 0; lower them (hydra.launcher.gpus_per_node=0 fits)"
+    )
+    with pytest.raises(ValueError) as refused:  # every setting beyond the nodes, in one line
+        slurm_cli.check_fits({"partition": None, "cpus_per_task": 40, "tasks_per_node": 2,
+                              "mem_gb": 600, "gpus_per_node": 9})  # fmt: skip
+    assert str(refused.value) == (
+        "no node of the default partition can run a task: cpus_per_task=40 asks for 80 CPUs a "
+        "task, no node more than 64; mem_gb=600 asks for 614,400 MB of memory a task, no node "
+        "more than 512,000; gpus_per_node=9 asks for 9 GPUs a task, no node more than 8; lower "
+        "them (hydra.launcher.cpus_per_task=32 hydra.launcher.mem_gb=500 "
+        "hydra.launcher.gpus_per_node=8 fits)"
+    )
     monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
     slurm_cli.check_fits({"partition": None, "cpus_per_task": 10**6})  # no sinfo: cannot tell
 
