@@ -172,7 +172,7 @@ def _measure(*, backend, length, dtype, device, shape, causal, seed, num_threads
         batch=batch, heads=heads, length=length, head_dim=head_dim, causal=causal
     )
     compute = compute_dtype(backend, query.dtype)
-    achieved, peak = gflops(flops, row["time_ms"]), peak_gflops(device, compute)
+    achieved, peak = gflops(flops, row["time_ms"]), peak_gflops(device, compute, **timing)
     row |= {"flops": flops, "gflops": achieved, "peak_gflops": peak}
     row["compute_dtype"] = str(compute).removeprefix("torch.")
     row["pct_of_peak"] = 100 * achieved / peak

@@ -133,7 +133,10 @@ def _measure(*, method, window, dtype, device, shape, block, seed, num_threads, 
     if can.compiles:
         row["compile_s"] = first_s - row["time_ms"] / 1000
     row["flops"] = 4 * batch * heads * head_dim * window_pairs(length, window)
-    achieved, peak = gflops(row["flops"], row["time_ms"]), peak_gflops(device, query.dtype)
+    achieved, peak = (
+        gflops(row["flops"], row["time_ms"]),
+        peak_gflops(device, query.dtype, **timing),
+    )
     row |= {"gflops": achieved, "peak_gflops": peak, "pct_of_peak": 100 * achieved / peak}
     first = ["status", "error", "device_used", "time_ms", "rss_delta_mib", "cuda_peak_mib", "err64"]
     return {key: row[key] for key in first if key in row} | row  # what a progress line shows

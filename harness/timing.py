@@ -312,13 +312,15 @@ PEAK_CALL_MS = 50.0  # a CPU peak's matmul grows until one call lasts this long 
 
 
 def peak_gflops(
-    device: str | torch.device, dtype: torch.dtype, *, size: int | None = None
+    device: str | torch.device, dtype: torch.dtype, *, size: int | None = None, **timing
 ) -> float:
     """Measured GFLOP/s of a square matmul in dtype on device, cached per process.
 
     Measured, not looked up: `size` squared matrices into a preallocated result, timed with
-    time_call at this process's thread count; its median per-call time, the statistic
-    attention's time_ms is too, so pct_of_peak compares like with like. By default 8,192 on
+    time_call at this process's thread count (`timing`: its warmup, min_repeats and
+    min_time_s, as the call it is the peak of was timed; by default two warm-ups and
+    time_call's own); its median per-call time, the statistic attention's time_ms is too, so
+    pct_of_peak compares like with like. By default 8,192 on
     CUDA; on the CPU the width doubles from 256 until one call lasts PEAK_CALL_MS, at most 2,048
     (float32's 2,048 lasts about that long on two cores; a dtype the CPU emulates, bfloat16
     without AVX512-BF16, would take seconds a call there and reaches its peak much smaller).
@@ -328,8 +330,8 @@ def peak_gflops(
     if key not in _PEAKS:
         size = size or (8192 if device.type == "cuda" else _cpu_peak_size(dtype))
         a, b, c = (torch.randn(size, size, device=device).to(dtype) for _ in range(3))
-        timing = time_call(lambda: torch.mm(a, b, out=c), device=device, warmup=2)
-        _PEAKS[key] = gflops(2 * size**3, timing["time_ms"])
+        timed = time_call(lambda: torch.mm(a, b, out=c), device=device, **{"warmup": 2, **timing})
+        _PEAKS[key] = gflops(2 * size**3, timed["time_ms"])
         del a, b, c
         if device.type == "cuda":
             torch.cuda.empty_cache()
