@@ -1,6 +1,7 @@
 """exp015_backends as a plain function: rows, statuses and check, at small lengths."""
 
 import ctypes
+import functools
 import inspect
 import os
 import warnings
@@ -18,17 +19,47 @@ DEFAULTS = {
     for name, parameter in inspect.signature(backends.run).parameters.items()
 }
 QUICK = {"device": "cpu", "num_threads": 1, "warmup": 1, "min_repeats": 3, "min_time_s": 0.0}
+# The tests that take cpu_point, on one of pytest-xdist's workers (--dist loadgroup): each
+# point (a child process of its own, seconds) runs once for them all.
+CPU_POINTS = pytest.mark.xdist_group("backends-cpu-points")
 
 
+@pytest.fixture(scope="module")
+def cpu_point():
+    """A quick CPU point's row by (backend, length, dtype), each run once for the module."""
+
+    @functools.cache
+    def point(backend: str, length: int, dtype: str) -> dict:
+        [row] = backends.run(backend=backend, length=length, dtype=dtype, **QUICK)
+        return row
+
+    def run(backend: str, length: int, dtype: str = "float32") -> dict:
+        return point(backend, length, dtype)
+
+    return run
+
+
+# Each backend in each dtype, each without time_growth (128: a half under HALF_LENGTH_FLOOR),
+# at the floor (256) or above it (1,024, the points the memory tests below compare), so that
+# each of ratios_of's four cases (time_growth or not, math beside or not) is a row here.
+CPU_POINT_CASES = [
+    (128, "math", "float32"),
+    (128, "flash", "float32"),
+    (256, "flash", "bfloat16"),
+    (1024, "math", "float32"),
+    (1024, "math", "bfloat16"),
+    (1024, "flash", "float32"),
+]
+
+
+@CPU_POINTS
 @pytest.mark.process
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("backend", ["math", "flash"])
-@pytest.mark.parametrize("length", [128, 256])
-def test_a_cpu_point_is_one_complete_row(backend, length, dtype):
-    [row] = backends.run(backend=backend, length=length, dtype=dtype, **QUICK)
+@pytest.mark.parametrize("length, backend, dtype", CPU_POINT_CASES)
+def test_a_cpu_point_is_one_complete_row(cpu_point, backend, length, dtype):
+    row = cpu_point(backend, length, dtype)
     assert row["status"] == "ok", row["error"]
     assert row["device_used"] == "cpu" and row["threads_used"] == 1
-    # The output is 64 to 256 KiB here and may land in pages already resident: 0 is possible.
+    # The output is 64 KiB to 1 MiB here and may land in pages already resident: 0 is possible.
     assert row["rss_delta_mib"] >= 0 and "cuda_peak_mib" not in row
     assert row["repeats"] == len(row["time_samples_ms"]) >= 3
     assert row["time_ms"] > 0 and row["time_iqr_ms"] >= 0
@@ -53,22 +84,20 @@ def test_a_cpu_point_is_one_complete_row(backend, length, dtype):
     assert 0 <= row["cpu_load_beside"] <= 1
 
 
+@CPU_POINTS
 @pytest.mark.process
-def test_math_in_half_precision_holds_float32_scores():
+def test_math_in_half_precision_holds_float32_scores(cpu_point):
     """torch 2.13's math backend turns bfloat16 inputs into float32: its scores take float32's
     memory, not half of it (so a GPU runs out of memory where half precision would fit)."""
-    single, half = (
-        backends.run(backend="math", length=1024, dtype=dtype, **QUICK)[0]
-        for dtype in ("float32", "bfloat16")
-    )
+    single, half = (cpu_point("math", 1024, dtype) for dtype in ("float32", "bfloat16"))
     assert half["rss_delta_mib"] > 0.8 * single["rss_delta_mib"]
 
 
+@CPU_POINTS
 @pytest.mark.process
-def test_math_materializes_the_scores_and_flash_does_not():
+def test_math_materializes_the_scores_and_flash_does_not(cpu_point):
     scores_mib = 8 * 1024 * 1024 * 4 / 2**20  # (H, L, L) float32 at L = 1,024: 32 MiB
-    [math] = backends.run(backend="math", length=1024, **QUICK)
-    [flash] = backends.run(backend="flash", length=1024, **QUICK)
+    math, flash = cpu_point("math", 1024), cpu_point("flash", 1024)
     assert math["rss_delta_mib"] > scores_mib > flash["rss_delta_mib"]
 
 

@@ -116,19 +116,26 @@ def test_a_tiny_point_runs_and_has_what_every_claim_names(name, tiny_runs):
     assert "ERROR" not in set(claims_table(rows, config, manifest["points"])["result"])
 
 
+@functools.cache
+def planned_grids(name: str) -> tuple[set[str], list]:
+    """The experiment's parameters, and its seeded grid and those BESIDE it as planned (each
+    broken measurement's test reads them, none changes them): composed once for the module."""
+    params = set(Experiment.load(config_values(composed(name))["experiment"]).parameters)
+    return params, [plan(composed(name, *grid), []) for grid in [[], *BESIDE.get(name, [])]]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", BROKEN)
 @pytest.mark.parametrize("name", RUN_ONCE)
 def test_no_claim_passes_a_broken_measurement_of_the_seeded_grid(name, kind, tiny_runs):
     real, _ = tiny_runs(name)
-    params = set(Experiment.load(config_values(composed(name))["experiment"]).parameters)
+    params, sweeps = planned_grids(name)
     own = params | set(store.HARNESS_COLUMNS) | set(store.PARTITIONS.names)
     measured = [c for c in real.select_dtypes("number") if c not in own | {"inputs_mib"}]
     # The words of the run's last row (exp017's phase "eval"): a broken run still says them.
     words = {c: real[c].iloc[-1] for c in real.select_dtypes(exclude="number") if c not in own}
     results = []
-    for grid in [[], *BESIDE.get(name, [])]:
-        sweep = plan(composed(name, *grid), [])
+    for sweep in sweeps:
         for device in ("cpu", "cuda:0"):  # a claim may be about one device's rows only
             rows = [
                 {"job": point.job, "status": "ok", **words, **point.params, "device_used": device}

@@ -18,30 +18,37 @@ from experiments.derived import precision as deriving
 from harness import claims, store
 
 TINY = {"width": 16, "length": 16, "steps": 6, "batch": 2, "warmup_steps": 2, "device": "cpu"}
+# The tiny runs the module shares: 12 steps, checkpoints at 5 and 10 (none taken without a
+# tracker), as the resumed runs below take them, so that they are those runs never interrupted.
+RUN = {**TINY, "steps": 12, "checkpoint_every": 5}
 CONFIG = Path(__file__).resolve().parent.parent / "conf" / "experiment" / "exp019_precision.yaml"
 DEFAULTS = {name: parameter.default for name, parameter in
             inspect.signature(precision.run).parameters.items() if name != "tracker"}  # fmt: skip
 BACKENDS = {"flash", "efficient", "cudnn", "math"}
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+# The tests that take tiny_runs, on one of pytest-xdist's workers (--dist loadgroup): the runs
+# (each measures its step in a child of its own) are made once, not once on each worker.
+TINY_RUNS = pytest.mark.xdist_group("precision-tiny-runs")
 
 
 @pytest.fixture(scope="module")
 def tiny_runs():
-    """Each precision's tiny run, once for the module."""
-    return {name: precision.run(**TINY, precision=name) for name in precision.PRECISIONS}
+    """Each precision's tiny run (RUN), once for the module."""
+    return {name: precision.run(**RUN, precision=name) for name in precision.PRECISIONS}
 
 
+@TINY_RUNS
 @pytest.mark.process  # tiny_runs: each run measures its step in a child of its own
 @pytest.mark.parametrize("name", list(precision.PRECISIONS))
 def test_each_precision_trains_and_ends_with_a_complete_final_row(name, tiny_runs):
     *train, final = tiny_runs[name]
-    assert [r["step"] for r in train] == list(range(1, 7)) and final["phase"] == "final"
+    assert [r["step"] for r in train] == list(range(1, 13)) and final["phase"] == "final"
     for row in train:
         assert row["phase"] == "train" and row["loss"] > 0 and row["tokens_per_s"] > 0
         assert 0 <= row["zero_grad_fraction"] <= 1 and 0 <= row["accuracy"] <= 1
     assert final.get("status", "ok") == "ok" and final["device_used"] == "cpu"
     assert final["tokens_per_s"] > 0 and final["tokens_per_s_iqr"] >= 0
-    assert final["timed_steps"] == 4  # the steps after warmup_steps
+    assert final["timed_steps"] == 10  # the steps after warmup_steps
     assert final["rss_delta_mib"] >= 0 and "cuda_peak_mib" not in final, "memory named as measured"
     assert final["sdpa_forward"] in BACKENDS and final["sdpa_backward"] in BACKENDS
     fused = final["sdpa_forward"] in precision.FUSED and final["sdpa_backward"] in precision.FUSED
@@ -57,6 +64,7 @@ def test_each_precision_trains_and_ends_with_a_complete_final_row(name, tiny_run
         assert all(r["loss_scale"] is None and r["step_skipped"] is None for r in train)
 
 
+@TINY_RUNS
 @pytest.mark.process
 def test_the_precisions_start_from_the_same_weights_and_batches(tiny_runs):
     """The seed fixes the initial weights and the data: the first step's losses differ by
@@ -95,14 +103,15 @@ def test_an_error_that_is_no_missing_kernel_still_raises(monkeypatch):
         precision.run(**TINY, precision="bfloat16")
 
 
+@TINY_RUNS
 @pytest.mark.process
 @pytest.mark.parametrize("name", ["float16", "bfloat16"])
-def test_a_run_resumed_from_its_checkpoint_continues_the_same_run(tmp_path, name):
+def test_a_run_resumed_from_its_checkpoint_continues_the_same_run(tmp_path, name, tiny_runs):
     """Killed at step 8 (checkpoints at 5 and 10), resumed: the same losses, step for step, as a
-    run never interrupted (weights, optimizer, scaler and data generator restored), and a final
-    row over all 12 steps."""
-    run = {**TINY, "steps": 12, "checkpoint_every": 5, "precision": name}
-    *straight, final = precision.run(**run)
+    run never interrupted (tiny_runs': weights, optimizer, scaler and data generator restored),
+    and a final row over all 12 steps."""
+    run = {**RUN, "precision": name}
+    *straight, final = tiny_runs[name]
     dying = tracker(tmp_path, Dying, at=8)
     with pytest.raises(KeyboardInterrupt):
         precision.run(**run, tracker=dying)
@@ -272,10 +281,11 @@ def test_below_sm80_the_memory_efficient_kernel_is_expected():
     assert cuda_sweep(flash)[CUDA_SDPA] == "FAIL"
 
 
+@TINY_RUNS
 @pytest.mark.process
 def test_the_report_tables_and_plot(tiny_runs, tmp_path):
     rows = pd.DataFrame(
-        [{"job": job, "status": row.get("status", "ok"), **DEFAULTS, **TINY, "precision": name,
+        [{"job": job, "status": row.get("status", "ok"), **DEFAULTS, **RUN, "precision": name,
           **row} for job, (name, run) in enumerate(tiny_runs.items()) for row in run]
     )  # fmt: skip
     tables = deriving.tables(rows)
@@ -285,7 +295,7 @@ def test_the_report_tables_and_plot(tiny_runs, tmp_path):
     assert final["sdpa_expected_ops"].tolist() == final["sdpa_fused_ops"].tolist(), "CPU: fused"
     assert versus["precision"].tolist() == ["bfloat16", "float16", "float16_unscaled"]
     assert versus["speedup"].gt(0).all() and versus["cuda_peak_ratio"].isna().all()
-    assert versus["compared_steps"].eq(6).all() and versus["max_loss_diff"].gt(0).all()
+    assert versus["compared_steps"].eq(12).all() and versus["max_loss_diff"].gt(0).all()
     parts = report.sections(rows, tables, tmp_path)
     assert any("Against float32" in part for part in parts)
     assert (tmp_path / "exp019_precision-loss.png").stat().st_size > 0
