@@ -95,7 +95,9 @@ def default_memory_cap_mib() -> int:
 def _forkserver() -> multiprocessing.context.BaseContext:
     context = multiprocessing.get_context("forkserver")
     # The server imports these once; every child is a fork of it. Failed imports are ignored.
-    context.set_forkserver_preload(["torch", "harness.measure"])
+    # torch._inductor too: torch.profiler (which a child may use to see which kernel ran)
+    # imports it at its first use, 1.6 s a child here where a preloaded one costs nothing.
+    context.set_forkserver_preload(["torch", "torch._inductor", "harness.measure"])
     return context
 
 
