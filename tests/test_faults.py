@@ -498,8 +498,10 @@ def test_a_malformed_manifest_is_damaged_for_every_command(harness, analysis, wh
 
 
 TABLE_SPECS = [
-    ("table: {index: point, columns: tag, values: val}", "table: {index: point, values: val}",
-     "table has no columns"),
+    ("table: {index: point, columns: tag, values: val}", "table: {index: point, value: val}",
+     "table takes index, columns, values, not value"),
+    ("table: {index: point, columns: tag, values: val}", "plots: tag",
+     "plots must be a list of metrics"),
     ("table: {index: point, columns: tag, values: val}", "table: [point]", "table must be"),
     ("table: {index: point, columns: tag, values: val}", "claims: [{max: 1}]", "claim 1"),
 ]  # fmt: skip
