@@ -3,19 +3,25 @@ order in an empty folder of its own.
 
 - A line "`PATH`:" then a fenced block: the block is that file's text, written first.
 - A ```sh block runs in bash (`set -e`), a ```python block in Python; each must exit 0, or
-  the N that an `<!-- exits N -->` line just above it says, and write no traceback.
+  the N that an `<!-- exits N -->` line just above it says, and write no traceback. A sh
+  block of nothing but `python -m harness|analysis ...` lines (and `export NAME=VALUE`) runs
+  its lines as calls of the commands' mains in this process, one after another as bash would
+  (the same argv, the same environment, the first that fails ends the block): a process
+  start each is what tests/test_install.py pays, where the commands run installed.
 - An `<!-- not run: REASON -->` line above a block leaves it out, saying why.
 - Any other block (a tree, a YAML shown but not written) is text.
 """
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from commands import call_command
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -95,13 +101,56 @@ def test_the_commands_of_a_page_run_as_written(page, tmp_path):
             (tmp_path / block.path).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / block.path).write_text(block.text)
     for block in runnable(page):
-        if block.language == "sh":
-            command = ["bash", "-e", "-o", "pipefail", "-c", block.text]
+        calls = in_process(block)
+        if calls is not None:
+            done = _called(calls, tmp_path)
         else:
-            command = [sys.executable, "-c", block.text]
-        done = subprocess.run(
-            command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
-        )
+            command = (["bash", "-e", "-o", "pipefail", "-c", block.text] if block.language == "sh"
+                       else [sys.executable, "-c", block.text])  # fmt: skip
+            done = subprocess.run(
+                command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+            )
         said = f"{page.name}:{block.line} exited {done.returncode}\n{done.stdout}\n{done.stderr}"
         assert done.returncode == block.exits, said
         assert "Traceback" not in done.stderr, said
+
+
+CALLED = re.compile(r"python3? -m (harness|analysis)(\s.*)?")
+EXPORT = re.compile(r"export (\w+)=(\S+)")
+
+
+def in_process(block: Block) -> list[tuple[str, list[str] | dict]] | None:
+    """A sh block's lines as calls in this process, (module, argv) or ("export", {NAME: VALUE}),
+    comments dropped; None for a block with anything else (a pipe, a $(...), another program)."""
+    if block.language != "sh":
+        return None
+    calls = []
+    for line in block.text.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        if not words:
+            continue
+        text = shlex.join(words)
+        if (called := CALLED.fullmatch(text)) and not set("|;&<>$`") & set(text):
+            calls.append((called[1], words[3:]))
+        elif (exported := EXPORT.fullmatch(text)) and not set("$`") & set(text):
+            calls.append(("export", {exported[1]: exported[2]}))
+        else:
+            return None
+    return calls
+
+
+def _called(calls: list, cwd: Path) -> subprocess.CompletedProcess:
+    """The calls one after another, as `bash -e` runs their lines: the first that exits other
+    than 0 ends them; what all printed, and that exit code."""
+    env, out, err, code = {}, [], [], 0
+    for module, argv in calls:
+        if module == "export":
+            env |= argv
+            continue
+        done = call_command(module, *argv, cwd=cwd, env=env, timeout=TIMEOUT_S)
+        out.append(done.stdout)
+        err.append(done.stderr)
+        if done.returncode:
+            code = done.returncode
+            break
+    return subprocess.CompletedProcess(calls, code, "".join(out), "".join(err))
