@@ -1,7 +1,8 @@
 # make run:       set up .venv if needed, run the seeded exp014_tiled sweep here, regenerate the report.
 # make test:      the same set-up, then ruff and the whole test suite (what CI runs): every test but
-#                 the serial ones on a worker a core and one more (the SLURM tests, one after another
-#                 on one worker, mostly wait on the cluster), then the serial ones (timings) alone.
+#                 the serial ones on a worker a core and two more (the SLURM tests, in two groups
+#                 each one after another on a worker and a cluster of its own, mostly wait on the
+#                 clusters), then the serial ones (timings) alone.
 # make test-fast: the edit-run loop: the unit tests and the commands called in-process on tiny grids
 #                 (no test that starts processes, none slow), on every core.
 # make test-unit: the unit tests alone: no command, no process started.
@@ -12,7 +13,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-WORKERS ?= $(shell expr $$(nproc) + 1)
+WORKERS ?= $(shell expr $$(nproc) + 2)
 PYTEST := $(BIN)/python -m pytest --durations 10
 UNIT := not e2e and not process and not slow and not slurm and not serial
 FAST := not process and not slow and not slurm and not serial

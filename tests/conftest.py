@@ -30,12 +30,14 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items):
-    """e2e on a test that calls a command; the SLURM tests as one group, which one worker runs
-    one after another (--dist loadgroup: one cluster) while the others run the rest."""
+    """e2e on a test that calls a command; the SLURM tests as groups (the group "slurm", unless
+    a test names another), each of which one worker runs one after another on a cluster of
+    its own (--dist loadgroup), while the others run the rest: the tests that wait minutes on
+    SLURM's clock in a group apart from the rest of the SLURM tests."""
     for item in items:
         if COMMAND_FIXTURES & set(item.fixturenames) and not item.get_closest_marker("e2e"):
             item.add_marker("e2e")
-        if item.get_closest_marker("slurm"):
+        if item.get_closest_marker("slurm") and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("slurm"))
 
 

@@ -22,6 +22,9 @@ from harness import search, store
 
 pytestmark = pytest.mark.slurm
 skip_module_unless_available()
+# The tests that wait minutes on SLURM's clock (a time limit, arrays one after another): on a
+# worker and a cluster of their own, beside the others (tests/conftest.py).
+WAITS = pytest.mark.xdist_group("slurm-waits")
 
 SLURM = [
     "hydra/launcher=slurm",
@@ -223,6 +226,7 @@ def test_resume_resubmits_only_the_points_without_an_ok_row(sweep):
     assert rows["job"].tolist() == [0, 1, 2, 3] and set(rows["status"]) == {"ok"}
 
 
+@WAITS
 def test_a_grid_beyond_max_array_size_runs_as_chained_arrays_under_one_cap(sweep, most_at_once):
     size = sweep.cluster.max_array_size
     lengths = ",".join(str(64 + i) for i in range(size + 2))
@@ -263,6 +267,7 @@ def test_a_request_no_node_can_satisfy_is_refused_before_submitting(sweep):
     assert sweep.cluster.queue() == []
 
 
+@WAITS
 @pytest.mark.parametrize("tasks", [1, 2])
 def test_a_training_task_at_its_time_limit_checkpoints_requeues_and_finishes(
     cluster, harness, tasks
