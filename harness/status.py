@@ -17,7 +17,7 @@ import pyarrow as pa
 from harness import search, store
 from harness.errors import BadInput, shorten
 
-LAST = "last"  # the sweep id that names the newest sweep (status last, resume=last)
+LAST = store.LAST  # the sweep id that names the newest sweep (status last, resume=last)
 ALIVE = ("pending", "running")  # the states of a point that a launcher still holds
 SLURM = "harness.launchers.slurm.SlurmLauncher"  # what older manifests' launches were
 

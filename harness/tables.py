@@ -49,14 +49,14 @@ def validate_table(spec) -> None:
             )
     if not isinstance(spec["values"], str):
         raise ValueError(f"table's values must be a column name, not {spec['values']!r:.60}")
-    for key in ("index", "columns"):
-        names = spec.get(key, [])
-        listed = names if isinstance(names, list) else [names]
-        if not all(isinstance(name, str) for name in listed) or (key == "index" and not listed):
+    index, columns = table_axes(spec)
+    for key, names in (("index", index), ("columns", columns)):
+        named = all(isinstance(name, str) and name for name in names)
+        if not named or (key == "index" and not names):
             raise ValueError(
-                f"table's {key} must be a column name or a list of them, not {names!r:.60}"
+                f"table's {key} must be a column name or a list of them, not {spec.get(key)!r:.60}"
             )
-    named = [spec["values"], *table_axes(spec)[0], *table_axes(spec)[1]]
+    named = [spec["values"], *index, *columns]
     twice = sorted({name for name in named if named.count(name) > 1})
     if twice:
         raise ValueError(f"table names {', '.join(twice)} twice: each column in one place")

@@ -86,6 +86,7 @@ from harness.store.manifest import (  # noqa: F401
     write_manifest,
 )
 from harness.store.reading import (  # noqa: F401
+    LAST,
     as_planned,
     has_rows,
     job_statuses,
