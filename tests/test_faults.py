@@ -166,6 +166,7 @@ def test_a_swept_parameter_the_config_lacks_runs_each_point(faulty):
 STOP_AT_FIRST_REMOVAL = """
 import os, signal, sys
 from harness.cli import main
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal, not ignored
 real = os.unlink
 def unlink(path, *args, **kwargs):
     if os.path.basename(str(path)).startswith("job-"):
