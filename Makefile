@@ -49,15 +49,18 @@ gpu-check: $(VENV)/.installed
 setup: $(VENV)/.installed
 
 # Reinstalled when the requirements change; constraints.txt pins what was tested. pip's lines
-# show what it installs, each package it collects numbered against the pinned ones.
+# show what it installs, each package it collects numbered against the pinned ones. pip compiles
+# the modules one after another; compileall does it on every core (a module written for a newer
+# Python, as torch ships one, fails to compile, as pip lets it).
 PINNED := $(shell grep -c '==' constraints.txt)
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@echo "make: installing the harness and its $(PINNED) pinned packages into $(VENV) (the first" \
 		"time about a minute where torch's wheel is on the disk, longer where it is downloaded)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	set -o pipefail; $(BIN)/python -m pip install --progress-bar on --constraint constraints.txt \
-		--editable '.[dev]' 2>&1 | awk '/^(Collecting|Processing) / { n++; $$0 = "[" n " of ~$(PINNED)] " $$0 } \
+	set -o pipefail; $(BIN)/python -m pip install --no-compile --progress-bar on \
+		--constraint constraints.txt --editable '.[dev]' 2>&1 | awk '/^(Collecting|Processing) / { n++; $$0 = "[" n " of ~$(PINNED)] " $$0 } \
 		!/^(Requirement already satisfied|WARNING: Location .* is ignored)/ { print; fflush() }'
+	$(BIN)/python -m compileall -qq -j 0 $(VENV)/lib > /dev/null || true
 	touch $@
 
 clean:

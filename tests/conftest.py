@@ -19,13 +19,16 @@ ALLOWED_IN_E2E = {"git"}  # the commit and dirty flag of a row's provenance (onc
 
 
 def pytest_configure(config):
-    """Each of pytest-xdist's workers takes its share of the CPUs for torch's threads: workers
-    that each spin every CPU's thread (torch's default) slow one another by 10 to 100 times."""
+    """Each of pytest-xdist's workers takes its share of the CPUs for torch's threads, and so do
+    the processes its tests start (OMP_NUM_THREADS, unless set): workers that each spin every
+    CPU's thread (torch's default) slow one another by 10 to 100 times."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         import torch
 
-        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // workers))
+        share = max(1, len(os.sched_getaffinity(0)) // workers)
+        torch.set_num_threads(share)
+        os.environ.setdefault("OMP_NUM_THREADS", str(share))
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
