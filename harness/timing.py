@@ -78,18 +78,18 @@ def time_call(
     for call in calls.values():
         for _ in range(warmup):
             call()
+    threads = {"threads_used": torch.get_num_threads()}
     if device.type == "cuda":
         gpu, clocks = CudaTimer(device), GpuClocks(device)
         samplers = {name: gpu.sampler(call, clocks.read) for name, call in calls.items()}
         samples = sample_rounds(samplers, min_repeats, min_time_s, max_repeats)
         result = {**summarize_ms(samples[""]), "timing_method": CUDA_METHOD, **clocks.columns()}
-        return result | {"threads_used": torch.get_num_threads()} | _beside(samples)
+        return result | threads | _beside(samples)
     cpu_ms = {name: [] for name in calls}
     samplers = {name: _cpu_sampler(call, cpu_ms[name]) for name, call in calls.items()}
     load = CpuLoad()
     samples = sample_rounds(samplers, min_repeats, min_time_s, max_repeats)
-    result = {**summarize_ms(samples[""]), "timing_method": CPU_METHOD}
-    result["threads_used"] = torch.get_num_threads()
+    result = {**summarize_ms(samples[""]), "timing_method": CPU_METHOD, **threads}
     if (share := load.share()) is not None:
         result["cpu_load_beside"] = share
     cpu_columns = {f"{name}_cpu_time_samples_ms" if name else "cpu_time_samples_ms": taken
@@ -250,10 +250,9 @@ class GpuClocks:
 
             pynvml.nvmlInit()
             uuid = torch.cuda.get_device_properties(device).uuid
-            self.handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
-            self.nvml = pynvml
+            self.nvml, self.handle = pynvml, pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
         except Exception:  # no NVML here: the timing stands without the clocks
-            self.handle = None
+            pass
 
     def read(self) -> None:
         if self.handle is None:
