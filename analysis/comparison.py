@@ -20,6 +20,7 @@ from analysis.compare import (
     worst_table,
 )
 from analysis.report import sweep_header
+from harness import codestore
 from harness.names import setting
 from harness.tables import markdown
 
@@ -49,6 +50,7 @@ def _header(c: Comparison) -> list[str]:
         parts += [f"{name}{'' if side.parts is None else n + 1}: "
                   f"{sweep_header(one.rows, one.manifest, one.id)}"
                   for n, one in enumerate(side.parts or [side])]  # fmt: skip
+    parts.append(_code_line(c))
     parts.append(f"Points match on: {', '.join(c.keys)}. {RULE}")
     if c.timings and (c.a.parts is None or c.b.parts is None):
         parts.append(ONE_PROCESS)
@@ -58,6 +60,24 @@ def _header(c: Comparison) -> list[str]:
     if not c.settings.empty:
         parts += ["Fixed in each sweep, to different values:", markdown(c.settings)]
     return parts
+
+
+def _code_line(c: Comparison) -> str:
+    """Whether A's and B's points ran the same code (their manifests' code_digest), and in how
+    many files it differs (from the code store's snapshots, where it has them)."""
+    codes = [sorted({str(one.manifest.get("code_digest")) for one in side.parts or [side]})
+             for side in (c.a, c.b)]  # fmt: skip
+    said = [", ".join(digests) for digests in codes]
+    if codes[0] == codes[1] and len(codes[0]) == 1:
+        return f"Code: A and B ran the same code ({said[0]})."
+    if len(codes[0]) > 1 or len(codes[1]) > 1 or "None" in said:
+        return f"Code: A ran {said[0]}, B ran {said[1]}."
+    count = codestore.differing(codestore.store_of(None), codes[0][0], codes[1][0])
+    files = "their snapshots are not in this code store" if count is None else f"{count} files"
+    return (
+        f"Code: A ran {said[0]} and B ran {said[1]}: they differ ({files}; python -m harness "
+        f"code {c.a.id.split(',')[0]} {c.b.id.split(',')[0]} shows how)."
+    )
 
 
 def _timing_sections(tables: dict[str, pd.DataFrame]) -> list[str]:

@@ -1,6 +1,7 @@
 """The command line: a sweep from Hydra overrides, a sweep's status, or its compaction; bad
 input is one line on stderr and exit code 2."""
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ def main(argv: list[str] | None = None) -> None:
         argv = ["--help", *argv[1:]]
     try:
         command = COMMANDS.get(argv[0])
-        code = command(*_sweep_and_out(argv)) if command else _sweep(argv)
+        code = command(argv) if command else _sweep(argv)
     except BadInput as error:
         print(f"error: {error}", file=sys.stderr)
         code = 2
@@ -46,8 +47,16 @@ def _sweep(argv: list[str]) -> int:
     if warm.wanted(arguments):  # its imports run beside Hydra's and the experiment's
         warm.warm_up()
     from harness import sweep
+    from harness.codestore import RunFrom
 
-    return sweep.run(argv)
+    try:
+        return sweep.run(argv)
+    except RunFrom as again:  # a resume whose points run here, on the sweep's own code
+        if getattr(sys.modules["__main__"].__spec__, "name", None) != "harness.__main__":
+            raise BadInput(f"{again}: resume it with python -m harness") from None
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, again.argv(argv))
 
 
 def _status(sweep_id: str, out: str) -> int:
@@ -91,19 +100,42 @@ def _compact(sweep_id: str, out: str) -> int:
     return 0
 
 
-COMMANDS = {"status": _status, "compact": _compact}
+def _code(argv: list[str]) -> int:
+    """The files of a sweep's code, or the unified diff between two sweeps' code."""
+    from harness.status import code
+
+    options, ids = _options(argv, {"out", "code_store"}, "SWEEP_ID [OTHER_SWEEP_ID]", (1, 2))
+    return code(ids, _out(options), options.get("code_store"))
+
+
+COMMANDS = {
+    "status": lambda argv: _status(*_sweep_and_out(argv)),
+    "compact": lambda argv: _compact(*_sweep_and_out(argv)),
+    "code": _code,
+}
+
+
+def _options(argv: list[str], keys: set[str], usage_: str, count=(1, 1)) -> tuple[dict, list]:
+    """A command's key=value options (of `keys`) and its sweep ids (their count in `count`)."""
+    options = dict(a.split("=", 1) for a in argv[1:] if "=" in a)
+    ids = [check_name("sweep id", a) for a in argv[1:] if "=" not in a]
+    if not count[0] <= len(ids) <= count[1] or set(options) - keys:
+        shown = " ".join(f"[{key}=DIR]" for key in sorted(keys))
+        raise BadInput(f"usage: python -m harness {argv[0]} {usage_} {shown}")
+    return options, ids
 
 
 def _sweep_and_out(argv: list[str]) -> tuple[str, str]:
     """`status SWEEP_ID [out=DIR]`'s sweep id and out dir (the same for compact)."""
-    options = dict(a.split("=", 1) for a in argv[1:] if "=" in a)
-    ids = [a for a in argv[1:] if "=" not in a]
-    if len(ids) != 1 or set(options) - {"out"}:
-        raise BadInput(f"usage: python -m harness {argv[0]} SWEEP_ID [out=DIR]")
+    options, ids = _options(argv, {"out"}, "SWEEP_ID")
+    return ids[0], _out(options)
+
+
+def _out(options: dict) -> str:
     out = options.get("out", "outputs")  # plain, or quoted and escaped as Hydra reads it
     if not PLAIN.fullmatch(out):
         from harness.config import reads_as
 
         said = reads_as(f"out={out}")
         out = said if isinstance(said, str) else out
-    return check_name("sweep id", ids[0]), out
+    return out

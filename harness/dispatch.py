@@ -97,6 +97,12 @@ def prepare_launcher(cfg: DictConfig, command: str | None):
     return launcher
 
 
+def launcher_boots(launcher) -> bool:
+    """Whether the launcher's points run in processes that start from the sweep's snapshot of
+    its code (harness.boot), rather than in this process or processes forked from it."""
+    return getattr(launcher, "boots", False)
+
+
 def make_launcher(cfg: DictConfig, task_function) -> launchers.Launcher:
     """The launcher cfg.hydra.launcher names, its settings checked first (preflight): one that
     speaks the harness's protocol as it is, Hydra's basic launcher as this process's loop,
@@ -203,6 +209,8 @@ class Progress:
         detail = " ".join(f"{k}={v:.3g}" for k, v in metrics)
         if summary["status"] != "ok":
             detail = shorten(summary.get("error") or "")
+        elif summary.get("reused_from"):
+            detail = f"reused from {summary['reused_from']} {detail}"
         width = len(str(self.total))
         named = " ".join([*point.overrides, *([summary["trial"]] if summary.get("trial") else [])])
         line = f"[{self.done:>{width}}/{self.total}] job {point.job} {named}:"

@@ -15,7 +15,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from harness import distributed, files, provenance, search, store, tracking
+from harness import codestore, distributed, files, provenance, reuse, search, store, tracking
 from harness.errors import StoreUnwritable
 from harness.lifetime import per_command
 from harness.signature import Experiment, config_hash, config_values
@@ -64,6 +64,10 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
         params = {**params, **{k: experiment._typed(k, v) for k, v in trial.params.items()}}
         trial.fixed = params
     group = distributed.current()
+    if trial is None and group is None and values.get("reuse", True):
+        reused = _reused(root, experiment.name, sweep, job, digest, params)
+        if reused is not None:
+            return reused
     extra = {"rank": group.rank, "world_size": group.world_size} if group else {}
     extra |= {"cell": trial.cell, "trial": trial.number} if trial else {}
     prepare = _Columns(params, {"job": job, "config_hash": digest}, command, run_dir, extra)
@@ -100,9 +104,27 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
         store.write_rows(path, rows)
         if sinks is not None:  # a point without a tracker: its rows once they are stored
             sinks.send(rows)
+    if trial is None and group is None:
+        reuse.record(root, experiment.name, sweep, job, rows)
     _keep_package_list(store.sweep_dir(root, experiment.name, sweep))
     told = summary(rows, params, last=tracker is not None)
     return {**told, "trial": trial.label()} if trial else told
+
+
+def _reused(root: Path, experiment: str, sweep: str, job: int, digest: str, params: dict):
+    """The summary of a point whose answer another sweep holds (harness.reuse), its rows copied
+    into this sweep as the job's own; None where there is none to reuse."""
+    code = codestore.running_digest()
+    if code is None:  # a process that did not start from its sweep's snapshot
+        return None
+    kind = reuse.machine(str(params.get("device", "cpu")))
+    found = reuse.find(root, experiment, digest, code, kind, sweep)
+    if found is None:
+        return None
+    rows, source = found
+    rows = reuse.copied(rows, job, source)
+    store.write_rows(store.job_file(root, experiment, sweep, job), rows)
+    return {**summary(rows, params), "reused_from": source}
 
 
 def _say(job: int, text: str) -> None:

@@ -12,7 +12,7 @@ from harness.errors import BadInput
 HERE = Path(__file__).resolve().parent
 CONF = (HERE / "conf").resolve()  # a checkout's conf/ (harness/conf links to it), or the wheel's
 USER_KEYS = ("out", "resume", "wait", "seed", "threads", "max_points", "fail_fast",
-             "stream_rows", "stream_s")  # for users  # fmt: skip
+             "stream_rows", "stream_s", "reuse", "code", "code_store")  # for users  # fmt: skip
 HARNESS_KEYS = (*USER_KEYS, "sinks", "search", "sweep_id", "job")  # config.yaml; conf/sinks/
 SET_BY_HARNESS = ("out", "sweep_id", "job")  # given to every job by the harness
 # What an experiment's name or a sweep id may be: it becomes a folder name and part of a glob.

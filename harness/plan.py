@@ -17,7 +17,7 @@ from hydra.core.override_parser.types import ChoiceSweep, Override, QuotedString
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from harness import search, store
+from harness import codestore, search, store
 from harness.claims import validate as validate_claims
 from harness.config import compose_config
 from harness.errors import BadInput, one_line
@@ -54,6 +54,8 @@ class Sweep:
     hydra_overrides: list[str]  # the command line's Hydra settings (a launcher and its options)
     config_dirs: list[Path] = field(default_factory=list)  # --config-dir: users' experiments
     command: str | None = None  # the command line that started the sweep
+    code: str | None = None  # the digest of the code its points run (harness.codestore)
+    code_store: Path | None = None  # where that code is kept
 
 
 class SweepExists(Exception):
@@ -69,11 +71,15 @@ def new_sweep_id(now: datetime | None = None) -> str:
 
 
 def plan_command(
-    overrides: list[Override], experiment: str, config_dirs: list[Path], sweep_id: str
+    overrides: list[Override],
+    experiment: str,
+    config_dirs: list[Path],
+    sweep_id: str,
+    pin: bool = False,
 ) -> tuple[DictConfig, Sweep, list[str]]:
     """A new sweep's config and plan from its command line, every point checked (what a sweep
     runs, and what --help and --cfg check before they show anything), and the override lines
-    that every job gets."""
+    that every job gets; `pin`: its code kept in the code store, and imported from there."""
     overrides, space = search.command_line(overrides)
     fixed = [*(o.input_line for o in overrides if not o.is_sweep_override()), *space]
     grid = [o for o in overrides if o.is_sweep_override()]
@@ -81,12 +87,14 @@ def plan_command(
     added = absent_keys(cfg, grid)  # grid keys the config lacks, added for every job
     if added:
         cfg = compose_config([*fixed, *added, f"sweep_id={sweep_id}"], experiment, config_dirs)
-    return cfg, plan(cfg, grid, added), [*fixed, *added]
+    return cfg, plan(cfg, grid, added, pin), [*fixed, *added]
 
 
-def plan(cfg: DictConfig, sweeps: list[Override], added: list[str] = ()) -> Sweep:
+def plan(cfg: DictConfig, sweeps: list[Override], added: list[str] = (), pin=False) -> Sweep:
     """The sweep's points, in grid order, each checked against the experiment's signature
-    (`added`: the lines absent_keys gave, which fix no key)."""
+    (`added`: the lines absent_keys gave, which fix no key). With `pin`, the code the points
+    import is hashed and kept first (harness.codestore), and the experiment imported from that
+    snapshot."""
     values = config_values(cfg)
     _check_name(cfg, values["experiment"])
     chosen = _chosen(seeded_grid(cfg), sweeps, cfg, added)
@@ -95,6 +103,13 @@ def plan(cfg: DictConfig, sweeps: list[Override], added: list[str] = ()) -> Swee
     _check_fail_fast(values.get("fail_fast", 0))
     if values.get("threads") is not None:
         _check_positive_int("threads", values["threads"])
+    if not isinstance(values.get("reuse", True), bool):
+        raise BadInput(f"reuse must be true or false, got {values['reuse']!r}")
+    digest, code_store = None, codestore.store_of(values.get("code_store"))
+    if pin:
+        code = codestore.collect(values["experiment"], values["out"], code_store)
+        codestore.pin(code, code_store)
+        codestore.enter(code_store, digest := code.digest)
     experiment = Experiment.load(values["experiment"])
     _check_parameter_names(experiment)
     _check_report_spec(experiment)
@@ -122,7 +137,7 @@ def plan(cfg: DictConfig, sweeps: list[Override], added: list[str] = ()) -> Swee
                 "narrow the grid or search.trials"
             )
         experiment = replace(experiment, config={**experiment.config, "search": searched})
-    return sweep_of(cfg, experiment, points)
+    return replace(sweep_of(cfg, experiment, points), code=digest, code_store=code_store)
 
 
 def _trial_point(point: Point, job: int, cell: int, slot: int) -> Point:
@@ -312,6 +327,8 @@ def write_manifest(sweep: Sweep) -> None:
         "sweep": sweep.id,
         "created_at": datetime.now(UTC).isoformat(timespec="microseconds"),
         "command": sweep.command,
+        "code_digest": sweep.code,
+        "code_store": str(sweep.code_store) if sweep.code_store else None,
         "config_dirs": [str(folder) for folder in sweep.config_dirs],
         "overrides": sweep.overrides,
         "hydra_overrides": sweep.hydra_overrides,

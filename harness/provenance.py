@@ -9,6 +9,8 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+from harness.codestore import running_digest
+
 SOURCE = Path(__file__).resolve().parent.parent  # the checkout the harness runs from, if any
 
 
@@ -99,6 +101,7 @@ def provenance(device: str) -> dict:
     return {
         "git_commit": commit,
         "git_dirty": dirty,
+        "code_digest": running_digest(),
         "torch_version": torch.__version__,
         "cuda_version": torch.version.cuda,
         "python_version": platform.python_version(),

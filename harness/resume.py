@@ -9,7 +9,7 @@ from pathlib import Path
 from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig
 
-from harness import files, search, store
+from harness import codestore, files, search, store
 from harness.config import command, compose_config, results_root
 from harness.errors import BadInput
 from harness.names import SET_BY_HARNESS, available_experiments, check_name, key_of
@@ -17,7 +17,8 @@ from harness.plan import Point, Sweep, sweep_of
 from harness.signature import Experiment, config_hash, config_values
 from harness.status import named_sweep, still_scheduled
 
-RESUME_SETTINGS = ("out", "resume", "wait", "sinks")  # what a resume may set besides Hydra's
+# What a resume may set besides Hydra's.
+RESUME_SETTINGS = ("out", "resume", "wait", "sinks", "reuse", "code", "code_store")
 
 
 def resumed(
@@ -58,13 +59,15 @@ def resumed(
         [*original, *launcher, *settings, f"sweep_id={sweep_id}"], experiment, config_dirs
     )
     values = config_values(cfg)
-    experiment_ = Experiment.load(values["experiment"])
+    code_store, digest = _code(manifest, values, sweep_id)
+    experiment_ = Experiment.load(values["experiment"])  # from the code's snapshot
     searched = search.of_manifest(manifest)
     if searched:  # the sweep's own search, as planned
         search.check_launcher(cfg.hydra.launcher)
         experiment_ = replace(experiment_, config={**experiment_.config, "search": searched})
     sweep = sweep_of(cfg, experiment_, [])
     sweep.command, sweep.config_dirs = manifest.get("command"), config_dirs
+    sweep.code, sweep.code_store = digest, code_store
     scheduled = set(still_scheduled(manifest))
     if scheduled:
         print(f"{len(scheduled)} points are still queued or running on SLURM: left to it")
@@ -77,6 +80,26 @@ def resumed(
     if changed:  # the manifest says what each point runs with, so its rerun's rows match it
         _rerun_with(changed, sweep, experiment_, manifest, results)
     return sweep, cfg
+
+
+def _code(manifest: dict, values: dict, sweep_id: str) -> tuple[Path, str]:
+    """The code the resumed points run, imported from its snapshot from now on: the sweep's own
+    (its manifest's code_digest, from this command's code store, never a folder the manifest
+    names), or with code=current (or for a sweep that pinned none) this tree's, pinned now."""
+    choice, pinned = values.get("code"), manifest.get("code_digest")
+    if choice not in (None, "current"):
+        raise BadInput(f"code must be current (this tree's code) or null (the sweep's own), "
+                       f"got {choice!r}")  # fmt: skip
+    code_store = codestore.store_of(values.get("code_store"))
+    if choice == "current" or not isinstance(pinned, str):
+        code = codestore.collect(values["experiment"], values["out"], code_store)
+        codestore.pin(code, code_store)
+        if code.digest != pinned:
+            said = f"the sweep's was {pinned}" if pinned else "the sweep pinned none"
+            print(f"its points run this tree's code {code.digest} ({said}); their rows say so")
+        pinned = code.digest
+    codestore.enter(code_store, pinned)
+    return code_store, pinned
 
 
 def _settings(overrides: list[Override], sweep_id: str, resources: list[str]) -> list[str]:

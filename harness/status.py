@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from harness import search, store
+from harness import reuse, search, store
 from harness.errors import BadInput, shorten
 
 LAST = store.LAST  # the sweep id that names the newest sweep (status last, resume=last)
@@ -38,6 +38,8 @@ def status(sweep_id: str, out: str = "outputs") -> int:
     print(pipe_table([{**point, "detail": shorten(point["detail"])} for point in points]))
     states = [point["state"] for point in points]
     print(", ".join(f"{n} {state}" for state, n in Counter(states).most_common()))
+    for line in reuse.said(rows):
+        print(line)
     searched = search.of_manifest(manifest)
     if searched:
         for line in search.progress(store.sweep_dir(results, experiment, sweep_id), searched):
@@ -158,11 +160,11 @@ def _landed(rows: pa.Table, manifest: dict) -> dict[int, tuple[str, str]]:
     if not rows.num_rows or "job" not in rows.column_names:
         return {}
     states, latest = {}, {}  # latest: the last running row of each job, by its index
-    errors = store.values(rows, "error")
-    for index, (job, status, error) in enumerate(
-        zip(store.values(rows, "job"), store.values(rows, "status"), errors, strict=True)
+    errors, reused = store.values(rows, "error"), store.values(rows, "reused_from")
+    for index, (job, status, error, source) in enumerate(
+        zip(store.values(rows, "job"), store.values(rows, "status"), errors, reused, strict=True)
     ):
-        said = states.setdefault(job, ("ok", ""))
+        said = states.setdefault(job, ("ok", f"reused from {source}" if source else ""))
         if status not in ("ok", None) and said[0] == "ok":  # its first row that is not ok
             states[job] = (status, "" if error is None else str(error))
         if status == store.RUNNING:
@@ -212,3 +214,35 @@ def _recorded(launch: dict) -> tuple[str, list[int], dict]:
 
 def _listed(jobs) -> list[int]:
     return jobs if isinstance(jobs, list) else [jobs]  # older manifests: one job a task
+
+
+def code(ids: list[str], out: str, code_store: str | None) -> int:
+    """python -m harness code SWEEP [OTHER]: the files of the code a sweep pinned, or which
+    files differ between two sweeps' code and their unified diff."""
+    from harness import codestore
+
+    results, kept = Path(out).resolve() / "results", codestore.store_of(code_store)
+    digests = []
+    for sweep_id in ids:
+        sweep_id = named_sweep(results, sweep_id)
+        manifest = store.read_manifest(results, find_experiment(results, sweep_id), sweep_id)
+        digest = (manifest or {}).get("code_digest")
+        if not isinstance(digest, str):
+            raise BadInput(f"sweep {sweep_id} pinned no code (it was run before sweeps did)")
+        digests.append((sweep_id, digest))
+    if len(digests) == 1:
+        ((sweep_id, digest),) = digests
+        found = codestore.listing(kept, digest)
+        print(f"sweep {sweep_id}: code {digest}, {len(found)} files in {kept}")
+        for rel, path in found.items():
+            print(f"{rel}  {path.stat().st_size:,} bytes")
+        return 0
+    (old_id, old), (new_id, new) = digests
+    if old == new:
+        print(f"sweeps {old_id} and {new_id} ran the same code {old}")
+        return 0
+    changed, text = codestore.diff(kept, old, new, (old_id, new_id))
+    print(f"sweeps {old_id} ({old}) and {new_id} ({new}): {len(changed)} files differ: "
+          f"{', '.join(changed)}")  # fmt: skip
+    sys.stdout.write(text)
+    return 0

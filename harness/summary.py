@@ -3,7 +3,7 @@ follow it (status) or finish it (resume)."""
 
 import sys
 
-from harness import config, store
+from harness import config, reuse, store
 from harness.claims import claims_table, outcome
 from harness.config import command
 from harness.plan import Sweep
@@ -23,6 +23,8 @@ def report(sweep: Sweep, manifest: dict, seconds: float) -> int:
         print(f"{table.attrs['caption']}:\n{markdown(table)}")
     for line in claims_table(rows, sweep.experiment.config, points).itertuples():
         print(f"claim {line.result}: {line.claim} ({outcome(line)})")
+    for line in reuse.said(rows):
+        print(line)
     print(
         f"sweep {sweep.id}: {store.status_counts(statuses, total)}; in {seconds:.1f} s; "
         f"rows in {store.sweep_dir(sweep.results, sweep.experiment.name, sweep.id)}"

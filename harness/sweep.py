@@ -18,8 +18,9 @@ from contextlib import contextmanager
 from hydra import initialize_config_dir
 
 from harness import store
+from harness.codestore import RunFrom, runs_project
 from harness.config import check_harness_keys, experiment_name, parse
-from harness.dispatch import check_devices, launch, prepare_launcher
+from harness.dispatch import check_devices, launch, launcher_boots, prepare_launcher
 from harness.errors import BadInput, os_error
 from harness.names import CONF, split_flags
 from harness.plan import SweepExists, discard, new_sweep_id, plan_command, write_manifest
@@ -48,6 +49,8 @@ def run(argv: list[str]) -> int:
             sweep, cfg = resumed(overrides, str(resume), config_dirs, hold)
             launcher = prepare_launcher(cfg, sweep.command)
             check_devices(sweep.points, launcher)
+            if not launcher_boots(launcher) and not runs_project(sweep.code_store, sweep.code):
+                raise RunFrom(sweep.code_store, sweep.code)  # its points would run here
         else:
             experiment = experiment_name(overrides, config_dirs)
             sweep, cfg, launcher = _new_sweep(argv, overrides, experiment, config_dirs)
@@ -92,7 +95,7 @@ def _new_sweep(argv: list[str], overrides: list, experiment: str, config_dirs: l
     launcher."""
     command = shlex.join(["python", "-m", "harness", *argv])
     for _ in range(ID_ATTEMPTS):
-        cfg, sweep, _ = plan_command(overrides, experiment, config_dirs, new_sweep_id())
+        cfg, sweep, _ = plan_command(overrides, experiment, config_dirs, new_sweep_id(), pin=True)
         launcher = prepare_launcher(cfg, command)
         sweep.command, sweep.config_dirs = command, config_dirs
         check_devices(sweep.points, launcher)

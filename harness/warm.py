@@ -1,5 +1,5 @@
 """The forkserver that warm workers are forked from (harness.launchers.workers): one process that
-imports torch and the harness once (PRELOAD) and never touches a GPU, so that a worker starts in
+imports torch and the libraries once (PRELOAD) and never touches a GPU, so that a worker starts in
 milliseconds, each can still make its own CUDA context, and none inherits the sweep's threads
 or locks. Standard library only: the command line starts it before it imports Hydra (wanted),
 so that its imports run beside the sweep's composing and planning."""
@@ -8,9 +8,12 @@ import multiprocessing
 import os
 from multiprocessing import forkserver
 
-# What the forkserver imports once, and every worker forked from it has: torch, the harness.
-PRELOAD = ["torch", "pandas", "pyarrow.parquet", "hydra.core.utils", "submitit", "cloudpickle",
-           "harness.job", "harness.launchers.workers", "harness.fresh"]  # fmt: skip
+# What the forkserver imports once, and every worker forked from it has: torch and the libraries
+# the harness imports, never the harness itself, which a worker imports from its sweep's
+# snapshot of the code (harness.codestore).
+PRELOAD = ["torch", "pandas", "pyarrow.parquet", "pyarrow.dataset", "hydra.core.utils",
+           "hydra.core.override_parser.overrides_parser", "omegaconf", "submitit",
+           "cloudpickle", "numpy"]  # fmt: skip
 
 
 def context() -> multiprocessing.context.BaseContext:

@@ -452,7 +452,7 @@ def test_resume_may_give_an_oom_point_more_room_and_nothing_else(harness):
     assert result.returncode == 1 and "2 oom" in result.stdout, result.stdout + result.stderr
     (sweep,) = store.sweeps(harness.results, "exp016_backward_memory")
     refused = harness("+experiment=exp016_backward_memory", f"resume={sweep}", "length=64")
-    may = "a resume may set out, wait, sinks, hydra.*, memory_cap_mib"
+    may = "a resume may set out, wait, sinks, reuse, code, code_store, hydra.*, memory_cap_mib"
     assert refused.returncode == 2 and may in refused.stderr
     resumed = harness("+experiment=exp016_backward_memory", f"resume={sweep}", "memory_cap_mib=0")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr

@@ -36,6 +36,7 @@ from harness.launchers.submitit_jobs import (
     SubmititLauncher,
     outcome,
     process_identity,
+    python_command,
 )
 
 POLL_S = 0.5
@@ -91,7 +92,9 @@ class LocalLauncher(SubmititLauncher):
         """submitit's local executor itself: its visible_gpus is not an AutoExecutor parameter."""
         params = dict(self.params)
         executor = submitit.LocalExecutor(
-            folder=params.pop("submitit_folder"), max_num_timeout=params.pop("max_num_timeout", 0)
+            folder=params.pop("submitit_folder"),
+            max_num_timeout=params.pop("max_num_timeout", 0),
+            python=python_command(),
         )
         local = ("timeout_min", "gpus_per_node", "tasks_per_node", "stderr_to_stdout", "setup")
         executor.update_parameters(**{k: v for k, v in params.items() if k in local and v})

@@ -20,7 +20,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmitit
 from omegaconf import OmegaConf
 from submitit.core.utils import UncompletedJobError
 
-from harness import distributed
+from harness import codestore, distributed
 from harness.errors import with_type
 from harness.launchers import JobSpec, Launcher, check_kinds, work
 
@@ -39,6 +39,7 @@ class SubmititLauncher(BaseSubmititLauncher, Launcher):
     """A launcher whose jobs are submitit jobs running packs of the sweep's points."""
 
     _EXECUTOR = "abstract"
+    boots = True  # its jobs' processes start from the sweep's snapshot (python_command)
 
     @classmethod
     def preflight(cls, settings: dict) -> None:
@@ -88,6 +89,7 @@ class SubmititLauncher(BaseSubmititLauncher, Launcher):
             cluster=self._EXECUTOR,
             folder=params.pop("submitit_folder"),
             **{f"{self._EXECUTOR}_max_num_timeout": params.pop("max_num_timeout", 0)},
+            **{f"{self._EXECUTOR}_python": python_command()},
         )
         shared = set(OmegaConf.structured(BaseQueueConf).keys())
         executor.update_parameters(
@@ -99,6 +101,13 @@ class SubmititLauncher(BaseSubmititLauncher, Launcher):
     def job_arguments(pack: list[JobSpec]) -> tuple:
         """What each job's __call__ receives: its points and Hydra's state."""
         return list(pack), Singleton.get_state()
+
+
+def python_command() -> str | None:
+    """How a job's process starts: from the snapshot of the code this process runs, checked
+    first (harness.boot), however long the job queues; None: as this process did."""
+    code = codestore.running()
+    return codestore.boot_command(*code) if code else None
 
 
 def outcome(handle: submitit.Job, lost: str | None, position: int) -> dict:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import cloudpickle
 
+from harness import boot, codestore
 from harness.errors import with_type
 from harness.launchers import JobSpec, job_runner, unwritable
 from harness.warm import context
@@ -97,7 +98,11 @@ class Pool:
         environ = {name: value for name, value in environ.items() if value is not None}
         self.log.parent.mkdir(parents=True, exist_ok=True)
         args = (theirs, self.setup, self.sweep, self.threads, environ, str(self.log))
-        process = context().Process(target=serve, args=args, name=f"harness-worker-{slot}")
+        target, kwargs, code = serve, {}, codestore.running()
+        if code:  # the worker imports the harness from the sweep's snapshot, checked first
+            target, args, kwargs = codestore.worker_target(*code, f"{__name__}:serve", args)
+        process = context().Process(target=target, args=args, kwargs=kwargs,
+                                    name=f"harness-worker-{slot}")  # fmt: skip
         process.start()
         theirs.close()
         return Worker(process, ours)
@@ -171,6 +176,9 @@ def _stop(worker: Worker) -> None:
 
 def _how_it_ended(process: multiprocessing.Process) -> str:
     code = process.exitcode
+    if code == boot.FAILED:
+        return ("did not start: the snapshot of the sweep's code was changed or is gone, so its "
+                "points do not run (a new sweep pins the code as it is now)")  # fmt: skip
     if code is not None and code < 0:
         return f"was killed by {signal.Signals(-code).name}"
     return f"ended with exit code {code}"

@@ -53,6 +53,8 @@ HARNESS_COLUMNS = {
     "duration_s": pa.float64(),
     "git_commit": pa.string(),
     "git_dirty": pa.bool_(),
+    "code_digest": pa.string(),  # the code the point ran (harness.codestore)
+    "reused_from": pa.string(),  # SWEEP/JOB of a point's answer copied from there (harness.reuse)
     "command": pa.string(),
     "torch_version": pa.string(),
     "cuda_version": pa.string(),

@@ -384,3 +384,51 @@ def test_a_search_on_slurm_killed_mid_run_resumes_the_same_trials(cluster, harne
     assert "cell 0: 4 trials asked of 4 (4 complete)" in status(
         SimpleNamespace(harness=harness), sweep_
     )
+
+
+OWN_KERNEL = """import pathlib
+import time
+
+VALUE = {value}
+
+
+def run(x: int = 1, gate: str = "") -> list[dict]:
+    if x == 1:  # the first task holds until the test lets it go
+        pathlib.Path(gate, "started").touch()
+        while not pathlib.Path(gate, "go").exists():
+            time.sleep(0.05)
+    return [{{"value": VALUE * x}}]
+"""
+
+
+def test_an_array_runs_the_code_it_was_submitted_with_whatever_is_edited_meanwhile(
+    cluster, harness, gate, tmp_path
+):
+    """wait=false, one task at a time: while the first holds, the experiment's file is edited
+    to return another value; the tasks that start after the edit still run the submitted code,
+    from its snapshot, and every row carries the planned value and code_digest."""
+    folder = tmp_path / "mine"
+    (folder / "experiment").mkdir(parents=True)
+    (folder / "experiment" / "own.yaml").write_text(
+        "# @package _global_\nexperiment:\n  name: own\n  run: ownkernel.run\n"
+    )
+    kernel = folder / "ownkernel.py"
+    kernel.write_text(OWN_KERNEL.format(value=1))
+    env = {**environment(cluster), "PYTHONPATH": str(folder)}
+    given = ["--config-dir", str(folder), "+experiment=own", "+x=1,2,3", f"+gate={gate}",
+             *SLURM, "hydra.launcher.array_parallelism=1", "wait=false"]  # fmt: skip
+    submitted = harness(*given, env=env)
+    assert submitted.returncode == 0, submitted.stderr
+    (sweep_,) = store.sweeps(harness.results, "own")
+    wait_for(lambda: (gate / "started").exists(), 180, "the first task to start", interval=0.5)
+    kernel.write_text(OWN_KERNEL.format(value=1000))
+    (gate / "go").touch()
+
+    def shown() -> str:
+        return status(SimpleNamespace(harness=harness), sweep_)
+
+    wait_for(lambda: "3 ok" in shown(), 240, "the sweep to finish", interval=1, describe=shown)
+    rows = store.read(harness.results, "own", sweep_).sort_values("job")
+    planned = store.read_manifest(harness.results, "own", sweep_)["code_digest"]
+    assert rows["value"].tolist() == [1, 2, 3]
+    assert rows["code_digest"].eq(planned).all() and rows["slurm_job_id"].notna().all()

@@ -1,0 +1,248 @@
+"""A sweep pins the code it runs (harness/codestore.py, harness/boot.py) and reuses the answers
+the store holds for the same config, code and kind of machine (harness/reuse.py): real files,
+edited for real, in a user's folder of their own, and the store read back."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import codestore, store
+
+KERNEL = '''import pathlib
+import time
+
+VALUE = {value}
+
+
+def run(x: int = 1, gate: str = "", seed: int = 0) -> list[dict]:
+    """VALUE times x; x=-1 fails; with a gate, x=1 says it started and waits to be let go."""
+    if x == -1:
+        raise ValueError("x=-1 fails")
+    if gate and x == 1:
+        pathlib.Path(gate, "started").touch()
+        deadline = time.monotonic() + 120
+        while not pathlib.Path(gate, "go").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    return [{{"value": VALUE * x}}]
+'''
+
+
+@pytest.fixture
+def own(harness, tmp_path):
+    """An experiment of one's own (--config-dir mine, its package minepkg on PYTHONPATH), run
+    with a code store of the test's own; own.edit(value) rewrites its kernel."""
+    folder = tmp_path / "mine"
+    (folder / "experiment").mkdir(parents=True)
+    (folder / "minepkg").mkdir()
+    (folder / "minepkg" / "__init__.py").write_text("")
+    (folder / "experiment" / "own.yaml").write_text(
+        "# @package _global_\nexperiment:\n  name: own\n  run: minepkg.kernel.run\n"
+        "hydra:\n  sweeper:\n    params:\n      x: 1,2\n"
+    )
+    codes = tmp_path / "codes"
+
+    def edit(value) -> None:
+        path = folder / "minepkg" / "kernel.py"
+        path.write_text(KERNEL.format(value=value))
+        stamp = time.time_ns() + 10**9  # a new mtime even within the file system's granularity
+        os.utime(path, ns=(stamp, stamp))
+
+    def run(*args: str, code_store=codes):
+        return harness("--config-dir", str(folder), "+experiment=own", f"code_store={code_store}",
+                       *args, env={"PYTHONPATH": str(folder)})  # fmt: skip
+
+    def start(*args: str):
+        return harness.start("--config-dir", str(folder), "+experiment=own",
+                             f"code_store={codes}", *args,
+                             env={"PYTHONPATH": str(folder)})  # fmt: skip
+
+    edit(1)
+    run.edit, run.start, run.folder, run.codes, run.harness = edit, start, folder, codes, harness
+    return run
+
+
+def sweep_rows(harness, sweep: str):
+    return store.read(harness.results, "own", sweep).sort_values("job").reset_index(drop=True)
+
+
+def reused(rows) -> list:
+    """Each row's reused_from (None where it ran; the column is absent where none was reused)."""
+    column = rows["reused_from"] if "reused_from" in rows else [None] * len(rows)
+    return [value if isinstance(value, str) else None for value in column]
+
+
+def newest(harness) -> str:
+    return store.newest_sweep(harness.results, "own")
+
+
+def test_a_sweep_again_reuses_every_answer_and_a_wider_grid_runs_only_its_new_points(own):
+    first = own()
+    assert first.returncode == 0, first.stderr
+    one = newest(own.harness)
+    again = own("x=1,2,3")
+    assert again.returncode == 0, again.stderr
+    two = newest(own.harness)
+    assert f"2 points reused (not run again) from sweep {one}" in again.stdout
+    assert f"ok reused from {one}/0" in again.stdout
+    rows, before = sweep_rows(own.harness, two), sweep_rows(own.harness, one)
+    assert rows["value"].tolist() == [1, 2, 3]
+    assert reused(rows) == [f"{one}/0", f"{one}/1", None], "x=3 ran"
+    assert rows["started_at"][:2].tolist() == before["started_at"].tolist(), "their own times"
+    assert rows["code_digest"].nunique() == 1 and rows["code_digest"][0] == before["code_digest"][0]
+    status = own.harness("status", two)
+    assert f"reused from {one}/1" in status.stdout and "2 points reused" in status.stdout
+
+    afresh = own("x=1,2,3", "reuse=false")
+    assert afresh.returncode == 0 and "reused" not in afresh.stdout
+    assert reused(sweep_rows(own.harness, newest(own.harness))) == [None] * 3
+
+
+def test_an_edit_between_two_sweeps_reuses_nothing_and_the_code_command_shows_it(own):
+    assert own().returncode == 0
+    one = newest(own.harness)
+    own.edit(7)
+    assert own().returncode == 0
+    two = newest(own.harness)
+    rows = sweep_rows(own.harness, two)
+    assert rows["value"].tolist() == [7, 14] and reused(rows) == [None, None]
+    digests = {sweep_rows(own.harness, s)["code_digest"][0] for s in (one, two)}
+    assert len(digests) == 2 and None not in digests
+
+    diff = own.harness("code", one, two, f"code_store={own.codes}")
+    assert diff.returncode == 0, diff.stderr
+    assert "1 files differ: minepkg/kernel.py" in diff.stdout
+    assert "-VALUE = 1\n+VALUE = 7\n" in diff.stdout
+    listing = own.harness("code", two, f"code_store={own.codes}")
+    assert "minepkg/kernel.py" in listing.stdout and "harness/job.py" in listing.stdout
+
+
+def test_failed_points_are_never_reused(own):
+    assert own("x=-1,1").returncode == 1
+    one = newest(own.harness)
+    again = own("x=-1,1")
+    rows = sweep_rows(own.harness, newest(own.harness))
+    assert rows["status"].tolist() == ["failed", "ok"]
+    assert reused(rows) == [None, f"{one}/1"]
+    assert "1 points reused" in again.stdout
+
+
+def test_a_snapshot_changed_or_gone_is_one_line_and_runs_nothing(own):
+    """The sweep's snapshot edited, then removed: its resume is one line (exit 2) each time,
+    and no point runs on code that does not hash to the sweep's digest."""
+    assert own("x=-1,1").returncode == 1
+    sweep = newest(own.harness)
+    digest = store.read_manifest(own.harness.results, "own", sweep)["code_digest"]
+    part = next(p for p in own.codes.glob("part-*") if (p / "minepkg").is_dir())
+    kernel = part / "minepkg" / "kernel.py"
+    kernel.chmod(0o644)
+    kernel.write_text(KERNEL.format(value=99).replace("x == -1", "x == -5"))
+    changed = own(f"resume={sweep}")
+    assert changed.returncode == 2, changed.stdout + changed.stderr
+    assert changed.stderr.count("\n") == 1 and "was changed or is gone" in changed.stderr
+    assert digest in changed.stderr
+    rows = sweep_rows(own.harness, sweep)
+    assert rows["status"].tolist() == ["failed", "ok"], "nothing ran"
+    kernel.unlink()
+    (part / "minepkg" / "__init__.py").unlink()
+    gone = own(f"resume={sweep}", "hydra/launcher=local")
+    assert gone.returncode == 2 and gone.stderr.count("\n") == 1, gone.stderr
+
+
+@pytest.mark.parametrize("case", ["store-unwritable", "link-loop", "too-much-source"])
+def test_what_cannot_be_pinned_is_one_line_and_leaves_no_sweep(own, monkeypatch, case):
+    codes = own.codes
+    if case == "store-unwritable":
+        blocker = own.folder.parent / "a-file"
+        blocker.write_text("")
+        codes = blocker / "codes"
+        said = "cannot keep the sweep's code in the code store"
+    elif case == "link-loop":
+        (own.folder / "minepkg" / "again").symlink_to(own.folder / "minepkg")
+        said = "a link loop"
+    else:
+        monkeypatch.setattr(codestore, "MAX_FILES", 5)
+        for n in range(8):
+            (own.folder / "minepkg" / f"extra{n}.py").write_text("#" * (100 * n))
+        said = "holds more Python source than an experiment's folder should"
+    result = own(code_store=codes)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert said in result.stderr
+    assert not list(own.harness.results.glob("experiment=own/sweep=*"))
+
+
+@pytest.mark.process
+def test_an_edit_while_warm_workers_run_a_sweep_changes_none_of_its_rows(own, tmp_path):
+    """Point x=1 holds on its worker; the kernel is edited; the worker's next points (and a
+    fresh process's) still run the code the sweep planned, and say so."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    sweeping = own.start("x=1,2,3", f"+gate={gate}", "hydra/launcher=local",
+                         "hydra.launcher.max_parallel=1")  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (gate / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    own.edit(5)
+    (gate / "go").touch()
+    output, _ = sweeping.communicate(timeout=180)
+    assert sweeping.returncode == 0, output
+    rows = sweep_rows(own.harness, newest(own.harness))
+    assert rows["value"].tolist() == [1, 2, 3]
+    planned = store.read_manifest(own.harness.results, "own", newest(own.harness))["code_digest"]
+    assert rows["code_digest"].eq(planned).all()
+
+
+@pytest.mark.process
+def test_a_resume_runs_the_sweeps_own_code_and_code_current_runs_this_trees(own):
+    """A point that failed under the sweep's code fails again on resume (python -m harness
+    runs it from the sweep's snapshot, here where its points run in the command's process),
+    and runs on this tree's code with code=current, whose rows carry the new digest."""
+    assert own("x=-1,1").returncode == 1
+    sweep = newest(own.harness)
+    planned = store.read_manifest(own.harness.results, "own", sweep)["code_digest"]
+    text = (own.folder / "minepkg" / "kernel.py").read_text()
+    (own.folder / "minepkg" / "kernel.py").write_text(text.replace("x == -1", "x == -5"))
+    command = [sys.executable, "-m", "harness", "--config-dir", str(own.folder),
+               f"code_store={own.codes}", f"resume={sweep}"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(own.folder)}
+    again = subprocess.run(command, cwd=own.harness.cwd, env=env, capture_output=True, text=True,
+                           timeout=300)  # fmt: skip
+    assert again.returncode == 1 and "x=-1 fails" in again.stdout, again.stdout + again.stderr
+    rows = sweep_rows(own.harness, sweep)
+    assert rows["status"].tolist() == ["failed", "ok"] and rows["code_digest"].eq(planned).all()
+    current = subprocess.run([*command, "code=current"], cwd=own.harness.cwd, env=env,
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert current.returncode == 0, current.stdout + current.stderr
+    assert "its points run this tree's code" in current.stdout
+    rows = sweep_rows(own.harness, sweep)
+    assert rows["status"].tolist() == ["ok", "ok"]
+    assert rows["code_digest"][0] != planned and rows["code_digest"][1] == planned
+    status = own.harness("status", sweep)
+    assert "its points ran 2 different codes" in status.stdout
+
+
+def test_the_digest_covers_paths_and_bytes_and_the_stat_cache_sees_an_edit(tmp_path):
+    folder = tmp_path / "pkgroot" / "somepkg"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("")
+    (folder / "a.py").write_text("A = 1\n")
+    sys.path.insert(0, str(folder.parent))
+    try:
+        node = {"name": "x", "run": "somepkg.a.run"}
+        first = codestore.collect(node, tmp_path / "outputs", tmp_path / "codes")
+        assert set(first.parts[0].files) == {"somepkg/__init__.py", "somepkg/a.py"}
+        again = codestore.collect(node, tmp_path / "outputs", tmp_path / "codes")
+        assert again.digest == first.digest
+        (folder / "a.py").write_text("A = 2\n")
+        edited = codestore.collect(node, tmp_path / "outputs", tmp_path / "codes")
+        assert edited.digest != first.digest
+        (folder / "a.py").rename(folder / "b.py")
+        moved = codestore.collect(node, tmp_path / "outputs", tmp_path / "codes")
+        assert moved.digest not in (first.digest, edited.digest)
+    finally:
+        sys.path.remove(str(folder.parent))
+        sys.modules.pop("somepkg", None)
+    assert Path(codestore.default_store()).name == "code"
