@@ -201,7 +201,7 @@ def reading_order(points: pd.DataFrame) -> pd.DataFrame:
     params = [p for p in points.attrs.get("params", []) if p in points]
     varying = [p for p in params if points[p].astype(str).nunique() > 1]
     measured = [c for c in points if c not in (*params, *store.HARNESS_COLUMNS)]
-    first = ["job", *varying, "status", *measured, "error"]
+    first = ["job", *varying, "status", "reused_from", *measured, "error"]
     order = [c for c in first if c in points]
     return points[[*order, *(c for c in points if c not in order)]]
 

@@ -30,10 +30,11 @@ from harness import files, search, store
 from harness.names import CONF
 
 CACHE = ".summaries"
-PROVENANCE = ["started_at", "git_commit", "torch_version", "device_name"]
-KEPT = {"job", "status", "error", "cell", "trial", *PROVENANCE}  # the harness's columns kept
+PROVENANCE = ["started_at", "git_commit", "code_digest", "torch_version", "device_name"]
+# The harness's columns kept.
+KEPT = {"job", "status", "reused_from", "error", "cell", "trial", *PROVENANCE}
 RAN = " (ran)"  # of_rows: a searched parameter's column as the rows have it, while merging
-VERSION = 2  # of the caches' layout: a cache of another is recomputed
+VERSION = 3  # of the caches' layout: a cache of another is recomputed
 KEY = (
     Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     / "octlm-harness"

@@ -66,6 +66,8 @@ def source_files(folder: Path) -> dict[str, Path]:
 def verified(store: Path, digest: str) -> list[Path]:
     """The folders of the snapshot of code `digest`, in import order, once every file of each
     hashes to it; Mismatch (one line) otherwise."""
+    if not _hex(digest):
+        raise Mismatch(f"{digest!r} is no code digest ({SHORT} hexadecimal digits)")
     record = record_path(store, digest)
     try:
         parts = json.loads(record.read_text())["parts"]
@@ -75,7 +77,7 @@ def verified(store: Path, digest: str) -> list[Path]:
             f"({type(error).__name__}: {error}): it was removed, or this machine does not see "
             "that folder (code_store= a folder every machine sees)"
         ) from None
-    if not isinstance(parts, list) or code_digest(parts) != digest:
+    if not isinstance(parts, list) or not all(map(_hex, parts)) or code_digest(parts) != digest:
         raise Mismatch(f"the code store's record {record} does not name the parts of {digest}")
     folders = []
     for part in parts:
@@ -92,6 +94,10 @@ def verified(store: Path, digest: str) -> list[Path]:
             )
         folders.append(folder)
     return folders
+
+
+def _hex(text) -> bool:
+    return isinstance(text, str) and len(text) == SHORT and set(text) <= set("0123456789abcdef")
 
 
 def enter(store: Path, digest: str) -> None:

@@ -9,11 +9,14 @@ peak-memory statistics and current device (its cached blocks given back), and it
 the harness keeps for a command or a point (harness.lifetime). The modules the unit imported
 from outside the installed packages and the harness (an experiment of experiments/ or of a
 user's folder) stay, with their module-level state, as they would in one process (the basic
-launcher), until one of their files changes: then they are all forgotten, so that a file edited
-during a sweep is the new one at the next point, as in a new process; a restore after a command
-forgets them always. What needs a really new process (peak resident memory, a first call's
-compile) runs in one (harness.measure.run_isolated); an experiment whose module-level state must
-start anew each point runs with fresh: true (harness.launchers.local).
+launcher), until one of their files changes: then they are all forgotten, and the next import
+reads them again; a restore after a command forgets them always. A sweep's points import the
+experiment from its snapshot of the code (harness.codestore), whose files never change: an edit
+of the experiment's folder during a sweep reaches none of its points, only a module imported
+from outside the folders the sweep pinned would be read anew. What needs a really new process
+(peak resident memory, a first call's compile) runs in one (harness.measure.run_isolated); an
+experiment whose module-level state must start anew each point runs with fresh: true
+(harness.launchers.local).
 """
 
 import gc

@@ -62,11 +62,11 @@ def test_each_point_on_a_warm_worker_starts_from_the_same_state(leaky, gate):
 
 
 @pytest.mark.process
-def test_a_users_module_edited_during_a_sweep_is_the_new_one_at_the_next_point(
-    leaky, gate, tmp_path
-):
-    """As it was with a process a point: point 0 reads VALUE 1 and holds; the file is edited;
-    point 1, on the same worker, reads the new VALUE."""
+def test_a_module_outside_the_pinned_code_edited_during_a_sweep_is_read_anew(leaky, gate, tmp_path):
+    """A module imported by name from outside the experiment's folder (so outside the sweep's
+    pinned code) is read anew once edited, as a new process would: point 0 reads VALUE 1 and
+    holds; the file is edited; point 1, on the same worker, reads the new VALUE. (The
+    experiment's own folder is pinned: tests/test_code.py.)"""
     folder = tmp_path / "mine"
     folder.mkdir()
     (folder / "edited_module.py").write_text("VALUE = 1\n")

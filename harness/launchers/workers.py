@@ -1,8 +1,9 @@
 """Warm workers for the local launcher: a process per slot (max_parallel of them) that runs the
 points it is handed one after another, the next one as soon as one ends, each from the same
 state (harness.fresh): a point costs what it computes, not a new Python's start. Workers are
-forked from multiprocessing's forkserver, which imports torch and the harness once (started
-while the sweep is planned), so that a worker starts in milliseconds.
+forked from multiprocessing's forkserver, which imports torch and the libraries once (started
+while the sweep is planned), so that a worker starts in milliseconds; each imports the harness
+and the experiment from the sweep's snapshot of its code, checked first (harness.boot).
 
 A worker keeps its slot's GPU (CUDA_VISIBLE_DEVICES, set when it starts) and its CUDA context
 for the whole sweep, and its threads (the launcher's job_threads). One that dies while it runs a
