@@ -82,11 +82,7 @@ def verified(store: Path, digest: str) -> list[Path]:
     folders = []
     for part in parts:
         folder = part_folder(store, part)
-        try:
-            hashes = {rel: file_hash(p.read_bytes()) for rel, p in source_files(folder).items()}
-        except OSError as error:
-            raise Mismatch(f"the snapshot {folder} cannot be read: {error}") from None
-        if not folder.is_dir() or part_digest(hashes) != part:
+        if not intact(folder, part):
             raise Mismatch(
                 f"the snapshot {folder} of the sweep's code {digest} was changed or is gone: "
                 "its files no longer hash to it, so its points do not run (a new sweep pins "
@@ -94,6 +90,15 @@ def verified(store: Path, digest: str) -> list[Path]:
             )
         folders.append(folder)
     return folders
+
+
+def intact(folder: Path, digest: str) -> bool:
+    """Whether a part's folder holds exactly the files its digest names."""
+    try:
+        hashes = {rel: file_hash(p.read_bytes()) for rel, p in source_files(folder).items()}
+    except OSError:
+        return False
+    return folder.is_dir() and part_digest(hashes) == digest
 
 
 def _hex(text) -> bool:

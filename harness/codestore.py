@@ -37,6 +37,7 @@ NAMED = ("run", "check", "derive", "report")  # the experiment's keys that name 
 MAX_FILES, MAX_BYTES = 2000, 32 << 20  # a folder of more source is no experiment's
 SKIPPED = {"__pycache__", "node_modules", "site-packages", "outputs"}
 STAT_CACHE = "stat-cache.json"
+MAX_CACHED = 50_000  # files the stat cache remembers
 
 
 def default_store() -> Path:
@@ -117,22 +118,22 @@ def _spec(name: str):
         return None
 
 
-def _package(name: str) -> dict[str, Path]:
+def _package(name: str, skip: set[Path] = frozenset()) -> dict[str, Path]:
     spec = _spec(name)
     if spec is None or not spec.submodule_search_locations:
         return {}
     folder = Path(list(spec.submodule_search_locations)[0])
-    return {f"{name}/{rel}": path for rel, path in _sources(folder, set()).items()}
+    return {f"{name}/{rel}": path for rel, path in _sources(folder, skip).items()}
 
 
 def _top_level(name: str, skip: set[Path]) -> dict[str, Path]:
     """A top-level package's source, or a top-level module's folder's (its neighbours are what
     it imports); just the module where that folder is Python's own or site-packages."""
     spec = _spec(name)
+    if spec is not None and spec.submodule_search_locations:  # a package, or a namespace one
+        return _package(name, skip)
     if spec is None or not spec.origin or spec.origin in ("built-in", "frozen"):
         return {}  # not importable: planning says so when it loads the experiment
-    if spec.submodule_search_locations:
-        return _package(name)
     origin = Path(spec.origin)
     if origin.suffix != ".py":
         return {}  # an extension module: not source
@@ -194,7 +195,7 @@ class _StatCache:
     """path -> (size, mtime_ns, inode, sha256) of the files hashed before, kept in the store."""
 
     def __init__(self, store: Path):
-        self.path, self.changed = Path(store) / STAT_CACHE, False
+        self.path, self.changed, self.used = Path(store) / STAT_CACHE, False, set()
         try:
             self.known = json.loads(self.path.read_text())
         except (OSError, ValueError):
@@ -208,6 +209,7 @@ class _StatCache:
                 status = os.fstat(file.fileno())
                 stamp = [status.st_size, status.st_mtime_ns, status.st_ino]
                 known = self.known.get(str(path))
+                self.used.add(str(path))
                 if isinstance(known, list) and known[:3] == stamp and len(known) == 4:
                     return known[3]
                 digest = boot.file_hash(file.read())
@@ -220,6 +222,8 @@ class _StatCache:
     def save(self) -> None:
         if not self.changed:
             return
+        if len(self.known) > MAX_CACHED:  # files hashed long ago, most of them gone: forgotten
+            self.known = {path: self.known[path] for path in self.used}
         with contextlib.suppress(OSError):  # a cache: the next sweep hashes again
             files.write_text(self.path, json.dumps(self.known))
 
@@ -230,6 +234,8 @@ def pin(code: Code, store: Path) -> None:
     try:
         for part in code.parts:
             folder = boot.part_folder(store, part.digest)
+            if folder.is_dir() and not boot.intact(folder, part.digest):
+                _set_aside(folder)  # edited or half removed: kept anew from the tree
             if not folder.is_dir():
                 _write_part(part, folder)
         record = boot.record_path(store, code.digest)
@@ -241,6 +247,13 @@ def pin(code: Code, store: Path) -> None:
             f"{': ' + str(error.filename) if error.filename else ''}): set code_store= to a "
             "folder you may write"
         ) from None
+
+
+def _set_aside(folder: Path) -> None:
+    aside = folder.with_name(f".damaged-{folder.name}.{secrets.token_hex(4)}")
+    with contextlib.suppress(FileNotFoundError):  # another sweep set it aside meanwhile
+        os.rename(folder, aside)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _write_part(part: Part, folder: Path) -> None:

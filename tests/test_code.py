@@ -146,6 +146,9 @@ def test_a_snapshot_changed_or_gone_is_one_line_and_runs_nothing(own):
     assert digest in changed.stderr
     rows = sweep_rows(own.harness, sweep)
     assert rows["status"].tolist() == ["failed", "ok"], "nothing ran"
+    anew = own("x=2,3")  # a new sweep of the same code keeps its snapshot anew, from the tree
+    assert anew.returncode == 0 and "value=2" in anew.stdout, anew.stdout + anew.stderr
+    assert "x == -1" in kernel.read_text()
     kernel.unlink()
     (part / "minepkg" / "__init__.py").unlink()
     gone = own(f"resume={sweep}", "hydra/launcher=local")
@@ -242,7 +245,13 @@ def test_the_digest_covers_paths_and_bytes_and_the_stat_cache_sees_an_edit(tmp_p
         (folder / "a.py").rename(folder / "b.py")
         moved = codestore.collect(node, tmp_path / "outputs", tmp_path / "codes")
         assert moved.digest not in (first.digest, edited.digest)
+        space = folder.parent / "spacepkg"  # a namespace package: no __init__.py
+        space.mkdir()
+        (space / "k.py").write_text("def run(): ...\n")
+        spaced = codestore.collect({"name": "x", "run": "spacepkg.k.run"}, tmp_path, tmp_path)
+        assert set(spaced.parts[0].files) == {"spacepkg/k.py"}
     finally:
         sys.path.remove(str(folder.parent))
         sys.modules.pop("somepkg", None)
+        sys.modules.pop("spacepkg", None)
     assert Path(codestore.default_store()).name == "code"
