@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 ENV = "HARNESS_CODE"  # "STORE:DIGEST" of the code this process runs (harness.code.running)
+CONF_ENV = "HARNESS_CONF"  # the conf/ of the install that pinned it: a snapshot holds no YAML
 SHORT = 16  # hex digits of a digest
 FAILED = 3  # the exit code of a process whose snapshot does not hash to its digest
 
@@ -108,7 +109,8 @@ def _hex(text) -> bool:
 def enter(store: Path, digest: str) -> None:
     """Verify the snapshot, then import from it first: here (sys.path) and in every process
     this one starts (PYTHONPATH; PYTHONSAFEPATH keeps a child's working directory off its
-    path, where a checkout's harness would come first)."""
+    path, where a checkout's harness would come first). Their harness, a snapshot's, reads its
+    configs from the conf/ of the install that entered it first (CONF_ENV)."""
     folders = [str(folder) for folder in verified(store, digest)]
     here = str(Path(__file__).resolve().parent)
     sys.path[:] = folders + [p for p in sys.path if p not in folders and p != here]
@@ -116,6 +118,9 @@ def enter(store: Path, digest: str) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(folders + [p for p in before if p not in folders])
     os.environ["PYTHONSAFEPATH"] = "1"
     os.environ[ENV] = f"{store}:{digest}"
+    conf = Path(here) / "conf"
+    if conf.is_dir():  # this process's harness is the pinning install's, not a snapshot's
+        os.environ[CONF_ENV] = str(conf.resolve())
 
 
 def main(argv: list[str]) -> None:

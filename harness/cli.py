@@ -56,7 +56,7 @@ def _sweep(argv: list[str]) -> int:
             raise BadInput(f"{again}: resume it with python -m harness") from None
         sys.stdout.flush()
         sys.stderr.flush()
-        os.execv(sys.executable, again.argv(argv))
+        os.execv(sys.executable, again.argv(argv))  # the environment carries this conf/ there
 
 
 def _status(sweep_id: str, out: str) -> int:

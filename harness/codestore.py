@@ -325,7 +325,11 @@ class RunFrom(Exception):
         self.store, self.digest = store, digest
 
     def argv(self, arguments: list[str]) -> list[str]:
-        """The command line that does: python SNAPSHOT/harness/boot.py STORE DIGEST -m harness"""
+        """The command line that does: python SNAPSHOT/harness/boot.py STORE DIGEST -m harness,
+        whose harness reads this one's conf/ (the environment's boot.CONF_ENV)."""
+        from harness.names import CONF
+
+        os.environ[boot.CONF_ENV] = str(CONF)
         script = _boot_file(self.store, self.digest)
         return [sys.executable, str(script), str(self.store), self.digest, "-m", "harness",
                 *arguments]  # fmt: skip

@@ -3,6 +3,7 @@ names it allows, the experiments that conf/ and the --config-dir folders offer, 
 The standard library alone: --help, status and compact start without Hydra, pandas or torch."""
 
 import difflib
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +11,11 @@ from pathlib import Path
 from harness.errors import BadInput
 
 HERE = Path(__file__).resolve().parent
-CONF = (HERE / "conf").resolve()  # a checkout's conf/ (harness/conf links to it), or the wheel's
+# A checkout's conf/ (harness/conf links to it), or the wheel's; a sweep's snapshot of the code
+# holds none, and its harness reads the conf/ of the install that pinned it (harness.boot).
+CONF = (HERE / "conf").resolve()
+if not CONF.is_dir() and os.environ.get("HARNESS_CONF"):
+    CONF = Path(os.environ["HARNESS_CONF"])
 USER_KEYS = ("out", "resume", "wait", "seed", "threads", "max_points", "fail_fast",
              "stream_rows", "stream_s", "reuse", "code", "code_store")  # for users  # fmt: skip
 HARNESS_KEYS = (*USER_KEYS, "sinks", "search", "sweep_id", "job")  # config.yaml; conf/sinks/

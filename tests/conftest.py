@@ -13,6 +13,8 @@ import pandas as pd
 import pytest
 from commands import ROOT, SUPPORT, call_command, start_command
 
+from harness import boot
+
 COMMAND_FIXTURES = {"harness", "probe", "analysis"}  # a test that takes one is e2e
 STARTING = {"process", "slow", "slurm", "serial"}  # markers that allow any process
 ALLOWED_IN_E2E = {"git"}  # the commit and dirty flag of a row's provenance (once a process)
@@ -206,3 +208,13 @@ def small_disk(tmp_path):
         pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
     yield folder
     subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_sweep_code_left_behind():
+    """A test leaves no sweep's code in this worker's environment (harness.boot.enter's, as a
+    command called in this process without call_command would): every process a later test
+    starts would import the harness from that snapshot."""
+    yield
+    left = [name for name in (boot.ENV, boot.CONF_ENV) if name in os.environ]
+    assert not left, f"the test left {', '.join(left)} in the environment: use call_command"

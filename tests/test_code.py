@@ -3,6 +3,7 @@ the store holds for the same config, code and kind of machine (harness/reuse.py)
 edited for real, in a user's folder of their own, and the store read back."""
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -11,6 +12,9 @@ from pathlib import Path
 import pytest
 
 from harness import codestore, store
+from harness.names import HERE
+
+ROOT = HERE.parent
 
 KERNEL = '''import pathlib
 import time
@@ -225,6 +229,46 @@ def test_a_resume_runs_the_sweeps_own_code_and_code_current_runs_this_trees(own)
     assert rows["code_digest"][0] != planned and rows["code_digest"][1] == planned
     status = own.harness("status", sweep)
     assert "its points ran 2 different codes" in status.stdout
+
+
+@pytest.mark.process
+def test_a_resume_after_the_projects_own_code_changed_starts_again_from_the_snapshot(tmp_path):
+    """A copy of the project whose harness and experiments are edited after a sweep (the
+    experiment so that it no longer imports): the resume, whose harness is not the snapshot's,
+    starts itself again from the snapshot, whose harness reads the copy's conf/ (a snapshot
+    holds only Python), and reruns the failed point on the code it was planned with."""
+    tree = tmp_path / "tree"
+    for top in ("harness", "experiments", "conf"):
+        shutil.copytree(ROOT / top, tree / top, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    (tree / "experiments" / "fails.py").write_text(KERNEL.format(value=4))
+    (tmp_path / "mine" / "experiment").mkdir(parents=True)
+    (tmp_path / "mine" / "experiment" / "fails.yaml").write_text(
+        "# @package _global_\nexperiment:\n  name: fails\n  run: experiments.fails.run\n"
+    )
+    command = [sys.executable, "-m", "harness", "--config-dir", str(tmp_path / "mine"),
+               "+experiment=fails", f"code_store={tmp_path / 'codes'}"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+
+    def harness(*args: str):
+        return subprocess.run([*command, *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+
+    first = harness("x=1,-1")
+    assert first.returncode == 1 and "x=-1 fails" in first.stdout, first.stdout + first.stderr
+    results = tmp_path / "outputs" / "results"
+    sweep = store.newest_sweep(results, "fails")
+    planned = store.read_manifest(results, "fails", sweep)["code_digest"]
+    with (tree / "experiments" / "fails.py").open("a") as kernel:
+        kernel.write('raise RuntimeError("the edited tree")\n')
+    with (tree / "harness" / "summary.py").open("a") as summary:
+        summary.write("# edited\n")
+    again = harness(f"resume={sweep}")
+    assert again.returncode == 1 and "x=-1 fails" in again.stdout, again.stdout + again.stderr
+    assert "the edited tree" not in again.stdout + again.stderr
+    rows = store.read(results, "fails", sweep).sort_values("job")
+    assert rows["status"].tolist() == ["ok", "failed"] and rows["value"].iloc[0] == 4
+    assert rows["code_digest"].eq(planned).all()
 
 
 def test_the_digest_covers_paths_and_bytes_and_the_stat_cache_sees_an_edit(tmp_path):

@@ -24,7 +24,6 @@ from probes import PROBE_PATH, SUPPORT, arrivals, wait_for
 from sweeps import own_file
 
 from harness import files, store
-from harness.cli import main
 from harness.plan import new_sweep_id
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -377,22 +376,18 @@ def test_sweep_ids_sort_by_the_millisecond():
     assert all(i.startswith("20261201-080000-") and len(i) == 20 for i in ids)
 
 
-@pytest.mark.process
-def test_a_taken_sweep_id_is_never_reused(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
+def test_a_taken_sweep_id_is_never_reused(harness, monkeypatch):
     ids = iter(["20261201-080000-0001", "20261201-080000-0001", "20261201-080000-0002"])
     monkeypatch.setattr("harness.sweep.new_sweep_id", lambda: next(ids))
     for grid in (["length=64"], ["length=80"]):
-        with pytest.raises(SystemExit) as ended:
-            main(["+experiment=exp014_tiled", *grid, "block=16", "heads=2"])
-        assert ended.value.code == 0
-    results = tmp_path / "outputs" / "results"
-    assert store.sweeps(results, "exp014_tiled") == ["20261201-080000-0001", "20261201-080000-0002"]
-    rows = store.read(results, "exp014_tiled")
+        ran = harness("+experiment=exp014_tiled", *grid, "block=16", "heads=2")
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert store.sweeps(harness.results, "exp014_tiled") == ["20261201-080000-0001",
+                                                             "20261201-080000-0002"]  # fmt: skip
+    rows = store.read(harness.results, "exp014_tiled")
     assert dict(zip(rows["sweep"], rows["length"], strict=True)) == {
         "20261201-080000-0001": 64, "20261201-080000-0002": 80,
     }  # fmt: skip
-    capsys.readouterr()
 
 
 # 12. A full disk.

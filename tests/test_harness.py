@@ -15,7 +15,6 @@ from probes import arrivals, await_arrivals
 from sweeps import own_file
 
 from harness import provenance, store
-from harness.cli import main
 
 PROVENANCE = [
     "job",
@@ -264,19 +263,14 @@ BAD_INPUT = [
 
 
 @pytest.mark.parametrize("argv, message", BAD_INPUT)
-def test_bad_input_is_one_line_and_exit_code_2_before_anything_runs(
-    argv, message, tmp_path, monkeypatch, capsys
-):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # GPUs 0 and 1, whatever the machine
-    with pytest.raises(SystemExit) as exit_:
-        main(argv)
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err
+def test_bad_input_is_one_line_and_exit_code_2_before_anything_runs(argv, message, harness):
+    result = harness(*argv, env={"CUDA_VISIBLE_DEVICES": "0,1"})  # 2 GPUs, whatever the machine
+    assert result.returncode == 2, result.stdout + result.stderr
+    err = result.stderr
     assert message in err
     if "usage" not in message:
         assert err.startswith("error: ") and err.count("\n") == 1
-    assert not (tmp_path / "outputs").exists()
+    assert not (harness.cwd / "outputs").exists()
 
 
 def test_bad_input_from_the_real_command_line(harness):
@@ -358,32 +352,24 @@ def test_a_users_own_experiment_runs_and_resumes_through_config_dir(probe, gate)
     assert len(arrivals(gate)) == 4, "only point 1 ran again"
 
 
-def test_the_slurm_launcher_without_slurm_is_one_line_and_leaves_nothing(
-    tmp_path, monkeypatch, capsys
-):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch on it
-    with pytest.raises(SystemExit) as exit_:
-        main(["+experiment=exp014_tiled", "hydra/launcher=slurm"])
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err
+def test_the_slurm_launcher_without_slurm_is_one_line_and_leaves_nothing(harness):
+    nowhere = harness.cwd / "bin"
+    nowhere.mkdir()
+    result = harness("+experiment=exp014_tiled", "hydra/launcher=slurm", env={"PATH": str(nowhere)})
+    assert result.returncode == 2
     said = "error: hydra.launcher: slurm needs SLURM, and sbatch is not on this machine's PATH\n"
-    assert err == said
-    assert list(tmp_path.iterdir()) == []
+    assert result.stderr == said
+    assert [p.name for p in harness.cwd.iterdir()] == ["bin"]
 
 
 @pytest.mark.parametrize("out", ["/proc/forbidden", "a-file", "a-file/below"])
-def test_an_out_dir_that_cannot_be_written_is_one_line_before_any_point_runs(
-    out, tmp_path, monkeypatch, capsys
-):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "a-file").write_text("not a folder")
-    with pytest.raises(SystemExit) as exit_:
-        main(["+experiment=exp014_tiled", f"out={out}"])
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err
+def test_an_out_dir_that_cannot_be_written_is_one_line_before_any_point_runs(out, harness):
+    (harness.cwd / "a-file").write_text("not a folder")
+    result = harness("+experiment=exp014_tiled", f"out={out}")
+    assert result.returncode == 2
+    err = result.stderr
     assert err.startswith("error: cannot write to ") and err.count("\n") == 1, err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+    assert sorted(p.name for p in harness.cwd.iterdir()) == ["a-file"]
 
 
 @pytest.mark.process
