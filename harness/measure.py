@@ -13,9 +13,11 @@ minus what was allocated before it). Neither is ever reported for the other devi
 
 import functools
 import multiprocessing
+import multiprocessing.connection
 import os
 import resource
 import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -118,6 +120,7 @@ def _await_child(child, receiver, timeout_s: float | None) -> Outcome:
 
 
 def _child_main(sender, fn, args, kwargs, cap_mib: int) -> None:
+    _end_with_the_parent()
     try:
         if cap_mib:
             _cap_address_space(cap_mib)
@@ -136,6 +139,22 @@ def _child_main(sender, fn, args, kwargs, cap_mib: int) -> None:
         sender.send(("failed", None, f"the result could not be sent back: {error!r}"))
     finally:
         sender.close()
+
+
+def _end_with_the_parent() -> None:
+    """This child ends the moment the process that asked for it does (a SIGKILL of the sweep, or
+    of the warm worker that ran the point): the parent's end of multiprocessing's sentinel pipe
+    closes with it. The forkserver this child was forked from, and the resource tracker, end
+    once no process of theirs is left."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def follow() -> None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=follow, name="end-with-the-parent", daemon=True).start()
 
 
 def _cap_address_space(cap_mib: int) -> None:

@@ -466,6 +466,46 @@ def test_the_local_launchers_points_end_when_the_sweep_is_killed(probe, gate):
     wait_for(lambda: not Path(f"/proc/{point_pid}").exists(), 120, "the point to end")
 
 
+def marked(mark: str) -> list[str]:
+    """The processes (pid: command) whose environment holds `mark`: a sweep's and all it
+    started, whatever became of their parents."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and mark.encode() in (proc / "environ").read_bytes():
+                command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120]
+                found.append(f"{proc.name}: {command}")
+        except OSError:  # gone meanwhile, or a zombie's
+            continue
+    return found
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("how", ["SIGKILL", "Ctrl-C"])
+@pytest.mark.parametrize("launcher", [[], ["hydra/launcher=local"]], ids=["basic", "local"])
+def test_no_process_a_point_started_outlives_its_sweep(harness, gate, launcher, how):
+    """A point whose work waits in an isolated measurement child (with its forkserver and the
+    resource tracker beside it): the sweep's process killed, or Ctrl-C to its terminal's
+    group, and every process of the sweep ends."""
+    token = os.urandom(6).hex()
+    mark = f"HARNESS_TEST_MARK={token}"
+    running = harness.start("--config-dir", str(SUPPORT / "conf"), "+experiment=isolated",
+                            f"folder={gate}", *launcher,
+                            env={"PYTHONPATH": PROBE_PATH, "HARNESS_TEST_MARK": token})  # fmt: skip
+    wait_for(lambda: list(gate.glob("child-*")), 120, "the isolated child to start")
+    if how == "SIGKILL":
+        os.kill(running.pid, signal.SIGKILL)  # the sweep's process alone
+    else:
+        os.killpg(running.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends
+    running.communicate(timeout=120)
+    wait_for(
+        lambda: not marked(mark),
+        60,
+        "the sweep's processes to end",
+        describe=lambda: "\n".join(marked(mark)),
+    )
+
+
 # 16. Manifests and table specs that cannot be read as they are.
 
 MANIFEST_DAMAGE = [

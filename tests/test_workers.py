@@ -8,11 +8,14 @@ import os
 import random
 import subprocess
 import sys
+import threading
+import warnings
 from pathlib import Path
 
+import numpy
 import pytest
 import torch
-from probes import PROBE_PATH, SUPPORT, arrivals, await_arrivals
+from probes import PROBE_PATH, SUPPORT, UNSETTLE, _seen_state, arrivals, await_arrivals
 
 from harness import store, warm
 from harness.fresh import Snapshot
@@ -21,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ONE_WORKER = ["hydra/launcher=local", "hydra.launcher.max_parallel=1"]
 SEEN = ["torch_threads", "dtype", "grad", "autocast", "draw", "env", "cwd", "path", "handlers",
         "value"]  # fmt: skip
+STATE = list(_seen_state())  # what the unsettling probe sees, a column each
 
 
 @pytest.fixture
@@ -59,6 +63,33 @@ def test_each_point_on_a_warm_worker_starts_from_the_same_state(leaky, gate):
     assert rows["leaked"].tolist() == [0, 1, 2, 3], "an unchanged module is kept, with its state"
     assert first["dtype"] == "torch.float32"
     assert len(set(pids(gate))) == 1, "one warm worker ran them all"
+
+
+@pytest.mark.process
+def test_rows_do_not_depend_on_the_order_in_which_points_reach_a_worker(harness, gate):
+    """One point for each thing a point may leave changed in its process (tests/support/probes.py
+    UNSETTLE), on one worker, in one order and then in the other: every point saw the state the
+    first saw. What a worker cannot put back (a patched library function, a thread still
+    running) makes it give its slot to a new worker, and its log says why."""
+    kinds = list(UNSETTLE)
+    given = ["--config-dir", str(SUPPORT / "conf"), "+experiment=unsettling", f"folder={gate}",
+             *ONE_WORKER, "reuse=false"]  # fmt: skip
+    seen = {}
+    for order in (kinds, kinds[::-1]):
+        result = harness(*given, f"change={','.join(order)}", env={"PYTHONPATH": PROBE_PATH})
+        assert result.returncode == 0, result.stdout + result.stderr
+        sweep = store.newest_sweep(harness.results, "unsettling")
+        rows = store.read(harness.results, "unsettling", sweep)
+        assert set(rows["status"]) == {"ok"}, rows[["change", "status", "error"]]
+        seen[order[0]] = rows.set_index("change")[STATE].sort_index()
+    forward, backward = seen.values()
+    baseline = forward.loc["nothing"]
+    assert baseline["default_device"] == "cpu" and baseline["matmul_name"] == "matmul"
+    differing = {(kind, column) for frame in (forward, backward) for kind in kinds
+                 for column in STATE if frame.loc[kind, column] != baseline[column]}  # fmt: skip
+    assert not differing, f"points saw another point's leftovers: {sorted(differing)}"
+    logs = "".join(p.read_text() for p in harness.cwd.glob("outputs/runs/**/workers.log"))
+    assert "torch.matmul" in logs and "left-running" in logs, logs
 
 
 @pytest.mark.process
@@ -140,6 +171,31 @@ def test_a_snapshot_restores_what_a_unit_of_work_changed(tmp_path, monkeypatch):
     assert torch.get_num_threads() == threads and torch.get_default_dtype() == torch.float32
     assert torch.is_grad_enabled()
     assert (random.random(), torch.rand(1)) == draws, "the random states as they were"
+
+
+def test_a_snapshot_names_what_it_cannot_put_back(monkeypatch):
+    """Settings set back and so not named; a replaced function, an added method and a thread
+    still running, named."""
+    before = Snapshot()
+    torch.set_float32_matmul_precision("medium")
+    numpy.seterr(all="raise")
+    old = os.umask(0o077)
+    warnings.filterwarnings("ignore", "a test's")
+    before.restore()
+    assert torch.get_float32_matmul_precision() == "highest" and os.umask(old) == old
+    assert numpy.geterr()["divide"] == "warn" and before.left() == []
+    monkeypatch.setattr(torch.nn.functional, "softmax", lambda *args, **kwargs: None)
+    monkeypatch.setattr(torch.Tensor, "add", lambda *args: None, raising=False)
+    release = threading.Event()
+    thread = threading.Thread(target=release.wait, name="left-behind")
+    thread.start()
+    try:
+        assert sorted(before.left()) == ["thread 'left-behind' still running",
+                                         "torch.Tensor.add replaced",
+                                         "torch.nn.functional.softmax replaced"]  # fmt: skip
+    finally:
+        release.set()
+        thread.join()
 
 
 def test_an_experiments_fresh_that_is_not_true_or_false_is_one_line(probe, gate):

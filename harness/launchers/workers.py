@@ -10,8 +10,10 @@ for the whole sweep, and its threads (the launcher's job_threads). One that dies
 point (SIGKILL, the kernel's OOM killer, a segfault in a kernel) fails only that point, with a
 row saying so (harness.dispatch writes it), and a new worker takes its slot; so does one past
 timeout_min, which is stopped. A worker whose resident memory has grown past rss_mib after a
-point is replaced before the next. Ctrl-C is the sweep's to answer: the workers ignore it and
-are stopped with the sweep, and a worker whose sweep's process is gone (SIGKILL) ends itself.
+point is replaced before the next, and so is one whose point left what harness.fresh cannot put
+back (a library function replaced, a thread still running, a limit it cannot raise again): its
+log says what. Ctrl-C is the sweep's to answer: the workers ignore it and are stopped with the
+sweep, and a worker whose sweep's process is gone (SIGKILL) ends itself.
 
 Python's and the libraries' pools (concurrent.futures, loky) fail every running task when one
 worker dies; here each worker is a process and a pipe of its own, so that a death is one
@@ -116,13 +118,13 @@ class Pool:
             job, alive = worker.job, worker.process.is_alive()  # alive first: an answer, then
             if worker.connection.poll():  # an end, reads as the answer
                 try:
-                    _, summary, resident_mib = worker.connection.recv()
+                    _, summary, resident_mib, ending = worker.connection.recv()
                 except (EOFError, OSError):  # it ended: its end of the pipe closed with it
                     worker.process.join(STOP_S)
                     yield job, self._lost(slot, _how_it_ended(worker.process))
                     continue
                 worker.job = None
-                if self.rss_mib and resident_mib > self.rss_mib:
+                if ending or (self.rss_mib and resident_mib > self.rss_mib):
                     self._retire(slot)
                 yield job, summary
             elif not alive:
@@ -193,8 +195,9 @@ def serve(
     environ: dict[str, str],
     log: str,
 ) -> None:
-    """A worker: each JobSpec received, run, and its (job, summary, resident MiB) sent back,
-    this process's state restored after each (harness.fresh); None or a closed pipe: the end.
+    """A worker: each JobSpec received, run, and its (job, summary, resident MiB, whether this
+    worker ends) sent back, this process's state restored after each (harness.fresh); None or
+    a closed pipe: the end.
     It takes the sweep's environment (a forked worker has the forkserver's), and its output
     goes to `log`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the sweep's
@@ -234,10 +237,13 @@ def serve(
             summary = {"status": "failed", "error": f"harness error: {with_type(error)}"}
         try:
             fresh.restore(command=False)
-            restored = True
+            left = fresh.left()
         except Exception as error:  # a state it cannot put back (a CUDA error that sticks)
-            print(f"this worker ends: {with_type(error)}", file=sys.stderr, flush=True)
-            restored = False
-        connection.send((spec.job, summary, proc_status_kib("VmRSS") / 1024))
-        if not restored:  # its slot gets a new worker
-            return
+            left = [with_type(error)]
+        if left:
+            print(f"this worker ends after job {spec.job}, which left what a worker cannot put "
+                  f"back: {'; '.join(left)}", file=sys.stderr, flush=True)  # fmt: skip
+        connection.send((spec.job, summary, proc_status_kib("VmRSS") / 1024, bool(left)))
+        if left:  # its slot gets a new worker; a thread left running must not hold it up
+            sys.stdout.flush()
+            os._exit(0)

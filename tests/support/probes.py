@@ -3,16 +3,21 @@ for the test, so that a test can prove two points ran at once, or act while a po
 without resting on timing."""
 
 import base64
+import decimal
 import importlib
 import logging
 import math
 import os
+import resource
 import signal
 import sys
+import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy
 import torch
 
 SUPPORT = Path(__file__).resolve().parent  # the probes, and their configs in conf/
@@ -79,6 +84,90 @@ def leaky(*, point: int, folder: str, module: str = "", hold: int = -1) -> list[
     logging.getLogger().addHandler(logging.NullHandler())
     LEAKED.append(point)
     return [seen]
+
+
+def _seen_state() -> dict:
+    """What a point could see of the state an earlier point on its process left (unsettling)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    tiny = torch.full((1,), 1e-39, dtype=torch.float32)  # a denormal: flushed to 0 when told to
+    return {
+        "default_device": str(torch.get_default_device()),
+        "flushes_denormals": (tiny * 0.5).item() == 0.0,
+        "matmul_precision": torch.get_float32_matmul_precision(),
+        "numpy_errors": str(sorted(numpy.geterr().items())),
+        "warning_filters": len(warnings.filters),
+        "time_zone": "/".join(time.tzname),
+        "umask": umask,
+        "open_files": str(resource.getrlimit(resource.RLIMIT_NOFILE)),
+        "recursion_limit": sys.getrecursionlimit(),
+        "anomaly_mode": torch.is_anomaly_enabled(),
+        "matmul_name": torch.matmul.__name__,
+        "threads_running": threading.active_count(),
+        "decimal_digits": decimal.getcontext().prec,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "tf32_matmul": str(getattr(torch.backends.cuda.matmul, "fp32_precision", None)),
+        "sdpa_math": torch.backends.cuda.math_sdp_enabled(),
+        "sum_of_products": float(torch.matmul(torch.ones(8, 8), torch.ones(8, 8)).sum()),
+    }
+
+
+def _patch_matmul() -> None:
+    original = torch.matmul
+
+    def patched(*args, **kwargs):
+        return original(*args, **kwargs) * 2
+
+    torch.matmul = patched
+
+
+def _fewer_open_files() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+
+UNSETTLE = {  # one thing a point may leave changed in its process, by name
+    "default_device": lambda: torch.set_default_device("meta"),
+    "flush_denormals": lambda: torch.set_flush_denormal(True),
+    "matmul_precision": lambda: torch.set_float32_matmul_precision("medium"),
+    "numpy_errors": lambda: numpy.seterr(all="raise"),
+    "warning_filters": lambda: warnings.filterwarnings("ignore", "unsettling"),
+    "time_zone": lambda: (os.environ.__setitem__("TZ", "Asia/Kolkata"), time.tzset()),
+    "umask": lambda: os.umask(0o077),
+    "open_files": _fewer_open_files,
+    "recursion_limit": lambda: sys.setrecursionlimit(5000),
+    "anomaly_mode": lambda: torch.set_anomaly_enabled(True),
+    "patch": _patch_matmul,
+    "thread": lambda: threading.Thread(target=time.sleep, args=(600,), name="left-running").start(),
+    "decimal_digits": lambda: setattr(decimal.getcontext(), "prec", 5),
+    "cudnn_benchmark": lambda: setattr(torch.backends.cudnn, "benchmark", True),
+    "tf32_matmul": lambda: setattr(torch.backends.cuda.matmul, "allow_tf32", True),
+    "sdpa_math": lambda: torch.backends.cuda.enable_math_sdp(False),
+    "nothing": lambda: None,
+}
+
+
+def unsettling(*, change: str, folder: str) -> list[dict]:
+    """A point that says what state it starts from, then leaves one thing of its process
+    changed (UNSETTLE[change]). Its arrival in `folder` names its process. One row: what it
+    saw, each setting a column."""
+    (Path(folder) / f"arrived-{change}-{time.monotonic_ns()}-{os.getpid()}").touch()
+    seen = _seen_state()
+    UNSETTLE[change]()
+    return [seen]
+
+
+def _wait_in_child(folder: str) -> None:
+    (Path(folder) / f"child-{os.getpid()}").touch()
+    wait_for(lambda: (Path(folder) / "release").exists(), 600, "the release")
+
+
+def isolated(*, folder: str, point: int = 0) -> list[dict]:
+    """A point whose work runs in an isolated measurement child (harness.measure), which says
+    it started (the file child-PID in `folder`) and waits for the file "release" there."""
+    from harness.measure import run_isolated
+
+    outcome = run_isolated(_wait_in_child, (folder,), memory_cap_mib=0)
+    return [{"child": outcome.status}]
 
 
 def arrivals(folder: Path) -> list[Path]:
