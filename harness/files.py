@@ -85,8 +85,10 @@ def unlock(opened: int) -> None:
     os.close(opened)
 
 
-class Linked(ValueError):
-    """A path under outputs/ that is a symlink, where the harness would write through it."""
+class Linked(OSError, ValueError):
+    """A path under outputs/ that is a symlink, where the harness would write through it: an
+    OSError, so that one met while a sweep runs stops it as a store that cannot be written
+    does, its points' rows kept."""
 
 
 def no_links(path: Path, depth: int = 1) -> None:
@@ -102,6 +104,14 @@ def no_links(path: Path, depth: int = 1) -> None:
             )
 
 
+def no_links_within(root: Path, path: Path) -> None:
+    """Linked, naming it, when `path` or a folder between it and `root` is a symlink (root and
+    the folders above it may be)."""
+    path = Path(path)
+    inside = path.is_relative_to(root)
+    no_links(path, depth=len(path.relative_to(root).parts) if inside else 1)
+
+
 def no_links_below(folder: Path) -> None:
     """Linked, naming the first, when a file or folder below `folder` is a symlink (a report
     folder the harness writes into: a link there would take its writes elsewhere); nothing
@@ -111,8 +121,8 @@ def no_links_below(folder: Path) -> None:
         try:
             with os.scandir(below.pop()) as listed:
                 entries = sorted(listed, key=lambda entry: entry.name)
-        except FileNotFoundError:  # none yet (or gone since): nothing written through it
-            continue
+        except (FileNotFoundError, NotADirectoryError):  # none yet (or gone since): nothing
+            continue  # written through it (a file on its way is the writer's to say)
         for entry in entries:  # the listing says what each is: no stat of its own
             if entry.is_symlink():
                 no_links(Path(entry.path))

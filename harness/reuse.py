@@ -53,6 +53,7 @@ def record(root: Path, experiment: str, sweep: str, job: int, rows: list[dict]) 
              **{key: first.get(key) for key in KIND}}  # fmt: skip
     path = _folder(root, experiment, first["config_hash"]) / f"{sweep}.{job}.json"
     with contextlib.suppress(OSError):  # a hint: without it the point is computed again
+        files.no_links(path.parent, depth=2)  # _answers/CONFIG_HASH: files.Linked, an OSError
         files.write_json(path, entry)
 
 

@@ -14,10 +14,11 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from hydra import initialize_config_dir
 
-from harness import store
+from harness import common_schema, files, store
 from harness.codestore import RunFrom, runs_project
 from harness.config import check_harness_keys, experiment_name, parse
 from harness.dispatch import check_devices, launch, launcher_boots, prepare_launcher
@@ -47,6 +48,7 @@ def run(argv: list[str]) -> int:
         resume = next((o.value() for o in overrides if o.get_key_element() == "resume"), None)
         if resume:
             sweep, cfg = resumed(overrides, str(resume), config_dirs, hold)
+            _no_links(cfg, sweep)
             launcher = prepare_launcher(cfg, sweep.command)
             check_devices(sweep.points, launcher)
             if not launcher_boots(launcher) and not runs_project(sweep.code_store, sweep.code):
@@ -99,12 +101,32 @@ def _new_sweep(argv: list[str], overrides: list, experiment: str, config_dirs: l
         launcher = prepare_launcher(cfg, command)
         sweep.command, sweep.config_dirs = command, config_dirs
         check_devices(sweep.points, launcher)
+        _no_links(cfg, sweep)
         try:
             write_manifest(sweep)
         except SweepExists:
             continue
         return sweep, cfg, launcher
     raise BadInput(f"no free sweep id in {ID_ATTEMPTS} tries: is the clock stuck?")
+
+
+def _no_links(cfg, sweep) -> None:
+    """BadInput (one line), before anything of the sweep is written, where a folder or file it
+    would write under the out dir is a symlink: its runs folder and everything in it (Hydra
+    opens its files as they are), its results folder (and the folders down to both), and the
+    store's columns file and its lock. The results folder's own files are replaced by rename
+    or opened without following a link (a link there is a damaged entry, moved aside); where
+    a link appears while the sweep runs, the write that meets it stops the sweep."""
+    out, runs = Path(cfg.out).absolute(), Path(cfg.hydra.sweep.dir).absolute()
+    results = store.sweep_dir(sweep.results, sweep.experiment.name, sweep.id).absolute()
+    try:
+        files.no_links_within(out, runs)
+        files.no_links_below(runs)
+        files.no_links_within(out, results)
+        for name in (common_schema.NAME, common_schema.LOCK):
+            files.no_links(results.parent.parent / name)
+    except files.Linked as linked:
+        raise BadInput(str(linked)) from None
 
 
 class Terminated(KeyboardInterrupt):

@@ -3,6 +3,7 @@
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 from importlib import metadata
@@ -183,24 +184,44 @@ def test_a_resume_of_a_sweep_another_command_runs_is_refused_in_one_line(probe, 
     assert again.returncode == 0 and "0 points to run" in again.stdout, again.stderr
 
 
-def test_a_sweeps_run_lock_that_is_a_symlink_writes_nothing_through_it(harness, tmp_path):
-    """The command's claim on the sweep (_run.lock, which records its pid) is a file of the
-    sweep's folder: a link in its place is refused in one line, and the file it points to
-    stays as it was."""
+LINKS = {  # where a resume of sweep S of exp014_tiled would write, under the out dir
+    "run lock": "results/experiment=exp014_tiled/sweep=S/_run.lock",
+    "columns lock": "results/_columns.lock",
+    "columns file": "results/columns",
+    "job log": "runs/exp014_tiled/S/job-0/harness.log",
+    "job config": "runs/exp014_tiled/S/job-0/.hydra/config.yaml",
+    "runs folder": "runs/exp014_tiled/S",
+    "experiment folder": "results/experiment=exp014_tiled",
+}
+
+
+@pytest.mark.parametrize("place", LINKS)
+def test_nothing_is_written_through_a_link_under_the_out_dir(harness, tmp_path, place):
+    """A link where a resume would write (a lock, the columns file, a job's log or config, a
+    folder) is refused in one line before anything runs, and what it points to stays as it
+    was."""
     made = harness("+experiment=exp014_tiled", "length=16", "block=16", "seed=0,1")
     assert made.returncode == 0, made.stderr
     (sweep,) = store.sweeps(harness.results, "exp014_tiled")
     folder = store.sweep_dir(harness.results, "exp014_tiled", sweep)
     for path in folder.glob("*.parquet"):
         path.unlink()  # points to rerun
-    victim = tmp_path / "precious.txt"
-    victim.write_text("a user's own words\n")
-    (folder / store.RUN_LOCK).unlink(missing_ok=True)
-    (folder / store.RUN_LOCK).symlink_to(victim)
+    link = harness.cwd / "outputs" / LINKS[place].replace("S", sweep)
+    victim = tmp_path / "precious"
+    if link.is_dir():  # the folder moved away, a link to it in its place
+        shutil.move(link, victim)
+        before = sorted(p.relative_to(victim) for p in victim.rglob("*"))
+    else:
+        victim.write_text("a user's own words\n")
+        link.unlink(missing_ok=True)
+    link.symlink_to(victim)
     resumed = harness("+experiment=exp014_tiled", f"resume={sweep}")
     assert resumed.returncode == 2 and resumed.stderr.count("\n") == 1, resumed.stderr
-    assert f"{folder / store.RUN_LOCK} is a symlink" in resumed.stderr
-    assert victim.read_text() == "a user's own words\n"
+    assert "is a symlink: the harness writes nothing through a link" in resumed.stderr
+    if victim.is_dir():
+        assert sorted(p.relative_to(victim) for p in victim.rglob("*")) == before
+    else:
+        assert victim.read_text() == "a user's own words\n"
     assert not list(folder.glob("*.parquet")), "nothing ran"
 
 
@@ -391,6 +412,31 @@ def test_a_store_that_fails_mid_sweep_stops_it_with_the_resume_command(probe, ga
     resumed = probe(f"resume={sweep}")
     assert resumed.returncode == 0, resumed.stderr
     assert sorted(store.read(probe.results)["job"]) == [0, 1, 2]
+
+
+@pytest.mark.process
+def test_a_link_met_mid_sweep_stops_it_in_one_line_and_keeps_the_points_rows(probe, gate):
+    """The columns file's lock made a link while point 0 computes: its rows are written, the
+    sweep stops with one line, nothing goes through the link, and the resume has nothing to
+    run again."""
+    sweeping = probe.start("point=0", f"folder={gate}", "release=open", "hold=0")
+    await_arrivals(gate, 1)
+    victim = gate / "precious"
+    victim.write_text("a user's own words\n")
+    lock = probe.results / "_columns.lock"
+    lock.unlink(missing_ok=True)
+    lock.symlink_to(victim)
+    (gate / "open").touch()
+    output, _ = sweeping.communicate(timeout=120)
+    assert sweeping.returncode == 1 and "Traceback" not in output, output
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("error: cannot write the sweep's rows") and "is a symlink" in last
+    assert victim.read_text() == "a user's own words\n"
+    assert store.read(probe.results)["status"].tolist() == ["ok"], "its rows kept"
+    lock.unlink()
+    (sweep,) = store.sweeps(probe.results, "rendezvous")
+    resumed = probe(f"resume={sweep}")
+    assert resumed.returncode == 0 and "0 points to run" in resumed.stdout, resumed.stderr
 
 
 @pytest.mark.process

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -86,27 +86,35 @@ def end_segments(
             yield _told(_conformed(returned, schema), told if checking else None)
         kept = intact if checking else kept
 
-    _keep_columns(path, schema)
-    with files.uninterrupted():
-        files.write_parts(path, each, schema, sync=False)
-        for segment in segments(path):
-            segment.unlink(missing_ok=True)
+    def write() -> None:
+        with files.uninterrupted():
+            files.write_parts(path, each, schema, sync=False)
+            for segment in segments(path):
+                segment.unlink(missing_ok=True)
+
+    _written(path, schema, write)
     return told
 
 
 def write_file(path: Path, table: pa.Table, sync: bool = True) -> None:
     """files.write_table of a row file of the store, its columns added to the store's common
     schema first."""
-    _keep_columns(path, table.schema)
-    files.write_table(path, table, sync)
+    _written(path, table.schema, lambda: files.write_table(path, table, sync))
 
 
-def _keep_columns(path: Path, schema: pa.Schema) -> None:
-    """The store's common schema gets the columns of a row file about to be written at `path`
-    (harness.common_schema), before the file: a reader that sees the file sees its columns."""
+def _written(path: Path, schema: pa.Schema, write: Callable[[], None]) -> None:
+    """write() the row file at `path`, once the store's common schema has its columns
+    (harness.common_schema): a reader that sees the file sees its columns. A link where the
+    schema's file or lock lies (files.Linked) is raised after the rows are written: they are
+    kept, and nothing is written through it."""
     sweep = Path(path).parent
-    if sweep.name.startswith("sweep=") and sweep.parent.name.startswith("experiment="):
-        common_schema.keep(sweep.parent.parent, schema)
+    try:
+        if sweep.name.startswith("sweep=") and sweep.parent.name.startswith("experiment="):
+            common_schema.keep(sweep.parent.parent, schema)
+    except files.Linked:
+        write()
+        raise
+    write()
 
 
 def telling(table: pa.Table) -> list[dict]:
