@@ -9,16 +9,19 @@ that make it (`code_version`): a sweep whose files have not changed since is not
 so the page of a store of thousands of finished sweeps reads one small JSON file per sweep
 (analysis.report caches each sweep's section so too). The cache is JSON, never pickle, and each
 file opens with a MAC of its JSON under a key kept outside outputs/ (KEY, made once, readable by
-its owner alone): a cache edited in the report folder (a claim turned to PASS, markup in a
-section) does not verify, so it is computed again, not believed.
+its owner alone; one that is no key is replaced): a cache edited in the report folder (a claim
+turned to PASS, markup in a section) does not verify, so it is computed again, not believed.
 """
 
+import contextlib
+import errno
 import functools
 import hashlib
 import hmac
 import json
 import os
 import secrets
+import stat
 import tempfile
 from importlib import metadata
 from pathlib import Path
@@ -27,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from harness import files, search, store
+from harness.errors import BadInput
 from harness.names import CONF
 
 CACHE = ".summaries"
@@ -113,28 +117,64 @@ def _mac(body: bytes) -> str:
 
 @functools.cache
 def _secret() -> bytes:
-    """The key of the caches' MACs: KEY's, made at the first report (32 random bytes, mode
-    0600, linked into place whole so that two reports agree on one); where KEY cannot be made,
-    one of this process's own, so that its caches hold for it alone."""
-    try:
-        return bytes.fromhex(KEY.read_text())
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError):
-        return secrets.token_bytes(32)
+    """The key of the caches' MACs: KEY's, made at the first report (32 random bytes as hex,
+    mode 0600, put in place whole so that two reports agree on one). A KEY that is no key
+    (under 32 bytes, not a regular file, another user's, open to others; a link is never
+    followed, a FIFO never waited on) is never used: a new one takes its place, and where it
+    cannot, the report stops in one line (BadInput). Where there is none and none can be made
+    (a home that cannot be written), one of this process's own: its caches hold for it alone."""
+    key, flaw = _read_key()
+    if key is not None:
+        return key
     try:
         KEY.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=KEY.parent, delete=False) as made:
             made.write(secrets.token_hex(32))  # NamedTemporaryFile's mode is 0600
         try:
-            os.link(made.name, KEY)  # fails if another report made it first: that one holds
+            if flaw:
+                os.replace(made.name, KEY)  # the entry replaced, whatever it is: never opened
+            else:
+                os.link(made.name, KEY)  # fails if another report made it first: that one holds
         except FileExistsError:
             pass
         finally:
-            os.unlink(made.name)
-        return bytes.fromhex(KEY.read_text())
-    except (OSError, ValueError):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(made.name)
+    except OSError as error:
+        if flaw:
+            said = f"{KEY} is no key for the report's caches ({flaw})"
+            raise BadInput(f"{said} and no new one can be made there ({error.strerror})") from None
         return secrets.token_bytes(32)
+    key, flaw = _read_key()
+    if key is None:
+        raise BadInput(f"{KEY} is no key for the report's caches ({flaw}): remove it")
+    return key
+
+
+def _read_key() -> tuple[bytes | None, str | None]:
+    """KEY's key, or None and what is wrong with it (None where there is no KEY)."""
+    try:
+        opened = os.open(KEY, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None, None
+    except OSError as error:
+        return None, "a symbolic link" if error.errno == errno.ELOOP else error.strerror
+    try:
+        status = os.fstat(opened)
+        if not stat.S_ISREG(status.st_mode):
+            return None, "not a regular file"
+        if status.st_uid != os.getuid():
+            return None, "another user's"
+        if status.st_mode & 0o077:
+            return None, f"open to other users (mode {stat.S_IMODE(status.st_mode):o})"
+        text = os.read(opened, 4096)
+    finally:
+        os.close(opened)
+    try:
+        key = bytes.fromhex(text.decode("ascii").strip())
+    except ValueError:
+        return None, "not hex"
+    return (key, None) if len(key) >= 32 else (None, f"{len(key)} bytes, under 32")
 
 
 def records(frame: pd.DataFrame) -> list[dict]:

@@ -112,10 +112,11 @@ def no_links_within(root: Path, path: Path) -> None:
     no_links(path, depth=len(path.relative_to(root).parts) if inside else 1)
 
 
-def no_links_below(folder: Path) -> None:
+def no_links_below(folder: Path, skip: Iterable[str] = ()) -> None:
     """Linked, naming the first, when a file or folder below `folder` is a symlink (a report
     folder the harness writes into: a link there would take its writes elsewhere); nothing
-    for a folder that is not there."""
+    for a folder that is not there. Folders named in `skip` are not looked into (submitit's,
+    which links its own files)."""
     below = [Path(folder)]
     while below:
         try:
@@ -126,7 +127,7 @@ def no_links_below(folder: Path) -> None:
         for entry in entries:  # the listing says what each is: no stat of its own
             if entry.is_symlink():
                 no_links(Path(entry.path))
-            if entry.is_dir(follow_symlinks=False):
+            if entry.is_dir(follow_symlinks=False) and entry.name not in skip:
                 below.append(Path(entry.path))
 
 

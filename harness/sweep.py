@@ -112,16 +112,17 @@ def _new_sweep(argv: list[str], overrides: list, experiment: str, config_dirs: l
 
 def _no_links(cfg, sweep) -> None:
     """BadInput (one line), before anything of the sweep is written, where a folder or file it
-    would write under the out dir is a symlink: its runs folder and everything in it (Hydra
-    opens its files as they are), its results folder (and the folders down to both), and the
-    store's columns file and its lock. The results folder's own files are replaced by rename
-    or opened without following a link (a link there is a damaged entry, moved aside); where
-    a link appears while the sweep runs, the write that meets it stops the sweep."""
+    would write under the out dir is a symlink: its runs folder and everything in it but
+    submitit's folder (Hydra opens its files as they are), its results folder (and the folders
+    down to both), and the store's columns file and its lock. The results folder's own files
+    are replaced by rename or opened without following a link (a link there is a damaged
+    entry, moved aside); where a link appears while the sweep runs, the write that meets it
+    stops the sweep."""
     out, runs = Path(cfg.out).absolute(), Path(cfg.hydra.sweep.dir).absolute()
     results = store.sweep_dir(sweep.results, sweep.experiment.name, sweep.id).absolute()
     try:
         files.no_links_within(out, runs)
-        files.no_links_below(runs)
+        files.no_links_below(runs, skip={".submitit"})  # submitit's: it links its own files
         files.no_links_within(out, results)
         for name in (common_schema.NAME, common_schema.LOCK):
             files.no_links(results.parent.parent / name)

@@ -3,6 +3,8 @@
 checked by Plotly's own validator; its per-sweep summaries' cache (analysis.summaries)."""
 
 import base64
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -357,6 +359,53 @@ def test_a_cache_edited_in_the_report_folder_is_computed_again_not_believed(tmp_
         assert path.read_text() == before, "computed again, and kept with its MAC"
         page = (report / "index.html").read_text()
         assert "alert(1)" not in page and "7.77" not in page and "FAIL" in page
+
+
+BAD_KEYS = ["empty", "whitespace", "short", "open to others", "a link", "a FIFO", "not ours"]
+
+
+@pytest.mark.parametrize("bad", BAD_KEYS)
+def test_a_report_key_that_is_no_key_is_replaced_and_a_cache_forged_under_it_not_believed(
+    tmp_path, analysis, monkeypatch, bad
+):
+    """The key of the caches' MACs made empty, short, readable by others, a link to a readable
+    file, a FIFO, or another user's: the report never uses it (nor waits on it), puts a key of
+    its own in its place, and a cache forged under the old key does not turn a FAIL to PASS."""
+    key = tmp_path / "cache" / "report.key"
+    key.parent.mkdir()
+    monkeypatch.setattr(summaries, "KEY", key)
+    summaries._secret.cache_clear()  # noqa: SLF001 - a new process's key
+    known = {"empty": "", "whitespace": " \n", "short": "ab" * 16}.get(bad, "cd" * 32)
+    if bad == "a link":
+        (tmp_path / "readable").write_text(known)
+        key.symlink_to(tmp_path / "readable")
+    elif bad == "a FIFO":
+        os.mkfifo(key, 0o600)
+    else:
+        key.write_text(known)
+        key.chmod(0o644 if bad == "open to others" else 0o600)
+        if bad == "not ours":
+            os.chown(key, 65534, 65534)
+    results = tmp_path / "outputs" / "results"
+    sweep = "20261129-120000-eeee"
+    config = {**CONFIG, "claims": [{"metric": "max_abs_diff", "max": 1e-9, "text": "exact"}]}
+    write_plan(results, "exp014_tiled", sweep, [{"length": 128}], config)
+    write_jobs(results, "exp014_tiled", sweep, [
+        {"job": 0, "status": "ok", "length": 128, "max_abs_diff": 1e-3}])  # fmt: skip
+    try:
+        assert analysis("--check").returncode == 1  # the claim FAILs
+        status = key.lstat()
+        assert key.is_file() and not key.is_symlink() and status.st_uid == os.getuid()
+        assert status.st_mode & 0o077 == 0 and len(bytes.fromhex(key.read_text())) == 32
+        section = tmp_path / "outputs" / "report" / summaries.CACHE / "exp014_tiled"
+        section = section / f"{sweep}.section.json"
+        body = section.read_text().split("\n", 1)[1].replace('"FAIL"', '"PASS"')
+        old = bytes.fromhex(known.strip())
+        forged = hmac.new(old, body.encode(), hashlib.sha256).hexdigest()
+        section.write_text(f"{forged}\n{body}")
+        assert analysis("--check").returncode == 1, "a cache forged under the old key"
+    finally:
+        summaries._secret.cache_clear()  # noqa: SLF001
 
 
 def test_a_plotly_script_replaced_by_one_of_the_same_size_is_written_again(tmp_path, analysis):
