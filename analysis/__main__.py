@@ -6,7 +6,9 @@ sweeps --sweep chooses get a page of their own, outputs/report/sweeps/ID/.
 (the page reloads itself when it changes); Ctrl-C stops it.
 python -m analysis compare SWEEP_A SWEEP_B [--fail-on-regression FACTOR]: two sweeps side by
 side, written to outputs/report/compare-A-vs-B.md; a side may be several sweeps of one grid,
-A1,A2,A3, each a process of its own, judged by the spread between them."""
+A1,A2,A3, each a process of its own, judged by the spread between them. The gate exits 0 when
+it passes, 1 for a regression or an answer lost, 2 for bad input, 3 when it could judge no
+timing (each side one sweep, or every timing busy machine, without samples or a value)."""
 
 import argparse
 import sys
@@ -208,13 +210,18 @@ def _compare(results: Path, args: argparse.Namespace) -> int:
     if factor is not None and not factor > 0:
         print(f"error: --fail-on-regression takes a factor above 0, got {factor}", file=sys.stderr)
         return 2
+    both = set(args.sweep_a.split(",")) & set(args.sweep_b.split(","))
+    if both:
+        print(f"error: sweep {', '.join(sorted(both))} is on both sides: compare sweeps of A's "
+              "code with other sweeps of B's", file=sys.stderr)  # fmt: skip
+        return 2
     try:
         folders = [folder.resolve() for folder in args.config_dir]
         comparison = compare(*(load(results, s, folders) for s in (args.sweep_a, args.sweep_b)))
     except CompareError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    text, regressed = document(comparison, factor)
+    text, verdict = document(comparison, factor)
     files.no_links_below(args.report)
     named = (side.replace(",", "+") for side in (args.sweep_a, args.sweep_b))
     path = args.report / "compare-{}-vs-{}.md".format(*named)
@@ -224,7 +231,7 @@ def _compare(results: Path, args: argparse.Namespace) -> int:
     if not in_common(comparison):
         print(f"error: {nothing_in_common(comparison)}", file=sys.stderr)
         return 1
-    return 1 if regressed else 0
+    return verdict
 
 
 if __name__ == "__main__":

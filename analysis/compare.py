@@ -45,7 +45,8 @@ ALPHA = 0.05
 RULE = (
     "A timing is faster or slower only when each sweep's median lies outside the other's "
     f"interquartile range and a Mann-Whitney U test on the repeats gives p < {ALPHA}; "
-    "otherwise it is the same (no samples: not judged). Where each side is several sweeps "
+    "otherwise it is the same (no samples, or no value on a side: not judged). Where each side "
+    "is several sweeps "
     "(A1,A2,... each in processes of its own), it is faster or slower only when the sweeps' "
     "medians on one side all lie beyond those on the other. A CPU timing during which other "
     "processes used over a quarter of its CPUs, in either sweep, is not judged (busy machine)."
@@ -199,10 +200,13 @@ def metric_table(matched: pd.DataFrame, metric: str, keys: list[str]) -> pd.Data
         pairs = zip(_column(both, f"{samples} A"), _column(both, f"{samples} B"), strict=True)
         processes = zip(*(_column(both, f"{metric}{PER_PROCESS} {s}") for s in "AB"), strict=True)
         busy = np.fmax(*(_loads(both, side) for side in "AB")) > BUSY
+        valued = np.isfinite(table["A"]) & np.isfinite(table["B"])
         table["change"] = [
-            "busy machine" if busy_here else change(a, b, *per_process)
-            for (a, b), per_process, busy_here in zip(pairs, processes, busy, strict=True)
-        ]
+            "no value" if not has_values else "busy machine" if busy_here
+            else change(a, b, *per_process)
+            for (a, b), per_process, busy_here, has_values
+            in zip(pairs, processes, busy, valued, strict=True)
+        ]  # fmt: skip
     table.index = _index(both, keys)
     return table[table[["A", "B"]].notna().any(axis=1)]
 
@@ -284,6 +288,22 @@ def regressions(timing_tables: dict[str, pd.DataFrame], factor: float) -> pd.Dat
     ]
     slower = [table for table in slower if not table.empty]
     return pd.concat(slower) if slower else pd.DataFrame(columns=["metric", "A", "B", "B/A"])
+
+
+def lost_timings(c: Comparison) -> pd.DataFrame:
+    """The timings A has at a point and B has not, on an ok row of B (NaN, infinite, missing or
+    not a number: a broken timer's): for --fail-on-regression an answer lost, as a point's."""
+    both = c.matched[c.matched["side"] == "both"]
+    ok = _column(both, "status B").eq("ok").to_numpy()
+    lost = []
+    for metric in c.timings:
+        a, b = (pd.to_numeric(_column(both, f"{metric} {s}"), errors="coerce").astype(float)
+                for s in "AB")  # fmt: skip
+        gone = ok & np.isfinite(a.to_numpy()) & ~np.isfinite(b.to_numpy())
+        lost.append(pd.DataFrame({"metric": metric, "A": a[gone].to_numpy(),
+                                  "B": _column(both, f"{metric} B")[gone].to_numpy()},
+                                 index=_index(both[gone], c.keys)))  # fmt: skip
+    return pd.concat(lost) if lost else pd.DataFrame(columns=["metric", "A", "B"])
 
 
 def change(a, b, processes_a=None, processes_b=None) -> str:

@@ -1,7 +1,8 @@
 """A comparison of two sweeps (analysis.compare) as its Markdown page: the header (both sides'
 provenance, what points match on, the noise rule, the loads), a summary line, a section per
 timing and per other metric that changed, the claims and statuses that differ, the points only
-one side has, and, under --fail-on-regression, the regressions and the answers lost."""
+one side has, and, under --fail-on-regression, the regressions, the answers lost and what the
+gate could not judge."""
 
 import numpy as np
 import pandas as pd
@@ -13,6 +14,7 @@ from analysis.compare import (
     claim_changes,
     load_line,
     lost_answers,
+    lost_timings,
     metric_table,
     regressions,
     status_changes,
@@ -24,24 +26,71 @@ from harness import codestore
 from harness.names import setting
 from harness.tables import markdown
 
+PASSED, FAILED, NOT_JUDGED = 0, 1, 3  # the gate's exit codes (2: bad input)
+JUDGED = ("faster", "slower", "same")  # a timing's changes that a gate can go by
+
 
 def document(c: Comparison, factor: float | None) -> tuple[str, int]:
-    """The comparison as Markdown, and how many timings regressed beyond `factor`."""
+    """The comparison as Markdown, and the gate's verdict under --fail-on-regression `factor`
+    (PASSED without one): FAILED where a timing is slower by the rule and by more than the
+    factor, or an answer of A is lost in B (a point's, or a timing's on an ok row); else
+    NOT_JUDGED where the gate could judge none of its timings (each one busy machine, no
+    samples, no value) or each side is one sweep (whose repeats come from one process: the
+    same code, timed in two processes, differs by more than they show, so no factor tells code
+    from process there)."""
     timing_tables = {metric: metric_table(c.matched, metric, c.keys) for metric in c.timings}
     other_tables = {metric: metric_table(c.matched, metric, c.keys) for metric in c.others}
     claims = claim_changes(c.a, c.b)
-    regressed = regressions(timing_tables, factor) if factor is not None else None
-    lost = lost_answers(c) if factor is not None else None
     parts = [
         *_header(c),
         _summary(c, timing_tables, claims),
         *_timing_sections(timing_tables),
         *_other_sections(c, other_tables),
         *_listed(c, claims),
-        *_regression_section(regressed, factor),
-        *_lost_section(lost),
     ]
-    return "\n\n".join(parts) + "\n", 0 if regressed is None else len(regressed) + len(lost)
+    if factor is None:
+        return "\n\n".join(parts) + "\n", PASSED
+    one_process = c.a.parts is None or c.b.parts is None
+    regressed, lost = regressions(timing_tables, factor), lost_answers(c)
+    lost_values = lost_timings(c)
+    unjudged = _unjudged(c, timing_tables, factor, one_process)
+    parts += [
+        *_regression_section(regressed, factor, counted=not one_process),
+        *_lost_section(lost),
+        *_lost_timing_section(lost_values),
+    ]
+    if unjudged:
+        parts.append(f"## Not judged\n\n{unjudged}")
+    failed = len(lost) + len(lost_values) + (0 if one_process else len(regressed))
+    verdict = FAILED if failed else NOT_JUDGED if unjudged else PASSED
+    return "\n\n".join(parts) + "\n", verdict
+
+
+def _unjudged(c: Comparison, tables: dict[str, pd.DataFrame], factor: float,
+              one_process: bool) -> str | None:  # fmt: skip
+    """Why the gate could not judge the timings, or None where it could."""
+    if not c.timings:
+        return None
+    if one_process:
+        return (f"The gate cannot tell code from process at {factor:g}x: each side is one "
+                f"sweep, so its timings' repeats come from one process, and the same code "
+                f"timed in two processes differs by more than they show (1.11x and 1.21x have "
+                f"been seen). Run each side as three sweeps, interleaved (python -m harness "
+                f"again {c.a.id.split(',')[0]} {c.b.id.split(',')[0]} times=3 does), and "
+                f"compare A1,A2,A3 B1,B2,B3.")  # fmt: skip
+    changes = pd.concat([table["change"] for table in tables.values()])
+    if changes.isin(JUDGED).any():
+        return None
+    counts = ", ".join(f"{n} {why}" for why, n in changes.value_counts().items())
+    return (f"The gate judged none of its {len(changes)} timings ({counts or 'no points'}): "
+            f"run the sweeps again on a machine that is otherwise idle.")  # fmt: skip
+
+
+def _lost_timing_section(lost: pd.DataFrame) -> list[str]:
+    if lost.empty:
+        return []
+    return [f"## Regressions: {len(lost)} timings A has are no number on an ok row of B (a "
+            f"broken timer's)", _by_point(lost)]  # fmt: skip
 
 
 def _header(c: Comparison) -> list[str]:
@@ -105,8 +154,8 @@ def _other_sections(c: Comparison, tables: dict[str, pd.DataFrame]) -> list[str]
     return parts
 
 
-def _lost_section(lost: pd.DataFrame | None) -> list[str]:
-    if lost is None or lost.empty:
+def _lost_section(lost: pd.DataFrame) -> list[str]:
+    if lost.empty:
         return []
     return [
         f"## Regressions: {len(lost)} points answered in A have no answer in B",
@@ -114,10 +163,11 @@ def _lost_section(lost: pd.DataFrame | None) -> list[str]:
     ]
 
 
-def _regression_section(regressed: pd.DataFrame | None, factor: float | None) -> list[str]:
-    if regressed is None:
-        return []
+def _regression_section(regressed: pd.DataFrame, factor: float, counted: bool) -> list[str]:
     title = f"## Regressions: {len(regressed)} timings slower than {factor:g}x A, outside the noise"
+    if not counted:
+        title = (f"## Slower than {factor:g}x A by the rule, not judged: {len(regressed)} "
+                 "timings")  # fmt: skip
     return [title, _by_point(regressed[["metric", "A", "B", "B/A"]])] if len(regressed) else [title]
 
 

@@ -108,10 +108,20 @@ def _code(argv: list[str]) -> int:
     return code(ids, _out(options), options.get("code_store"))
 
 
+def _again(argv: list[str]) -> int:
+    """Sweeps run again, each on its own code, in turns (a timing gate's processes apart)."""
+    from harness.status import again
+
+    keys = {"out", "code_store", "times"}
+    options, ids = _options(argv, keys, "SWEEP_ID [SWEEP_ID ...]", (1, 16))
+    return again(ids, _out(options), options.get("code_store"), options.get("times", "3"))
+
+
 COMMANDS = {
     "status": lambda argv: _status(*_sweep_and_out(argv)),
     "compact": lambda argv: _compact(*_sweep_and_out(argv)),
     "code": _code,
+    "again": _again,
 }
 
 
@@ -120,7 +130,7 @@ def _options(argv: list[str], keys: set[str], usage_: str, count=(1, 1)) -> tupl
     options = dict(a.split("=", 1) for a in argv[1:] if "=" in a)
     ids = [check_name("sweep id", a) for a in argv[1:] if "=" not in a]
     if not count[0] <= len(ids) <= count[1] or set(options) - keys:
-        shown = " ".join(f"[{key}=DIR]" for key in sorted(keys))
+        shown = " ".join(f"[{key}={'N' if key == 'times' else 'DIR'}]" for key in sorted(keys))
         raise BadInput(f"usage: python -m harness {argv[0]} {usage_} {shown}")
     return options, ids
 

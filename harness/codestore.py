@@ -292,6 +292,14 @@ def enter(store: Path, digest: str) -> None:
         raise BadInput(str(error)) from None
 
 
+def verify(store: Path, digest: str) -> None:
+    """BadInput (one line) where the snapshot of code `digest` is gone or does not hash to it."""
+    try:
+        boot.verified(store, digest)
+    except boot.Mismatch as error:
+        raise BadInput(str(error)) from None
+
+
 def running() -> tuple[Path, str] | None:
     """(store, digest) of the code this process runs, where it started from a snapshot."""
     given = os.environ.get(boot.ENV)
@@ -330,7 +338,7 @@ class RunFrom(Exception):
         from harness.names import CONF
 
         os.environ[boot.CONF_ENV] = str(CONF)
-        script = _boot_file(self.store, self.digest)
+        script = boot_file(self.store, self.digest)
         return [sys.executable, str(script), str(self.store), self.digest, "-m", "harness",
                 *arguments]  # fmt: skip
 
@@ -340,11 +348,11 @@ def boot_command(store: Path, digest: str) -> str:
     which hashes the snapshot before anything of it runs. submitit appends -u -m ..."""
     import shlex
 
-    script = _boot_file(store, digest)
+    script = boot_file(store, digest)
     return " ".join(shlex.quote(str(a)) for a in (sys.executable, script, store, digest))
 
 
-def _boot_file(store: Path, digest: str) -> Path:
+def boot_file(store: Path, digest: str) -> Path:
     parts = json.loads(boot.record_path(store, digest).read_text())["parts"]
     return boot.part_folder(store, parts[-1]) / "harness" / "boot.py"
 
@@ -354,7 +362,7 @@ def worker_target(store: Path, digest: str, target: str, args: tuple) -> tuple:
     hashes the snapshot and then calls `target` ("module:function") with `args`."""
     import runpy
 
-    script = str(_boot_file(store, digest))
+    script = str(boot_file(store, digest))
     init = {"BOOT": (str(store), digest, target, args)}
     return runpy.run_path, (script,), {"init_globals": init, "run_name": "__harness_boot__"}
 

@@ -246,3 +246,59 @@ def code(ids: list[str], out: str, code_store: str | None) -> int:
           f"{', '.join(changed)}")  # fmt: skip
     sys.stdout.write(text)
     return 0
+
+
+AGAIN_REPLACED = ("out", "resume", "wait", "reuse", "code", "code_store")  # again= sets these
+
+
+def again(ids: list[str], out: str, code_store: str | None, times: str) -> int:
+    """python -m harness again SWEEP [SWEEP ...] [times=3]: each sweep run again, as a new
+    sweep of its own command on its own code (its snapshot, hashed first: harness.boot) with
+    nothing reused, one after another in turns, until each has `times` sweeps: the processes
+    apart that a timing gate judges by (python -m analysis compare A1,A2,A3 B1,B2,B3), run
+    interleaved so that a drift of the machine reaches both sides alike. Its command runs from
+    this folder, its config dirs as the sweep recorded them."""
+    import os
+    import re
+    import shlex
+    import subprocess
+
+    from harness import boot, codestore
+    from harness.names import CONF, split_flags
+
+    if not times.isdigit() or int(times) < 2:
+        raise BadInput(f"times must be a whole number of 2 or more, got {times!r}")
+    results, kept = Path(out).resolve() / "results", codestore.store_of(code_store)
+    commands, sides = [], []
+    for sweep_id in ids:
+        sweep_id = named_sweep(results, sweep_id)
+        manifest = store.read_manifest(results, find_experiment(results, sweep_id), sweep_id) or {}
+        digest = manifest.get("code_digest")
+        if not isinstance(digest, str):
+            raise BadInput(f"sweep {sweep_id} pinned no code (it was run before sweeps did)")
+        codestore.verify(kept, digest)
+        arguments, _ = split_flags(shlex.split(manifest.get("command", ""))[3:])
+        kept_args = [a for a in arguments if a.split("=", 1)[0].lstrip("+~") not in AGAIN_REPLACED]
+        folders = [
+            arg for folder in manifest.get("config_dirs", []) for arg in ("--config-dir", folder)
+        ]
+        commands.append([sys.executable, str(codestore.boot_file(kept, digest)), str(kept), digest,
+                         "-m", "harness", *folders, *kept_args, "reuse=false",
+                         f"out={Path(out).resolve()}", f"code_store={kept}"])  # fmt: skip
+        sides.append([sweep_id])
+    environment = {**os.environ, boot.CONF_ENV: str(CONF)}  # the snapshot holds no configs
+    for turn in range(1, int(times)):
+        for command, side in zip(commands, sides, strict=True):
+            print(f"again {turn} of {int(times) - 1}, sweep {side[0]}'s command on its code "
+                  f"{command[3]}:", flush=True)  # fmt: skip
+            ran = subprocess.run(command, env=environment, stdout=subprocess.PIPE, text=True)
+            sys.stdout.write(ran.stdout)
+            made = re.search(r"^sweep (\S+): ", ran.stdout, re.M)
+            if ran.returncode or not made:
+                print(f"error: the run of sweep {side[0]} again ended with exit code "
+                      f"{ran.returncode}", file=sys.stderr)  # fmt: skip
+                return ran.returncode or 1
+            side.append(made[1])
+    joined = " ".join(",".join(side) for side in sides)
+    print(f"compare them with: python -m analysis compare {joined} --fail-on-regression 1.10")
+    return 0

@@ -271,6 +271,27 @@ def test_a_resume_after_the_projects_own_code_changed_starts_again_from_the_snap
     assert rows["code_digest"].eq(planned).all()
 
 
+@pytest.mark.process
+def test_again_runs_each_sweep_anew_on_its_own_code_in_turns(own):
+    """Two sweeps of two codes, the kernel edited a third time: again runs each once more on
+    the code it pinned, nothing reused, and names the sides to compare."""
+    assert own().returncode == 0
+    one = newest(own.harness)
+    own.edit(7)
+    assert own().returncode == 0
+    two = newest(own.harness)
+    own.edit(9)
+    ran = own.harness("again", one, two, "times=2", f"code_store={own.codes}")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    made = [s for s in store.sweeps(own.harness.results, "own") if s not in (one, two)]
+    assert len(made) == 2
+    for old, new, values in ((one, made[0], [1, 2]), (two, made[1], [7, 14])):
+        rows = sweep_rows(own.harness, new)
+        assert rows["value"].tolist() == values and reused(rows) == [None, None]
+        assert rows["code_digest"].eq(sweep_rows(own.harness, old)["code_digest"][0]).all()
+    assert f"compare {one},{made[0]} {two},{made[1]}" in ran.stdout
+
+
 def test_the_digest_covers_paths_and_bytes_and_the_stat_cache_sees_an_edit(tmp_path):
     folder = tmp_path / "pkgroot" / "somepkg"
     folder.mkdir(parents=True)

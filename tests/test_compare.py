@@ -81,8 +81,8 @@ def test_each_timing_is_faster_slower_or_the_same_by_the_noise_rule(results):
 
 
 def test_the_document_lists_lone_points_statuses_and_the_flipped_claim(results):
-    text, regressed = document(compare(load(results, A), load(results, B)), factor=None)
-    assert regressed == 0
+    text, verdict = document(compare(load(results, A), load(results, B)), factor=None)
+    assert verdict == 0
     assert "4 points in both, 1 only in A, 1 only in B" in text
     assert "| backend=flash length=256 | A " in text and "| backend=flash length=512 | B " in text
     assert "| backend=flash length=1024 | ok  | failed | RuntimeError: out of memory" in text
@@ -93,19 +93,47 @@ def test_the_document_lists_lone_points_statuses_and_the_flipped_claim(results):
 
 @pytest.mark.parametrize("factor, slower", [(1.2, True), (1.5, False)])
 def test_fail_on_regression_gates_on_the_factor_and_the_noise(results, analysis, factor, slower):
+    """One sweep a side: the timings slower by the rule are listed, not judged (code cannot be
+    told from process there); the point that fails in B is an answer lost, which fails."""
     result = analysis("compare", A, B, "--fail-on-regression", str(factor))
     assert result.returncode == 1, result.stderr  # the point that fails in B counts, always
     written = results.parent / "report" / f"compare-{A}-vs-{B}.md"
     assert written.read_text() in result.stdout
-    timings, lost = result.stdout.split("## Regressions")[1:]
+    timings = result.stdout.split(f"## Slower than {factor:g}x A by the rule, not judged")[1]
+    timings, lost = timings.split("## Regressions")
     # 1.22x at length 256 is within the noise: never a regression, whatever the factor.
     assert ("backend=flash length=128" in timings) == slower
     assert "backend=math length=256" not in timings
     assert "backend=flash length=1024" in lost and "failed" in lost
+    assert f"cannot tell code from process at {factor:g}x" in result.stdout
 
 
-def test_a_sweep_against_itself_passes_the_gate(results, analysis):
-    assert analysis("compare", A, A, "--fail-on-regression", "1.01").returncode == 0
+@pytest.mark.parametrize("a, b", [(A, A), (f"{A},{B}", B)], ids=["itself", "within a side"])
+def test_a_sweep_on_both_sides_is_one_line_and_exit_2(results, analysis, a, b):
+    """A sweep against itself would pass any gate (every timing the same): refused."""
+    refused = analysis("compare", a, b, "--fail-on-regression", "1.01")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "is on both sides" in refused.stderr and refused.stdout == ""
+
+
+def test_a_gate_that_could_judge_no_timing_exits_3_and_says_why(tmp_path, analysis):
+    """Three sweeps a side, B 1.3x slower, every timing of B beside a busy machine: no timing is
+    judged, and the gate does not pass: exit 3, saying so."""
+    results = tmp_path / "outputs" / "results"
+    a, b = sides(results, [1.0, 1.06, 0.97], [1.3, 1.36, 1.28], load_b=0.7)
+    gate = analysis("compare", a, b, "--fail-on-regression", "1.10")
+    assert gate.returncode == 3, gate.stdout + gate.stderr
+    assert "The gate judged none of its 1 timings (1 busy machine)" in gate.stdout
+
+
+@pytest.mark.parametrize("broken", [float("nan"), float("inf"), None])
+def test_a_timing_b_lost_on_an_ok_row_fails_the_gate(tmp_path, analysis, broken):
+    """B's timer broken (NaN, infinite, no value) on rows that say ok: an answer lost, named."""
+    results = tmp_path / "outputs" / "results"
+    a, b = sides(results, [1.0, 1.06, 0.97], [1.0, 1.0, 1.0], broken_b=broken)
+    gate = analysis("compare", a, b, "--fail-on-regression", "1.10")
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    assert "## Regressions: 1 timings A has are no number on an ok row of B" in gate.stdout
 
 
 @pytest.mark.parametrize(
@@ -216,21 +244,26 @@ def test_a_timing_beside_other_load_is_not_judged(tmp_path, slower, load_a, load
     table = metric_table(comparison.matched, "time_ms", comparison.keys)
     assert table["change"].tolist() == [expected]
     assert table["B/A"].tolist() == [pytest.approx(slower)]
-    text, regressed = document(comparison, factor=1.10)
-    assert regressed == (expected == "slower")
+    text, verdict = document(comparison, factor=1.10)
+    assert verdict == 3, "one sweep a side: not judged"
     said = "Other processes' share of the CPUs" in text.split("## ")[0]
     assert said == (load_a is not None or load_b is not None)
     assert f"1 {expected}" in text
 
 
-def sides(results, factors_a, factors_b, failed_in_b=None) -> tuple[str, str]:
+def sides(results, factors_a, factors_b, failed_in_b=None, load_b=0.01,
+          broken_b=0.0) -> tuple[str, str]:  # fmt: skip
     """Sweeps of one point whose samples are TIMES times each factor: a sweep a process (its
-    repeats tight, the processes apart), A's and B's ids joined by commas."""
+    repeats tight, the processes apart), A's and B's ids joined by commas. B's sweeps ran
+    beside load_b; with broken_b other than 0.0, their timing is that value (None: no value)
+    and their samples none, on rows that say ok."""
     ids = {}
     for side, factors in (("a", factors_a), ("b", factors_b)):
         ids[side] = [f"20261129-12{side}{n:03d}-{side * 4}" for n in range(len(factors))]
         for number, (sweep, factor) in enumerate(zip(ids[side], factors, strict=True)):
-            row = timed_row(factor, 0.01)
+            row = timed_row(factor, load_b if side == "b" else 0.01)
+            if side == "b" and broken_b != 0.0:
+                row = {**row, "time_ms": broken_b, "time_samples_ms": None}
             if side == "b" and number == failed_in_b:
                 row = {"status": "failed", "error": "RuntimeError: out of memory"}
             write_timed(results, sweep, row)
@@ -245,7 +278,7 @@ def test_a_side_of_several_sweeps_is_judged_by_the_spread_between_its_processes(
     alone = compare(load(results, a.split(",")[2]), load(results, b.split(",")[0]))
     table = metric_table(alone.matched, "time_ms", alone.keys)
     assert table["change"].tolist() == ["slower"] and table["B/A"].iloc[0] > 1.10
-    assert document(alone, factor=1.10)[1] == 1
+    assert document(alone, factor=1.10)[1] == 3, "one sweep a side: not judged"
     assert "come from one process" in document(alone, factor=1.10)[0]
     pooled = compare(load(results, a), load(results, b))
     table = metric_table(pooled.matched, "time_ms", pooled.keys)
@@ -253,8 +286,8 @@ def test_a_side_of_several_sweeps_is_judged_by_the_spread_between_its_processes(
     assert table["A"].iloc[0] == pytest.approx(10.05) and table["B"].iloc[0] == pytest.approx(
         10.05 * 1.04
     ), "the medians of the processes' medians"
-    text, regressed = document(pooled, factor=1.10)
-    assert regressed == 0 and "come from one process" not in text
+    text, verdict = document(pooled, factor=1.10)
+    assert verdict == 0 and "come from one process" not in text
     assert all(f"A{n}: sweep `{sweep}`" in text for n, sweep in enumerate(a.split(","), 1))
 
 
@@ -278,7 +311,7 @@ def test_a_side_of_several_sweeps_finds_a_real_change_and_a_lost_answer(
         assert table["change"].tolist() == [expected]
     assert document(comparison, factor=1.10)[1] == regressed
     gate = analysis("compare", a, b, "--fail-on-regression", "1.10")
-    assert gate.returncode == (1 if regressed else 0), gate.stdout + gate.stderr
+    assert gate.returncode == regressed, gate.stdout + gate.stderr
     named = f"compare-{a.replace(',', '+')}-vs-{b.replace(',', '+')}.md"
     assert (results.parent / "report" / named).read_text() in gate.stdout
 
@@ -286,8 +319,10 @@ def test_a_side_of_several_sweeps_finds_a_real_change_and_a_lost_answer(
 def test_a_side_whose_sweeps_are_not_one_grid_or_name_one_twice_is_one_line_and_exit_2(
     results, analysis
 ):
+    other = "20261129-120000-cccc"
+    write_sweep(results, other)
     for side, said in [(f"{A},{B}", "are not of one grid"), (f"{A},{A}", "names a sweep twice")]:
-        refused = analysis("compare", side, B)
+        refused = analysis("compare", side, other)
         assert refused.returncode == 2 and said in refused.stderr, refused.stderr
         assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
 
