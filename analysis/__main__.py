@@ -16,7 +16,7 @@ from pathlib import Path
 
 from analysis.compare import RULE
 from analysis.report import claims_changed, claims_note, write_report
-from harness import files, store
+from harness import common_schema, files, store
 from harness.claims import FAILING, outcome
 from harness.errors import BadInput, os_error, reader_gone
 
@@ -130,6 +130,9 @@ def _main(argv: list[str] | None) -> int:
             file=sys.stderr,
         )
         return 2
+    mended = common_schema.mend(results)
+    if mended:
+        print(f"warning: {mended}", file=sys.stderr)
     if args.command == "compare":
         return _compare(results, args)
     config_dirs = [folder.resolve() for folder in args.config_dir]

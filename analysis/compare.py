@@ -191,7 +191,8 @@ def metric_table(matched: pd.DataFrame, metric: str, keys: list[str]) -> pd.Data
     """A metric at each point both sweeps have: A, B, B/A, and for a timing its change (busy
     machine where either side's LOAD exceeds BUSY)."""
     both = matched[matched["side"] == "both"]
-    a, b = (pd.to_numeric(_column(both, f"{metric} {s}"), errors="coerce") for s in "AB")
+    a, b = (pd.to_numeric(_column(both, f"{metric} {s}"), errors="coerce").astype(float)
+            for s in "AB")  # fmt: skip
     table = pd.DataFrame({"A": a, "B": b})
     with np.errstate(divide="ignore", invalid="ignore"):
         table["B/A"] = table["B"] / table["A"]

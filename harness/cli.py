@@ -59,19 +59,19 @@ def _sweep(argv: list[str]) -> int:
         os.execv(sys.executable, again.argv(argv))  # the environment carries this conf/ there
 
 
-def _status(sweep_id: str, out: str) -> int:
+def _status(sweep_id: str, out: str, experiment: str | None) -> int:
     from harness.status import status
 
-    return status(sweep_id, out)
+    return status(sweep_id, out, experiment)
 
 
-def _compact(sweep_id: str, out: str) -> int:
+def _compact(sweep_id: str, out: str, experiment: str | None) -> int:
     """Merge the sweep's job files into one (store.compact); refused while SLURM runs points."""
     from harness import store
     from harness.status import find_experiment, named_sweep, still_scheduled
 
     results = Path(out).resolve() / "results"
-    sweep_id = named_sweep(results, sweep_id)
+    sweep_id = named_sweep(results, sweep_id, experiment)
     experiment = find_experiment(results, sweep_id)
     running = still_scheduled(store.read_manifest(results, experiment, sweep_id) or {})
     if running:
@@ -125,20 +125,27 @@ COMMANDS = {
 }
 
 
+PLACEHOLDERS = {"times": "times=N", "experiment": "+experiment=NAME"}
+
+
 def _options(argv: list[str], keys: set[str], usage_: str, count=(1, 1)) -> tuple[dict, list]:
-    """A command's key=value options (of `keys`) and its sweep ids (their count in `count`)."""
-    options = dict(a.split("=", 1) for a in argv[1:] if "=" in a)
+    """A command's key=value options (of `keys`; +key=value as key=value) and its sweep ids
+    (their count in `count`)."""
+    options = {key.lstrip("+"): value for key, value in
+               (a.split("=", 1) for a in argv[1:] if "=" in a)}  # fmt: skip
     ids = [check_name("sweep id", a) for a in argv[1:] if "=" not in a]
     if not count[0] <= len(ids) <= count[1] or set(options) - keys:
-        shown = " ".join(f"[{key}={'N' if key == 'times' else 'DIR'}]" for key in sorted(keys))
+        shown = " ".join(f"[{PLACEHOLDERS.get(key, key + '=DIR')}]" for key in sorted(keys))
         raise BadInput(f"usage: python -m harness {argv[0]} {usage_} {shown}")
     return options, ids
 
 
-def _sweep_and_out(argv: list[str]) -> tuple[str, str]:
-    """`status SWEEP_ID [out=DIR]`'s sweep id and out dir (the same for compact)."""
-    options, ids = _options(argv, {"out"}, "SWEEP_ID")
-    return ids[0], _out(options)
+def _sweep_and_out(argv: list[str]) -> tuple[str, str, str | None]:
+    """`status SWEEP_ID [out=DIR] [+experiment=NAME]`'s sweep id, out dir and experiment (whose
+    newest sweep `last` names; the same for compact)."""
+    options, ids = _options(argv, {"out", "experiment"}, "SWEEP_ID")
+    experiment = options.get("experiment")
+    return ids[0], _out(options), experiment and check_name("experiment", experiment)
 
 
 def _out(options: dict) -> str:

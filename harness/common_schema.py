@@ -50,6 +50,29 @@ def keep(root: Path, schema: pa.Schema) -> None:
         _held[root] = merged
 
 
+def mend(root: Path) -> str | None:
+    """Where ROOT/columns is there but cannot be read (emptied, cut short, damaged), on which
+    pandas' and pyarrow's folder readers raise: rebuilt from the row files' footers. A line
+    saying what was found and done; None where there was nothing to mend."""
+    root, path = Path(root), Path(root) / NAME
+    if path.is_symlink() or not path.is_file():
+        return None
+    try:
+        pq.read_schema(path)
+        return None
+    except Exception as error:  # whatever a damaged footer raises
+        why = "empty" if path.stat().st_size == 0 else f"{type(error).__name__}: {error}"
+    said = f"the store's columns file {path} could not be read ({why})"
+    try:
+        with files.held(root / LOCK):
+            table = pa.schema(list(_footers(root).items())).empty_table()
+            files.replace_atomically(path, lambda tmp: pq.write_table(table, tmp), sync=False)
+    except OSError as error:
+        return f"{said}, and cannot be rebuilt here ({error.strerror or error})"
+    _held.pop(root, None)
+    return f"{said}: rebuilt from the row files"
+
+
 def read(root: Path) -> dict[str, pa.DataType]:
     """The columns ROOT/columns holds and their types; none where it is missing, damaged or not
     a plain file (a symlink is not followed)."""

@@ -131,8 +131,8 @@ USAGE = """usage: python -m harness [--config-dir DIR] +experiment=NAME [key=val
        python -m harness [--config-dir DIR] +experiment=NAME ... --cfg job|hydra|all
                          [--resolve] [--package KEY]
        python -m harness [--config-dir DIR] +experiment=NAME ... --info [TOPIC]
-       python -m harness status SWEEP_ID [out=DIR]
-       python -m harness compact SWEEP_ID [out=DIR]
+       python -m harness status SWEEP_ID [out=DIR] [+experiment=NAME]
+       python -m harness compact SWEEP_ID [out=DIR] [+experiment=NAME]
        python -m harness code SWEEP_ID [OTHER_SWEEP_ID] [out=DIR] [code_store=DIR]
        python -m harness again SWEEP_ID [SWEEP_ID ...] [times=N] [out=DIR] [code_store=DIR]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from harness import reuse, search, store
+from harness import common_schema, reuse, search, store
 from harness.errors import BadInput, shorten
 
 LAST = store.LAST  # the sweep id that names the newest sweep (status last, resume=last)
@@ -22,18 +22,25 @@ ALIVE = ("pending", "running")  # the states of a point that a launcher still ho
 SLURM = "harness.launchers.slurm.SlurmLauncher"  # what older manifests' launches were
 
 
-def status(sweep_id: str, out: str = "outputs") -> int:
-    """Print the sweep's points with their states; the exit code is 0 (2 for an unknown id)."""
+def status(sweep_id: str, out: str = "outputs", experiment: str | None = None) -> int:
+    """Print the sweep's points with their states; the exit code is 0 (2 for an unknown id).
+    `last` names the newest sweep (of `experiment`, if given)."""
     results = Path(out).resolve() / "results"
-    sweep_id = named_sweep(results, sweep_id)
+    sweep_id = named_sweep(results, sweep_id, experiment)
     experiment = find_experiment(results, sweep_id)
     manifest = store.read_manifest(results, experiment, sweep_id)
     if manifest is None:
         raise BadInput(f"sweep {sweep_id} has no readable manifest ({store.MANIFEST}) in {results}")
+    mended = common_schema.mend(results)
+    if mended:
+        print(f"warning: {mended}", file=sys.stderr)
     if compact_if_finished(results, experiment, sweep_id, manifest):
         print(f"sweep {sweep_id} has ended: its files are compacted into one")
     rows = store.read_table(results, experiment, sweep_id, partitions=False)
     points = point_states(manifest, store.as_planned(rows, manifest, results), results)
+    running = store.run_by(results, experiment, sweep_id)
+    if running:
+        _in_hand(points, results.parent / "runs" / experiment / sweep_id, running[1])
     print(f"sweep {sweep_id} ({experiment}): {manifest.get('command', '')}")
     print(pipe_table([{**point, "detail": shorten(point["detail"])} for point in points]))
     states = [point["state"] for point in points]
@@ -44,6 +51,11 @@ def status(sweep_id: str, out: str = "outputs") -> int:
     if searched:
         for line in search.progress(store.sweep_dir(results, experiment, sweep_id), searched):
             print(line)
+    if running:
+        print(f"a command runs it now ({running[0]}, since "
+              f"{datetime.fromtimestamp(running[1]).strftime('%H:%M:%S')}): its points without "
+              "rows are pending or running there")  # fmt: skip
+        return 0
     if all(state in store.DONE for state in states) or set(states) & set(ALIVE):
         return 0
     from harness.config import resume_command  # Hydra's quoting of the out dir
@@ -53,6 +65,20 @@ def status(sweep_id: str, out: str = "outputs") -> int:
     said = resume_command(experiment, sweep_id, config_dirs, results.parent, settings)
     print(f"finish it with: {said}")
     return 0
+
+
+def _in_hand(points: list[dict], runs: Path, since: float) -> None:
+    """The points without rows of a sweep that a command runs now (a local sweep, whose points
+    no scheduler tracks): running where their job's log was written since that command took
+    the sweep (Hydra's job folder, runs/EXPERIMENT/SWEEP/job-N), pending otherwise."""
+    for point in points:
+        if point["state"] != "not run":
+            continue
+        try:
+            started = (runs / f"job-{point['job']}" / "harness.log").stat().st_mtime >= since
+        except OSError:
+            started = False
+        point["state"] = "running" if started else "pending"
 
 
 def compact_if_finished(results: Path, experiment: str, sweep: str, manifest: dict | None) -> bool:

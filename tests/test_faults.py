@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from probes import PROBE_PATH, SUPPORT, arrivals, wait_for
+from probes import PROBE_PATH, SUPPORT, arrivals, await_arrivals, wait_for
 from sweeps import own_file
 
 from harness import files, store
@@ -612,6 +612,59 @@ def test_status_of_an_unfinished_sweep_says_how_to_finish_it(faulty):
     (faulty.cwd / "fixed").touch()
     finished = faulty.harness(*shlex.split(command), env=faulty.env)
     assert finished.returncode == 0 and "1 points to run" in finished.stdout, finished.stdout
+
+
+def test_status_last_of_an_experiment_names_its_newest_sweep(harness):
+    assert harness(*TINY, "length=64").returncode == 0
+    (first,) = store.sweeps(harness.results, "exp014_tiled")
+    other = ["--config-dir", str(SUPPORT / "conf"), "+experiment=rendezvous", "point=0"]
+    ran = harness(*other, f"folder={harness.cwd}", env={"PYTHONPATH": PROBE_PATH})
+    assert ran.returncode == 0, ran.stderr
+    shown = harness("status", "last", "+experiment=exp014_tiled")
+    assert shown.returncode == 0 and f"sweep {first} (exp014_tiled)" in shown.stdout, shown.stderr
+    compacted = harness("compact", "last", "+experiment=exp014_tiled")
+    assert compacted.returncode == 0, compacted.stderr
+
+
+@pytest.mark.parametrize("damage", ["emptied", "cut short"])
+def test_a_damaged_columns_file_is_named_and_rebuilt_by_status_and_the_report(
+    harness, analysis, damage
+):
+    """pandas' and pyarrow's folder readers raise on a columns file that cannot be read; status
+    and the report each say so and rebuild it, and the readers read every row again."""
+    assert harness(*TINY, "length=64,80").returncode == 0
+    (sweep,) = store.sweeps(harness.results, "exp014_tiled")
+    columns = harness.results / "columns"
+    for command in (("status", sweep), None):
+        data = columns.read_bytes()
+        columns.write_bytes(b"" if damage == "emptied" else data[: len(data) // 2])
+        with pytest.raises(Exception):  # noqa: B017 - whatever pyarrow raises for it
+            pd.read_parquet(harness.results)
+        ran = harness(*command) if command else analysis()
+        assert ran.returncode == 0, ran.stderr
+        assert "the store's columns file" in ran.stderr
+        assert "results/columns could not be read" in ran.stderr
+        assert "rebuilt from the row files" in ran.stderr
+        assert len(pd.read_parquet(harness.results)) == 2
+        assert pq.read_table(harness.results).num_rows == 2
+
+
+@pytest.mark.process
+def test_status_of_a_sweep_a_command_runs_now_shows_its_points_pending_and_running(probe, gate):
+    """A local sweep held at its second point: status shows the first ok, the second running,
+    the third pending, names the command's process and advises no resume."""
+    sweeping = probe.start("point=0,1,2", f"folder={gate}", "release=open", "hold=1")
+    await_arrivals(gate, 2)
+    (sweep,) = store.sweeps(probe.results, "rendezvous")
+    shown = probe.harness("status", sweep)
+    (gate / "open").touch()
+    assert sweeping.wait(timeout=300) == 0
+    assert shown.returncode == 0, shown.stderr
+    states = {int(line.split("|")[1]): line.split("|")[3].strip()
+              for line in shown.stdout.splitlines() if re.match(r"\| \d", line)}  # fmt: skip
+    assert states == {0: "ok", 1: "running", 2: "pending"}, shown.stdout
+    assert f"a command runs it now (pid {sweeping.pid} on" in shown.stdout
+    assert "finish it with" not in shown.stdout
 
 
 @pytest.mark.parametrize(

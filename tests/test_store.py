@@ -10,6 +10,7 @@ import time
 from datetime import UTC, datetime
 
 import duckdb
+import numpy as np
 import pandas as pd
 import polars as pl
 import pyarrow as pa
@@ -394,3 +395,16 @@ def silently_changed(path, written) -> list[int]:
         if not table.equals(written):
             silent.append(offset)
     return silent
+
+
+def test_an_integer_column_with_gaps_reads_back_exactly(tmp_path):
+    """A value beyond 2**53 that other points' rows lack: pandas' nullable integer types, never
+    floats that round it."""
+    write_jobs(tmp_path, "exp", "s1", [
+        {"job": 0, "status": "ok", "big": 2**60 + 1, "huge": np.uint64(2**64 - 1)},
+        {"job": 1, "status": "ok"},
+    ])  # fmt: skip
+    rows = store.read(tmp_path, "exp").sort_values("job")
+    assert str(rows["big"].dtype) == "Int64" and str(rows["huge"].dtype) == "UInt64"
+    assert rows["big"].tolist() == [2**60 + 1, pd.NA] and rows["huge"].iloc[0] == 2**64 - 1
+    assert rows["job"].dtype == "int64", "a column without gaps as it was"

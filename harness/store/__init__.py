@@ -70,6 +70,7 @@ from harness.store.layout import (  # noqa: F401
     hold_running,
     job_file,
     release_running,
+    run_by,
     segment_file,
     segment_number,
     segment_rank,

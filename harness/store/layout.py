@@ -209,6 +209,24 @@ def claimed(root: Path, experiment: str, sweep: str) -> Iterator[None]:
         files.unlock(opened)
 
 
+def run_by(root: Path, experiment: str, sweep: str) -> tuple[str, float] | None:
+    """(who, since when) of the command that holds the sweep (claimed) now, or None: a look at
+    its lock that takes it for no longer than the look (shared, never waiting)."""
+    path = sweep_dir(root, experiment, sweep) / RUN_LOCK
+    try:
+        opened = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:  # none, or not a lock of the harness's
+        return None
+    try:
+        fcntl.flock(opened, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        said = os.read(opened, 200).decode(errors="replace").strip() or "another process"
+        return said, os.fstat(opened).st_mtime
+    finally:
+        os.close(opened)  # and with it a shared lock taken
+    return None
+
+
 @contextmanager
 def _sweep_lock(folder: Path) -> Iterator[None]:
     """One compaction (or resume's release) of a sweep at a time; the lock goes with the process."""

@@ -51,11 +51,23 @@ def result_files(root: Path, experiment: str | None = None, sweep: str | None = 
 
 
 def read(root: Path, experiment: str | None = None, sweep: str | None = None) -> pd.DataFrame:
-    """read_table's rows as one DataFrame (experiment and sweep as text)."""
+    """read_table's rows as one DataFrame (experiment and sweep as text). An integer column
+    with gaps (a value that some points' rows lack) is of pandas' nullable integer type, not
+    float64, so that every value reads back exactly (beyond 2**53 too)."""
     import pandas as pd
 
     table = read_table(root, experiment, sweep)
-    return table.to_pandas() if table.num_columns else pd.DataFrame(columns=list(PARTITIONS.names))
+    if not table.num_columns:
+        return pd.DataFrame(columns=list(PARTITIONS.names))
+    frame = table.to_pandas()
+    nullable = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
+                pa.int64(): pd.Int64Dtype(), pa.uint8(): pd.UInt8Dtype(),
+                pa.uint16(): pd.UInt16Dtype(), pa.uint32(): pd.UInt32Dtype(),
+                pa.uint64(): pd.UInt64Dtype()}  # fmt: skip
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if pa.types.is_integer(column.type) and column.null_count:
+            frame[name] = column.to_pandas(types_mapper=nullable.get)
+    return frame
 
 
 def read_table(
