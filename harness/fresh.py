@@ -361,15 +361,29 @@ def _functions() -> dict[str, tuple[object, set, dict]]:
 
 def _replaced(functions: dict[str, tuple[object, set, dict]]) -> list[str]:
     """The dotted names of those functions that are no longer what they were, and of functions
-    added (a method defined over its base class's)."""
+    added (a method defined over its base class's). A library's own replacement of its own
+    function (torch._dynamo wraps torch.manual_seed when it is first imported), by code that
+    lies in that library's folder, is taken as the function from then on, not named."""
     replaced = []
     for label, (owner, names, named) in functions.items():
         now = vars(owner)
-        replaced += [
-            f"{label}.{name}" for name, value in named.items() if now.get(name) is not value
-        ]
+        for name in [n for n, value in named.items() if now.get(n) is not value]:
+            if name in now and _libraries_own(label, now[name]):
+                named[name] = now[name]
+            else:
+                replaced.append(f"{label}.{name}")
         replaced += [f"{label}.{name}" for name in now.keys() - names if callable(now[name])]
     return replaced
+
+
+def _libraries_own(label: str, value) -> bool:
+    """Whether `value` was defined in the files of the library `label` belongs to."""
+    library = sys.modules.get(label.split(".")[0])
+    folder = getattr(library, "__file__", None)
+    code = getattr(value, "__code__", None)
+    module = sys.modules.get(getattr(value, "__module__", None) or "")
+    where = code.co_filename if code else getattr(module, "__file__", None)
+    return bool(folder and where) and Path(where).resolve().is_relative_to(Path(folder).parent)
 
 
 def _logging_state() -> dict:
