@@ -335,13 +335,18 @@ def cache_json(path):
     return json.loads(body)
 
 
-def test_a_cache_edited_in_the_report_folder_is_computed_again_not_believed(tmp_path, analysis):
+def failing_sweep(tmp_path, sweep: str) -> None:
+    """A sweep of one point whose claim ("exact") FAILs."""
     results = tmp_path / "outputs" / "results"
-    sweep = "20261129-120000-cccc"
     config = {**CONFIG, "claims": [{"metric": "max_abs_diff", "max": 1e-9, "text": "exact"}]}
     write_plan(results, "exp014_tiled", sweep, [{"length": 128}], config)
     write_jobs(results, "exp014_tiled", sweep, [
         {"job": 0, "status": "ok", "length": 128, "max_abs_diff": 1e-3}])  # fmt: skip
+
+
+def test_a_cache_edited_in_the_report_folder_is_computed_again_not_believed(tmp_path, analysis):
+    sweep = "20261129-120000-cccc"
+    failing_sweep(tmp_path, sweep)
     assert analysis("--check").returncode == 1  # the claim FAILs
     report = tmp_path / "outputs" / "report"
     caches = report / summaries.CACHE / "exp014_tiled"
@@ -386,12 +391,8 @@ def test_a_report_key_that_is_no_key_is_replaced_and_a_cache_forged_under_it_not
         key.chmod(0o644 if bad == "open to others" else 0o600)
         if bad == "not ours":
             os.chown(key, 65534, 65534)
-    results = tmp_path / "outputs" / "results"
     sweep = "20261129-120000-eeee"
-    config = {**CONFIG, "claims": [{"metric": "max_abs_diff", "max": 1e-9, "text": "exact"}]}
-    write_plan(results, "exp014_tiled", sweep, [{"length": 128}], config)
-    write_jobs(results, "exp014_tiled", sweep, [
-        {"job": 0, "status": "ok", "length": 128, "max_abs_diff": 1e-3}])  # fmt: skip
+    failing_sweep(tmp_path, sweep)
     try:
         assert analysis("--check").returncode == 1  # the claim FAILs
         status = key.lstat()
