@@ -47,8 +47,17 @@ class Job:
 def run_point(values: dict, run_dir: str, command: str | None, planned: dict | None) -> dict:
     """Run the point of a job's config values, write its rows, return a short summary. The
     point runs the parameters its sweep planned (the manifest's): a YAML edited since, or a
-    value that differs each time it is read (${now:...}), changes nothing it computes."""
-    logging.raiseExceptions = False  # a log that cannot be written (a full disk) is no traceback
+    value that differs each time it is read (${now:...}), changes nothing it computes. While it
+    runs, a log that cannot be written (a full disk) is no traceback (logging.raiseExceptions),
+    and the process is as it was afterwards."""
+    raising, logging.raiseExceptions = logging.raiseExceptions, False
+    try:
+        return _run_point(values, run_dir, command, planned)
+    finally:
+        logging.raiseExceptions = raising
+
+
+def _run_point(values: dict, run_dir: str, command: str | None, planned: dict | None) -> dict:
     experiment = Experiment.load(values["experiment"])
     root = Path(values["out"]) / "results"
     sweep, job = values["sweep_id"], values["job"]

@@ -6,13 +6,14 @@ import random
 import shutil
 import signal
 import subprocess
+import sys
 from importlib import metadata
 
 import duckdb
 import pandas as pd
 import pytest
 import torch
-from probes import arrivals, await_arrivals
+from probes import PROBE_PATH, SUPPORT, arrivals, await_arrivals
 from sweeps import own_file
 
 from harness import provenance, store
@@ -223,6 +224,46 @@ def test_nothing_is_written_through_a_link_under_the_out_dir(harness, tmp_path, 
     else:
         assert victim.read_text() == "a user's own words\n"
     assert not list(folder.glob("*.parquet")), "nothing ran"
+
+
+LEAVES = """
+import json, logging, os, sys
+import torch, pandas, pyarrow, hydra, numpy, experiments.tiled, probes  # what a sweep imports
+import harness.cli, harness.job, harness.sweep
+from harness import fresh
+before = fresh.Snapshot()
+raising, real_exit = logging.raiseExceptions, os._exit
+try:
+    harness.cli.main(sys.argv[1:])
+except SystemExit as stop:
+    code = stop.code
+print(json.dumps({
+    "code": code,
+    "left": before.left(),
+    "raiseExceptions": logging.raiseExceptions == raising,
+    "os._exit": os._exit is real_exit,
+}))
+"""  # python -c LEAVES ARGS...: what a sweep in this process left changed, as one JSON line
+
+
+@pytest.mark.process
+@pytest.mark.parametrize(
+    "args, code",
+    [(["+experiment=exp014_tiled", "length=16", "block=16", "seed=0,1"], 0),
+     (["--config-dir", str(SUPPORT / "conf"), "+experiment=rendezvous", "point=0,1", "fail=1",
+       "folder=."], 1)],
+    ids=["ok", "a point fails"],
+)  # fmt: skip
+def test_a_sweep_in_this_process_leaves_its_settings_as_they_were(tmp_path, args, code):
+    """The points of the basic launcher run in the command's process: what a job changes for
+    its point (logging's raiseExceptions, os._exit refused) is its alone, and what a warm
+    worker would have to put back or retire for (harness.fresh: settings, library functions,
+    threads) is as it was when the command ends."""
+    ran = subprocess.run([sys.executable, "-c", LEAVES, *args],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": PROBE_PATH})  # fmt: skip
+    left = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert left == {"code": code, "left": [], "raiseExceptions": True, "os._exit": True}, ran.stderr
 
 
 LOCAL = ["+experiment=exp014_tiled", "hydra/launcher=local"]
