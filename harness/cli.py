@@ -47,7 +47,7 @@ def _sweep(argv: list[str]) -> int:
     if warm.wanted(arguments):  # its imports run beside Hydra's and the experiment's
         warm.warm_up()
     from harness import sweep
-    from harness.codestore import RunFrom
+    from harness.codestore import RunFrom, harness_from
 
     try:
         return sweep.run(argv)
@@ -56,7 +56,7 @@ def _sweep(argv: list[str]) -> int:
             raise BadInput(f"{again}: resume it with python -m harness") from None
         sys.stdout.flush()
         sys.stderr.flush()
-        os.execv(sys.executable, again.argv(argv))  # the environment carries this conf/ there
+        os.execve(sys.executable, *harness_from(again.store, again.digest, argv))
 
 
 def _status(sweep_id: str, out: str, experiment: str | None) -> int:

@@ -286,16 +286,20 @@ def _write_part(part: Part, folder: Path) -> None:
 def enter(store: Path, digest: str) -> None:
     """This process imports from the snapshot of code `digest` from now on (harness.boot.enter);
     BadInput (one line) for a snapshot that is gone or does not hash to it."""
-    try:
+    with _mismatch_in_one_line():
         boot.enter(store, digest)
-    except boot.Mismatch as error:
-        raise BadInput(str(error)) from None
 
 
 def verify(store: Path, digest: str) -> None:
     """BadInput (one line) where the snapshot of code `digest` is gone or does not hash to it."""
-    try:
+    with _mismatch_in_one_line():
         boot.verified(store, digest)
+
+
+@contextlib.contextmanager
+def _mismatch_in_one_line():
+    try:
+        yield
     except boot.Mismatch as error:
         raise BadInput(str(error)) from None
 
@@ -332,15 +336,15 @@ class RunFrom(Exception):
         super().__init__(f"the sweep's code {digest} runs from its snapshot in {store}")
         self.store, self.digest = store, digest
 
-    def argv(self, arguments: list[str]) -> list[str]:
-        """The command line that does: python SNAPSHOT/harness/boot.py STORE DIGEST -m harness,
-        whose harness reads this one's conf/ (the environment's boot.CONF_ENV)."""
-        from harness.names import CONF
 
-        os.environ[boot.CONF_ENV] = str(CONF)
-        script = boot_file(self.store, self.digest)
-        return [sys.executable, str(script), str(self.store), self.digest, "-m", "harness",
-                *arguments]  # fmt: skip
+def harness_from(store: Path, digest: str, arguments: list[str]) -> tuple[list[str], dict]:
+    """The command line and environment that run `python -m harness ARGUMENTS` from the
+    snapshot of code `digest` (its boot hashes it first), its harness reading this install's
+    conf/ (boot.CONF_ENV: a snapshot holds no configs)."""
+    from harness.names import CONF
+
+    return ([*_boot(store, digest), "-m", "harness", *arguments],
+            {**os.environ, boot.CONF_ENV: str(CONF)})  # fmt: skip
 
 
 def boot_command(store: Path, digest: str) -> str:
@@ -348,11 +352,16 @@ def boot_command(store: Path, digest: str) -> str:
     which hashes the snapshot before anything of it runs. submitit appends -u -m ..."""
     import shlex
 
-    script = boot_file(store, digest)
-    return " ".join(shlex.quote(str(a)) for a in (sys.executable, script, store, digest))
+    return " ".join(shlex.quote(a) for a in _boot(store, digest))
 
 
-def boot_file(store: Path, digest: str) -> Path:
+def _boot(store: Path, digest: str) -> list[str]:
+    """python SNAPSHOT/harness/boot.py STORE DIGEST"""
+    return [sys.executable, str(_boot_script(store, digest)), str(store), digest]
+
+
+def _boot_script(store: Path, digest: str) -> Path:
+    """The snapshot's harness/boot.py (in its project part, the last)."""
     parts = json.loads(boot.record_path(store, digest).read_text())["parts"]
     return boot.part_folder(store, parts[-1]) / "harness" / "boot.py"
 
@@ -362,7 +371,7 @@ def worker_target(store: Path, digest: str, target: str, args: tuple) -> tuple:
     hashes the snapshot and then calls `target` ("module:function") with `args`."""
     import runpy
 
-    script = str(boot_file(store, digest))
+    script = str(_boot_script(store, digest))
     init = {"BOOT": (str(store), digest, target, args)}
     return runpy.run_path, (script,), {"init_globals": init, "run_name": "__harness_boot__"}
 

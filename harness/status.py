@@ -284,13 +284,12 @@ def again(ids: list[str], out: str, code_store: str | None, times: str) -> int:
     apart that a timing gate judges by (python -m analysis compare A1,A2,A3 B1,B2,B3), run
     interleaved so that a drift of the machine reaches both sides alike. Its command runs from
     this folder, its config dirs as the sweep recorded them."""
-    import os
     import re
     import shlex
     import subprocess
 
-    from harness import boot, codestore
-    from harness.names import CONF, split_flags
+    from harness import codestore
+    from harness.names import split_flags
 
     if not times.isdigit() or int(times) < 2:
         raise BadInput(f"times must be a whole number of 2 or more, got {times!r}")
@@ -308,15 +307,14 @@ def again(ids: list[str], out: str, code_store: str | None, times: str) -> int:
         folders = [
             arg for folder in manifest.get("config_dirs", []) for arg in ("--config-dir", folder)
         ]
-        commands.append([sys.executable, str(codestore.boot_file(kept, digest)), str(kept), digest,
-                         "-m", "harness", *folders, *kept_args, "reuse=false",
-                         f"out={Path(out).resolve()}", f"code_store={kept}"])  # fmt: skip
+        arguments = [*folders, *kept_args, "reuse=false", f"out={Path(out).resolve()}",
+                     f"code_store={kept}"]  # fmt: skip
+        commands.append((digest, *codestore.harness_from(kept, digest, arguments)))
         sides.append([sweep_id])
-    environment = {**os.environ, boot.CONF_ENV: str(CONF)}  # the snapshot holds no configs
     for turn in range(1, int(times)):
-        for command, side in zip(commands, sides, strict=True):
+        for (digest, command, environment), side in zip(commands, sides, strict=True):
             print(f"again {turn} of {int(times) - 1}, sweep {side[0]}'s command on its code "
-                  f"{command[3]}:", flush=True)  # fmt: skip
+                  f"{digest}:", flush=True)  # fmt: skip
             ran = subprocess.run(command, env=environment, stdout=subprocess.PIPE, text=True)
             sys.stdout.write(ran.stdout)
             made = re.search(r"^sweep (\S+): ", ran.stdout, re.M)
