@@ -74,8 +74,8 @@ def _unjudged(c: Comparison, tables: dict[str, pd.DataFrame], factor: float,
     if one_process:
         return (f"The gate cannot tell code from process at {factor:g}x: each side is one "
                 f"sweep, so its timings' repeats come from one process, and the same code "
-                f"timed in two processes differs by more than they show (1.11x and 1.21x have "
-                f"been seen). Run each side as three sweeps, interleaved (python -m harness "
+                f"timed in two processes differs by more than they show (see docs/"
+                f"performance.md). Run each side as three sweeps, interleaved (python -m harness "
                 f"again {c.a.id.split(',')[0]} {c.b.id.split(',')[0]} times=3 does), and "
                 f"compare A1,A2,A3 B1,B2,B3.")  # fmt: skip
     changes = pd.concat([table["change"] for table in tables.values()])

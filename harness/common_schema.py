@@ -43,10 +43,7 @@ def keep(root: Path, schema: pa.Schema) -> None:
         held = read(root) or _footers(root)
         merged = _merged(held, given)
         if merged != held:
-            table = pa.schema(list(merged.items())).empty_table()
-            files.replace_atomically(
-                root / NAME, lambda tmp: pq.write_table(table, tmp), sync=False
-            )
+            _write(root, merged)
         _held[root] = merged
 
 
@@ -65,12 +62,17 @@ def mend(root: Path) -> str | None:
     said = f"the store's columns file {path} could not be read ({why})"
     try:
         with files.held(root / LOCK):
-            table = pa.schema(list(_footers(root).items())).empty_table()
-            files.replace_atomically(path, lambda tmp: pq.write_table(table, tmp), sync=False)
+            _write(root, _footers(root))
     except OSError as error:
         return f"{said}, and cannot be rebuilt here ({error.strerror or error})"
     _held.pop(root, None)
     return f"{said}: rebuilt from the row files"
+
+
+def _write(root: Path, columns: dict[str, pa.DataType]) -> None:
+    """ROOT/columns anew, holding `columns` (the caller holds the lock)."""
+    table = pa.schema(list(columns.items())).empty_table()
+    files.replace_atomically(root / NAME, lambda tmp: pq.write_table(table, tmp), sync=False)
 
 
 def read(root: Path) -> dict[str, pa.DataType]:

@@ -360,5 +360,5 @@ def discard(sweep: Sweep) -> None:
     folder = store.sweep_dir(sweep.results, sweep.experiment.name, sweep.id)
     if not store.result_files(sweep.results, sweep.experiment.name, sweep.id):
         shutil.rmtree(folder, ignore_errors=True)
-        runs = sweep.results.parent / "runs" / sweep.experiment.name / sweep.id
+        runs = store.runs_dir(sweep.results, sweep.experiment.name, sweep.id)
         shutil.rmtree(runs, ignore_errors=True)

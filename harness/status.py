@@ -40,7 +40,7 @@ def status(sweep_id: str, out: str = "outputs", experiment: str | None = None) -
     points = point_states(manifest, store.as_planned(rows, manifest, results), results)
     running = store.run_by(results, experiment, sweep_id)
     if running:
-        _in_hand(points, results.parent / "runs" / experiment / sweep_id, running[1])
+        _in_hand(points, store.runs_dir(results, experiment, sweep_id), running[1])
     print(f"sweep {sweep_id} ({experiment}): {manifest.get('command', '')}")
     print(pipe_table([{**point, "detail": shorten(point["detail"])} for point in points]))
     states = [point["state"] for point in points]

@@ -71,6 +71,7 @@ from harness.store.layout import (  # noqa: F401
     job_file,
     release_running,
     run_by,
+    runs_dir,
     segment_file,
     segment_number,
     segment_rank,

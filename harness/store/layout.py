@@ -85,6 +85,12 @@ def sweep_dir(root: Path, experiment: str, sweep: str) -> Path:
     return Path(root) / f"experiment={experiment}" / f"sweep={sweep}"
 
 
+def runs_dir(root: Path, experiment: str, sweep: str) -> Path:
+    """The sweep's run folder beside the store `root` (hydra.sweep.dir in conf/config.yaml:
+    Hydra's job folders, job-N, and submitit's)."""
+    return Path(root).parent / "runs" / experiment / sweep
+
+
 def job_file(root: Path, experiment: str, sweep: str, job: int) -> Path:
     return sweep_dir(root, experiment, sweep) / f"job-{job:06d}.parquet"
 
