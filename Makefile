@@ -1,6 +1,7 @@
 # make run:       set up .venv if needed, run the seeded exp014_tiled sweep here, regenerate the report.
-# make test:      the same set-up, then ruff and the whole test suite (what CI runs): every test but
-#                 the serial ones on a worker a core and two more (the SLURM tests, in two groups
+# make test:      the same set-up, then ruff, the layer contracts (lint-imports) and the whole test
+#                 suite (what CI runs): every test but the serial ones on a worker a core and two
+#                 more (the SLURM tests, in two groups
 #                 each one after another on a worker and a cluster of its own, mostly wait on the
 #                 clusters), then the serial ones (timings) alone.
 # make test-fast: the edit-run loop: the unit tests and the commands called in-process on tiny grids
@@ -29,6 +30,7 @@ run: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	$(PYTEST) -m "not serial" -n $(WORKERS) --dist loadgroup
 	$(PYTEST) -m serial
 

@@ -16,9 +16,10 @@ from pathlib import Path
 
 from analysis.compare import RULE
 from analysis.report import claims_changed, claims_note, write_report
-from harness import common_schema, files, store
-from harness.claims import FAILING, outcome
+from harness import files, store
 from harness.errors import BadInput, os_error, reader_gone
+from harness.results.claims import FAILING, outcome
+from harness.store import common_schema
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,8 +14,8 @@ import pandas as pd
 from analysis.plots import lines
 from analysis.scaling import loglog
 from experiments.derived.backends import shape as shape_of
-from harness.scaling import with_memory
-from harness.tables import markdown
+from harness.measuring.scaling import with_memory
+from harness.results.tables import markdown
 
 
 def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:

@@ -9,8 +9,8 @@ import pandas as pd
 from analysis import plots
 from analysis.scaling import loglog
 from experiments.derived.backward_memory import OTHERS, SHAPE
-from harness.scaling import keys
-from harness.tables import markdown
+from harness.measuring.scaling import keys
+from harness.results.tables import markdown
 
 
 def figures(rows: pd.DataFrame, derived: dict) -> list[dict]:

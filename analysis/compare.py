@@ -26,7 +26,7 @@ than the factor.
 
 Two sweeps run at different moments, and other work on the machine slows a CPU timing by as
 much as a change in the code could (two busy processes on two cores: 2x to 4x). A CPU
-timing's row says how busy the machine was while it ran (cpu_load_beside, harness.timing:
+timing's row says how busy the machine was while it ran (cpu_load_beside, harness.measuring.timing:
 the share of its CPUs other processes used); a timing during which others used more than
 BUSY of them, in either sweep, is not judged ("busy machine"), neither faster, slower nor
 the same, and no gate counts it. The header gives both sweeps' loads.
@@ -57,7 +57,7 @@ ONE_PROCESS = (
     "grid (SWEEP_A1,SWEEP_A2,SWEEP_A3) for a gate that judges by that spread."
 )
 PER_PROCESS = " per process"  # "X per process A": a timing's median in each of A's sweeps
-LOAD = "cpu_load_beside"  # the share of a CPU timing's CPUs others used (harness.timing)
+LOAD = "cpu_load_beside"  # the share of a CPU timing's CPUs others used (harness.measuring.timing)
 BUSY = 0.25  # a timing with more than this LOAD on either side is not judged
 NOT_METRICS = {"experiment", "sweep", "repeats", LOAD, PROCESS, *store.HARNESS_COLUMNS}
 

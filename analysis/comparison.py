@@ -22,9 +22,9 @@ from analysis.compare import (
     worst_table,
 )
 from analysis.report import sweep_header
-from harness import codestore
 from harness.names import setting
-from harness.tables import markdown
+from harness.pinning import codestore
+from harness.results.tables import markdown
 
 PASSED, FAILED, NOT_JUDGED = 0, 1, 3  # the gate's exit codes (2: bad input)
 JUDGED = ("faster", "slower", "same")  # a timing's changes that a gate can go by

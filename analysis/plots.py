@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness import expressions, store
+from harness import store
 from harness.names import setting
+from harness.results import expressions
 
 CURVE_POINTS = 2000  # at most this many points a training curve (2 per bucket: min and max)
 FIGURE_POINTS = 60_000  # and at most about this many a figure of curves, but 400 a curve
@@ -341,7 +342,7 @@ def metric_figures(
     return [fig for fig in drawn if fig is not None]
 
 
-# How a time was taken rather than what was measured (harness.timing's columns beside each
+# How a time was taken rather than what was measured (harness.measuring.timing's columns beside each
 # timing): drawn as error bars or not at all, never as a plot of its own.
 HOUSEKEEPING = {"repeats", "cpu_load_beside", "threads_used", "gpu_sm_clock_mhz",
                 "gpu_mem_clock_mhz"}  # fmt: skip

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure  # drawn to a file: no pyplot, no backend t
 
 from analysis.recall import figures_of, training_lines, varied
 from experiments.derived.precision import AGREEMENT_STEPS, parameters
-from harness.tables import markdown
+from harness.results.tables import markdown
 
 
 def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure  # drawn to a file: no pyplot, no backend t
 
 from analysis import plots
 from experiments.derived.recall import AGREEMENT_STEPS, REFERENCE, parameters
-from harness.tables import markdown
+from harness.results.tables import markdown
 
 SMOOTHING = 25  # steps in the running mean the curves draw
 LEGEND = 12  # at most this many lines named in a PNG's legend

@@ -3,9 +3,9 @@
 An experiment's config declares its report: `table` (index, columns, values: a pivot of its
 rows), or `report`, a module of its own (e.g. analysis.backends) with `sections(rows, tables,
 folder)` (the section's Markdown parts, its plots written to folder) and `figures(rows, tables)`
-(the page's plots), the tables being those the experiment derives (`derive`, harness.claims);
-and `claims` (harness.claims), checked over the sweep's planned points.
-Tables and claims see every planned point: one without rows is a "not run" row with its
+(the page's plots), the tables being those the experiment derives (`derive`,
+harness.results.claims); and `claims` (harness.results.claims), checked over the sweep's planned
+points. Tables and claims see every planned point: one without rows is a "not run" row with its
 parameters, so that it shows as a gap rather than vanishing.
 
 The report shows each experiment's newest sweep by default, or the sweeps chosen (`shown`:
@@ -28,9 +28,9 @@ from plotly.io.json import to_json_plotly
 
 from analysis import page, plots, search, summaries
 from harness import files, store
-from harness.claims import claims_of, claims_table, derived_tables
 from harness.names import available_experiments, experiment_file
-from harness.tables import MISSING, markdown, planned, sweep_table
+from harness.results.claims import claims_of, claims_table, derived_tables
+from harness.results.tables import MISSING, markdown, planned, sweep_table
 
 
 def latest_sweep(root: Path, experiment: str) -> tuple[str | None, list[str]]:

@@ -1,5 +1,5 @@
 """How measurements scale with length, drawn: log-log plots of a column against length (the
-tables are harness.scaling's). Shared by the reports that compare methods (SDPA backends,
+tables are harness.measuring.scaling's). Shared by the reports that compare methods (SDPA backends,
 attention paths) across lengths."""
 
 from pathlib import Path

@@ -1,18 +1,19 @@
-"""A search's part of the report (harness.search): each cell's best trial with its parameters,
-and, from the cell's study, Optuna's own Plotly figures: the optimization history and the
-parameters' importance (fANOVA, once a cell has two trials with a value)."""
+"""A search's part of the report (harness.searching.search): each cell's best trial with its
+parameters, and, from the cell's study, Optuna's own Plotly figures: the optimization history and
+the parameters' importance (fANOVA, once a cell has two trials with a value)."""
 
 from pathlib import Path
 
 import pandas as pd
 
-from harness import search, store
+from harness import store
+from harness.searching import search
 
 IMPORTANCE_TRIALS = 2  # the complete trials an importance needs
 
 
 def best_table(best: pd.DataFrame, searched: dict, params: list[str]) -> pd.DataFrame:
-    """The best table (harness.search.best_rows) as the report shows it: cell, the grid's
+    """The best table (harness.searching.search.best_rows) as the report shows it: cell, the grid's
     parameters that vary, the trial and its searched parameters, the objective, its state."""
     if best.empty:
         return best

@@ -12,8 +12,8 @@ import pandas as pd
 
 from analysis.report import trusted_config
 from harness import store
-from harness.claims import claims_table
 from harness.errors import one_line
+from harness.results.claims import claims_table
 
 PROCESS = "process"  # the row's sweep among its side's (0, 1, ...): a process of its own
 

@@ -29,9 +29,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness import files, search, store
+from harness import files, store
 from harness.errors import BadInput
 from harness.names import CONF
+from harness.searching import search
 
 CACHE = ".summaries"
 PROVENANCE = ["started_at", "git_commit", "code_digest", "torch_version", "device_name"]
@@ -250,8 +251,8 @@ def of_rows(rows: pd.DataFrame, manifest: dict | None, sweep: str) -> pd.DataFra
 
 
 def _searched(manifest: dict | None) -> list[str]:
-    """The parameters a search's trials choose as they run (harness.search): the plan holds
-    their config values, the rows what each trial ran with."""
+    """The parameters a search's trials choose as they run (harness.searching.search): the plan
+    holds their config values, the rows what each trial ran with."""
     return list((search.of_manifest(manifest) or {}).get("params") or {})
 
 

@@ -1,7 +1,7 @@
 """exp015_backends: one causal SDPA forward per SDPA backend: time, peak memory, FLOP/s.
 
-Each point runs in one fresh child process (harness.measure.run_isolated). The child makes the
-inputs, runs one forward over their first WARMUP_LENGTH positions (so that one-off costs, such
+Each point runs in one fresh child process (harness.measuring.memory.run_isolated). The child makes
+the inputs, runs one forward over their first WARMUP_LENGTH positions (so that one-off costs, such
 as thread pools and first-use buffers, stay out of the figure; on CUDA a full warm-up call),
 measures the memory of one forward over that baseline, then times warmed-up repeats in the same
 process, then measures the matmul peak that pct_of_peak divides by (same process, threads and
@@ -41,8 +41,8 @@ from experiments.measuring import (
     own_ratios,
     timed_beside,
 )
-from harness.measure import default_memory_cap_mib, measure_memory
-from harness.timing import gflops, peak_gflops
+from harness.measuring.memory import default_memory_cap_mib, measure_memory
+from harness.measuring.timing import gflops, peak_gflops
 
 Backend = Literal["math", "flash", "efficient", "cudnn"]
 
@@ -133,7 +133,7 @@ def run(
     device "auto" is CUDA when available, else the CPU; num_threads 0 keeps torch's default
     thread count, n > 0 sets it in the measuring process. A backend the device lacks is a row with
     status "unsupported" and PyTorch's reason; running out of memory (memory_cap_mib on CPU, see
-    harness.measure.run_isolated) is a row with status "oom".
+    harness.measuring.memory.run_isolated) is a row with status "oom".
     """
     checks.point(check, locals())
     used = checks.usable_device(device)

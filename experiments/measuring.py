@@ -2,13 +2,13 @@
 exp018_window): a point measured in a fresh child process, its inputs, and the calls timed in
 turns with its own for the time ratios its claims bound.
 
-isolated_row runs a point's measure in a child that did nothing else (harness.measure's
+isolated_row runs a point's measure in a child that did nothing else (harness.measuring.memory's
 run_isolated) and turns its outcome into the point's row: the child's row, or one of its
 status (oom, timeout, ...) with the device used, so that every row says where it ran. The
 rest runs in that child: inputs makes the (B, H, L, D) inputs from the seed; half_length_inputs,
 timed_beside and own_ratios time the point's call in turns with the same call at half the
-length and with a reference (harness.timing.time_call's beside), and give each ratio as the
-median of the rounds' ratios, of CPU time on one CPU thread (which other processes leave
+length and with a reference (harness.measuring.timing.time_call's beside), and give each ratio as
+the median of the rounds' ratios, of CPU time on one CPU thread (which other processes leave
 alone), else of wall time.
 """
 
@@ -17,8 +17,8 @@ import importlib
 import torch
 
 from experiments.paths import registering_modules
-from harness.measure import MIB, is_out_of_memory, run_isolated
-from harness.timing import paired_ratio, time_call
+from harness.measuring.memory import MIB, is_out_of_memory, run_isolated
+from harness.measuring.timing import paired_ratio, time_call
 
 HALF_LENGTH_FLOOR = 128  # shorter halves time call overheads more than attention: no growth
 
@@ -97,8 +97,8 @@ def own_ratios(row: dict, reference: str) -> dict:
     its time over half the length's, and speedup_over_REFERENCE, the reference's time over its
     own; each the median of the rounds' ratios (paired_ratio), where the row has the samples.
     ratios_of says of which time: on the CPU with one thread, the process's CPU time (the
-    calls' own work, which other processes on the machine leave alone: harness.measure), else
-    the wall time."""
+    calls' own work, which other processes on the machine leave alone: harness.measuring.memory),
+    else the wall time."""
     cpu = row.get("threads_used") == 1 and "cpu_time_samples_ms" in row
     kind = "cpu_time" if cpu else "time"
     samples, ratios = row[f"{kind}_samples_ms"], {}

@@ -54,7 +54,7 @@ from experiments.training import (
     train,
     train_step,
 )
-from harness.measure import measure_memory, run_isolated
+from harness.measuring.memory import measure_memory, run_isolated
 
 Precision = Literal["float32", "bfloat16", "float16", "float16_unscaled"]
 PRECISIONS = {  # the autocast dtype (None: no autocast) and whether a GradScaler scales the loss
@@ -242,8 +242,8 @@ def summary(training, history, measured, steps, batch, warmup_steps, seed) -> di
 
 
 def measure_step(*, device: torch.device, **shape) -> dict:
-    """measured_step in a fresh child process (harness.measure.run_isolated): resident memory
-    means something only in a process that did nothing else. RuntimeError if it fails."""
+    """measured_step in a fresh child process (harness.measuring.memory.run_isolated): resident
+    memory means something only in a process that did nothing else. RuntimeError if it fails."""
     cap = 0 if device.type == "cuda" else None  # CUDA reserves address space it never uses
     outcome = run_isolated(measured_step, kwargs={**shape, "device": str(device)},
                            memory_cap_mib=cap, timeout_s=MEASURE_TIMEOUT_S)  # fmt: skip

@@ -31,7 +31,7 @@ from experiments.attention import (
     tiled_attention,
 )
 from experiments.paths import attend, check_path
-from harness.measure import MIB, default_memory_cap_mib, measure_memory
+from harness.measuring.memory import MIB, default_memory_cap_mib, measure_memory
 
 # memory's methods beside the registered attention paths: SDPA forced onto one backend.
 SDPA_BACKENDS = {"sdpa_math": SDPBackend.MATH, "sdpa_flash": SDPBackend.FLASH_ATTENTION}
@@ -136,13 +136,14 @@ def memory(
     """One row: peak memory of one forward + backward through `method`, in a fresh child.
 
     The row has inputs_mib (query, key, value and the upstream gradient) and rss_delta_mib on the
-    CPU, or cuda_peak_mib and cuda_reserved_mib on CUDA (harness.measure.measure_memory). Before
-    the inputs exist, the child runs one forward + backward at warmup_length tokens (0: none), so
-    that one-off costs (thread pools, the autograd engine, first-use buffers: some 45 MiB of
-    resident memory on CPU) are not counted as the cost of the length. A path without a backward
+    CPU, or cuda_peak_mib and cuda_reserved_mib on CUDA (harness.measuring.memory.measure_memory).
+    Before the inputs exist, the child runs one forward + backward at warmup_length tokens (0:
+    none), so that one-off costs (thread pools, the autograd engine, first-use buffers: some 45 MiB
+    of resident memory on CPU) are not counted as the cost of the length. A path without a backward
     pass on the device, or that does not take the dtype (its Capabilities), is an "unsupported"
-    row saying so. memory_cap_mib bounds the CPU child (None: harness.measure's default, 8 GiB);
-    CUDA children run uncapped, since the CUDA driver maps far more address space than it uses.
+    row saying so. memory_cap_mib bounds the CPU child (None: harness.measuring.memory's default, 8
+    GiB); CUDA children run uncapped, since the CUDA driver maps far more address space than it
+    uses.
     """
     checks.point(check, locals())
     checks.point(check_memory, locals())

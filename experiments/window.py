@@ -10,14 +10,14 @@ one method:
 The mask's construction is part of each call where the path builds it per call (naive, sdpa);
 flex's block mask is built once per shape (mask_s), like its compilation.
 
-Each point runs in one fresh child process (harness.measure.run_isolated), as exp015's do: the
-inputs, a warm-up (flex compiles there: compile_s is that call's time less a warm call's), the
+Each point runs in one fresh child process (harness.measuring.memory.run_isolated), as exp015's do:
+the inputs, a warm-up (flex compiles there: compile_s is that call's time less a warm call's), the
 memory of one call over what existed before it, the error of that call's last REFERENCE_ROWS rows
 against the float64 reference, warm repeats (the memory call warmed them up: `warmup` more calls
 first, default none), then the matmul peak in the same process.
 
 The ratios the claims bound are the point's own, timed in turns with its repeats in the same
-process (time_call's beside; see harness.timing): the method at half the length, for
+process (time_call's beside; see harness.measuring.timing): the method at half the length, for
 time_growth (where that half still holds a window and measuring.HALF_LENGTH_FLOOR positions), and
 for a method other than sdpa, sdpa with the mask at the same shape, for speedup_over_sdpa; each
 the median of the rounds' ratios. Two points' medians, taken in two processes at two moments,
@@ -34,8 +34,8 @@ import torch
 
 from experiments import backends, checks, measuring, paths
 from experiments.attention import reference_attention, sdpa_attention
-from harness.measure import measure_memory
-from harness.timing import gflops, peak_gflops
+from harness.measuring.memory import measure_memory
+from harness.measuring.timing import gflops, peak_gflops
 
 REFERENCE_ROWS = 128  # the output rows checked against float64: the last ones, which see most
 WARMUP_LENGTH = 16

@@ -1,5 +1,5 @@
 """python -m harness +experiment=NAME [key=value ...]: run a sweep (see README.md)."""
 
-from harness.cli import main
+from harness.command.cli import main
 
 main()

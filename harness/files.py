@@ -4,7 +4,7 @@ Every file is written under a hidden temporary name and renamed into place (repl
 so a reader sees all of it or none; a writer killed mid-write leaves only the temporary, which
 remove_temporaries takes away once its writer is known to be gone or an hour has passed. A row
 file (write_table; or write_parts, in the memory of one part: a training job's segments merged)
-carries Parquet page checksums and, in its metadata, a digest of its rows; read_table checks
+carries Parquet page checksums and, in its metadata, a digest of its rows; read_checked checks
 both and raises DamagedFile for a file that cannot be trusted. uninterrupted()
 holds off Ctrl-C, SIGTERM and SIGHUP while a file replaces others, so that no reader sees both.
 """
@@ -16,7 +16,6 @@ import functools
 import hashlib
 import json
 import os
-import re
 import secrets
 import signal
 import threading
@@ -39,7 +38,6 @@ GROUPS_DIGEST = b"harness_row_groups_sha256"
 SMALL = 10_000
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # what a merge finishes before obeying
 # a job's file, or one of its segments (of a rank, in a point of several processes)
-JOB = re.compile(r"job-(\d+)(?:\.rank-\d+)?(?:\.part-\d+)?\.parquet")
 
 
 class DamagedFile(Exception):
@@ -196,7 +194,7 @@ def _groups_digest(parquet: pq.ParquetFile) -> tuple[pa.Table, str]:
     return pa.concat_tables(groups) if groups else schema.empty_table(), digest.hexdigest()
 
 
-def read_table(path: Path) -> tuple[pa.Table, tuple[int, int, int]]:
+def read_checked(path: Path) -> tuple[pa.Table, tuple[int, int, int]]:
     """A file's rows and identity (inode, mtime, size) from one open: what was read is what
     the identity names, even if the file is replaced a moment later. DamagedFile when the rows
     cannot be trusted (see the module's docstring)."""
@@ -227,10 +225,6 @@ def read_table(path: Path) -> tuple[pa.Table, tuple[int, int, int]]:
         raise DamagedFile(path, "it carries no digest of its rows: not written by the harness")
     if not intact:
         raise DamagedFile(path, "its rows differ from those written (digest mismatch)")
-    own = JOB.fullmatch(path.name)
-    jobs = set(table["job"].to_pylist()) if "job" in table.column_names else set()
-    if own and jobs != {int(own[1])}:
-        raise DamagedFile(path, f"a file of job {int(own[1])} holding rows of jobs {sorted(jobs)}")
     return table, (stat.st_ino, stat.st_mtime_ns, stat.st_size)
 
 

@@ -1,9 +1,10 @@
 """What the harness keeps for the life of its process, and how a process that runs one unit of
-work after another (a test calling the command line, a warm worker's points: harness.fresh)
-forgets it between two, so that the next sees the store and the experiments' files as a new
-process would: a damaged file named again, a journal read anew, an experiment's module imported
-afresh once its file changed. Each such cache or record is made with per_command (kept across
-a worker's points, for the whole sweep) or per_point (forgotten between points too)."""
+work after another (a test calling the command line, a warm worker's points:
+harness.launchers.fresh) forgets it between two, so that the next sees the store and the
+experiments' files as a new process would: a damaged file named again, a journal read anew, an
+experiment's module imported afresh once its file changed. Each such cache or record is made with
+per_command (kept across a worker's points, for the whole sweep) or per_point (forgotten between
+points too)."""
 
 _per_command: list = []
 _per_point: list = []

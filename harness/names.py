@@ -3,6 +3,7 @@ names it allows, the experiments that conf/ and the --config-dir folders offer, 
 The standard library alone: --help, status and compact start without Hydra, pandas or torch."""
 
 import difflib
+import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from harness.errors import BadInput
 
 HERE = Path(__file__).resolve().parent
 # A checkout's conf/ (harness/conf links to it), or the wheel's; a sweep's snapshot of the code
-# holds none, and its harness reads the conf/ of the install that pinned it (harness.boot).
+# holds none, and its harness reads the conf/ of the install that pinned it (harness.pinning.boot).
 CONF = (HERE / "conf").resolve()
 if not CONF.is_dir() and os.environ.get("HARNESS_CONF"):
     CONF = Path(os.environ["HARNESS_CONF"])
@@ -153,3 +154,33 @@ Experiments: {experiments}"""
 
 def usage(config_dirs: list[Path]) -> str:
     return USAGE.format(experiments=", ".join(available_experiments(config_dirs)))
+
+
+def override(key: str, text: str) -> str:
+    """The override line that sets `key` to the string `text`, whatever it holds (spaces, "=",
+    quotes, backslashes, "${"): quoted and escaped for Hydra's parser and OmegaConf's
+    interpolation where Hydra would read it otherwise."""
+    line = f"{key}={text}"
+    return line if PLAIN.fullmatch(text) and reads_as(line) == text else f"{key}={quote(text)}"
+
+
+def quote(text: str) -> str:
+    """`text` as a quoted Hydra value that reads back as exactly `text`: an interpolation's
+    "${" escaped for OmegaConf, then quotes and the backslashes before them for Hydra."""
+    text = re.sub(r"(\\*)\$\{", lambda m: m[1] * 2 + "\\${", text)
+    text = re.sub(r"(\\*)'", lambda m: m[1] * 2 + "\\'", text)
+    text = re.sub(r"(\\+)$", lambda m: m[1] * 2, text)
+    return f"'{text}'"
+
+
+@functools.lru_cache(maxsize=256)
+def reads_as(line: str):
+    """The value Hydra reads from an override line; None where it cannot parse it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    try:
+        (parsed,) = OverridesParser.create().parse_overrides([line])
+    except OverrideParseException:
+        return None
+    return parsed.value()

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from commands import ROOT, SUPPORT, call_command, start_command
 
-from harness import boot
+from harness.pinning import boot
 
 COMMAND_FIXTURES = {"harness", "probe", "analysis"}  # a test that takes one is e2e
 STARTING = {"process", "slow", "slurm", "serial"}  # markers that allow any process
@@ -212,8 +212,8 @@ def small_disk(tmp_path):
 
 @pytest.fixture(autouse=True)
 def _no_sweep_code_left_behind():
-    """A test leaves no sweep's code in this worker's environment (harness.boot.enter's, as a
-    command called in this process without call_command would): every process a later test
+    """A test leaves no sweep's code in this worker's environment (harness.pinning.boot.enter's, as
+    a command called in this process without call_command would): every process a later test
     starts would import the harness from that snapshot."""
     yield
     left = [name for name in (boot.ENV, boot.CONF_ENV) if name in os.environ]

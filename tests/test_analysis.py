@@ -8,9 +8,10 @@ from commands import SUPPORT
 from sweeps import write_jobs, write_plan
 
 from analysis import plots
-from harness import claims, store
-from harness.claims import claims_table
-from harness.tables import markdown, sweep_table
+from harness import store
+from harness.results import claims
+from harness.results.claims import claims_table
+from harness.results.tables import markdown, sweep_table
 
 CONFIG = {
     "name": "exp014_tiled",

@@ -33,7 +33,7 @@ from experiments.attention import (
 from experiments.model import ModelConfig, OctLM, auto_path
 from experiments.paths import PATHS, attend, register, unregister, unsupported
 from harness.errors import BadInput
-from harness.signature import Experiment
+from harness.planning.experiment import Experiment
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "experiment"
 

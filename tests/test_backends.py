@@ -12,7 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from experiments import backends, checks, measuring
 from experiments.attention import naive_attention, sdpa_refusal
-from harness.timing import paired_ratio
+from harness.measuring.timing import paired_ratio
 
 DEFAULTS = {
     name: parameter.default

@@ -1,6 +1,7 @@
-"""A sweep pins the code it runs (harness/codestore.py, harness/boot.py) and reuses the answers
-the store holds for the same config, code and kind of machine (harness/reuse.py): real files,
-edited for real, in a user's folder of their own, and the store read back."""
+"""A sweep pins the code it runs (harness/pinning/codestore.py, harness/pinning/boot.py) and reuses
+the answers the store holds for the same config, code and kind of machine
+(harness/pinning/reuse.py): real files, edited for real, in a user's folder of their own, and the
+store read back."""
 
 import os
 import shutil
@@ -11,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import codestore, store
+from harness import store
 from harness.names import HERE
+from harness.pinning import codestore
 
 ROOT = HERE.parent
 
@@ -121,7 +123,7 @@ def test_an_edit_between_two_sweeps_reuses_nothing_and_the_code_command_shows_it
     assert "1 files differ: minepkg/kernel.py" in diff.stdout
     assert "-VALUE = 1\n+VALUE = 7\n" in diff.stdout
     listing = own.harness("code", two, f"code_store={own.codes}")
-    assert "minepkg/kernel.py" in listing.stdout and "harness/job.py" in listing.stdout
+    assert "minepkg/kernel.py" in listing.stdout and "harness/running/job.py" in listing.stdout
 
 
 def test_failed_points_are_never_reused(own):
@@ -261,7 +263,7 @@ def test_a_resume_after_the_projects_own_code_changed_starts_again_from_the_snap
     planned = store.read_manifest(results, "fails", sweep)["code_digest"]
     with (tree / "experiments" / "fails.py").open("a") as kernel:
         kernel.write('raise RuntimeError("the edited tree")\n')
-    with (tree / "harness" / "summary.py").open("a") as summary:
+    with (tree / "harness" / "command" / "closing.py").open("a") as summary:
         summary.write("# edited\n")
     again = harness(f"resume={sweep}")
     assert again.returncode == 1 and "x=-1 fails" in again.stdout, again.stdout + again.stderr

@@ -206,8 +206,8 @@ TIMES = [10.0, 10.3, 9.8, 10.1, 10.4, 9.9, 10.2, 10.0]
 
 
 def timed_row(slower: float, load: float | None) -> dict:
-    """A row as harness.timing.time_call gives it on the CPU: samples `slower` times TIMES,
-    and cpu_load_beside (None: an older row without it)."""
+    """A row as harness.measuring.timing.time_call gives it on the CPU: samples `slower` times
+    TIMES, and cpu_load_beside (None: an older row without it)."""
     samples = [t * slower for t in TIMES]
     row = {"time_ms": float(np.median(samples)), "time_samples_ms": samples}
     return row if load is None else row | {"cpu_load_beside": load}

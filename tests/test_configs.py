@@ -13,11 +13,11 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from harness import store
-from harness.claims import claims_table, derived_tables
 from harness.names import CONF, HARNESS_KEYS
-from harness.plan import plan
-from harness.signature import Experiment, config_values
-from harness.tables import planned
+from harness.planning.experiment import Experiment, config_values
+from harness.planning.plan import plan
+from harness.results.claims import claims_table, derived_tables
+from harness.results.tables import planned
 
 EXPERIMENTS = sorted(path.stem for path in (CONF / "experiment").glob("*.yaml"))
 # The same, each experiment's tests on one of pytest-xdist's workers (--dist loadgroup), which
@@ -49,7 +49,7 @@ TINY = {
 SEARCHED = ["++search.params.lr='tag(log, interval(1e-3, 3e-2))'", "search.trials=2"]
 BESIDE = {"exp017_recall": [["ddp=true"], SEARCHED]}
 IDENTIFIER = r"(?<![\d.])[A-Za-z_]\w*"  # a column in a bound's expression, not 1.0e-6's e
-CLAIM_KEYS = {"metric", "min", "max", "where", "needs", "table", "text"}  # harness.claims
+CLAIM_KEYS = {"metric", "min", "max", "where", "needs", "table", "text"}  # harness.results.claims
 BROKEN = {"zeros": 0.0, "a constant": 1.0, "NaN": float("nan")}
 
 
@@ -107,7 +107,7 @@ def test_a_tiny_point_runs_and_has_what_every_claim_names(name, tiny_runs):
     tables = derived_tables(planned(rows, manifest["points"]), config)
     for claim in config["claims"]:
         if claim.get("table") == "best" and "best" not in tables:
-            continue  # a search's table (harness.search): tests/test_search.py runs one
+            continue  # a search's table (harness.searching.search): tests/test_search.py runs one
         table = tables[claim.get("table", "rows")]
         named = {claim["metric"]} | _names(claim.get("min")) | _names(claim.get("max"))
         assert named <= set(table.columns), f"{claim['text']}: {named - set(table.columns)}"

@@ -1,4 +1,4 @@
-"""One point across processes (harness.distributed): hydra.launcher.tasks_per_node=2 on the
+"""One point across processes (harness.running.distributed): hydra.launcher.tasks_per_node=2 on the
 local launcher, two real processes meeting through torch.distributed (gloo, CPU); each logs its
 rows, rank 0 checkpoints, and a kill of one process is continued from the checkpoint, each
 step's rows once per rank. The SLURM side is in tests/slurm/test_harness_slurm.py."""
@@ -162,7 +162,7 @@ probe.bind(("127.0.0.1", 0))
 port = probe.getsockname()[1]
 probe.close()
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="2")
-from harness import distributed
+from harness.running import distributed
 try:
     distributed.join(timeout_s=2)
 except Exception as error:

@@ -76,7 +76,7 @@ def checked(tmp_path, monkeypatch):
 )
 def test_a_check_that_names_what_the_function_does_not_take_is_refused(checked, check, message):
     from harness.errors import BadInput
-    from harness.signature import Experiment
+    from harness.planning.experiment import Experiment
 
     with pytest.raises(BadInput, match=message):
         Experiment.load({**checked, **({"check": check} if check else {})})
@@ -84,7 +84,7 @@ def test_a_check_that_names_what_the_function_does_not_take_is_refused(checked, 
 
 def test_a_check_gets_the_parameters_it_names(checked):
     from harness.errors import BadInput
-    from harness.signature import Experiment
+    from harness.planning.experiment import Experiment
 
     experiment = Experiment.load({**checked, "check": "checked_module.check_strict"})
     assert experiment.params({"length": 8}) == {"length": 8, "block": 4}

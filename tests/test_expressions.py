@@ -1,5 +1,5 @@
-"""Claims' expressions (harness.expressions): what the grammar allows evaluates as pandas' query
-and eval would; anything else, the planted exploits first, is refused and runs nothing, in a
+"""Claims' expressions (harness.results.expressions): what the grammar allows evaluates as pandas'
+query and eval would; anything else, the planted exploits first, is refused and runs nothing, in a
 manifest too; and the claims and table specs that cannot work are one line each."""
 
 import json
@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from harness import store
-from harness.claims import check, claims_table, validate
-from harness.expressions import ExpressionError, evaluate, parse, select
 from harness.names import CONF
-from harness.tables import sweep_table, validate_plots, validate_table
+from harness.results.claims import check, claims_table, validate
+from harness.results.expressions import ExpressionError, evaluate, parse, select
+from harness.results.tables import sweep_table, validate_plots, validate_table
 
 FRAME = pd.DataFrame(
     {

@@ -24,7 +24,7 @@ from probes import PROBE_PATH, SUPPORT, arrivals, await_arrivals, wait_for
 from sweeps import own_file
 
 from harness import files, store
-from harness.plan import new_sweep_id
+from harness.planning.plan import new_sweep_id
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["+experiment=exp014_tiled", "block=16", "heads=2"]
@@ -164,7 +164,7 @@ def test_a_swept_parameter_the_config_lacks_runs_each_point(faulty):
 
 STOP_AT_FIRST_REMOVAL = """
 import os, signal, sys
-from harness.cli import main
+from harness.command.cli import main
 signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal, not ignored
 real = os.unlink
 def unlink(path, *args, **kwargs):
@@ -378,7 +378,7 @@ def test_sweep_ids_sort_by_the_millisecond():
 
 def test_a_taken_sweep_id_is_never_reused(harness, monkeypatch):
     ids = iter(["20261201-080000-0001", "20261201-080000-0001", "20261201-080000-0002"])
-    monkeypatch.setattr("harness.sweep.new_sweep_id", lambda: next(ids))
+    monkeypatch.setattr("harness.command.sweep.new_sweep_id", lambda: next(ids))
     for grid in (["length=64"], ["length=80"]):
         ran = harness("+experiment=exp014_tiled", *grid, "block=16", "heads=2")
         assert ran.returncode == 0, ran.stdout + ran.stderr

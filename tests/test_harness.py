@@ -16,7 +16,8 @@ import torch
 from probes import PROBE_PATH, SUPPORT, arrivals, await_arrivals
 from sweeps import own_file
 
-from harness import provenance, store
+from harness import store
+from harness.pinning import provenance
 
 PROVENANCE = [
     "job",
@@ -229,12 +230,12 @@ def test_nothing_is_written_through_a_link_under_the_out_dir(harness, tmp_path, 
 LEAVES = """
 import json, logging, os, sys
 import torch, pandas, pyarrow, hydra, numpy, experiments.tiled, probes  # what a sweep imports
-import harness.cli, harness.job, harness.sweep
-from harness import fresh
+import harness.command.cli, harness.running.job, harness.command.sweep
+from harness.launchers import fresh
 before = fresh.Snapshot()
 raising, real_exit = logging.raiseExceptions, os._exit
 try:
-    harness.cli.main(sys.argv[1:])
+    harness.command.cli.main(sys.argv[1:])
 except SystemExit as stop:
     code = stop.code
 print(json.dumps({
@@ -257,8 +258,8 @@ print(json.dumps({
 def test_a_sweep_in_this_process_leaves_its_settings_as_they_were(tmp_path, args, code):
     """The points of the basic launcher run in the command's process: what a job changes for
     its point (logging's raiseExceptions, os._exit refused) is its alone, and what a warm
-    worker would have to put back or retire for (harness.fresh: settings, library functions,
-    threads) is as it was when the command ends."""
+    worker would have to put back or retire for (harness.launchers.fresh: settings, library
+    functions, threads) is as it was when the command ends."""
     ran = subprocess.run([sys.executable, "-c", LEAVES, *args],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
                          env={**os.environ, "PYTHONPATH": PROBE_PATH})  # fmt: skip

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from harness.timing import time_call
+from harness.measuring.timing import time_call
 
 
 def run(*, length: int, cap: float = 30.0, seed: int = 0) -> list[dict]:

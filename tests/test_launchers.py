@@ -12,8 +12,9 @@ import contracts
 import pytest
 from probes import arrivals, await_arrivals
 
-from harness import launchers, store
+from harness import store
 from harness.errors import StoreUnwritable, os_error
+from harness.launchers import protocol
 from harness.launchers.local import LocalLauncher, visible_gpus
 
 # Each launcher that runs here; Hydra's basic launcher runs the points in the harness's process.
@@ -188,11 +189,11 @@ def test_a_store_error_crosses_to_the_sweep_as_the_named_error_it_was(error, tra
     type, survives the pipe (pickle), and is raised by name in the sweep's process."""
     raised = StoreUnwritable.of(error) if tracked else error
     assert str(raised) == str(error) and os_error(raised) == os_error(error)
-    sent = pickle.loads(pickle.dumps(launchers.unwritable(raised)))
+    sent = pickle.loads(pickle.dumps(protocol.unwritable(raised)))
     said = f"harness error: the store cannot be written ({type(error).__name__}: {error})"
     assert str(sent) == os_error(sent) == said and sent.kind == type(error).__name__
     with pytest.raises(StoreUnwritable) as caught:
-        launchers.received(sent)
+        protocol.received(sent)
     assert caught.value is sent
     summary = {"status": "ok", "error": None}
-    assert launchers.received(summary) is summary
+    assert protocol.received(summary) is summary

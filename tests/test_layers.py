@@ -1,8 +1,9 @@
-"""The layers: the harness (runner) never imports the report layer (analysis) or the experiments;
-experiments never import the report layer, nor the report layer the experiments' code (it reads
-their rows, and the tables they derive from them: experiments.derived, pandas alone); harness
-modules import each other without a cycle. And at run time: a sweep loads no report module, a
-report none of the launchers, the tracker, torch or the code that measures."""
+"""The layers, beside import-linter's contracts (pyproject.toml; make test runs lint-imports:
+harness's stages in order, no cycle, the harness below the experiments and the report): the
+report imports none of the experiments' code (it reads their rows, and the tables they derive
+from them: experiments.derived, pandas alone); harness modules share no private names; and at
+run time, a sweep loads no report module, a report none of the launchers, the tracker, torch or
+the code that measures."""
 
 import ast
 import json
@@ -32,16 +33,10 @@ def imports(path: Path) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize(
-    "package, forbidden",
-    [
-        ("harness", {"analysis", "experiments", DERIVED}),
-        ("experiments", {"analysis"}),
-        ("analysis", {"experiments"}),
-    ],
-)
-def test_a_layer_does_not_import_the_ones_above_it(package, forbidden):
-    offending = {m: sorted(names & forbidden) for m, names in top_levels(package).items()}
+def test_the_report_imports_of_the_experiments_only_their_derived_tables():
+    """The rest of the layers (harness's stages, the harness below the experiments and the
+    report) are import-linter's contracts in pyproject.toml, checked by make test."""
+    offending = {m: sorted(names & {"experiments"}) for m, names in top_levels("analysis").items()}
     assert not {m: names for m, names in offending.items() if names}
 
 
@@ -72,7 +67,8 @@ def test_the_command_line_loads_no_report_or_experiment_module():
     """What the static check cannot see: nothing the harness's entry points import at load time
     pulls analysis or experiments in."""
     code = (
-        "import sys, harness.cli, harness.sweep, harness.job, harness.dispatch, harness.status;"
+        "import sys, harness.command.cli, harness.command.sweep, harness.running.job;"
+        "import harness.launchers.dispatch, harness.command.status;"
         "import harness.launchers.local, harness.launchers.slurm;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('analysis', 'experiments')))"
     )
@@ -87,26 +83,35 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def test_harness_modules_import_each_other_without_a_cycle():
+def test_no_private_name_is_shared_across_harness_modules():
+    """What modules of the harness share is public: no module imports another's private name
+    (from m import _x, or m._x on an imported module)."""
     modules = {module_name(path) for path in (ROOT / "harness").rglob("*.py")}
-    graph = {
-        module_name(path): {name for name in imports(path) if name in modules} - {module_name(path)}
-        for path in (ROOT / "harness").rglob("*.py")
-    }
-    visiting, done = set(), set()
+    shared = []
+    for path in sorted((ROOT / "harness").rglob("*.py")):
+        tree, bound = ast.parse(path.read_text()), {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module in modules:
+                for alias in node.names:
+                    if _private(alias.name):
+                        shared.append(f"{module_name(path)}: {node.module}.{alias.name}")
+                    bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _private(node.attr):
+                imported = bound.get(getattr(node.value, "id", None))
+                if imported in modules:
+                    shared.append(f"{module_name(path)}: {imported}.{node.attr}")
+    assert not shared
 
-    def visit(module: str, trail: list[str]) -> None:
-        assert module not in visiting, f"import cycle: {' -> '.join([*trail, module])}"
-        if module in done:
-            return
-        visiting.add(module)
-        for imported in graph.get(module, ()):
-            visit(imported, [*trail, module])
-        visiting.discard(module)
-        done.add(module)
 
-    for module in graph:
-        visit(module, [])
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_harness_root_holds_a_handful_of_modules():
+    """harness/ is arranged by stage (its subpackages); its root keeps what every stage uses."""
+    root = sorted(path.name for path in (ROOT / "harness").glob("*.py"))
+    assert len(root) <= 8, root
 
 
 CONFIG_TARGETS = [  # what a config may name for the harness to import at run time
@@ -115,7 +120,7 @@ CONFIG_TARGETS = [  # what a config may name for the harness to import at run ti
     ("experiment/*.yaml", ("experiment", "derive"), "experiments.derived."),
     ("experiment/*.yaml", ("experiment", "report"), "analysis."),
     ("hydra/launcher/*.yaml", ("_target_",), "harness.launchers."),
-    ("sinks/*.yaml", (None, "_target_"), "harness.sinks."),
+    ("sinks/*.yaml", (None, "_target_"), "harness.running.sinks."),
 ]
 
 
@@ -143,8 +148,8 @@ atexit.register(lambda: open(listed, "w").write(json.dumps(sorted(sys.modules)))
 sys.argv = sys.argv[1:]
 runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
 """  # python -c LOADS MODULE ARGS... FILE: the modules loaded, written to FILE at exit
-RUNS = ("harness.launchers", "harness.tracking", "harness.job", "harness.status",
-        "harness.dispatch", "harness.slurm_cli")  # fmt: skip
+RUNS = ("harness.launchers", "harness.tracking", "harness.running.job", "harness.command.status",
+        "harness.launchers.dispatch", "harness.launchers.slurm_cli")  # fmt: skip
 NEVER = {"torch", "hydra", "omegaconf", "optuna", "submitit"}  # what no command but a sweep needs
 
 

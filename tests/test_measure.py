@@ -1,5 +1,5 @@
-"""harness.measure and harness.timing: the isolated runner's statuses, its memory figure, timing,
-FLOPs.
+"""harness.measuring.memory and harness.measuring.timing: the isolated runner's statuses, its memory
+figure, timing, FLOPs.
 
 The children run stdlib and torch functions only, so they unpickle whatever pytest's import mode.
 """
@@ -18,8 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils import benchmark
 
-from harness import measure, store
-from harness import timing as clock
+from harness import store
+from harness.measuring import memory
+from harness.measuring import timing as clock
 
 ALLOCATION_MIB = 256
 
@@ -38,8 +39,8 @@ print((kib("VmHWM") - before) / 1024)
 
 @pytest.mark.process
 def test_rss_delta_of_a_known_allocation_matches_a_fresh_interpreter():
-    allocate = functools.partial(torch.ones, ALLOCATION_MIB * measure.MIB // 4)  # float32
-    outcome = measure.run_isolated(measure.measure_memory, (allocate,), {"device": "cpu"})
+    allocate = functools.partial(torch.ones, ALLOCATION_MIB * memory.MIB // 4)  # float32
+    outcome = memory.run_isolated(memory.measure_memory, (allocate,), {"device": "cpu"})
     assert outcome.status == "ok", outcome.error
     isolated = outcome.value["rss_delta_mib"]
     code = FRESH_INTERPRETER.format(mib=ALLOCATION_MIB)
@@ -57,54 +58,54 @@ def test_the_peak_is_the_calls_own_not_an_earlier_one_of_the_process():
     """The high-water mark is reset before the call: an earlier, larger peak of this process
     (here 256 MiB, freed again) neither counts nor stops the measurement. In a child of its own,
     whose pages no earlier test has touched."""
-    outcome = measure.run_isolated(_small_after_a_larger_peak)
+    outcome = memory.run_isolated(_small_after_a_larger_peak)
     assert outcome.status == "ok", outcome.error
     assert outcome.value == pytest.approx(16, abs=4)
 
 
 def _small_after_a_larger_peak() -> float:
-    earlier = torch.ones(ALLOCATION_MIB * measure.MIB // 4)
+    earlier = torch.ones(ALLOCATION_MIB * memory.MIB // 4)
     del earlier  # a large block: returned to the system at once
-    small = functools.partial(torch.ones, 16 * measure.MIB // 4)
-    return measure.measure_memory(small, device="cpu")["rss_delta_mib"]
+    small = functools.partial(torch.ones, 16 * memory.MIB // 4)
+    return memory.measure_memory(small, device="cpu")["rss_delta_mib"]
 
 
 @pytest.mark.process
 def test_result_comes_back():
-    assert measure.run_isolated(divmod, (17, 5)) == measure.Outcome("ok", (3, 2))
+    assert memory.run_isolated(divmod, (17, 5)) == memory.Outcome("ok", (3, 2))
 
 
 @pytest.mark.process
 def test_a_child_that_raises_is_failed_with_its_error():
-    outcome = measure.run_isolated(int, ("not a number",))
+    outcome = memory.run_isolated(int, ("not a number",))
     assert outcome.status == "failed"
     assert outcome.error.startswith("ValueError: invalid literal for int()")
 
 
 @pytest.mark.process
 def test_a_result_that_cannot_be_sent_back_is_failed():
-    outcome = measure.run_isolated(threading.Lock)  # a lock does not pickle
+    outcome = memory.run_isolated(threading.Lock)  # a lock does not pickle
     assert outcome.status == "failed"
     assert outcome.error.startswith("the result could not be sent back")
 
 
 @pytest.mark.process
 def test_a_child_killed_by_a_signal_is_killed():
-    outcome = measure.run_isolated(signal.raise_signal, (signal.SIGKILL,))
-    assert outcome == measure.Outcome("killed", error="killed by SIGKILL")
+    outcome = memory.run_isolated(signal.raise_signal, (signal.SIGKILL,))
+    assert outcome == memory.Outcome("killed", error="killed by SIGKILL")
 
 
 @pytest.mark.process
 def test_a_child_over_the_memory_cap_is_oom():
-    outcome = measure.run_isolated(torch.ones, (1024 * measure.MIB // 4,), memory_cap_mib=256)
+    outcome = memory.run_isolated(torch.ones, (1024 * memory.MIB // 4,), memory_cap_mib=256)
     assert outcome.status == "oom"
     assert "allocate" in outcome.error
 
 
 @pytest.mark.process
 def test_a_child_past_its_timeout_is_stopped():
-    outcome = measure.run_isolated(time.sleep, (60,), timeout_s=0.5)
-    assert outcome == measure.Outcome("timeout", error="timed out after 0.5 s")
+    outcome = memory.run_isolated(time.sleep, (60,), timeout_s=0.5)
+    assert outcome == memory.Outcome("timeout", error="timed out after 0.5 s")
 
 
 def _cuda_cannot_start():
@@ -115,20 +116,20 @@ def _cuda_cannot_start():
 def test_cuda_that_cannot_start_under_the_cap_is_no_oom():
     """A CUDA context needs far more address space than it uses: under the CPU's cap it fails
     to start, which is not the point running out of memory (resume would rerun an oom)."""
-    outcome = measure.run_isolated(_cuda_cannot_start, memory_cap_mib=1024)
+    outcome = memory.run_isolated(_cuda_cannot_start, memory_cap_mib=1024)
     assert outcome.status == "failed"
     assert "under a cap of 1024 MiB: give CUDA work 0" in outcome.error
-    assert measure.run_isolated(_cuda_cannot_start, memory_cap_mib=0).status == "oom"
+    assert memory.run_isolated(_cuda_cannot_start, memory_cap_mib=0).status == "oom"
 
 
 def test_memory_cap_from_the_environment(monkeypatch):
-    monkeypatch.delenv(measure.MEMORY_CAP_ENV, raising=False)
-    assert measure.default_memory_cap_mib() == measure.DEFAULT_MEMORY_CAP_MIB
-    monkeypatch.setenv(measure.MEMORY_CAP_ENV, "512")
-    assert measure.default_memory_cap_mib() == 512
-    monkeypatch.setenv(measure.MEMORY_CAP_ENV, "lots")
-    with pytest.raises(ValueError, match=measure.MEMORY_CAP_ENV):
-        measure.default_memory_cap_mib()
+    monkeypatch.delenv(memory.MEMORY_CAP_ENV, raising=False)
+    assert memory.default_memory_cap_mib() == memory.DEFAULT_MEMORY_CAP_MIB
+    monkeypatch.setenv(memory.MEMORY_CAP_ENV, "512")
+    assert memory.default_memory_cap_mib() == 512
+    monkeypatch.setenv(memory.MEMORY_CAP_ENV, "lots")
+    with pytest.raises(ValueError, match=memory.MEMORY_CAP_ENV):
+        memory.default_memory_cap_mib()
 
 
 @pytest.fixture
@@ -249,7 +250,7 @@ def test_a_slow_call_beside_costs_its_minimum_repeats_and_fn_keeps_its_own():
 
 
 def test_the_flush_buffer_is_twice_the_l2():
-    assert clock.flush_bytes(50 * measure.MIB) == 100 * measure.MIB  # an H100's 50 MiB
+    assert clock.flush_bytes(50 * memory.MIB) == 100 * memory.MIB  # an H100's 50 MiB
     assert clock.flush_bytes(0) == clock.FLUSH_FALLBACK_BYTES
 
 
@@ -348,9 +349,9 @@ def test_gflops_and_a_measured_cached_peak():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_peak_of_a_known_allocation():
-    allocate = functools.partial(torch.ones, ALLOCATION_MIB * measure.MIB // 4, device="cuda")
-    outcome = measure.run_isolated(
-        measure.measure_memory, (allocate,), {"device": "cuda"}, memory_cap_mib=0
+    allocate = functools.partial(torch.ones, ALLOCATION_MIB * memory.MIB // 4, device="cuda")
+    outcome = memory.run_isolated(
+        memory.measure_memory, (allocate,), {"device": "cuda"}, memory_cap_mib=0
     )
     assert outcome.status == "ok", outcome.error
     assert "rss_delta_mib" not in outcome.value

@@ -15,7 +15,8 @@ from test_recall import Dying, tracker  # the killed-and-resumed trainer's track
 from analysis import precision as report
 from experiments import attention, paths, precision
 from experiments.derived import precision as deriving
-from harness import claims, store
+from harness import store
+from harness.results import claims
 
 TINY = {"width": 16, "length": 16, "steps": 6, "batch": 2, "warmup_steps": 2, "device": "cpu"}
 # The tiny runs the module shares: 12 steps, checkpoints at 5 and 10 (none taken without a

@@ -15,7 +15,8 @@ from experiments.attention import naive_attention
 from experiments.derived import recall as deriving
 from experiments.model import ModelConfig, OctLM
 from experiments.paths import PATHS
-from harness import claims, store, tracking
+from harness import store, tracking
+from harness.results import claims
 
 SHORT = {"steps": 12, "batch": 8, "device": "cpu", "checkpoint_every": 5}
 CONFIG = Path(__file__).resolve().parent.parent / "conf" / "experiment" / "exp017_recall.yaml"

@@ -1,6 +1,6 @@
-"""A search within each cell of the grid (harness.search), run for real: Optuna's journal in the
-sweep's folder, trials as points on the local launcher's two workers, pruning on the rows they
-stream, a kill mid-search and a resume that continues the study."""
+"""A search within each cell of the grid (harness.searching.search), run for real: Optuna's journal
+in the sweep's folder, trials as points on the local launcher's two workers, pruning on the rows
+they stream, a kill mid-search and a resume that continues the study."""
 
 import os
 import signal
@@ -12,8 +12,9 @@ from commands import ROOT, SUPPORT, call_command
 from probes import held, wait_for
 
 from analysis import summaries
-from harness import files, search, store
+from harness import files, store
 from harness.names import setting
+from harness.searching import search
 
 SEARCH = [
     "search.params.lr=tag(log, interval(1e-4, 1))",
@@ -285,8 +286,8 @@ def test_a_trial_that_failed_before_its_study_answered_counts_in_its_cell(tmp_pa
     best then waits for it, rather than passing on the trials that ended ok."""
     from types import SimpleNamespace
 
-    from harness.dispatch import finish
-    from harness.plan import Point
+    from harness.launchers.dispatch import finish
+    from harness.planning.plan import Point
 
     sweep = SimpleNamespace(results=tmp_path, experiment=SimpleNamespace(name="tuned"), id="s1")
     progress = SimpleNamespace(update=lambda point, summary: None)
@@ -345,7 +346,7 @@ def test_a_holder_of_the_journals_lock_killed_mid_append_holds_up_no_one(tmp_pat
 
     journal = tmp_path / search.JOURNAL
     code = (
-        "import sys, time; from harness import search; "
+        "import sys, time; from harness.searching import search; "
         f"search._JournalLock({str(journal)!r}).acquire(); print('held', flush=True); "
         "time.sleep(600)"
     )

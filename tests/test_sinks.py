@@ -14,7 +14,7 @@ from probes import PROBE_PATH, SUPPORT, held, wait_for
 
 from harness import store
 from harness.names import CONF
-from harness.sinks import PointInfo
+from harness.running.sinks import PointInfo
 
 TRAINED = [(step, step * 10.0) for step in range(1, 21)] + [(0, -1.0)]  # the trainer's rows
 

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness import slurm_cli, status
-from harness.launchers import slurm
+from harness.command import status
+from harness.launchers import slurm, slurm_cli
 
 
 def fake_command(folder, name: str, output: str) -> None:

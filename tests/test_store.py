@@ -288,7 +288,7 @@ def test_no_flipped_byte_changes_a_value_silently(tmp_path, nested, small, monke
     store.write_rows(path, [row, {**row, "length": None, "error": "x", "slurm_restarts": 2}])
     kind = files.VALUES_DIGEST if small else files.DIGEST
     assert list(pq.read_schema(path).metadata) == [kind]
-    written, _ = files.read_table(path)
+    written, _ = files.read_checked(path)
     assert silently_changed(path, written) == []
 
 
@@ -316,11 +316,11 @@ def test_every_table_reads_back_matching_its_digest(tmp_path, small, monkeypatch
         ]
         rows = [{"job": 1, **row} for row in rows]
         store.write_rows(path, rows)
-        table, _ = files.read_table(path)  # DamagedFile on a digest mismatch
+        table, _ = files.read_checked(path)  # DamagedFile on a digest mismatch
         assert table.num_rows == len(rows)
         start = rng.randint(0, len(rows) - 1)
         files.write_table(path, table.slice(start, rng.randint(1, len(rows) - start)))
-        files.read_table(path)
+        files.read_checked(path)
 
 
 def test_compact_removes_what_killed_writers_left_and_keeps_fresh_temporaries(tmp_path):
@@ -373,7 +373,7 @@ def test_a_file_written_in_parts_reads_back_whole_and_no_flipped_byte_changes_it
     schema = pa.unify_schemas([p.schema for p in parts], promote_options="permissive")
     conformed = [store.rows._conformed(part, schema) for part in parts]
     files.write_parts(path, lambda: conformed, schema)
-    written, _ = files.read_table(path)
+    written, _ = files.read_checked(path)
     assert written["step"].to_pylist() == [1, 2, 3]
     assert written["loss"].to_pylist() == [2, None, 0.5]
     assert pq.ParquetFile(path).num_row_groups == 2
@@ -382,14 +382,14 @@ def test_a_file_written_in_parts_reads_back_whole_and_no_flipped_byte_changes_it
 
 def silently_changed(path, written) -> list[int]:
     """The offsets of the file's bytes that, flipped one at a time, read back as other rows
-    than `written` without files.read_table calling the file damaged."""
+    than `written` without files.read_checked calling the file damaged."""
     data, silent = path.read_bytes(), []
     for offset in range(len(data)):
         flipped = bytearray(data)
         flipped[offset] ^= 0xFF
         path.write_bytes(bytes(flipped))
         try:
-            table, _ = files.read_table(path)
+            table, _ = files.read_checked(path)
         except files.DamagedFile:
             continue
         if not table.equals(written):

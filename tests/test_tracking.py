@@ -16,8 +16,9 @@ import pytest
 import torch
 from probes import PROBE_PATH, SUPPORT, held, wait_for
 
-from harness import files, job, store, tracking
+from harness import files, store, tracking
 from harness.errors import StoreUnwritable
+from harness.running import job
 
 STEPS = 20
 
@@ -222,8 +223,8 @@ def test_a_write_the_store_cannot_take_is_the_named_error_and_the_tracker_keeps_
 def test_a_store_failure_the_experiment_swallowed_still_stops_the_sweep(
     tmp_path, monkeypatch, full
 ):
-    """harness.job.measure raises the tracker's StoreUnwritable whatever the experiment raised
-    after it (here its own ValueError): no failed row for a store that could not take it."""
+    """harness.running.job.measure raises the tracker's StoreUnwritable whatever the experiment
+    raised after it (here its own ValueError): no failed row for a store that could not take it."""
 
     def run(tracker):
         with contextlib.suppress(OSError):

@@ -11,9 +11,9 @@ from experiments import window
 from experiments.attention import attention_mask
 from experiments.derived import window as deriving
 from experiments.paths import CAPABILITIES
-from harness.claims import claims_table
+from harness.measuring.timing import paired_ratio
 from harness.names import CONF
-from harness.timing import paired_ratio
+from harness.results.claims import claims_table
 
 CONFIG = OmegaConf.to_container(OmegaConf.load(CONF / "experiment" / "exp018_window.yaml"))
 CLAIMS = CONFIG["experiment"]

@@ -18,8 +18,9 @@ import pytest
 import torch
 from probes import PROBE_PATH, SUPPORT, UNSETTLE, _seen_state, arrivals, await_arrivals
 
-from harness import store, warm
-from harness.fresh import Snapshot
+from harness import store
+from harness.launchers import warm
+from harness.launchers.fresh import Snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 ONE_WORKER = ["hydra/launcher=local", "hydra.launcher.max_parallel=1"]
@@ -147,7 +148,7 @@ def test_fresh_and_a_grown_worker_give_points_processes_of_their_own(
 
 
 def test_a_snapshot_restores_what_a_unit_of_work_changed(tmp_path, monkeypatch):
-    """harness.fresh in this process: what a point may change, changed, and put back."""
+    """harness.launchers.fresh in this process: what a point may change, changed, and put back."""
     monkeypatch.setenv("KEPT", "yes")
     before = Snapshot()
     threads, draws = torch.get_num_threads(), (random.random(), torch.rand(1))
@@ -235,7 +236,7 @@ def test_the_forkserver_holds_none_of_the_sweeps_output(tmp_path):
     code = (
         "import os, sys\n"
         "from multiprocessing import forkserver\n"
-        "from harness import warm\n"
+        "from harness.launchers import warm\n"
         "warm.warm_up()\n"
         "pid = forkserver._forkserver._forkserver_pid\n"
         "print(os.readlink(f'/proc/{pid}/fd/1'), os.readlink(f'/proc/{pid}/fd/2'))\n"

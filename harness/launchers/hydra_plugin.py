@@ -2,13 +2,13 @@
 cannot reproduce its jobs: hydra.callbacks, env_set, chdir) through Hydra's own API, in batches:
 each batch of consecutive job numbers (at most BATCH jobs) is one launch(), which the plugin may
 run in parallel, and ends before the next starts, as Hydra's sweepers hand it over. Each job reads
-its planned point from the sweep's manifest (harness.job)."""
+its planned point from the sweep's manifest (harness.running.job)."""
 
 from collections.abc import Iterator
 
 from omegaconf import DictConfig
 
-from harness.launchers import JobSpec, Launcher, returned
+from harness.launchers.protocol import JobSpec, Launcher, returned
 
 BATCH = 64
 

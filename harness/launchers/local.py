@@ -2,7 +2,7 @@
 with a GPU of its own where there are GPUs: max_parallel warm workers that run the points one
 after another (harness.launchers.workers). With fresh=true (or `fresh: true` in the experiment's
 own experiment block), or tasks_per_node=N above 1 (each point as N processes,
-harness.distributed, with N GPUs where there are GPUs), each point is a process of its own
+harness.running.distributed, with N GPUs where there are GPUs), each point is a process of its own
 (submitit's local executor), as an experiment that leaks state may need.
 
 gpus are positions among the GPUs this process sees (as torch numbers them: cuda:0 is the first
@@ -27,8 +27,8 @@ import submitit
 from hydra.core.singleton import Singleton
 from omegaconf import OmegaConf
 
-from harness import warm
-from harness.launchers import JobSpec, check_kinds, workers
+from harness.launchers import warm, workers
+from harness.launchers.protocol import JobSpec, check_kinds
 from harness.launchers.submitit_jobs import (
     GPU_ENV,
     SWEEP_ENV,

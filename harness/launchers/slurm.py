@@ -16,8 +16,8 @@ from pathlib import Path
 import submitit
 from submitit.core.utils import FailedJobError, JobPaths
 
-from harness import slurm_cli
-from harness.launchers import JobSpec, check_kinds
+from harness.launchers import slurm_cli
+from harness.launchers.protocol import JobSpec, check_kinds
 from harness.launchers.submitit_jobs import SubmititLauncher, outcome
 
 POLL_S = 0.5

@@ -1,9 +1,9 @@
 """What the submitit launchers (local, slurm) share: hydra-submitit-launcher's launcher (its
 setup, and the checkpoint through which submitit requeues a job), the executor its parameters
 describe, and what each submitit job runs: its GPU and threads set first, then its pack of
-points (harness.launchers.work), each job number the sweep's own (a resumed subset keeps them).
-With tasks_per_node (and nodes) above 1, each job's tasks are one point's processes
-(harness.distributed), which meet before the point runs.
+points (harness.launchers.in_process.work), each job number the sweep's own (a resumed subset keeps
+them). With tasks_per_node (and nodes) above 1, each job's tasks are one point's processes
+(harness.running.distributed), which meet before the point runs.
 """
 
 import os
@@ -20,9 +20,11 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmitit
 from omegaconf import OmegaConf
 from submitit.core.utils import UncompletedJobError
 
-from harness import codestore, distributed
 from harness.errors import with_type
-from harness.launchers import JobSpec, Launcher, check_kinds, work
+from harness.launchers.in_process import work
+from harness.launchers.protocol import JobSpec, Launcher, check_kinds
+from harness.pinning import codestore
+from harness.running import distributed
 
 # A local point's CUDA_VISIBLE_DEVICES: its GPU, or this process's own value (UNSET: none) when
 # it gets no GPU of its own; submitit's local executor would make that "", which hides them all.
@@ -105,7 +107,7 @@ class SubmititLauncher(BaseSubmititLauncher, Launcher):
 
 def python_command() -> str | None:
     """How a job's process starts: from the snapshot of the code this process runs, checked
-    first (harness.boot), however long the job queues; None: as this process did."""
+    first (harness.pinning.boot), however long the job queues; None: as this process did."""
     code = codestore.running()
     return codestore.boot_command(*code) if code else None
 
@@ -115,7 +117,7 @@ def outcome(handle: submitit.Job, lost: str | None, position: int) -> dict:
     for it, or why it returned nothing."""
     if lost:
         return {"status": "killed", "error": lost}
-    try:  # a point of several processes: its rank 0's summary (harness.distributed)
+    try:  # a point of several processes: its rank 0's summary (harness.running.distributed)
         return handle.task(0).result()[position]
     except UncompletedJobError as error:
         return {"status": "killed", "error": with_type(error)}

@@ -1,24 +1,24 @@
 """Warm workers for the local launcher: a process per slot (max_parallel of them) that runs the
 points it is handed one after another, the next one as soon as one ends, each from the same
-state (harness.fresh): a point costs what it computes, not a new Python's start. Workers are
-forked from multiprocessing's forkserver, which imports torch and the libraries once (started
+state (harness.launchers.fresh): a point costs what it computes, not a new Python's start. Workers
+are forked from multiprocessing's forkserver, which imports torch and the libraries once (started
 while the sweep is planned), so that a worker starts in milliseconds; each imports the harness
-and the experiment from the sweep's snapshot of its code, checked first (harness.boot).
+and the experiment from the sweep's snapshot of its code, checked first (harness.pinning.boot).
 
 A worker keeps its slot's GPU (CUDA_VISIBLE_DEVICES, set when it starts) and its CUDA context
 for the whole sweep, and its threads (the launcher's job_threads). One that dies while it runs a
 point (SIGKILL, the kernel's OOM killer, a segfault in a kernel) fails only that point, with a
-row saying so (harness.dispatch writes it), and a new worker takes its slot; so does one past
-timeout_min, which is stopped. A worker whose resident memory has grown past rss_mib after a
-point is replaced before the next, and so is one whose point left what harness.fresh cannot put
-back (a library function replaced, a thread still running, a limit it cannot raise again): its
-log says what. Ctrl-C is the sweep's to answer: the workers ignore it and are stopped with the
-sweep, and a worker whose sweep's process is gone (SIGKILL) ends itself.
+row saying so (harness.launchers.dispatch writes it), and a new worker takes its slot; so does one
+past timeout_min, which is stopped. A worker whose resident memory has grown past rss_mib after a
+point is replaced before the next, and so is one whose point left what harness.launchers.fresh
+cannot put back (a library function replaced, a thread still running, a limit it cannot raise
+again): its log says what. Ctrl-C is the sweep's to answer: the workers ignore it and are stopped
+with the sweep, and a worker whose sweep's process is gone (SIGKILL) ends itself.
 
 Python's and the libraries' pools (concurrent.futures, loky) fail every running task when one
 worker dies; here each worker is a process and a pipe of its own, so that a death is one
 point's. A point runs in the worker's process: what needs a process of its own (peak resident
-memory, a first call's compile) runs in one as before (harness.measure.run_isolated).
+memory, a first call's compile) runs in one as before (harness.measuring.memory.run_isolated).
 """
 
 import multiprocessing
@@ -34,10 +34,11 @@ from pathlib import Path
 
 import cloudpickle
 
-from harness import boot, codestore
 from harness.errors import with_type
-from harness.launchers import JobSpec, job_runner, unwritable
-from harness.warm import context
+from harness.launchers.in_process import job_runner
+from harness.launchers.protocol import JobSpec, unwritable
+from harness.launchers.warm import context
+from harness.pinning import boot, codestore
 
 CHECK_S = 1.0  # how often the timeouts are looked at while every worker computes
 STOP_S = 5.0  # how long a stopped worker may take to end before SIGKILL
@@ -196,8 +197,8 @@ def serve(
     log: str,
 ) -> None:
     """A worker: each JobSpec received, run, and its (job, summary, resident MiB, whether this
-    worker ends) sent back, this process's state restored after each (harness.fresh); None or
-    a closed pipe: the end.
+    worker ends) sent back, this process's state restored after each (harness.launchers.fresh); None
+    or a closed pipe: the end.
     It takes the sweep's environment (a forked worker has the forkserver's), and its output
     goes to `log`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the sweep's
@@ -209,9 +210,9 @@ def serve(
     from hydra.core.singleton import Singleton
     from hydra.core.utils import setup_globals
 
-    from harness.fresh import Snapshot
+    from harness.launchers.fresh import Snapshot
     from harness.launchers.submitit_jobs import end_with_the_sweep
-    from harness.measure import proc_status_kib
+    from harness.measuring.memory import proc_status_kib
 
     end_with_the_sweep(sweep)
     if threads:

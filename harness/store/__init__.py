@@ -7,13 +7,13 @@ rows. The experiment and sweep live in the Hive-style path, not in the files, so
 pandas and DuckDB all read them as partition columns. Sweep-level files (the
 manifest, package lists, the compaction lock) start with "_", which those readers skip; ROOT's
 file "columns" holds the schema of every file, which pyarrow's and pandas' folder readers take
-as theirs (harness.common_schema).
+as theirs (harness.store.common_schema).
 
 A training job that is still running lands its rows as segments, append-only files beside its
 job file (job-N.part-K.parquet, K = 1, 2, ...: the rows logged since the previous one, status
 "running", written as any row file is), and writes its job file once when it ends, which
 replaces them (`write_rows(..., replacing=segments(path))`). A point that runs as several
-processes (harness.distributed) lands each one's rows as segments of its own,
+processes (harness.running.distributed) lands each one's rows as segments of its own,
 job-N.rank-R.part-K.parquet, read after one another by rank; its rank 0 writes the job file.
 
 A finished sweep's job files can be merged into one, compacted-N.parquet (`compact`). The rule
@@ -76,6 +76,7 @@ from harness.store.layout import (  # noqa: F401
     segment_number,
     segment_rank,
     segments,
+    skipped,  # noqa: F401
     still_running,
     sweep_dir,
 )
@@ -97,7 +98,6 @@ from harness.store.reading import (  # noqa: F401
     read,
     read_table,
     result_files,
-    skipped,
     status_counts,
 )
 from harness.store.rows import (  # noqa: F401

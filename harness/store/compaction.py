@@ -17,28 +17,28 @@ from harness.store.layout import (
     LOCK,
     MANIFEST,
     SET_ASIDE,
-    _a_point_runs,
-    _compacted,
-    _job_files,
-    _listing,
-    _next_generation,
-    _replaced_segments,
-    _segments,
-    _sweep_lock,
+    a_point_runs,
+    compacted_files,
     job_file,
+    job_files,
+    job_segments,
+    listing,
+    next_generation,
+    replaced_segments,
+    skipped,  # noqa: F401
     sweep_dir,
+    sweep_lock,
 )
 from harness.store.manifest import read_manifest
 from harness.store.reading import (
-    _by_job,
-    _is_in,
-    _read_parts,
-    _running,
-    _split_by_job,
     as_planned,
-    skipped,
+    by_job,
+    has_running_rows,
+    jobs_in,
+    read_parts,
+    split_by_job,
 )
-from harness.store.rows import _without_empty_columns, concat, write_file
+from harness.store.rows import concat, without_empty_columns, write_file
 
 
 def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[str]]:
@@ -57,23 +57,23 @@ def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[
     folder = sweep_dir(root, experiment, sweep)
     if not folder.is_dir():
         return None, []
-    with _sweep_lock(folder), files.uninterrupted():
+    with sweep_lock(folder), files.uninterrupted():
         files.remove_temporaries(folder, older_than_s=files.STALE_S)
-        names = _listing(folder)
-        if len(names) <= 1 and _compacted(names) == names:  # nothing, or one compacted file
+        names = listing(folder)
+        if len(names) <= 1 and compacted_files(names) == names:  # nothing, or one compacted file
             return (folder / names[0] if names else None), []
-        if _a_point_runs(folder):  # its files are its own until it ends (a restore rewrites them)
+        if a_point_runs(folder):  # its files are its own until it ends (a restore rewrites them)
             return None, []
-        parts, identities = _read_parts(folder, names)
+        parts, identities = read_parts(folder, names)
         foreign = _foreign_files(root, experiment, sweep, parts)
         parts = {name: part for name, part in parts.items() if name not in foreign}
         identities = {name: ident for name, ident in identities.items() if name not in foreign}
-        if not identities or any(_running(table) for table in parts.values()):
+        if not identities or any(has_running_rows(table) for table in parts.values()):
             return None, []  # every file damaged, or a training job still going: not ended
-        for name in _replaced_segments(names):  # out of sight while their job file lies there
+        for name in replaced_segments(names):  # out of sight while their job file lies there
             (folder / name).unlink(missing_ok=True)
-        path = folder / f"compacted-{_next_generation(names):06d}.parquet"
-        write_file(path, _by_job(concat(list(parts.values()))))
+        path = folder / f"compacted-{next_generation(names):06d}.parquet"
+        write_file(path, by_job(concat(list(parts.values()))))
         _remove_unchanged(folder, identities)
     return path, sorted(identities)
 
@@ -81,7 +81,7 @@ def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[
 def _foreign_files(root: Path, experiment: str, sweep: str, parts: dict) -> set[str]:
     """The job files whose rows are not the sweep's planned point's (as_planned names them):
     never merged, left for resume to set aside."""
-    files = _job_files(list(parts))
+    files = job_files(list(parts))
     hashes = [
         parts[name].select(["job", "config_hash"])
         for name in files.values()
@@ -102,25 +102,25 @@ def release(root: Path, experiment: str, sweep: str, jobs: Iterable[int]) -> lis
     the jobs moved.
     """
     folder = sweep_dir(root, experiment, sweep)
-    if not _compacted(_listing(folder)):  # never compacted: nothing to move, nothing to lock
+    if not compacted_files(listing(folder)):  # never compacted: nothing to move, nothing to lock
         return []
-    with _sweep_lock(folder), files.uninterrupted():
-        names = _listing(folder)
-        own = set(_job_files(names)) | set(_segments(names))  # their compacted rows are stale
-        parts, _ = _read_parts(folder, _compacted(names))
+    with sweep_lock(folder), files.uninterrupted():
+        names = listing(folder)
+        own = set(job_files(names)) | set(job_segments(names))  # their compacted rows are stale
+        parts, _ = read_parts(folder, compacted_files(names))
         merged = concat(list(parts.values()))
         if not merged.num_rows:
             return []
-        moving = _is_in(merged["job"], set(jobs) - own)
-        moved = _split_by_job(merged.filter(moving))
+        moving = jobs_in(merged["job"], set(jobs) - own)
+        moved = split_by_job(merged.filter(moving))
         if not moved:
             return []
         for job, rows in moved.items():
-            write_file(job_file(root, experiment, sweep, job), _without_empty_columns(rows))
-        kept = merged.filter(pc.invert(pc.or_(moving, _is_in(merged["job"], own))))
+            write_file(job_file(root, experiment, sweep, job), without_empty_columns(rows))
+        kept = merged.filter(pc.invert(pc.or_(moving, jobs_in(merged["job"], own))))
         if kept.num_rows:
-            write_file(folder / f"compacted-{_next_generation(names):06d}.parquet", kept)
-        for name in _compacted(names):
+            write_file(folder / f"compacted-{next_generation(names):06d}.parquet", kept)
+        for name in compacted_files(names):
             (folder / name).unlink(missing_ok=True)
         files.fsync_dir(folder)
     return sorted(moved)
@@ -131,7 +131,7 @@ def set_aside(root: Path, experiment: str, sweep: str) -> list[Path]:
     reader's way: a "_damaged-" name without the .parquet suffix, kept for a post-mortem.
     Returns where they went."""
     folder, moved = sweep_dir(root, experiment, sweep), []
-    with _sweep_lock(folder):
+    with sweep_lock(folder):
         for path in skipped(root, experiment, sweep):
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
             target = folder / f"{SET_ASIDE}{path.name}-{stamp}.bad"
@@ -146,7 +146,7 @@ def prune(root: Path, experiment: str, sweep: str) -> bool:
     """Remove a sweep folder that holds nothing but temporaries older than files.STALE_S (a sweep
     whose manifest a kill cut short, planned and never started): whether it went."""
     folder = sweep_dir(root, experiment, sweep)
-    if (folder / MANIFEST).exists() or _listing(folder):
+    if (folder / MANIFEST).exists() or listing(folder):
         return False
     files.remove_temporaries(folder, older_than_s=files.STALE_S)
     with contextlib.suppress(OSError):

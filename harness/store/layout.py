@@ -41,7 +41,6 @@ ROW_STATUSES = ("ok", "unsupported", "failed", "oom", "killed", "timeout")
 PARTITIONS = pa.schema([("experiment", pa.string()), ("sweep", pa.string())])
 SET_ASIDE = "_damaged-"  # the prefix of a damaged file moved aside: neither "." nor ".parquet"
 _named: dict[Path, str] = per_command({})  # the damaged files this process has named, and why
-_named_columns: set[str] = per_command(set())  # the columns of two kinds it has named
 
 # The harness's own columns and their types; parameters and metrics are typed by their values.
 HARNESS_COLUMNS = {
@@ -53,8 +52,8 @@ HARNESS_COLUMNS = {
     "duration_s": pa.float64(),
     "git_commit": pa.string(),
     "git_dirty": pa.bool_(),
-    "code_digest": pa.string(),  # the code the point ran (harness.codestore)
-    "reused_from": pa.string(),  # SWEEP/JOB of a point's answer copied from there (harness.reuse)
+    "code_digest": pa.string(),  # the code the point ran (harness.pinning.codestore)
+    "reused_from": pa.string(),  # SWEEP/JOB of an answer copied from there (pinning.reuse)
     "command": pa.string(),
     "torch_version": pa.string(),
     "cuda_version": pa.string(),
@@ -69,9 +68,9 @@ HARNESS_COLUMNS = {
     "slurm_restarts": pa.int64(),
     "gpus": pa.string(),
     "run_dir": pa.string(),
-    "rank": pa.int64(),  # of a point that runs as several processes (harness.distributed)
+    "rank": pa.int64(),  # of a point that runs as several processes (harness.running.distributed)
     "world_size": pa.int64(),
-    "cell": pa.int64(),  # a search's trial (harness.search): its cell of the grid
+    "cell": pa.int64(),  # a search's trial (harness.searching.search): its cell of the grid
     "trial": pa.int64(),  #   and its number in that cell's study
 }
 # Names no parameter or metric may take, compared without case (DuckDB reads `Sweep` as the
@@ -97,7 +96,7 @@ def job_file(root: Path, experiment: str, sweep: str, job: int) -> Path:
 
 def segment_file(path: Path, number: int, rank: int | None = None) -> Path:
     """Segment `number` (from 1) of the job whose file is `path`; of its process `rank`, where
-    the point runs as several (harness.distributed)."""
+    the point runs as several (harness.running.distributed)."""
     ranked = "" if rank is None else f".rank-{rank:04d}"
     return Path(path).with_name(f"{Path(path).stem}{ranked}.part-{number:08d}.parquet")
 
@@ -127,13 +126,13 @@ def _segment_order(match: re.Match) -> tuple[int, int, int]:
     return int(match[1]), -1 if match[2] is None else int(match[2]), int(match[3])
 
 
-def _sweep_dirs(root: Path, experiment: str | None, sweep: str | None) -> list[Path]:
+def sweep_dirs(root: Path, experiment: str | None, sweep: str | None) -> list[Path]:
     named = [glob.escape(name) if name else "*" for name in (experiment, sweep)]
     pattern = f"experiment={named[0]}/sweep={named[1]}"
     return sorted(p for p in Path(root).glob(pattern) if p.is_dir())
 
 
-def _listing(folder: Path) -> list[str]:
+def listing(folder: Path) -> list[str]:
     """The folder's row files: *.parquet, without hidden (temporary) and "_" files."""
     try:
         names = os.listdir(folder)
@@ -142,11 +141,11 @@ def _listing(folder: Path) -> list[str]:
     return sorted(n for n in names if n.endswith(".parquet") and not n.startswith((".", "_")))
 
 
-def _job_files(names: list[str]) -> dict[int, str]:
+def job_files(names: list[str]) -> dict[int, str]:
     return {int(m[1]): name for name in names if (m := JOB.fullmatch(name))}
 
 
-def _segments(names: list[str]) -> dict[int, list[str]]:
+def job_segments(names: list[str]) -> dict[int, list[str]]:
     """job -> the names of its segments among `names`, in order."""
     found = sorted((_segment_order(m), name) for name in names if (m := SEGMENT.fullmatch(name)))
     jobs: dict[int, list[str]] = {}
@@ -155,24 +154,24 @@ def _segments(names: list[str]) -> dict[int, list[str]]:
     return jobs
 
 
-def _replaced_segments(names: list[str]) -> list[str]:
+def replaced_segments(names: list[str]) -> list[str]:
     """The segments of jobs that have a job file: it replaced them (the reading rule)."""
-    own = _job_files(names)
-    return [name for job, listed in _segments(names).items() if job in own for name in listed]
+    own = job_files(names)
+    return [name for job, listed in job_segments(names).items() if job in own for name in listed]
 
 
-def _compacted(names: list[str]) -> list[str]:
+def compacted_files(names: list[str]) -> list[str]:
     """The compacted files among `names`, newest first."""
     found = [(int(m[1]), name) for name in names if (m := COMPACTED.fullmatch(name))]
     return [name for _, name in sorted(found, reverse=True)]
 
 
-def _next_generation(names: list[str]) -> int:
-    newest = _compacted(names)
+def next_generation(names: list[str]) -> int:
+    newest = compacted_files(names)
     return int(COMPACTED.fullmatch(newest[0])[1]) + 1 if newest else 1
 
 
-def _in_order(name: str) -> tuple:
+def in_order(name: str) -> tuple:
     """A row file's place: by job, a job's segments by rank and number (past 10^8 too), then
     the rest."""
     if m := SEGMENT.fullmatch(name):
@@ -182,7 +181,19 @@ def _in_order(name: str) -> tuple:
     return (1, 0, -1, 0, name)
 
 
-def _name_once(path: Path, reason: str) -> None:
+def read_job_file(path: Path) -> tuple[pa.Table, tuple[int, int, int]]:
+    """A job file's or segment's rows and identity (files.read_checked); DamagedFile where a
+    file named for one job holds rows of others."""
+    table, identity = files.read_checked(path)
+    named = JOB.fullmatch(path.name) or SEGMENT.fullmatch(path.name)
+    jobs = set(table["job"].to_pylist()) if "job" in table.column_names else set()
+    if named and jobs != {int(named[1])}:
+        said = f"a file of job {int(named[1])} holding rows of jobs {sorted(jobs)}"
+        raise files.DamagedFile(path, said)
+    return table, identity
+
+
+def name_once(path: Path, reason: str) -> None:
     """Say on stderr, once per process, that a file is skipped and why."""
     if path not in _named:
         _named[path] = reason
@@ -215,6 +226,15 @@ def claimed(root: Path, experiment: str, sweep: str) -> Iterator[None]:
         files.unlock(opened)
 
 
+def skipped(root: Path, experiment: str, sweep: str) -> dict[Path, str]:
+    """The sweep's files that reads in this process skipped as damaged (and still lie there),
+    with the reason."""
+    folder = sweep_dir(root, experiment, sweep)
+    return {
+        path: why for path, why in _named.items() if path.parent == folder and os.path.lexists(path)
+    }
+
+
 def run_by(root: Path, experiment: str, sweep: str) -> tuple[str, float] | None:
     """(who, since when) of the command that holds the sweep (claimed) now, or None: a look at
     its lock that takes it for no longer than the look (shared, never waiting)."""
@@ -234,7 +254,7 @@ def run_by(root: Path, experiment: str, sweep: str) -> tuple[str, float] | None:
 
 
 @contextmanager
-def _sweep_lock(folder: Path) -> Iterator[None]:
+def sweep_lock(folder: Path) -> Iterator[None]:
     """One compaction (or resume's release) of a sweep at a time; the lock goes with the process."""
     folder.mkdir(parents=True, exist_ok=True)
     with files.held(folder / LOCK):
@@ -280,7 +300,7 @@ def _running_marker(path: Path) -> Path:
     return Path(path).with_name(f"_{Path(path).stem}{RUNNING_MARK}")
 
 
-def _a_point_runs(folder: Path) -> bool:
+def a_point_runs(folder: Path) -> bool:
     """Whether a process holds the running mark of one of the sweep's jobs."""
     try:
         names = os.listdir(folder)

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from harness import files
-from harness.search_settings import shape_fault
-from harness.store.layout import MANIFEST, MANIFEST_KINDS, _name_once, sweep_dir
+from harness.store.layout import MANIFEST, MANIFEST_KINDS, name_once, sweep_dir
+from harness.store.search_settings import shape_fault
 
 
 def read_manifest(root: Path, experiment: str, sweep: str) -> dict | None:
@@ -27,11 +27,11 @@ def read_manifest(root: Path, experiment: str, sweep: str) -> dict | None:
         return None
     except (OSError, ValueError) as error:
         reason = (str(error).splitlines() or [""])[0][:120]
-        _name_once(path, f"unreadable manifest ({type(error).__name__}: {reason})")
+        name_once(path, f"unreadable manifest ({type(error).__name__}: {reason})")
         return None
     wrong = _manifest_fault(manifest)
     if wrong:
-        _name_once(path, f"a damaged manifest: {wrong}")
+        name_once(path, f"a damaged manifest: {wrong}")
         return None
     return manifest
 

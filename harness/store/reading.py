@@ -5,7 +5,6 @@ status, the parameter columns, the rows of the planned points.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,20 +20,20 @@ from harness.store.layout import (
     PARTITIONS,
     READ_ATTEMPTS,
     RUNNING,
-    _compacted,
-    _in_order,
-    _job_files,
-    _listing,
-    _name_once,
-    _named,
-    _replaced_segments,
-    _segments,
-    _sweep_dirs,
+    compacted_files,
+    in_order,
     job_file,
+    job_files,
+    job_segments,
+    listing,
+    name_once,
+    read_job_file,
+    replaced_segments,
     sweep_dir,
+    sweep_dirs,
 )
 from harness.store.manifest import newest_sweep
-from harness.store.rows import _pairs, _trusted, concat
+from harness.store.rows import concat, job_hashes, trusted
 
 LAST = "last"  # a sweep's name for the newest, as the command line takes it
 
@@ -44,9 +43,7 @@ if TYPE_CHECKING:  # pandas loads where a frame is made: status and compact read
 
 def result_files(root: Path, experiment: str | None = None, sweep: str | None = None) -> list[Path]:
     return [
-        folder / name
-        for folder in _sweep_dirs(root, experiment, sweep)
-        for name in _listing(folder)
+        folder / name for folder in sweep_dirs(root, experiment, sweep) for name in listing(folder)
     ]
 
 
@@ -87,7 +84,7 @@ def read_table(
         sweep = newest_sweep(root, experiment)
         if sweep is None:
             raise LookupError(f"no sweep{f' of {experiment}' if experiment else ''} in {root}")
-    folders = _sweep_dirs(root, experiment, sweep)
+    folders = sweep_dirs(root, experiment, sweep)
     if sweep is not None and not folders:
         raise LookupError(f"no sweep {sweep}{f' of {experiment}' if experiment else ''} in {root}")
     tables = []
@@ -103,12 +100,12 @@ def jobs_with_rows(root: Path, experiment: str, sweep: str) -> set[int]:
     files hold."""
     folder = sweep_dir(root, experiment, sweep)
     for _ in range(READ_ATTEMPTS):
-        names = _listing(folder)
+        names = listing(folder)
         try:
-            compacted = set().union(*(_jobs(folder / name) for name in _compacted(names)))
+            compacted = set().union(*(_jobs(folder / name) for name in compacted_files(names)))
         except FileNotFoundError:  # compacted again since the listing
             continue
-        return set(_job_files(names)) | set(_segments(names)) | compacted
+        return set(job_files(names)) | set(job_segments(names)) | compacted
     raise RuntimeError(f"{folder} changed under every one of {READ_ATTEMPTS} reads")
 
 
@@ -173,39 +170,39 @@ def _read_sweep(folder: Path) -> pa.Table:
     it, and the read starts over, as it does when a listed file is gone when it is opened.
     """
     for attempt in range(READ_ATTEMPTS):
-        names = _listing(folder)
+        names = listing(folder)
         try:
-            parts, _ = _read_parts(folder, names)
+            parts, _ = read_parts(folder, names)
         except FileNotFoundError:
             parts = None
-        if parts is not None and _compacted(_listing(folder)) == _compacted(names):
+        if parts is not None and compacted_files(listing(folder)) == compacted_files(names):
             table = concat(list(parts.values()))
-            return _by_job(table) if _compacted(names) and len(parts) > 1 else table
+            return by_job(table) if compacted_files(names) and len(parts) > 1 else table
         time.sleep(0.001 * attempt)
     raise RuntimeError(f"{folder} changed under every one of {READ_ATTEMPTS} reads")
 
 
-def _read_parts(folder: Path, names: list[str]) -> tuple[dict[str, pa.Table], dict]:
+def read_parts(folder: Path, names: list[str]) -> tuple[dict[str, pa.Table], dict]:
     """Each file's rows that count (the reading rule: harness.store's docstring), and each
     file's identity.
 
     Every job file counts whole, and so does every segment of a job without one, in order; a
     compacted file counts for the jobs that neither of those nor a newer compacted file holds.
     """
-    compacted = _compacted(names)
-    replaced = set(_replaced_segments(names))
-    names = sorted((n for n in names if n not in replaced), key=_in_order)
-    read = {name: _trusted(folder / name) for name in names}
+    compacted = compacted_files(names)
+    replaced = set(replaced_segments(names))
+    names = sorted((n for n in names if n not in replaced), key=in_order)
+    read = {name: trusted(folder / name) for name in names}
     read = {name: found for name, found in read.items() if found is not None}
     parts = {name: table for name, (table, _) in read.items() if name not in compacted}
     identities = {name: identity for name, (_, identity) in read.items()}
-    covered = set(_job_files(list(parts))) | set(_segments(list(parts)))
+    covered = set(job_files(list(parts))) | set(job_segments(list(parts)))
     for name in [name for name in compacted if name in read]:
         table = read[name][0]
         if "job" in table.column_names:
             jobs = table["job"]
             if covered:  # (pyarrow imports pandas to make the set an array)
-                table = table.filter(pc.invert(_is_in(jobs, covered)))
+                table = table.filter(pc.invert(jobs_in(jobs, covered)))
             covered |= set(pc.unique(jobs).to_pylist())
         parts[name] = table
     return parts, identities
@@ -225,7 +222,7 @@ def as_planned(rows: pd.DataFrame | pa.Table, manifest: dict | None, root: Path)
     distinct = rows if table else rows[keys].drop_duplicates()  # a job's rows share a hash
     foreign = {
         (job, given)
-        for job, given in set(_pairs(distinct))
+        for job, given in set(job_hashes(distinct))
         if job not in planned or (given is not None and planned[job] not in (None, str(given)))
     }
     if not foreign:
@@ -233,46 +230,38 @@ def as_planned(rows: pd.DataFrame | pa.Table, manifest: dict | None, root: Path)
     for job in sorted({job for job, _ in foreign}):
         path = job_file(root, manifest["experiment"], manifest["sweep"], job)
         why = "config_hash differs" if job in planned else "the sweep planned no such job"
-        _name_once(path, f"its rows are not this sweep's planned point ({why})")
-    kept = [pair not in foreign for pair in _pairs(rows)]
+        name_once(path, f"its rows are not this sweep's planned point ({why})")
+    kept = [pair not in foreign for pair in job_hashes(rows)]
     return rows.filter(pa.array(kept)) if table else rows[kept]
-
-
-def skipped(root: Path, experiment: str, sweep: str) -> dict[Path, str]:
-    """The sweep's files that reads in this process skipped as damaged (and still lie there),
-    with the reason."""
-    folder = sweep_dir(root, experiment, sweep)
-    named = _named.items()
-    return {path: why for path, why in named if path.parent == folder and os.path.lexists(path)}
 
 
 def _jobs(path: Path) -> set[int]:
     try:
-        table, _ = files.read_table(path)
+        table, _ = read_job_file(path)
     except files.DamagedFile as damaged:
-        _name_once(damaged.path, damaged.reason)
+        name_once(damaged.path, damaged.reason)
         return set()
     return set(table["job"].to_pylist()) if "job" in table.column_names else set()
 
 
-def _running(table: pa.Table) -> bool:
+def has_running_rows(table: pa.Table) -> bool:
     """Whether a file holds rows of a training job that has not ended (status "running")."""
     if "status" not in table.column_names:
         return False
     return bool(pc.any(pc.equal(table["status"], RUNNING)).as_py())
 
 
-def _is_in(jobs: pa.ChunkedArray, values: set[int]) -> pa.ChunkedArray:
+def jobs_in(jobs: pa.ChunkedArray, values: set[int]) -> pa.ChunkedArray:
     return pc.is_in(jobs, pa.array(sorted(values), jobs.type))
 
 
-def _by_job(table: pa.Table) -> pa.Table:
+def by_job(table: pa.Table) -> pa.Table:
     """The rows in job order (a stable sort: a job's own rows keep their order)."""
     return table.sort_by("job") if "job" in table.column_names else table
 
 
-def _split_by_job(table: pa.Table) -> dict[int, pa.Table]:
-    table = _by_job(table)
+def split_by_job(table: pa.Table) -> dict[int, pa.Table]:
+    table = by_job(table)
     jobs, starts, counts = np.unique(table["job"].to_numpy(), return_index=True, return_counts=True)
     return {
         int(job): table.slice(start, count)

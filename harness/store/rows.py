@@ -14,8 +14,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from harness import common_schema, files
-from harness.store.layout import HARNESS_COLUMNS, RUNNING, _name_once, _named_columns, segments
+from harness import files
+from harness.lifetime import per_command
+from harness.store import common_schema
+from harness.store.layout import HARNESS_COLUMNS, RUNNING, name_once, read_job_file, segments
 
 if TYPE_CHECKING:  # pandas loads where a frame is made: status and compact read Arrow alone
     import pandas as pd
@@ -76,7 +78,7 @@ def end_segments(
         nonlocal kept
         checking, intact, first = kept is None, [], 0
         for part in [part for part, _ in given] if checking else kept:
-            found = _trusted(part)
+            found = trusted(part)
             if found is not None:
                 intact.append(part)
                 table = _with_statuses(settled_table(found[0]), statuses, first)
@@ -104,7 +106,7 @@ def write_file(path: Path, table: pa.Table, sync: bool = True) -> None:
 
 def _written(path: Path, schema: pa.Schema, write: Callable[[], None]) -> None:
     """write() the row file at `path`, once the store's common schema has its columns
-    (harness.common_schema): a reader that sees the file sees its columns. A link where the
+    (harness.store.common_schema): a reader that sees the file sees its columns. A link where the
     schema's file or lock lies (files.Linked) is raised after the rows are written: they are
     kept, and nothing is written through it."""
     sweep = Path(path).parent
@@ -118,7 +120,7 @@ def _written(path: Path, schema: pa.Schema, write: Callable[[], None]) -> None:
 
 
 def telling(table: pa.Table) -> list[dict]:
-    """The rows of a point's table that a summary reads (harness.job.summary): those with a
+    """The rows of a point's table that a summary reads (harness.running.job.summary): those with a
     status other than ok or an error, in order, then the last."""
     if "status" not in table.column_names:
         return []
@@ -174,7 +176,7 @@ def job_table(path: Path) -> pa.Table:
 
 def trusted_tables(paths: Iterable[Path]) -> list[pa.Table]:
     """The rows of each file, in order, but those that are damaged (named on stderr)."""
-    return [found[0] for path in paths if (found := _trusted(path)) is not None]
+    return [found[0] for path in paths if (found := trusted(path)) is not None]
 
 
 def job_rows(path: Path) -> list[dict]:
@@ -210,6 +212,7 @@ def _with_status(table: pa.Table, status) -> pa.Table:
     return table.set_column(table.column_names.index("status"), "status", status)
 
 
+_named_columns: set[str] = per_command(set())  # the columns of two kinds it has named
 PLAIN = frozenset({int, float, str, bool, type(None)})
 
 
@@ -256,16 +259,16 @@ def rows_to_table(rows: list[dict]) -> pa.Table:
     return pa.table(arrays)
 
 
-def _trusted(path: Path) -> tuple[pa.Table, tuple[int, int, int]] | None:
+def trusted(path: Path) -> tuple[pa.Table, tuple[int, int, int]] | None:
     """_read_file's rows and identity, or None for a damaged file (named once on stderr)."""
     try:
-        return files.read_table(path)
+        return read_job_file(path)
     except files.DamagedFile as damaged:
-        _name_once(damaged.path, damaged.reason)
+        name_once(damaged.path, damaged.reason)
         return None
 
 
-def _pairs(rows: pd.DataFrame | pa.Table) -> Iterator[tuple]:
+def job_hashes(rows: pd.DataFrame | pa.Table) -> Iterator[tuple]:
     """Each row's (job, config_hash); None where it has no hash."""
     return zip(values(rows, "job"), values(rows, "config_hash"), strict=True)
 
@@ -342,7 +345,7 @@ def _column_as_text(table: pa.Table, name: str) -> pa.Table:
     return table.set_column(table.column_names.index(name), name, text)
 
 
-def _without_empty_columns(table: pa.Table) -> pa.Table:
+def without_empty_columns(table: pa.Table) -> pa.Table:
     """As the job wrote it: no column that is null in every row, but the harness's own."""
     empty = [c for c in table.column_names if table[c].null_count == len(table)]
     return table.drop_columns([c for c in empty if c not in HARNESS_COLUMNS])

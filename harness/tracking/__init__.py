@@ -23,7 +23,7 @@ any experiment does). Through it the experiment:
   appears once; no landed row is written again (but where the point had ended, and its job
   file replaced its segments: the checkpoint's rows are then written once, as one segment).
   A point that restores nothing starts afresh: its first landing removes its earlier rows.
-- in a point of several processes (harness.distributed), learns its place (`rank`,
+- in a point of several processes (harness.running.distributed), learns its place (`rank`,
   `world_size`); each process lands its own rows (segments of its own, with its rank), and
   `save`, `restore`, `stopping` and `end` are collectives that every process calls alike: rank
   0 writes the checkpoint, which records each rank's rows, every rank restores its own from it,
@@ -80,9 +80,10 @@ class Tracker:
         tracker takes those of prepare({}) once per landing), `check` refuses a logged row
         (columns it may not set), `clock` is the point's start (time.perf_counter) that its
         rows' duration_s counts from; `say` prints what happens, `shown` what a landed row says
-        (its step and metrics), on a progress line; `sinks` (harness.sinks.Sinks) get the rows
-        as they land; `group` (harness.distributed.Group) is the point's processes, if several;
-        `observe` sees each row as it is logged (a search's pruner: it may raise to stop)."""
+        (its step and metrics), on a progress line; `sinks` (harness.running.sinks.Sinks) get the
+        rows as they land; `group` (harness.running.distributed.Group) is the point's processes, if
+        several; `observe` sees each row as it is logged (a search's pruner: it may raise to
+        stop)."""
         self.path, self.prepare, self.check = Path(path), prepare, check
         self.say, self.shown = say or (lambda text: None), shown
         self.group, self.observe = group, observe
@@ -210,8 +211,8 @@ class Tracker:
         self.feed.landed(table)
 
     def _unwritable(self, error: OSError) -> StoreUnwritable:
-        """The store's `error` as the StoreUnwritable that stops the sweep, kept: harness.job
-        raises it whatever the experiment made of it (a RuntimeError of a landing that failed
-        in the background, say)."""
+        """The store's `error` as the StoreUnwritable that stops the sweep, kept:
+        harness.running.job raises it whatever the experiment made of it (a RuntimeError of a
+        landing that failed in the background, say)."""
         self.unwritable = StoreUnwritable.of(error)
         return self.unwritable

@@ -1,9 +1,9 @@
-"""What the processes of a training point of several (harness.distributed) do together with
+"""What the processes of a training point of several (harness.running.distributed) do together with
 its rows, each call a collective that every rank makes alike: the record a checkpoint keeps of
 every rank's rows, and the job's file at the end, which rank 0 writes from every rank's
 segments, in rank order, and the rows it returned. A rank whose experiment raised (so that the
 group no longer meets) ends alone: its returned rows land as its last segment, for the sweep to
-settle (harness.dispatch.finish). A point of one process does the same by itself.
+settle (harness.launchers.dispatch.finish). A point of one process does the same by itself.
 """
 
 from pathlib import Path

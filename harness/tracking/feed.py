@@ -1,5 +1,5 @@
-"""The sinks' side of a training point (harness.sinks): its rows as they land, in order, then
-the rows the experiment returned, once its job's file is written. The sinks open once: after
+"""The sinks' side of a training point (harness.running.sinks): its rows as they land, in order,
+then the rows the experiment returned, once its job's file is written. The sinks open once: after
 the last row of the checkpoint a point resumed from (its run continues there), else from the
 start at the first row that lands."""
 
@@ -9,7 +9,7 @@ from harness import store
 
 
 class Feed:
-    """What the point's sinks (harness.sinks.Sinks, or None: the point has none) get."""
+    """What the point's sinks (harness.running.sinks.Sinks, or None: the point has none) get."""
 
     def __init__(self, sinks):
         self.sinks, self.opened = sinks, False

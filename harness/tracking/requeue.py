@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 class Requeued(SystemExit):
     """The task is requeued, and this process ends: nothing may take it for the experiment's
-    own exit (harness.job.measure lets it through)."""
+    own exit (harness.running.job.measure lets it through)."""
 
 
 class SlurmSignals:

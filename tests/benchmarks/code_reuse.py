@@ -1,5 +1,6 @@
-"""Reuse of answered points (harness.reuse) and the code digest (harness.codestore), measured
-through the real commands in a scratch directory with a code store of its own (XDG_CACHE_HOME):
+"""Reuse of answered points (harness.pinning.reuse) and the code digest (harness.pinning.codestore),
+measured through the real commands in a scratch directory with a code store of its own
+(XDG_CACHE_HOME):
 
 1. exp014_tiled's seeded grid (`python -m harness +experiment=exp014_tiled`) run twice in a new
    out folder: the first run computes its 9 points, the second should reuse every one (checked
@@ -17,7 +18,7 @@ through the real commands in a scratch directory with a code store of its own (X
    with a big store, and a lookup in a folder of one answer. Then, in this process, reuse.find
    where the point's _answers/CONFIG_HASH/ holds SWEEPS-1 more answers of other code: the
    newest matching (read first), and none matching (every record read).
-4. The digest: harness.codestore.collect of exp014_tiled's experiment block in this process,
+4. The digest: harness.pinning.codestore.collect of exp014_tiled's experiment block in this process,
    cold (an empty code store: no stat cache) and warm (median of WARM calls), in ms, with the
    number of files and bytes it hashes.
 
@@ -44,7 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sweep_scale  # noqa: E402
 
-from harness import codestore, reuse, store  # noqa: E402
+from harness import store  # noqa: E402
+from harness.pinning import codestore, reuse  # noqa: E402
 
 EXPERIMENT = "exp014_tiled"
 SUMMARY = re.compile(r"^sweep (\S+): (\d+) points: (.*); in ([\d.]+) s; rows in ", re.M)

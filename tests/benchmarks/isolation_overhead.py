@@ -1,5 +1,5 @@
-"""What one isolated measurement costs: harness.measure.run_isolated of a function that does
-nothing, against a fresh interpreter that imports torch (what a process per point would cost).
+"""What one isolated measurement costs: harness.measuring.memory.run_isolated of a function that
+does nothing, against a fresh interpreter that imports torch (what a process per point would cost).
 
 Both run alternately, REPEATS times each; the medians and their ratio are printed. The first
 isolated run also starts the forkserver (once per sweep), shown apart.
@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from harness.measure import run_isolated
+from harness.measuring.memory import run_isolated
 
 
 def nothing() -> int:

@@ -3,8 +3,8 @@
 Both start a fresh interpreter and compute the same points: exp014_tiled at length 16, block 16,
 one head, seeds 0 to POINTS-1 (each a fraction of a millisecond of attention). The bare loop
 calls experiments.tiled.run and writes all rows to one Parquet file at the end; the harness
-plans, checks, runs each point in this process (harness.inprocess), writes each point's rows to
-its own file as it ends, and prints a progress line per point. They run alternately, REPEATS
+plans, checks, runs each point in this process (harness.launchers.in_process), writes each point's
+rows to its own file as it ends, and prints a progress line per point. They run alternately, REPEATS
 times each, in scratch directories; the medians, their difference per point and their ratio
 are printed. The scratch directories are made where TMPDIR says: TMPDIR=/dev/shm (a tmpfs)
 separates what the harness computes from what the disk's file-system calls cost (the harness

@@ -17,15 +17,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from harness import cli, dispatch, inprocess, job, store, sweep  # noqa: E402
+from harness import store  # noqa: E402
+from harness.command import cli, sweep  # noqa: E402
+from harness.launchers import dispatch, in_process  # noqa: E402
+from harness.running import job  # noqa: E402
 
 STEPS = {  # what is timed: (where the function is looked up when called, its name)
-    "the whole job": (inprocess.InProcess, "run"),
+    "the whole job": (in_process.InProcess, "run"),
     "the experiment itself": (job, "measure"),
     "writing its rows": (store, "write_rows"),
-    "its config": (inprocess.InProcess, "prepare"),
-    "its folder and log": (inprocess.InProcess, "_log_to"),
-    "its .hydra files": (inprocess.InProcess, "_save"),
+    "its config": (in_process.InProcess, "prepare"),
+    "its folder and log": (in_process.InProcess, "_log_to"),
+    "its .hydra files": (in_process.InProcess, "_save"),
     "its progress line and checks": (dispatch, "finish"),
     "the compaction at the end": (sweep, "compact_if_finished"),
 }

@@ -2,7 +2,7 @@
 a long run.
 
 A training point's rows, {step, loss, accuracy, tokens_per_s, learning_rate} a step with no
-compute, through a Tracker made as harness.job makes one (the point's parameters and the
+compute, through a Tracker made as harness.running.job makes one (the point's parameters and the
 harness's columns on every stored row), in a scratch directory:
 - the cost of tracker.log per call over a 10,000-step loop, landings included (every 1,000 rows
   and every second, the defaults): the median of ROUNDS rounds, each a fresh point;
@@ -32,7 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from harness import job, provenance, store, tracking  # noqa: E402
+from harness import store, tracking  # noqa: E402
+from harness.pinning import provenance  # noqa: E402
+from harness.running import job  # noqa: E402
 
 LOOP, ROUNDS, STEPS, OLD_STEPS = 10_000, 5, 1_000_000, 20_000
 OLD = "66a4563^"  # the last commit whose tracker rewrote every row at each landing
@@ -52,7 +54,8 @@ def old_tracking():
 
 
 def point(folder: Path, old: bool, **kwargs):
-    """A Tracker of job 0 in `folder`, with harness.job's columns (the old one: its prepare)."""
+    """A Tracker of job 0 in `folder`, with harness.running.job's columns (the old one: its
+    prepare)."""
     path = store.job_file(folder / "results", "bench", "s", 0)
     path.parent.mkdir(parents=True, exist_ok=True)
     started, clock = datetime.now(UTC), time.perf_counter()
@@ -60,7 +63,7 @@ def point(folder: Path, old: bool, **kwargs):
               "run_dir": str(folder), **provenance.provenance("cpu")}  # fmt: skip
 
     def prepare(row: dict) -> dict:
-        if old:  # what harness.job's prepare did for a logged row
+        if old:  # what harness.running.job's prepare did for a logged row
             job._check_rows([row], PARAMS)
         return job._row(row, PARAMS, {**shared, "duration_s": time.perf_counter() - clock})
 

@@ -2,8 +2,8 @@
 SIGKILL leaves.
 
 Each tool logs {step, loss, accuracy, tokens_per_s, learning_rate} a step with no compute, in a
-process of its own, through its own API: this harness's tracker (made as harness.job makes one:
-tracker_log.point, the default landings), TensorBoard's SummaryWriter.add_scalar (torch's),
+process of its own, through its own API: this harness's tracker (made as harness.running.job makes
+one: tracker_log.point, the default landings), TensorBoard's SummaryWriter.add_scalar (torch's),
 MLflow's log_metrics (file store and SQLite), W&B's run.log offline, and Aim's run.track. The
 tools not installed in the Python that runs them are named and left out.
 

@@ -18,7 +18,8 @@ from probes import PROBE_PATH, SUPPORT, arrivals, held, steps_by_rank
 from slurm_testing import SlurmCluster, skip_module_unless_available, wait_for
 from sweeps import own_file
 
-from harness import search, store
+from harness import store
+from harness.searching import search
 
 pytestmark = pytest.mark.slurm
 skip_module_unless_available()

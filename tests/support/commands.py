@@ -13,11 +13,11 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from harness.fresh import Snapshot
+from harness.launchers.fresh import Snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = ROOT / "tests" / "support"  # the test probes: a user's own experiment, on its own path
-MAINS = {"harness": "harness.cli", "analysis": "analysis.__main__"}  # module -> its main's
+MAINS = {"harness": "harness.command.cli", "analysis": "analysis.__main__"}  # module -> its main's
 
 
 def start_command(module: str, *args: str, cwd: Path, env: dict | None = None):
@@ -41,8 +41,8 @@ def call_command(module: str, *args: str, cwd: Path, env: dict | None = None, ti
     wrote to stdout and stderr (its own and its child processes', at the file descriptors) and
     its exit code: 1 and the traceback on stderr for an exception, as Python's would be.
 
-    Afterwards this process is as it was (harness.fresh.Snapshot: a user's experiment, edited
-    between two calls, is read anew), and Hydra's global state cleared. A call still running
+    Afterwards this process is as it was (harness.launchers.fresh.Snapshot: a user's experiment,
+    edited between two calls, is read anew), and Hydra's global state cleared. A call still running
     after `timeout` seconds has every thread's stack written to the test's stderr
     (faulthandler), saying where it hangs."""
     argv = [sys.executable, "-m", module, *args]
@@ -110,7 +110,7 @@ def _redirected(fd: int, to: int):
 @contextlib.contextmanager
 def _as_a_fresh_process(cwd: Path, env: dict):
     """The call's working directory and environment (PYTHONPATH's folders on sys.path), and
-    afterwards this process's state back (harness.fresh), Hydra's global state cleared."""
+    afterwards this process's state back (harness.launchers.fresh), Hydra's global state cleared."""
     before = Snapshot()
     os.chdir(cwd)
     os.environ.update(env)

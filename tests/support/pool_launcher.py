@@ -8,7 +8,8 @@ import multiprocessing
 import signal
 from collections.abc import Iterator
 
-from harness.launchers import JobSpec, Launcher, check_kinds, shipped, work_shipped
+from harness.launchers.in_process import shipped, work_shipped
+from harness.launchers.protocol import JobSpec, Launcher, check_kinds
 
 
 class PoolLauncher(Launcher):

@@ -162,9 +162,9 @@ def _wait_in_child(folder: str) -> None:
 
 
 def isolated(*, folder: str, point: int = 0) -> list[dict]:
-    """A point whose work runs in an isolated measurement child (harness.measure), which says
-    it started (the file child-PID in `folder`) and waits for the file "release" there."""
-    from harness.measure import run_isolated
+    """A point whose work runs in an isolated measurement child (harness.measuring.memory), which
+    says it started (the file child-PID in `folder`) and waits for the file "release" there."""
+    from harness.measuring.memory import run_isolated
 
     outcome = run_isolated(_wait_in_child, (folder,), memory_cap_mib=0)
     return [{"child": outcome.status}]
@@ -299,8 +299,8 @@ def faulty(
 
 
 class BrokenSink:
-    """A sink (harness.sinks) that fails at its second write, as a full disk or a dead server
-    would make one fail."""
+    """A sink (harness.running.sinks) that fails at its second write, as a full disk or a dead
+    server would make one fail."""
 
     def __init__(self):
         self.writes = 0
@@ -320,7 +320,7 @@ class BrokenSink:
 def spin(*, size: int, work: float = 1.0, min_time_s: float = 0.2) -> list[dict]:
     """A timing whose work is `work` times ten products of size x size matrices (work=1.3: a
     real 1.3x slowdown of the code, for a timing gate to catch), on one thread."""
-    from harness.timing import time_call
+    from harness.measuring.timing import time_call
 
     torch.set_num_threads(1)
     a = torch.randn(size, size, generator=torch.Generator().manual_seed(0))

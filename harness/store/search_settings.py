@@ -1,6 +1,6 @@
 """A search's settings as a config gives them and a manifest records them: the choices each
-takes, and the shape they must have whatever the experiment (harness.search checks the rest).
-The store reads a manifest's with it, below the search itself."""
+takes, and the shape they must have whatever the experiment (harness.searching.search checks the
+rest). The store reads a manifest's with it, below the search itself."""
 
 SAMPLERS = ("tpe", "random")
 PRUNERS = ("median", "successive_halving", "hyperband", "none")

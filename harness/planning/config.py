@@ -2,8 +2,6 @@
 users' --config-dir folders), and compose the config with Hydra's compose API, each mistake a
 one-line BadInput."""
 
-import functools
-import re
 import shlex
 from pathlib import Path
 
@@ -20,34 +18,14 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.errors import BadInput, one_line
-from harness.names import CONF, PLAIN, USER_KEYS, available_experiments, experiment_file, key_of
-
-
-def override(key: str, text: str) -> str:
-    """The override line that sets `key` to the string `text`, whatever it holds (spaces, "=",
-    quotes, backslashes, "${"): quoted and escaped for Hydra's parser and OmegaConf's
-    interpolation where Hydra would read it otherwise."""
-    line = f"{key}={text}"
-    return line if PLAIN.fullmatch(text) and reads_as(line) == text else f"{key}={quote(text)}"
-
-
-def quote(text: str) -> str:
-    """`text` as a quoted Hydra value that reads back as exactly `text`: an interpolation's
-    "${" escaped for OmegaConf, then quotes and the backslashes before them for Hydra."""
-    text = re.sub(r"(\\*)\$\{", lambda m: m[1] * 2 + "\\${", text)
-    text = re.sub(r"(\\*)'", lambda m: m[1] * 2 + "\\'", text)
-    text = re.sub(r"(\\+)$", lambda m: m[1] * 2, text)
-    return f"'{text}'"
-
-
-@functools.lru_cache(maxsize=256)
-def reads_as(line: str):
-    """The value Hydra reads from an override line; None where it cannot parse it."""
-    try:
-        (parsed,) = OverridesParser.create().parse_overrides([line])
-    except OverrideParseException:
-        return None
-    return parsed.value()
+from harness.names import (
+    CONF,
+    USER_KEYS,
+    available_experiments,
+    experiment_file,
+    key_of,
+    override,
+)
 
 
 def parse(argv: list[str]) -> list[Override]:
@@ -64,12 +42,12 @@ def check_harness_keys(overrides: list[Override]) -> None:
     twice = sorted({key for key in keys if keys.count(key) > 1})
     if twice:
         raise BadInput(f"{', '.join(twice)} given more than once: give each key once")
-    for override in overrides:
-        key, value = override.get_key_element().lstrip("+~"), override.value()
+    for given in overrides:
+        key, value = given.get_key_element().lstrip("+~"), given.value()
         if key in ("sweep_id", "job"):
             raise BadInput(f"{key} is set by the harness for each job, not on the command line")
         if key == "wait" and not isinstance(value, bool):
-            raise BadInput(f"wait must be true or false, got {override.get_value_element_as_str()}")
+            raise BadInput(f"wait must be true or false, got {given.get_value_element_as_str()}")
         if key == "resume" and not (isinstance(value, str) and value):
             raise BadInput("resume takes a sweep id: resume=SWEEP_ID")
 

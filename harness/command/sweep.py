@@ -1,10 +1,10 @@
 """A sweep from the command line: compose, plan (or resume), launch, summarize.
 
-The harness composes the config with Hydra's compose API (harness.config), expands and checks
-the grid itself (harness.plan) so that every point is checked before any runs and has a stable
-job number, on resume launches only the points without an answer (harness.resume), hands the
-points to the launcher the config names (harness.dispatch), and prints the sweep's table
-and claims (harness.summary).
+The harness composes the config with Hydra's compose API (harness.planning.config), expands and
+checks the grid itself (harness.planning.plan) so that every point is checked before any runs and
+has a stable job number, on resume launches only the points without an answer
+(harness.command.resume), hands the points to the launcher the config names
+(harness.launchers.dispatch), and prints the sweep's table and claims (harness.command.closing).
 """
 
 import contextlib
@@ -18,17 +18,18 @@ from pathlib import Path
 
 from hydra import initialize_config_dir
 
-from harness import common_schema, files, store
-from harness.codestore import RunFrom, runs_project
-from harness.config import check_harness_keys, experiment_name, parse
-from harness.dispatch import check_devices, launch, launcher_boots, prepare_launcher
+from harness import files, store
+from harness.command.closing import report, resume_command, status_command
+from harness.command.resume import resumed
+from harness.command.show import show
+from harness.command.status import compact_if_finished
 from harness.errors import BadInput, os_error
+from harness.launchers.dispatch import check_devices, launch, launcher_boots, prepare_launcher
 from harness.names import CONF, split_flags
-from harness.plan import SweepExists, discard, new_sweep_id, plan_command, write_manifest
-from harness.resume import resumed
-from harness.show import show
-from harness.status import compact_if_finished
-from harness.summary import report, resume_command, status_command
+from harness.pinning.codestore import RunFrom, runs_project
+from harness.planning.config import check_harness_keys, experiment_name, parse
+from harness.planning.plan import SweepExists, discard, new_sweep_id, plan_command, write_manifest
+from harness.store import common_schema
 
 ID_ATTEMPTS = 5  # new ids to try when one is taken
 

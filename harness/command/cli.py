@@ -6,8 +6,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness import warm
 from harness.errors import BadInput, os_error, reader_gone
+from harness.launchers import warm
 from harness.names import PLAIN, check_name, key_of, split_flags, usage
 
 
@@ -46,8 +46,8 @@ def _sweep(argv: list[str]) -> int:
         return 0
     if warm.wanted(arguments):  # its imports run beside Hydra's and the experiment's
         warm.warm_up()
-    from harness import sweep
-    from harness.codestore import RunFrom, harness_from
+    from harness.command import sweep
+    from harness.pinning.codestore import RunFrom, harness_from
 
     try:
         return sweep.run(argv)
@@ -60,7 +60,7 @@ def _sweep(argv: list[str]) -> int:
 
 
 def _status(sweep_id: str, out: str, experiment: str | None) -> int:
-    from harness.status import status
+    from harness.command.status import status
 
     return status(sweep_id, out, experiment)
 
@@ -68,7 +68,7 @@ def _status(sweep_id: str, out: str, experiment: str | None) -> int:
 def _compact(sweep_id: str, out: str, experiment: str | None) -> int:
     """Merge the sweep's job files into one (store.compact); refused while SLURM runs points."""
     from harness import store
-    from harness.status import find_experiment, named_sweep, still_scheduled
+    from harness.command.status import find_experiment, named_sweep, still_scheduled
 
     results = Path(out).resolve() / "results"
     sweep_id = named_sweep(results, sweep_id, experiment)
@@ -102,7 +102,7 @@ def _compact(sweep_id: str, out: str, experiment: str | None) -> int:
 
 def _code(argv: list[str]) -> int:
     """The files of a sweep's code, or the unified diff between two sweeps' code."""
-    from harness.status import code
+    from harness.command.status import code
 
     options, ids = _options(argv, {"out", "code_store"}, "SWEEP_ID [OTHER_SWEEP_ID]", (1, 2))
     return code(ids, _out(options), options.get("code_store"))
@@ -110,7 +110,7 @@ def _code(argv: list[str]) -> int:
 
 def _again(argv: list[str]) -> int:
     """Sweeps run again, each on its own code, in turns (a timing gate's processes apart)."""
-    from harness.status import again
+    from harness.command.status import again
 
     keys = {"out", "code_store", "times"}
     options, ids = _options(argv, keys, "SWEEP_ID [SWEEP_ID ...]", (1, 16))
@@ -151,7 +151,7 @@ def _sweep_and_out(argv: list[str]) -> tuple[str, str, str | None]:
 def _out(options: dict) -> str:
     out = options.get("out", "outputs")  # plain, or quoted and escaped as Hydra reads it
     if not PLAIN.fullmatch(out):
-        from harness.config import reads_as
+        from harness.names import reads_as
 
         said = reads_as(f"out={out}")
         out = said if isinstance(said, str) else out

@@ -1,6 +1,7 @@
-"""harness.inprocess: the config of each in-process job equals the one Hydra's BasicLauncher
-composes for it (load_sweep_config, then the job's id and number), for every experiment's seeded
-grid and for a config-group override; and its run folder holds what Hydra's would."""
+"""harness.launchers.in_process: the config of each in-process job equals the one Hydra's
+BasicLauncher composes for it (load_sweep_config, then the job's id and number), for every
+experiment's seeded grid and for a config-group override; and its run folder holds what Hydra's
+would."""
 
 from pathlib import Path
 
@@ -10,12 +11,12 @@ from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf, open_dict
 
-from harness.config import compose_config
-from harness.dispatch import job_overrides
-from harness.inprocess import InProcess
+from harness.launchers.dispatch import job_overrides
+from harness.launchers.in_process import InProcess
 from harness.names import CONF, available_experiments
-from harness.plan import plan
-from harness.signature import config_values
+from harness.planning.config import compose_config
+from harness.planning.experiment import config_values
+from harness.planning.plan import plan
 
 SUPPORT = Path(__file__).resolve().parent / "support"  # the probe experiments
 EXPERIMENTS = available_experiments()

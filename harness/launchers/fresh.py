@@ -16,11 +16,11 @@ from outside the installed packages and the harness (an experiment of experiment
 user's folder) stay, with their module-level state, as they would in one process (the basic
 launcher), until one of their files changes: then they are all forgotten, and the next import
 reads them again; a restore after a command forgets them always. A sweep's points import the
-experiment from its snapshot of the code (harness.codestore), whose files never change: an edit
-of the experiment's folder during a sweep reaches none of its points, only a module imported
+experiment from its snapshot of the code (harness.pinning.codestore), whose files never change: an
+edit of the experiment's folder during a sweep reaches none of its points, only a module imported
 from outside the folders the sweep pinned would be read anew. What needs a really new process
-(peak resident memory, a first call's compile) runs in one (harness.measure.run_isolated); an
-experiment whose module-level state must start anew each point runs with fresh: true
+(peak resident memory, a first call's compile) runs in one (harness.measuring.memory.run_isolated);
+an experiment whose module-level state must start anew each point runs with fresh: true
 (harness.launchers.local).
 """
 
@@ -50,7 +50,7 @@ AUTOCAST = ("cpu", "cuda")  # the devices whose autocast flag a point may leave 
 WATCHED = ("torch", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.special", "numpy",
            "numpy.linalg", "numpy.fft", "numpy.random", "math", "random", "time")  # fmt: skip
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD)
-HARNESS = Path(__file__).resolve().parent
+HARNESS = Path(__file__).resolve().parents[1]  # the harness package: this is launchers/fresh.py
 INSTALLED = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
 
 

@@ -10,14 +10,19 @@ from pathlib import Path
 from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig, OmegaConf
 
-from harness import search
-from harness.claims import statement
-from harness.config import check_harness_keys, compose_config, experiment_name, with_searchpath
 from harness.errors import BadInput
-from harness.hydra_internals import show_info
+from harness.launchers.hydra_internals import show_info
 from harness.names import USER_KEYS, Flags, experiment_file, key_of
-from harness.plan import Sweep, plan_command, seeded_grid
-from harness.signature import Experiment, config_values
+from harness.planning.config import (
+    check_harness_keys,
+    compose_config,
+    experiment_name,
+    with_searchpath,
+)
+from harness.planning.experiment import Experiment, config_values
+from harness.planning.plan import Sweep, plan_command, seeded_grid
+from harness.results.claims import statement
+from harness.searching import search
 
 MISSING_KEY = object()
 

@@ -5,7 +5,7 @@ their placement in the manifest where there is any, return if the launcher runs 
 and wait=false, else follow them, each point's progress line as it ends. A point that ends
 without its rows (a killed task, a crash outside the experiment) gets a row from here saying
 so; a job that could not write its rows stops the sweep (its OSError: a StoreUnwritable, where
-its process sent it back, harness.launchers.received).
+its process sent it back, harness.launchers.protocol.received).
 """
 
 import sys
@@ -17,21 +17,21 @@ from hydra.errors import HydraException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from harness import launchers, store
-from harness.config import override
+from harness import store
 from harness.errors import BadInput, shorten, with_type
-from harness.hydra_internals import hydra_context, is_basic_launcher
-from harness.inprocess import InProcess
-from harness.job import Job
+from harness.launchers import protocol
+from harness.launchers.hydra_internals import hydra_context, is_basic_launcher
 from harness.launchers.hydra_plugin import HydraPluginLauncher
-from harness.launchers.in_process import InProcessLauncher
+from harness.launchers.in_process import InProcess, InProcessLauncher
+from harness.names import override
+from harness.running.job import Job
 
 
 def launch(cfg: DictConfig, sweep, launcher) -> bool:
     """Run (or, with wait=false, start) the sweep's points; whether they have all ended."""
     if not sweep.points:
         return True
-    jobs = [launchers.JobSpec(p.job, job_overrides(sweep, p), p.planned()) for p in sweep.points]
+    jobs = [protocol.JobSpec(p.job, job_overrides(sweep, p), p.planned()) for p in sweep.points]
     try:
         placement = launcher.start(jobs)
     except ValueError as error:  # it could not start them: nothing runs
@@ -47,7 +47,7 @@ def launch(cfg: DictConfig, sweep, launcher) -> bool:
     followed = launcher.follow(jobs, placement)
     try:
         for job, summary in followed:
-            summary = launchers.received(summary)  # a store that cannot be written raises
+            summary = protocol.received(summary)  # a store that cannot be written raises
             finish(sweep, points[job], summary, progress)
             if same.stops(summary):
                 print(same.said(len(points) - progress.done), file=sys.stderr, flush=True)
@@ -99,11 +99,11 @@ def prepare_launcher(cfg: DictConfig, command: str | None):
 
 def launcher_boots(launcher) -> bool:
     """Whether the launcher's points run in processes that start from the sweep's snapshot of
-    its code (harness.boot), rather than in this process or processes forked from it."""
+    its code (harness.pinning.boot), rather than in this process or processes forked from it."""
     return getattr(launcher, "boots", False)
 
 
-def make_launcher(cfg: DictConfig, task_function) -> launchers.Launcher:
+def make_launcher(cfg: DictConfig, task_function) -> protocol.Launcher:
     """The launcher cfg.hydra.launcher names, its settings checked first (preflight): one that
     speaks the harness's protocol as it is, Hydra's basic launcher as this process's loop,
     any other Hydra launcher plugin through HydraPluginLauncher."""
@@ -186,7 +186,7 @@ def finish(sweep, point, summary: dict, progress: "Progress") -> None:
 
 def record_launch(sweep, target: str, detached: bool, jobs: list, placement: dict) -> None:
     """Note in the manifest which launcher has which jobs, and where it placed them (its
-    placement, JSON), for status, resume and compact to ask it (launchers.Launcher.states)."""
+    placement, JSON), for status, resume and compact to ask it (protocol.Launcher.states)."""
     manifest = store.read_manifest(sweep.results, sweep.experiment.name, sweep.id)
     at = datetime.now(UTC).isoformat(timespec="seconds")
     launch = {"at": at, "launcher": target, "detached": detached,

@@ -26,7 +26,7 @@ def planned(rows: pd.DataFrame, points: list[dict] | None) -> pd.DataFrame:
 
 
 def _cell(point: dict) -> dict:
-    """A search's trial's cell (harness.search), for its "not run" row."""
+    """A search's trial's cell (harness.searching.search), for its "not run" row."""
     return {"cell": point["cell"]} if point.get("cell") is not None else {}
 
 

@@ -9,9 +9,9 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from harness.codestore import running_digest
+from harness.pinning.codestore import running_digest
 
-SOURCE = Path(__file__).resolve().parent.parent  # the checkout the harness runs from, if any
+SOURCE = Path(__file__).resolve().parents[2]  # the checkout the harness runs from, if any
 
 
 @functools.cache

@@ -3,11 +3,13 @@ follow it (status) or finish it (resume)."""
 
 import sys
 
-from harness import config, reuse, store
-from harness.claims import claims_table, outcome
-from harness.config import command
-from harness.plan import Sweep
-from harness.tables import markdown, planned, sweep_table
+from harness import store
+from harness.pinning import reuse
+from harness.planning import config
+from harness.planning.config import command
+from harness.planning.plan import Sweep
+from harness.results.claims import claims_table, outcome
+from harness.results.tables import markdown, planned, sweep_table
 
 
 def report(sweep: Sweep, manifest: dict, seconds: float) -> int:
@@ -39,7 +41,7 @@ def report(sweep: Sweep, manifest: dict, seconds: float) -> int:
 
 
 def resume_command(sweep: Sweep) -> str:
-    """The command that finishes the sweep (harness.config.resume_command)."""
+    """The command that finishes the sweep (harness.planning.config.resume_command)."""
     settings = [*sweep.hydra_overrides, *sweep.overrides]
     return config.resume_command(
         sweep.experiment.name, sweep.id, sweep.config_dirs, sweep.results.parent, settings

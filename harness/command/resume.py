@@ -9,13 +9,15 @@ from pathlib import Path
 from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig
 
-from harness import codestore, files, search, store
-from harness.config import command, compose_config, results_root
+from harness import files, store
+from harness.command.status import named_sweep, still_scheduled
 from harness.errors import BadInput
 from harness.names import SET_BY_HARNESS, available_experiments, check_name, key_of
-from harness.plan import Point, Sweep, sweep_of
-from harness.signature import Experiment, config_hash, config_values
-from harness.status import named_sweep, still_scheduled
+from harness.pinning import codestore
+from harness.planning.config import command, compose_config, results_root
+from harness.planning.experiment import Experiment, config_hash, config_values
+from harness.planning.plan import Point, Sweep, sweep_of
+from harness.searching import search
 
 # What a resume may set besides Hydra's.
 RESUME_SETTINGS = ("out", "resume", "wait", "sinks", "reuse", "code", "code_store")

@@ -1,5 +1,5 @@
 """Time and achieved FLOP/s: generic, for any experiment (what counts an attention's FLOPs lives
-with the experiments); memory and the isolated runner are harness.measure's.
+with the experiments); memory and the isolated runner are harness.measuring.memory's.
 
 Time is what other load on the machine moves most, so a figure that divides one time by another
 is measured within one process, in turns: time_call's `beside` times other calls in rounds with
@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from harness.measure import MIB
+from harness.measuring.memory import MIB
 
 FLUSH_FALLBACK_BYTES = 256 * MIB  # when the device does not say its L2's size
 CUDA_METHOD = "CUDA events around each call, L2 flushed before it (triton's do_bench)"

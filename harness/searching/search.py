@@ -34,7 +34,7 @@ from harness import files
 from harness.errors import BadInput, one_line
 from harness.lifetime import per_command
 from harness.names import key_of, setting
-from harness.search_settings import shape_fault
+from harness.store.search_settings import shape_fault
 
 if TYPE_CHECKING:  # Hydra and Optuna load where a search is planned or run, not for a report
     from hydra.core.override_parser.types import Override
@@ -52,7 +52,7 @@ def command_line(overrides: list[Override]) -> tuple[list[Override], list[str]]:
     """The command line's overrides without its search space, and the space as plain lines
     (++search.params.lr='tag(log, interval(1e-4, 1e-2))'): a sweep override there is the space
     of a search, not an axis of the grid, and a key the config may not have yet."""
-    from harness.config import override
+    from harness.names import override
 
     others, lines = [], []
     for given in overrides:

@@ -12,9 +12,9 @@ row (FlashAttention's rule: `max: 2 * sdpa_err64 + 1.0e-6`), or a list of these 
 hold (`max: [2 * sdpa_err64 + 1.0e-6, 1.0e-5]`). `needs` is what a selected line must have for
 its value to count (`needs: compared_steps >= 100`: a loss compared over fewer steps proves
 less); a line without it counts as missing, and the INCOMPLETE line says what it has and what
-the claim needs. Wheres, needs and bounds are read by harness.expressions, a grammar of numbers,
-strings, column names, arithmetic, comparisons and and/or/not that can call nothing: a manifest
-is anyone's to edit, and pandas' query and eval would run its code.
+the claim needs. Wheres, needs and bounds are read by harness.results.expressions, a grammar of
+numbers, strings, column names, arithmetic, comparisons and and/or/not that can call nothing: a
+manifest is anyone's to edit, and pandas' query and eval would run its code.
 
 - PASS: every selected point has a value, and every value meets the bounds.
 - FAIL: some value breaks a bound.
@@ -34,14 +34,17 @@ from collections.abc import Callable, Mapping
 
 import pandas as pd
 
-from harness import expressions, search
 from harness.names import closest, setting
-from harness.tables import MISSING, planned
+from harness.results import expressions
+from harness.results.tables import MISSING, planned
+from harness.searching import search
 
 FAILING = ("FAIL", "INCOMPLETE", "ERROR")  # the results that make --check exit 1
 COLUMNS = ["claim", "result", "worst", "points", "missing"]
 NAMED = 5  # missing points named in full, then a count
-MOST_BOUNDS = 16  # in one min or max: a claim's text is anyone's to edit (harness.expressions)
+MOST_BOUNDS = (
+    16  # in one min or max: a claim's text is anyone's to edit (harness.results.expressions)
+)
 KEYS = ("metric", "min", "max", "where", "needs", "table", "text")  # a claim's keys
 HARNESS_TABLES = ("rows", "best")  # the tables there are without a derive (best: a search's)
 
@@ -66,7 +69,7 @@ def derived_tables(rows: pd.DataFrame, config: dict) -> dict[str, pd.DataFrame]:
     """The rows, and the tables the experiment derives from them (`derive`), by name."""
     derive = deriving(config)
     tables = {"rows": rows, **(derive(rows) if derive and not rows.empty else {})}
-    if config.get("search"):  # each cell's best trial (harness.search)
+    if config.get("search"):  # each cell's best trial (harness.searching.search)
         tables["best"] = search.best_rows(rows, config["search"])
     return tables
 
@@ -124,7 +127,8 @@ def validate(config: dict) -> None:
     """Refuse a claims spec that cannot work, with a ValueError of one line: a `derive` that does
     not import, `claims` not a list of mappings, each with a metric and no unknown keys, its
     bounds numbers or expressions (or lists of them), its where and bounds within
-    harness.expressions' grammar, its table one there is (without a derive: HARNESS_TABLES)."""
+    harness.results.expressions' grammar, its table one there is (without a derive:
+    HARNESS_TABLES)."""
     deriving(config)
     claims = config.get("claims")
     if claims is None:

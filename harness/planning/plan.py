@@ -17,13 +17,15 @@ from hydra.core.override_parser.types import ChoiceSweep, Override, QuotedString
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from harness import codestore, search, store
-from harness.claims import validate as validate_claims
-from harness.config import compose_config
+from harness import store
 from harness.errors import BadInput, one_line
 from harness.names import HARNESS_KEYS, SET_BY_HARNESS, check_name, key_of
-from harness.signature import Experiment, config_hash, config_values
-from harness.tables import validate_plots, validate_table
+from harness.pinning import codestore
+from harness.planning.config import compose_config
+from harness.planning.experiment import Experiment, config_hash, config_values
+from harness.results.claims import validate as validate_claims
+from harness.results.tables import validate_plots, validate_table
+from harness.searching import search
 
 ABSENT = object()
 
@@ -54,7 +56,7 @@ class Sweep:
     hydra_overrides: list[str]  # the command line's Hydra settings (a launcher and its options)
     config_dirs: list[Path] = field(default_factory=list)  # --config-dir: users' experiments
     command: str | None = None  # the command line that started the sweep
-    code: str | None = None  # the digest of the code its points run (harness.codestore)
+    code: str | None = None  # the digest of the code its points run (harness.pinning.codestore)
     code_store: Path | None = None  # where that code is kept
 
 
@@ -93,8 +95,8 @@ def plan_command(
 def plan(cfg: DictConfig, sweeps: list[Override], added: list[str] = (), pin=False) -> Sweep:
     """The sweep's points, in grid order, each checked against the experiment's signature
     (`added`: the lines absent_keys gave, which fix no key). With `pin`, the code the points
-    import is hashed and kept first (harness.codestore), and the experiment imported from that
-    snapshot."""
+    import is hashed and kept first (harness.pinning.codestore), and the experiment imported from
+    that snapshot."""
     values = config_values(cfg)
     _check_name(cfg, values["experiment"])
     chosen = _chosen(seeded_grid(cfg), sweeps, cfg, added)
@@ -173,8 +175,8 @@ def absent_keys(cfg: DictConfig, sweeps: list[Override]) -> list[str]:
 
 
 def _check_report_spec(experiment: Experiment) -> None:
-    """The experiment's table, plots and claims can be read (harness.tables, harness.claims): one
-    line before anything runs, not a traceback after every sweep."""
+    """The experiment's table, plots and claims can be read (harness.results.tables,
+    harness.results.claims): one line before anything runs, not a traceback after every sweep."""
     try:
         validate_table(experiment.config.get("table"))
         validate_plots(experiment.config.get("plots"))

@@ -14,8 +14,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from harness import common_schema, reuse, search, store
+from harness import store
 from harness.errors import BadInput, shorten
+from harness.pinning import reuse
+from harness.searching import search
+from harness.store import common_schema
 
 LAST = store.LAST  # the sweep id that names the newest sweep (status last, resume=last)
 ALIVE = ("pending", "running")  # the states of a point that a launcher still holds
@@ -58,7 +61,7 @@ def status(sweep_id: str, out: str = "outputs", experiment: str | None = None) -
         return 0
     if all(state in store.DONE for state in states) or set(states) & set(ALIVE):
         return 0
-    from harness.config import resume_command  # Hydra's quoting of the out dir
+    from harness.planning.config import resume_command  # Hydra's quoting of the out dir
 
     config_dirs = [Path(folder) for folder in manifest.get("config_dirs") or []]
     settings = [*manifest.get("hydra_overrides", []), *manifest.get("overrides", [])]
@@ -212,14 +215,14 @@ def _nan(value) -> bool:
 
 def scheduled(manifest: dict, config_dirs: list[Path] = ()) -> dict[int, tuple[str, str]]:
     """job -> (state, detail) of the points that detached launchers hold, as each launcher
-    says (launchers.Launcher.states), by the latest launch of each. A launcher that no launcher
+    says (protocol.Launcher.states), by the latest launch of each. A launcher that no launcher
     config here names is not imported: its points' state is unknown."""
     found: dict[int, tuple[str, str]] = {}
     for launch in manifest.get("launches") or []:  # a detached launcher's (SLURM's)
-        from harness import launchers
+        from harness.launchers import protocol
 
         target, jobs, placement = _recorded(launch)
-        kind = launchers.trusted(target, config_dirs)
+        kind = protocol.trusted(target, config_dirs)
         if kind is None:
             said = ("unknown", f"its launcher {target} is no launcher config here")
             found |= dict.fromkeys(jobs, said)
@@ -245,7 +248,7 @@ def _listed(jobs) -> list[int]:
 def code(ids: list[str], out: str, code_store: str | None) -> int:
     """python -m harness code SWEEP [OTHER]: the files of the code a sweep pinned, or which
     files differ between two sweeps' code and their unified diff."""
-    from harness import codestore
+    from harness.pinning import codestore
 
     results, kept = Path(out).resolve() / "results", codestore.store_of(code_store)
     digests = []
@@ -279,7 +282,7 @@ AGAIN_REPLACED = ("out", "resume", "wait", "reuse", "code", "code_store")  # aga
 
 def again(ids: list[str], out: str, code_store: str | None, times: str) -> int:
     """python -m harness again SWEEP [SWEEP ...] [times=3]: each sweep run again, as a new
-    sweep of its own command on its own code (its snapshot, hashed first: harness.boot) with
+    sweep of its own command on its own code (its snapshot, hashed first: harness.pinning.boot) with
     nothing reused, one after another in turns, until each has `times` sweeps: the processes
     apart that a timing gate judges by (python -m analysis compare A1,A2,A3 B1,B2,B3), run
     interleaved so that a drift of the machine reaches both sides alike. Its command runs from
@@ -288,8 +291,8 @@ def again(ids: list[str], out: str, code_store: str | None, times: str) -> int:
     import shlex
     import subprocess
 
-    from harness import codestore
     from harness.names import split_flags
+    from harness.pinning import codestore
 
     if not times.isdigit() or int(times) < 2:
         raise BadInput(f"times must be a whole number of 2 or more, got {times!r}")

@@ -10,7 +10,7 @@ from multiprocessing import forkserver
 
 # What the forkserver imports once, and every worker forked from it has: torch and the libraries
 # the harness imports, never the harness itself, which a worker imports from its sweep's
-# snapshot of the code (harness.codestore).
+# snapshot of the code (harness.pinning.codestore).
 PRELOAD = ["torch", "pandas", "pyarrow.parquet", "pyarrow.dataset", "hydra.core.utils",
            "hydra.core.override_parser.overrides_parser", "omegaconf", "submitit",
            "cloudpickle", "numpy"]  # fmt: skip

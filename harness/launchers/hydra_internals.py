@@ -4,7 +4,7 @@ fails one test (tests/test_hydra_internals.py) with a message, not a sweep.
 - hydra._internal.callbacks.Callbacks: every launcher's setup() takes a HydraContext, whose
   callbacks Hydra's own run path builds from the config; the compose API builds none.
 - hydra._internal.core_plugins.basic_launcher.BasicLauncher: the launcher whose jobs the
-  harness runs itself, in this process (harness.inprocess).
+  harness runs itself, in this process (harness.launchers.in_process).
 - The Hydra object behind GlobalHydra (hydra._internal.hydra.Hydra) and its show_info, which
   prints what Hydra's --info prints.
 

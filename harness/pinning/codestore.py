@@ -7,8 +7,8 @@ lies in). Each part's digest is over its files' relative paths and bytes; the sw
 its parts'. Each part is kept once per digest in the code store, a per-user folder outside
 outputs/ (code_store=, default ~/.cache/octlm-harness/code beside the report's key), written
 whole under a hidden name and renamed into place, its files read-only. Every process that runs
-a point starts from that snapshot (harness.boot hashes it first), so that an edit made while a
-sweep queues or runs changes none of its rows, and every row names the code that made it.
+a point starts from that snapshot (harness.pinning.boot hashes it first), so that an edit made while
+a sweep queues or runs changes none of its rows, and every row names the code that made it.
 
 Hashing a file is skipped while its path, size, modification time and inode are those the
 stat cache (beside the parts) recorded with its hash.
@@ -29,8 +29,9 @@ import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import boot, files
+from harness import files
 from harness.errors import BadInput, one_line
+from harness.pinning import boot
 
 PROJECT = ("harness", "experiments")  # the project's packages: every sweep's first part
 NAMED = ("run", "check", "derive", "report")  # the experiment's keys that name its modules
@@ -284,8 +285,9 @@ def _write_part(part: Part, folder: Path) -> None:
 
 
 def enter(store: Path, digest: str) -> None:
-    """This process imports from the snapshot of code `digest` from now on (harness.boot.enter);
-    BadInput (one line) for a snapshot that is gone or does not hash to it."""
+    """This process imports from the snapshot of code `digest` from now on
+    (harness.pinning.boot.enter); BadInput (one line) for a snapshot that is gone or does not hash
+    to it."""
     with _mismatch_in_one_line():
         boot.enter(store, digest)
 
@@ -356,14 +358,14 @@ def boot_command(store: Path, digest: str) -> str:
 
 
 def _boot(store: Path, digest: str) -> list[str]:
-    """python SNAPSHOT/harness/boot.py STORE DIGEST"""
+    """python SNAPSHOT/harness/pinning/boot.py STORE DIGEST"""
     return [sys.executable, str(_boot_script(store, digest)), str(store), digest]
 
 
 def _boot_script(store: Path, digest: str) -> Path:
-    """The snapshot's harness/boot.py (in its project part, the last)."""
+    """The snapshot's harness/pinning/boot.py (in its project part, the last)."""
     parts = json.loads(boot.record_path(store, digest).read_text())["parts"]
-    return boot.part_folder(store, parts[-1]) / "harness" / "boot.py"
+    return boot.part_folder(store, parts[-1]) / "harness" / "pinning" / "boot.py"
 
 
 def worker_target(store: Path, digest: str, target: str, args: tuple) -> tuple:

@@ -1,10 +1,10 @@
-"""How a process that runs a sweep's points starts on the code its sweep pinned (harness.code):
-the snapshot's files hashed first, then the snapshot's folders put before everything else on
-the import path, then the harness imported from there. Standard library only, and run as a
-file of the snapshot (never imported from a checkout first): nothing of the snapshot runs
-before its files are known to hash to the sweep's code digest.
+"""How a process that runs a sweep's points starts on the code its sweep pinned
+(harness.pinning.codestore): the snapshot's files hashed first, then the snapshot's folders put
+before everything else on the import path, then the harness imported from there. Standard library
+only, and run as a file of the snapshot (never imported from a checkout first): nothing of the
+snapshot runs before its files are known to hash to the sweep's code digest.
 
-    python SNAPSHOT/harness/boot.py STORE DIGEST [-u] -m MODULE [ARGS...]
+    python SNAPSHOT/harness/pinning/boot.py STORE DIGEST [-u] -m MODULE [ARGS...]
 
 runs MODULE as python -m would (a submitit job: -m submitit.core._submit FOLDER; a resume's
 command line: -m harness ...). A warm worker runs this file through runpy.run_path with BOOT
@@ -19,7 +19,7 @@ import runpy
 import sys
 from pathlib import Path
 
-ENV = "HARNESS_CODE"  # "STORE:DIGEST" of the code this process runs (harness.code.running)
+ENV = "HARNESS_CODE"  # "STORE:DIGEST" of the code this process runs (codestore.running)
 CONF_ENV = "HARNESS_CONF"  # the conf/ of the install that pinned it: a snapshot holds no YAML
 SHORT = 16  # hex digits of a digest
 FAILED = 3  # the exit code of a process whose snapshot does not hash to its digest
@@ -118,7 +118,7 @@ def enter(store: Path, digest: str) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(folders + [p for p in before if p not in folders])
     os.environ["PYTHONSAFEPATH"] = "1"
     os.environ[ENV] = f"{store}:{digest}"
-    conf = Path(here) / "conf"
+    conf = Path(here).parent / "conf"  # harness/conf: this file is harness/pinning/boot.py
     if conf.is_dir():  # this process's harness is the pinning install's, not a snapshot's
         os.environ[CONF_ENV] = str(conf.resolve())
 

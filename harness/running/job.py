@@ -15,11 +15,14 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from harness import codestore, distributed, files, provenance, reuse, search, store, tracking
+from harness import files, store, tracking
 from harness.errors import StoreUnwritable
 from harness.lifetime import per_command
-from harness.signature import Experiment, config_hash, config_values
-from harness.sinks import PointInfo, Sinks
+from harness.pinning import codestore, provenance, reuse
+from harness.planning.experiment import Experiment, config_hash, config_values
+from harness.running import distributed
+from harness.running.sinks import PointInfo, Sinks
+from harness.searching import search
 from harness.tracking import Tracker
 
 log = logging.getLogger(__name__)
@@ -121,8 +124,8 @@ def _run_point(values: dict, run_dir: str, command: str | None, planned: dict | 
 
 
 def _reused(root: Path, experiment: str, sweep: str, job: int, digest: str, params: dict):
-    """The summary of a point whose answer another sweep holds (harness.reuse), its rows copied
-    into this sweep as the job's own; None where there is none to reuse."""
+    """The summary of a point whose answer another sweep holds (harness.pinning.reuse), its rows
+    copied into this sweep as the job's own; None where there is none to reuse."""
     code = codestore.running_digest()
     if code is None:  # a process that did not start from its sweep's snapshot
         return None
@@ -184,7 +187,8 @@ def planned_point(root: Path, experiment: str, sweep: str, job: int) -> dict | N
 
 
 def _planned(root: Path, experiment: str, sweep: str) -> tuple[dict[int, dict], dict | None]:
-    """job -> its planned point, and the sweep's search (harness.search), from its manifest."""
+    """job -> its planned point, and the sweep's search (harness.searching.search), from its
+    manifest."""
     path = store.sweep_dir(root, experiment, sweep) / store.MANIFEST
     try:
         stat = path.stat()
@@ -203,7 +207,8 @@ def _read_plan(root: Path, experiment: str, sweep: str, version: tuple) -> tuple
 
 
 def _trial(root: Path, experiment: Experiment, sweep: str, job: int, planned, seed: int):
-    """The search's trial that this job runs (harness.search.Trial), or None: a grid's point."""
+    """The search's trial that this job runs (harness.searching.search.Trial), or None: a grid's
+    point."""
     if not planned or planned.get("cell") is None:
         return None
     searched = _planned(root, experiment.name, sweep)[1]

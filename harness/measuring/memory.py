@@ -1,5 +1,5 @@
 """Peak memory and an isolated-process runner: generic, for any experiment (timing and FLOP/s
-are harness.timing's).
+are harness.measuring.timing's).
 
 The runner knows nothing about what it measures: it runs a picklable module-level function in a
 fresh child process and hands back its result, or a status saying why there is none. Children are
@@ -99,7 +99,7 @@ def _forkserver() -> multiprocessing.context.BaseContext:
     # The server imports these once; every child is a fork of it. Failed imports are ignored.
     # torch._inductor too: torch.profiler (which a child may use to see which kernel ran)
     # imports it at its first use, 1.6 s a child here where a preloaded one costs nothing.
-    context.set_forkserver_preload(["torch", "torch._inductor", "harness.measure"])
+    context.set_forkserver_preload(["torch", "torch._inductor", "harness.measuring.memory"])
     return context
 
 

@@ -20,9 +20,10 @@ import functools
 import os
 from pathlib import Path
 
-from harness import files, provenance, store
+from harness import files, store
 from harness.lifetime import per_command
 from harness.names import NAME
+from harness.pinning import provenance
 
 ANSWERS = "_answers"
 KIND = ("device_name", "torch_version", "cuda_version", "packages_digest")  # a kind of machine

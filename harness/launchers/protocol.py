@@ -1,0 +1,128 @@
+"""Launchers: what runs a sweep's jobs. The harness asks a launcher only what it can do (the
+protocol of Launcher below), never for its class, so a new one (Ray, Kubernetes, a cloud batch
+service) is one file: a class with these methods, named by a hydra/launcher/NAME.yaml's
+`_target_` (tests/support/pool_launcher.py is one, a few dozen lines).
+
+- Launcher.preflight(settings), a class method: one ValueError line for settings that cannot
+  work here, before anything is planned, written or instantiated.
+- detached: whether its jobs run on without this process (then wait=false may leave them, and
+  status asks the launcher where they are).
+- start(jobs) hands the jobs over and returns their placement: JSON that the manifest records
+  (`launches`: launcher, placement) where there is any, for status, resume and compact.
+- follow(jobs, placement) yields (job number, summary) as each job ends: what the job returned
+  (harness.running.job's summary), or why it returned nothing ({"status": "killed", "error": why}).
+  A job whose rows the store could not take is the StoreUnwritable (harness.errors) that its
+  process sent back in place of a summary (unwritable); the sweep raises it (received).
+- states(placement), a class method: job -> (state, detail) of the jobs that it still queues or
+  runs ("pending", "running") or that it lost without a row ("killed").
+
+A launcher's jobs run the harness's own job (harness.running.job.Job, its task function) wherever
+they run: in this process one after another (run_here), or in a process of their own (work; shipped
+and work_shipped carry them there as bytes), which takes this process's Hydra state with it.
+Hydra's plugin launchers (basic, joblib, ray, ...) keep Hydra's API: harness.launchers.dispatch runs
+Hydra's basic launcher's jobs here as a loop (in_process) and hands any other plugin its jobs in
+batches (hydra_plugin).
+"""
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from hydra.utils import get_class
+from omegaconf import DictConfig, OmegaConf
+
+from harness.errors import StoreUnwritable, one_line, with_type
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job as a launcher receives it: its number, the overrides its config is composed
+    from, and its planned point (the manifest's params and config_hash), which it runs."""
+
+    job: int
+    overrides: list[str]
+    planned: dict
+
+
+class Launcher:
+    """The protocol (see the module's docstring), with what most launchers do by default. A
+    launcher is built from its config (hydra.launcher's keys as keyword arguments) and set up
+    as Hydra sets up its launchers (setup)."""
+
+    detached = False
+
+    @classmethod
+    def preflight(cls, settings: dict) -> None:
+        """ValueError (one line) for settings that cannot work on this machine."""
+
+    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+        self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
+
+    def start(self, jobs: list[JobSpec]) -> dict:
+        return {}
+
+    def follow(self, jobs: list[JobSpec], placement: dict) -> Iterator[tuple[int, dict]]:
+        raise NotImplementedError
+
+    @classmethod
+    def states(cls, placement: dict) -> dict[int, tuple[str, str]]:
+        return {}
+
+
+def unwritable(error: OSError) -> StoreUnwritable:
+    """What a job's own process sends back in place of the summary of a job whose rows the
+    store could not take (`error`, the store's), and of each job after it: one line saying so,
+    which the sweep's process raises (received)."""
+    kind = StoreUnwritable.of(error).kind  # the store's error's type, kept across the pickle
+    said = f"harness error: the store cannot be written ({kind}: {one_line(error)})"
+    sent = StoreUnwritable(said)
+    sent.kind = kind
+    return sent
+
+
+def received(summary: dict | StoreUnwritable) -> dict:
+    """A job's summary as its launcher hands it to the sweep; the StoreUnwritable that a job's
+    process sent in its place (unwritable) is raised here, in the sweep's process."""
+    if isinstance(summary, StoreUnwritable):
+        raise summary
+    return summary
+
+
+def returned(result) -> dict:
+    """A Hydra JobReturn as a job's summary; an exception in it is the harness's."""
+    try:
+        return result.return_value
+    except Exception as error:
+        return {"status": "failed", "error": f"harness error: {with_type(error)}"}
+
+
+def trusted(target: str, config_dirs: Iterable[Path] = ()) -> type | None:
+    """The launcher class a manifest's launch names, if one of the launcher configs here
+    (conf/hydra/launcher/, or a config dir's) names it: a class is never imported because a
+    file in the store names it."""
+    from harness.names import CONF
+
+    folders = [CONF, *config_dirs]
+    named = {
+        OmegaConf.load(path).get("_target_")
+        for folder in folders
+        for path in sorted((Path(folder) / "hydra" / "launcher").glob("*.yaml"))
+    }
+    return get_class(target) if target in named else None
+
+
+def check_kinds(settings: dict, kinds: dict[str, str]) -> None:
+    """One ValueError line for a setting that is not of its kind: "positive" (a whole number of
+    1 or more), "count" (0 or more), "number" (above 0); "?" after it: null allowed too."""
+    for key, kind in kinds.items():
+        value = settings.get(key)
+        if key not in settings or (value is None and kind.endswith("?")):
+            continue
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        number = whole or isinstance(value, float)
+        if kind.startswith("positive") and not (whole and value >= 1):
+            raise ValueError(f"{key} must be a whole number of 1 or more, got {value!r}")
+        if kind.startswith("count") and not (whole and value >= 0):
+            raise ValueError(f"{key} must be a whole number of 0 or more, got {value!r}")
+        if kind.startswith("number") and not (number and value > 0):
+            raise ValueError(f"{key} must be a number above 0, got {value!r}")
