@@ -322,3 +322,21 @@ def test_the_digest_covers_paths_and_bytes_and_the_stat_cache_sees_an_edit(tmp_p
         sys.modules.pop("somepkg", None)
         sys.modules.pop("spacepkg", None)
     assert Path(codestore.default_store()).name == "code"
+
+
+@pytest.mark.e2e
+def test_a_resume_of_a_manifest_that_names_no_code_is_one_line(harness):
+    """A manifest edited so that it names no code_digest: the resume says so in one line and
+    runs nothing, and code=current is the way on."""
+    tiny = ["+experiment=exp014_tiled", "length=16", "block=8", "seed=0", "dtype=float32",
+            f"code_store={harness.cwd / 'codes'}"]  # fmt: skip
+    assert harness(*tiny).returncode == 0
+    sweep = store.newest_sweep(harness.results, "exp014_tiled")
+    manifest = store.read_manifest(harness.results, "exp014_tiled", sweep)
+    del manifest["code_digest"]
+    store.write_manifest(harness.results, manifest)
+    resumed = harness(f"resume={sweep}", f"code_store={harness.cwd / 'codes'}")
+    assert resumed.returncode == 2 and resumed.stderr.count("\n") == 1, resumed.stderr
+    assert "names no code (code_digest): resume it with code=current" in resumed.stderr
+    current = harness(f"resume={sweep}", "code=current", f"code_store={harness.cwd / 'codes'}")
+    assert current.returncode == 0, current.stdout + current.stderr

@@ -113,19 +113,14 @@ def test_an_installed_slurm_without_a_cluster_is_refused_with_sinfos_reason(tmp_
         slurm_cli.check_fits({"partition": None, "cpus_per_task": 1})
 
 
-@pytest.mark.process
-def test_an_older_manifests_slurm_launch_still_reads(tmp_path, monkeypatch):
-    """Launches recorded as slurm_tasks (one job a task, or a list) read as the SLURM
-    launcher's placement; squeue says where they are."""
-    fake_command(tmp_path, "squeue", "12_0|RUNNING|None\\n12_1|PENDING|Priority\\n")
-    monkeypatch.setenv("PATH", str(tmp_path))
-    older = {"at": "2026-11-30T10:00:00+00:00", "submitit_folder": str(tmp_path / "%j"),
-             "slurm_tasks": {"12_0": 0, "12_1": [1, 2], "12_2": [3]}}  # fmt: skip
-    states = status.scheduled({"launches": [older]})
-    assert states[0] == ("running", "SLURM 12_0 (None)")
-    assert states[1] == states[2] == ("pending", "SLURM 12_1 (Priority)")
-    assert states[3][0] == "killed" and "gone from SLURM's queue" in states[3][1]
-    assert sorted(status.still_scheduled({"launches": [older]})) == [0, 1, 2]
+def test_a_launch_edited_out_of_its_kind_reads_as_unknown():
+    """A manifest is anyone's to edit: a launch without its launcher, jobs that are not job
+    numbers, a placement that is no mapping, or no launch at all: what is left is unknown, and
+    status goes on."""
+    edited = [{"jobs": [0, "1", None], "placement": "x"}, "a line", {"launcher": 3, "jobs": 5}]
+    assert status.scheduled({"launches": edited}) == {
+        0: ("unknown", "its launcher None is no launcher config here")
+    }
 
 
 def test_a_launch_of_a_launcher_no_config_here_names_is_not_imported(tmp_path):

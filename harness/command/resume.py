@@ -27,7 +27,7 @@ def resumed(
     overrides: list[Override], sweep_id: str, config_dirs: list[Path], hold: ExitStack
 ) -> tuple[Sweep, DictConfig]:
     """The sweep to resume, with its points that have no answer yet, and its config; `hold`
-    keeps the sweep claimed for this command (store.claimed) until it closes.
+    keeps the sweep claimed for this command (store.claim) until it closes.
 
     The experiment is the sweep's own (+experiment, if given, must name it). The config is
     composed from the sweep's own overrides, its launcher settings unless the command line
@@ -43,7 +43,7 @@ def resumed(
     experiment = _experiment_to_resume(results, sweep_id, given)
     _check_writable(store.sweep_dir(results, experiment, sweep_id))
     try:  # before the manifest is read: what it says now is what this command goes on
-        hold.enter_context(store.claimed(results, experiment, sweep_id))
+        hold.enter_context(store.claim(results, experiment, sweep_id))
     except (store.Claimed, files.Linked) as taken:
         raise BadInput(str(taken)) from None
     manifest = _manifest_to_resume(results, experiment, sweep_id)
@@ -87,18 +87,21 @@ def resumed(
 def _code(manifest: dict, values: dict, sweep_id: str) -> tuple[Path, str]:
     """The code the resumed points run, imported from its snapshot from now on: the sweep's own
     (its manifest's code_digest, from this command's code store, never a folder the manifest
-    names), or with code=current (or for a sweep that pinned none) this tree's, pinned now."""
+    names), or with code=current this tree's, pinned now."""
     choice, pinned = values.get("code"), manifest.get("code_digest")
     if choice not in (None, "current"):
         raise BadInput(f"code must be current (this tree's code) or null (the sweep's own), "
                        f"got {choice!r}")  # fmt: skip
+    if choice is None and not isinstance(pinned, str):
+        raise BadInput(f"sweep {sweep_id}'s manifest names no code (code_digest): resume it with "
+                       "code=current to run this tree's")  # fmt: skip
     code_store = codestore.store_of(values.get("code_store"))
-    if choice == "current" or not isinstance(pinned, str):
+    if choice == "current":
         code = codestore.collect(values["experiment"], values["out"], code_store)
         codestore.pin(code, code_store)
         if code.digest != pinned:
-            said = f"the sweep's was {pinned}" if pinned else "the sweep pinned none"
-            print(f"its points run this tree's code {code.digest} ({said}); their rows say so")
+            print(f"its points run this tree's code {code.digest} (the sweep's was {pinned}); "
+                  "their rows say so")  # fmt: skip
         pinned = code.digest
     codestore.enter(code_store, pinned)
     return code_store, pinned

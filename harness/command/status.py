@@ -21,8 +21,7 @@ from harness.searching import search
 from harness.store import common_schema
 
 LAST = store.LAST  # the sweep id that names the newest sweep (status last, resume=last)
-ALIVE = ("pending", "running")  # the states of a point that a launcher still holds
-SLURM = "harness.launchers.slurm.SlurmLauncher"  # what older manifests' launches were
+HELD = ("pending", "running")  # the states of a point that a launcher still holds
 
 
 def status(sweep_id: str, out: str = "outputs", experiment: str | None = None) -> int:
@@ -59,7 +58,7 @@ def status(sweep_id: str, out: str = "outputs", experiment: str | None = None) -
               f"{datetime.fromtimestamp(running[1]).strftime('%H:%M:%S')}): its points without "
               "rows are pending or running there")  # fmt: skip
         return 0
-    if all(state in store.DONE for state in states) or set(states) & set(ALIVE):
+    if all(state in store.DONE for state in states) or set(states) & set(HELD):
         return 0
     from harness.planning.config import resume_command  # Hydra's quoting of the out dir
 
@@ -136,7 +135,7 @@ def still_scheduled(manifest: dict) -> list[int]:
     """The jobs that a detached launcher (SLURM) still queues or runs, by the manifest's
     launches."""
     states = scheduled(manifest)
-    return [job for job, (state, _) in states.items() if state in ALIVE]
+    return [job for job, (state, _) in states.items() if state in HELD]
 
 
 def point_states(manifest: dict, rows: pa.Table, results: Path) -> list[dict]:
@@ -156,7 +155,7 @@ def point_states(manifest: dict, rows: pa.Table, results: Path) -> list[dict]:
         if job in landed:
             row_state, row_detail = landed[job]
             path = store.job_file(results, manifest["experiment"], manifest["sweep"], job)
-            if row_state == store.RUNNING and state in ALIVE:
+            if row_state == store.RUNNING and state in HELD:
                 detail = f"{detail}; {row_detail}"
             elif row_state == store.RUNNING and store.still_running(path) is False:
                 state, detail = "killed", f"its process is gone; it last logged {row_detail}"
@@ -231,18 +230,13 @@ def scheduled(manifest: dict, config_dirs: list[Path] = ()) -> dict[int, tuple[s
     return found
 
 
-def _recorded(launch: dict) -> tuple[str, list[int], dict]:
-    """A launch's launcher, jobs and placement; an older manifest's SLURM launch (slurm_tasks)
-    read as the SLURM launcher's."""
-    if "launcher" in launch:
-        return launch["launcher"], launch.get("jobs") or [], launch.get("placement") or {}
-    tasks = {task: _listed(jobs) for task, jobs in launch.get("slurm_tasks", {}).items()}
-    jobs = [job for listed in tasks.values() for job in listed]
-    return SLURM, jobs, {"tasks": tasks, "submitit_folder": launch.get("submitit_folder", "")}
-
-
-def _listed(jobs) -> list[int]:
-    return jobs if isinstance(jobs, list) else [jobs]  # older manifests: one job a task
+def _recorded(launch) -> tuple[str, list[int], dict]:
+    """A launch's launcher, jobs and placement (a manifest is anyone's to edit: what is not of
+    its kind is read as nothing)."""
+    launch = launch if isinstance(launch, dict) else {}
+    target, jobs, placement = launch.get("launcher"), launch.get("jobs"), launch.get("placement")
+    jobs = [job for job in jobs if isinstance(job, int)] if isinstance(jobs, list) else []
+    return str(target), jobs, placement if isinstance(placement, dict) else {}
 
 
 def code(ids: list[str], out: str, code_store: str | None) -> int:
@@ -257,7 +251,7 @@ def code(ids: list[str], out: str, code_store: str | None) -> int:
         manifest = store.read_manifest(results, find_experiment(results, sweep_id), sweep_id)
         digest = (manifest or {}).get("code_digest")
         if not isinstance(digest, str):
-            raise BadInput(f"sweep {sweep_id} pinned no code (it was run before sweeps did)")
+            raise BadInput(f"sweep {sweep_id}'s manifest names no code (code_digest)")
         digests.append((sweep_id, digest))
     if len(digests) == 1:
         ((sweep_id, digest),) = digests
@@ -303,7 +297,7 @@ def again(ids: list[str], out: str, code_store: str | None, times: str) -> int:
         manifest = store.read_manifest(results, find_experiment(results, sweep_id), sweep_id) or {}
         digest = manifest.get("code_digest")
         if not isinstance(digest, str):
-            raise BadInput(f"sweep {sweep_id} pinned no code (it was run before sweeps did)")
+            raise BadInput(f"sweep {sweep_id}'s manifest names no code (code_digest)")
         codestore.verify(kept, digest)
         arguments, _ = split_flags(shlex.split(manifest.get("command", ""))[3:])
         kept_args = [a for a in arguments if a.split("=", 1)[0].lstrip("+~") not in AGAIN_REPLACED]

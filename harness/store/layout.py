@@ -278,7 +278,7 @@ def release_running(marker: tuple[Path, int]) -> None:
 
 def still_running(path: Path) -> bool | None:
     """Whether a process holds the job's running mark (hold_running); None where it has none
-    (the job ended, or its store predates the mark)."""
+    (the job ended)."""
     return _mark_held(_running_marker(path))
 
 
