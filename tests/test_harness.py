@@ -17,6 +17,7 @@ from probes import PROBE_PATH, SUPPORT, arrivals, await_arrivals
 from sweeps import own_file
 
 from harness import store
+from harness.names import HERE
 from harness.pinning import provenance
 
 PROVENANCE = [
@@ -265,6 +266,29 @@ def test_a_sweep_in_this_process_leaves_its_settings_as_they_were(tmp_path, args
                          env={**os.environ, "PYTHONPATH": PROBE_PATH})  # fmt: skip
     left = json.loads(ran.stdout.strip().splitlines()[-1])
     assert left == {"code": code, "left": [], "raiseExceptions": True, "os._exit": True}, ran.stderr
+
+
+EXITS = """
+import os, threading
+from harness.running import job
+with job._exits_refused():
+    try:
+        os._exit(3)
+    except SystemExit as refused:
+        print("refused", refused, flush=True)
+    threading.Thread(target=os._exit, args=(7,)).start()
+    threading.Event().wait(120)
+print("survived", flush=True)
+"""  # python -c EXITS: os._exit in the experiment's thread, then in another thread
+
+
+@pytest.mark.process
+def test_only_the_experiments_own_thread_has_its_exit_refused():
+    """While a point runs, os._exit called by the experiment's thread is a failed point, but
+    another thread's (a library's, the harness's own) ends the process as it would."""
+    ran = subprocess.run([sys.executable, "-c", EXITS], cwd=HERE.parent, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert ran.returncode == 7 and ran.stdout == "refused os._exit(3)\n", ran.stdout + ran.stderr
 
 
 LOCAL = ["+experiment=exp014_tiled", "hydra/launcher=local"]

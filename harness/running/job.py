@@ -5,6 +5,7 @@ import functools
 import logging
 import os
 import random
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -270,12 +271,13 @@ class ProcessExit(SystemExit):
 
 @contextlib.contextmanager
 def _exits_refused():
-    """While an experiment runs, os._exit in this process raises ProcessExit (a SystemExit, as
-    sys.exit raises), so that the point is a failed row; forked children exit as they would."""
-    real, pid = os._exit, os.getpid()
+    """While an experiment runs, os._exit called by the thread that runs it raises ProcessExit
+    (a SystemExit, as sys.exit raises), so that the point is a failed row; in any other thread
+    (a library's, the harness's own) and in a forked child it exits as it would."""
+    real, pid, own = os._exit, os.getpid(), threading.get_ident()
 
     def refused(code: int) -> None:
-        if os.getpid() != pid:
+        if os.getpid() != pid or threading.get_ident() != own:
             real(code)
         raise ProcessExit(f"os._exit({code})")
 
