@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.sides import PROCESS, CompareError, Sweep, side_claims
+from analysis.sides import PROCESS, CompareError, Side, side_claims
 from harness import store
 
 ALPHA = 0.05
@@ -64,8 +64,8 @@ NOT_METRICS = {"experiment", "sweep", "repeats", LOAD, PROCESS, *store.HARNESS_C
 
 @dataclass
 class Comparison:
-    a: Sweep
-    b: Sweep
+    a: Side
+    b: Side
     keys: list[str]  # the parameters points match on
     settings: pd.DataFrame  # parameters fixed in both sweeps, to different values
     matched: pd.DataFrame  # one line per measurement of either sweep: keys, "side", "X A", "X B"
@@ -73,7 +73,7 @@ class Comparison:
     others: list[str]
 
 
-def compare(a: Sweep, b: Sweep) -> Comparison:
+def compare(a: Side, b: Side) -> Comparison:
     """Match the two sweeps' measurements; raises CompareError for different experiments."""
     if a.experiment != b.experiment:
         raise CompareError(
@@ -109,7 +109,7 @@ def split_parameters(a: pd.DataFrame, b: pd.DataFrame) -> tuple[list[str], pd.Da
     return varying or ["job"], settings
 
 
-def measurements(sweep: Sweep, keys: list[str], params: set[str]) -> pd.DataFrame:
+def measurements(sweep: Side, keys: list[str], params: set[str]) -> pd.DataFrame:
     """One line per row of the sweep: its point's keys (from the manifest), then the row less
     the parameters; a point without rows is a line with status "not run"."""
     grid = (
@@ -266,7 +266,7 @@ def unmatched(matched: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     )
 
 
-def claim_changes(a: Sweep, b: Sweep) -> pd.DataFrame:
+def claim_changes(a: Side, b: Side) -> pd.DataFrame:
     """Each claim's result in A and B (each sweep by its own manifest's claims; a side of
     several, its sweeps' worst: analysis.sides); flipped."""
     results = [side_claims(side) for side in (a, b)]

@@ -151,7 +151,7 @@ def _count(listed: int, every: int) -> str:
 
 def catalogs(points: pd.DataFrame, headers: dict[str, str]) -> dict[str, dict]:
     """Each sweep for the picker: its header, and its points as columns and rows of text (the
-    columns it has values in). `points`: every sweep's (analysis.summaries), a column "sweep"."""
+    columns it has values in). `points`: every sweep's (analysis.point_lines), a column "sweep"."""
     if points.empty:
         return {}
     shown = reading_order(points.drop(columns="sweep"))

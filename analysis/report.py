@@ -26,7 +26,7 @@ import pandas as pd
 import yaml
 from plotly.io.json import to_json_plotly
 
-from analysis import page, plots, search, summaries
+from analysis import page, plots, point_lines, search
 from harness import files, store
 from harness.names import available_experiments, experiment_file
 from harness.results.claims import claims_of, claims_table, derived_tables
@@ -143,7 +143,7 @@ def _untrusted_code(manifest: dict | None, config: dict) -> list[str]:
 
 def sweep_list(experiment: str, states: pd.DataFrame) -> str:
     """Every sweep of an experiment, oldest first, with its state, points and whether this
-    report shows it (states: the page's sweep list, summaries.sweep_states)."""
+    report shows it (states: the page's sweep list, point_lines.sweep_states)."""
     shown = states[["sweep", "started", "state", "points", "landed", "shown"]]
     return f"Sweeps of {experiment} (`python -m analysis --sweep ID` shows others):\n\n" + markdown(
         shown.set_index("sweep")
@@ -159,7 +159,7 @@ def section(
     current_claims: bool = False,
 ) -> tuple[str, pd.DataFrame, dict]:
     """An experiment's REPORT.md section for one sweep, its claims, and its part of the page
-    (analysis.page.experiment_html's `shown`, its points those of analysis.summaries); its
+    (analysis.page.experiment_html's `shown`, its points those of analysis.point_lines); its
     plots go to `report_dir` (their links are relative to the report's own folder, its parent
     if report_dir is a sweeps/ID/ one)."""
     manifest = store.read_manifest(root, experiment, sweep)
@@ -193,7 +193,7 @@ def section(
         best, figures, failed = _searched(root, experiment, sweep, config, tables["best"], params)
         module_parts, shown, parts = [*module_parts, best], [*shown, *figures], [*parts, *failed]
     parts += module_parts
-    points = summaries.of_rows(rows, manifest, sweep)
+    points = point_lines.of_rows(rows, manifest, sweep)
     problems = _problems(points, params)
     if not problems.empty:
         parts += ["Points without an answer:", markdown(problems, index=False)]
@@ -358,8 +358,8 @@ def write_report(
             parts.append(text)
             claims.append(checked.assign(experiment=experiment, sweep=sweep))
             views.append(view)
-        points = summaries.summaries(root, experiment, report_dir)  # the shown ones: kept
-        states = summaries.sweep_states(points)
+        points = point_lines.of_experiment(root, experiment, report_dir)  # the shown ones: kept
+        states = point_lines.sweep_states(points)
         states["shown"] = np.where(states["sweep"].isin(chosen), "yes", "")
         if chosen and not states.empty:
             parts.append(sweep_list(experiment, states) + "\n")
@@ -399,7 +399,7 @@ def _page_part(experiment: str, points: pd.DataFrame, states: pd.DataFrame, view
                         listed])  # fmt: skip
     points = points[points["sweep"].isin(listed["sweep"])]
     headers = {state.sweep: _header_line(state) for state in listed.itertuples()}
-    catalog = page.catalogs(points.drop(columns=summaries.PROVENANCE[1:]), headers)
+    catalog = page.catalogs(points.drop(columns=point_lines.PROVENANCE[1:]), headers)
     history = []
     if len(listed) > 1:
         try:
@@ -443,7 +443,7 @@ def _origin(module: str | None) -> Path | None:
 
 
 def _cached_section(root, experiment, sweep, report_dir, folder, config_dirs, current_claims):
-    """_reported(), kept in the report folder's cache (analysis.summaries.cached) while the
+    """_reported(), kept in the report folder's cache (analysis.point_lines.cached) while the
     sweep's files, the code and the experiment's config are as they were, and the plots its
     text links to are still there; a sweep that could not be reported is not kept."""
     manifest = store.read_manifest(root, experiment, sweep)
@@ -452,24 +452,24 @@ def _cached_section(root, experiment, sweep, report_dir, folder, config_dirs, cu
     config = trusted_config(manifest, experiment, config_dirs)
     derive = (config.get("derive") or "").rpartition(".")[0]  # the module of its function
     code = [_origin(config.get("report")), _origin(derive)]  # a module of one's own, edited
-    extra = [str(folder), summaries.file_version(own), *map(summaries.file_version, code),
+    extra = [str(folder), point_lines.file_version(own), *map(point_lines.file_version, code),
              current_claims]  # fmt: skip
 
     def computed() -> dict:
         text, claims, view = _reported(root, experiment, sweep, folder, config_dirs, current_claims)
         if not view.get("failed"):  # its points, from the rows it read: not read twice
-            summaries.keep(root, experiment, sweep, report_dir, view["points"])
+            point_lines.keep(root, experiment, sweep, report_dir, view["points"])
         view["points"] = page.reading_order(view["points"])  # as the page shows them
         tables = {k: _table(view[k]) for k in ("claims", "problems", "points")}
         kept = {**view, **tables, "figures": json.loads(to_json_plotly(view["figures"]))}
         return {"text": text, "claims": _table(claims), "view": kept}
 
-    path = report_dir / summaries.CACHE / experiment / f"{sweep}.section.json"
-    value = summaries.cached(path, store.sweep_dir(root, experiment, sweep), computed, extra)
+    path = report_dir / point_lines.CACHE / experiment / f"{sweep}.section.json"
+    value = point_lines.cached(path, store.sweep_dir(root, experiment, sweep), computed, extra)
     linked = re.findall(r"\]\(([^)/:]+(?:/[^)/:]+)*\.png)\)", value["text"])
     if not all((report_dir / link).exists() for link in linked):
         path.unlink(missing_ok=True)
-        value = summaries.cached(path, store.sweep_dir(root, experiment, sweep), computed, extra)
+        value = point_lines.cached(path, store.sweep_dir(root, experiment, sweep), computed, extra)
     if value["view"].get("failed"):
         path.unlink(missing_ok=True)  # tried again next time: the fault may pass
     view = value["view"] | {k: _frame(value["view"][k]) for k in ("claims", "problems", "points")}
@@ -477,7 +477,7 @@ def _cached_section(root, experiment, sweep, report_dir, folder, config_dirs, cu
 
 
 def _table(frame: pd.DataFrame) -> dict:
-    return {"columns": [str(c) for c in frame.columns], "rows": summaries.records(frame)}
+    return {"columns": [str(c) for c in frame.columns], "rows": point_lines.records(frame)}
 
 
 def _frame(table: dict) -> pd.DataFrame:

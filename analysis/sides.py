@@ -23,18 +23,18 @@ class CompareError(Exception):
 
 
 @dataclass
-class Sweep:
+class Side:
     id: str
     experiment: str
     manifest: dict
     rows: pd.DataFrame  # of a side of several sweeps: each row's PROCESS says whose
     config: dict  # the experiment config its claims are checked by
-    parts: list["Sweep"] | None = None  # a side of several sweeps: each of them
+    parts: list["Side"] | None = None  # a side of several sweeps: each of them
 
 
-def load(results: Path, given: str, config_dirs: list[Path] = ()) -> Sweep:
+def load(results: Path, given: str, config_dirs: list[Path] = ()) -> Side:
     """A side of the comparison: a sweep by its id, or several sweeps of one grid (ids joined
-    by commas), each a process of its own, as one Sweep whose rows say whose (PROCESS)."""
+    by commas), each a process of its own, as one Side whose rows say whose (PROCESS)."""
     ids = given.split(",")
     if len(set(ids)) < len(ids):
         raise CompareError(f"{given} names a sweep twice: a side's sweeps are its processes")
@@ -55,10 +55,10 @@ def load(results: Path, given: str, config_dirs: list[Path] = ()) -> Sweep:
             )
     rows = pd.concat([p.rows.assign(**{PROCESS: n}) for n, p in enumerate(parts)],
                      ignore_index=True)  # fmt: skip
-    return Sweep(given, first.experiment, first.manifest, rows, first.config, parts)
+    return Side(given, first.experiment, first.manifest, rows, first.config, parts)
 
 
-def _sweep(results: Path, sweep_id: str, config_dirs: list[Path]) -> Sweep:
+def _sweep(results: Path, sweep_id: str, config_dirs: list[Path]) -> Side:
     """A sweep by its id, whichever experiment it belongs to (its report module as the
     experiment's own config, in conf/ or a config dir, names it: report.trusted_config)."""
     experiment = store.experiment_of(results, sweep_id)
@@ -69,7 +69,7 @@ def _sweep(results: Path, sweep_id: str, config_dirs: list[Path]) -> Sweep:
         raise CompareError(f"sweep {sweep_id} has no manifest ({store.MANIFEST}) in {results}")
     rows = store.as_planned(store.read(results, experiment, sweep_id), manifest, results)
     config = trusted_config(manifest, experiment, config_dirs)
-    return Sweep(sweep_id, experiment, manifest, rows, config)
+    return Side(sweep_id, experiment, manifest, rows, config)
 
 
 def _grid(manifest: dict) -> list[str]:
@@ -81,7 +81,7 @@ def _grid(manifest: dict) -> list[str]:
 WORST_FIRST = ("ERROR", "FAIL", "INCOMPLETE", "N/A", "PASS")
 
 
-def side_claims(side: Sweep) -> pd.DataFrame:
+def side_claims(side: Side) -> pd.DataFrame:
     """The side's claims (claims_table, by claim): of a side of several sweeps, each claim's
     worst result among its sweeps, and where they differ, the worst one's sweep named."""
     each = [_claims(one) for one in side.parts or [side]]
@@ -103,7 +103,7 @@ def side_claims(side: Sweep) -> pd.DataFrame:
     return worst.drop(columns=["rank", "sweep"])
 
 
-def _claims(sweep: Sweep) -> pd.DataFrame:
+def _claims(sweep: Side) -> pd.DataFrame:
     """One sweep's claims_table, by claim; an ERROR line where the tables its experiment
     derives cannot be made of its rows (as the report says of such a sweep)."""
     try:

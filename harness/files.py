@@ -49,7 +49,7 @@ class DamagedFile(Exception):
 
 
 @contextmanager
-def held(path: Path) -> Iterator[None]:
+def hold(path: Path) -> Iterator[None]:
     """An exclusive lock on the file `path` (made if missing) while the block runs, waiting
     for another holder; it goes with the process, however that ends."""
     opened = lock(path)

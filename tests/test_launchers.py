@@ -193,7 +193,7 @@ def test_a_store_error_crosses_to_the_sweep_as_the_named_error_it_was(error, tra
     said = f"harness error: the store cannot be written ({type(error).__name__}: {error})"
     assert str(sent) == os_error(sent) == said and sent.kind == type(error).__name__
     with pytest.raises(StoreUnwritable) as caught:
-        protocol.received(sent)
+        protocol.raise_if_unwritable(sent)
     assert caught.value is sent
     summary = {"status": "ok", "error": None}
-    assert protocol.received(summary) is summary
+    assert protocol.raise_if_unwritable(summary) is summary

@@ -1,6 +1,6 @@
 """The report page (analysis.page): index.html from real sweeps, opened in headless Chromium
 (tests/support/browser.py) from the disk and through --watch; its plots (analysis.plots)
-checked by Plotly's own validator; its per-sweep summaries' cache (analysis.summaries)."""
+checked by Plotly's own validator; its per-sweep summaries' cache (analysis.point_lines)."""
 
 import base64
 import hashlib
@@ -23,7 +23,7 @@ from commands import SUPPORT, call_command, start_command
 from plotly.offline import get_plotlyjs
 from sweeps import write_jobs, write_plan
 
-from analysis import page, plots, summaries
+from analysis import page, plots, point_lines
 from harness import store
 
 if chromium() is None and os.environ.get("HARNESS_REQUIRE_CHROMIUM") != "1":
@@ -312,7 +312,7 @@ def test_points_without_an_answer_are_listed_and_the_summaries_cache_follows_the
     problems = text.split("Points without an answer")[1].split("</table>")[0]
     assert "RuntimeError: boom" in problems and "not run" in problems and ">128<" not in problems
     assert "Points without an answer" in (report / "REPORT.md").read_text()
-    cached = report / summaries.CACHE / "exp014_tiled" / f"{sweep}.json"
+    cached = report / point_lines.CACHE / "exp014_tiled" / f"{sweep}.json"
     first = cache_json(cached)
     assert [p["status"] for p in first["value"]["points"]] == ["ok", "failed", "not run"]
     write_jobs(results, "exp014_tiled", sweep, [
@@ -349,7 +349,7 @@ def test_a_cache_edited_in_the_report_folder_is_computed_again_not_believed(tmp_
     failing_sweep(tmp_path, sweep)
     assert analysis("--check").returncode == 1  # the claim FAILs
     report = tmp_path / "outputs" / "report"
-    caches = report / summaries.CACHE / "exp014_tiled"
+    caches = report / point_lines.CACHE / "exp014_tiled"
     section, points = caches / f"{sweep}.section.json", caches / f"{sweep}.json"
     for path, edit in [
         (section, lambda text: text.replace('"FAIL"', '"PASS"')),
@@ -378,8 +378,8 @@ def test_a_report_key_that_is_no_key_is_replaced_and_a_cache_forged_under_it_not
     its own in its place, and a cache forged under the old key does not turn a FAIL to PASS."""
     key = tmp_path / "cache" / "report.key"
     key.parent.mkdir()
-    monkeypatch.setattr(summaries, "KEY", key)
-    summaries._secret.cache_clear()  # noqa: SLF001 - a new process's key
+    monkeypatch.setattr(point_lines, "KEY", key)
+    point_lines._secret.cache_clear()  # noqa: SLF001 - a new process's key
     known = {"empty": "", "whitespace": " \n", "short": "ab" * 16}.get(bad, "cd" * 32)
     if bad == "a link":
         (tmp_path / "readable").write_text(known)
@@ -398,7 +398,7 @@ def test_a_report_key_that_is_no_key_is_replaced_and_a_cache_forged_under_it_not
         status = key.lstat()
         assert key.is_file() and not key.is_symlink() and status.st_uid == os.getuid()
         assert status.st_mode & 0o077 == 0 and len(bytes.fromhex(key.read_text())) == 32
-        section = tmp_path / "outputs" / "report" / summaries.CACHE / "exp014_tiled"
+        section = tmp_path / "outputs" / "report" / point_lines.CACHE / "exp014_tiled"
         section = section / f"{sweep}.section.json"
         body = section.read_text().split("\n", 1)[1].replace('"FAIL"', '"PASS"')
         old = bytes.fromhex(known.strip())
@@ -406,7 +406,7 @@ def test_a_report_key_that_is_no_key_is_replaced_and_a_cache_forged_under_it_not
         section.write_text(f"{forged}\n{body}")
         assert analysis("--check").returncode == 1, "a cache forged under the old key"
     finally:
-        summaries._secret.cache_clear()  # noqa: SLF001
+        point_lines._secret.cache_clear()  # noqa: SLF001
 
 
 def test_a_plotly_script_replaced_by_one_of_the_same_size_is_written_again(tmp_path, analysis):
@@ -422,7 +422,7 @@ def test_a_plotly_script_replaced_by_one_of_the_same_size_is_written_again(tmp_p
     assert script.read_bytes() == plotly
 
 
-@pytest.mark.parametrize("linked", [".summaries", "plots", "index.html", "plotly.min.js"])
+@pytest.mark.parametrize("linked", [".cache", "plots", "index.html", "plotly.min.js"])
 def test_a_symlink_in_the_report_folder_is_refused_in_one_line_and_nothing_goes_through_it(
     tmp_path, analysis, linked
 ):
@@ -474,7 +474,7 @@ def test_a_summary_is_a_line_per_planned_point_with_its_last_row(tmp_path):
              for s in (1, 2, 3)]  # fmt: skip
     evaluation = {"job": 0, "status": "ok", "lr": 0.1, "phase": "eval", "step": 3, "loss": 0.25}
     write_jobs(results, "exp017_recall", sweep, [*train, evaluation])
-    points = summaries.compute(results, "exp017_recall", sweep)
+    points = point_lines.compute(results, "exp017_recall", sweep)
     assert points["status"].tolist() == ["ok", "not run"]
     assert points.loc[0, "loss"] == 0.25 and pd.isna(points.loc[1, "loss"])
     assert points.attrs["params"] == ["lr"]

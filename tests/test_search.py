@@ -11,7 +11,7 @@ import pytest
 from commands import ROOT, SUPPORT, call_command
 from probes import held, wait_for
 
-from analysis import summaries
+from analysis import point_lines
 from harness import files, store
 from harness.names import setting
 from harness.searching import search
@@ -86,7 +86,7 @@ def test_a_search_runs_each_cells_trials_on_two_workers_and_prunes_on_streamed_r
             (value,) = own.loc[own["phase"] == "eval", "score"]
             assert trial.value == pytest.approx(value)
     # The report's points (the page's table) show what each trial ran, not the config's lr.
-    points = summaries.of_rows(rows, manifest, sweep).set_index("job")
+    points = point_lines.of_rows(rows, manifest, sweep).set_index("job")
     for job, trial in trials.items():
         assert points.loc[job, "lr"] == trial.params["lr"]
         assert points.loc[job, "trial"] == trial.number

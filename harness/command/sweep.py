@@ -28,7 +28,7 @@ from harness.launchers.dispatch import check_devices, launch, launcher_boots, pr
 from harness.names import CONF, split_flags
 from harness.pinning.codestore import RunFrom, runs_project
 from harness.planning.config import check_harness_keys, experiment_name, parse
-from harness.planning.plan import SweepExists, discard, new_sweep_id, plan_command, write_manifest
+from harness.planning.plan import SweepExists, discard, new_sweep_id, plan_command, record_plan
 from harness.store import common_schema
 
 ID_ATTEMPTS = 5  # new ids to try when one is taken
@@ -57,7 +57,7 @@ def run(argv: list[str]) -> int:
         else:
             experiment = experiment_name(overrides, config_dirs)
             sweep, cfg, launcher = _new_sweep(argv, overrides, experiment, config_dirs)
-            hold.enter_context(store.claimed(sweep.results, experiment, sweep.id))
+            hold.enter_context(store.claim(sweep.results, experiment, sweep.id))
         experiment = sweep.experiment.name
         print(f"sweep {sweep.id}: {experiment}, {len(sweep.points)} points to run", flush=True)
         started, ended = time.perf_counter(), False
@@ -104,7 +104,7 @@ def _new_sweep(argv: list[str], overrides: list, experiment: str, config_dirs: l
         check_devices(sweep.points, launcher)
         _no_links(cfg, sweep)
         try:
-            write_manifest(sweep)
+            record_plan(sweep)
         except SweepExists:
             continue
         return sweep, cfg, launcher

@@ -5,7 +5,7 @@ their placement in the manifest where there is any, return if the launcher runs 
 and wait=false, else follow them, each point's progress line as it ends. A point that ends
 without its rows (a killed task, a crash outside the experiment) gets a row from here saying
 so; a job that could not write its rows stops the sweep (its OSError: a StoreUnwritable, where
-its process sent it back, harness.launchers.protocol.received).
+its process sent it back, harness.launchers.protocol.raise_if_unwritable).
 """
 
 import sys
@@ -47,7 +47,7 @@ def launch(cfg: DictConfig, sweep, launcher) -> bool:
     followed = launcher.follow(jobs, placement)
     try:
         for job, summary in followed:
-            summary = protocol.received(summary)  # a store that cannot be written raises
+            summary = protocol.raise_if_unwritable(summary)  # a store that cannot be written raises
             finish(sweep, points[job], summary, progress)
             if same.stops(summary):
                 print(same.said(len(points) - progress.done), file=sys.stderr, flush=True)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from omegaconf import DictConfig
 
-from harness.launchers.protocol import JobSpec, Launcher, returned
+from harness.launchers.protocol import JobSpec, Launcher, summary_of
 
 BATCH = 64
 
@@ -21,7 +21,7 @@ class HydraPluginLauncher(Launcher):
         for batch in batches(jobs):
             results = self.plugin.launch([spec.overrides for spec in batch], batch[0].job)
             for spec, result in zip(batch, results, strict=True):
-                yield spec.job, returned(result)
+                yield spec.job, summary_of(result)
 
 
 def batches(jobs: list[JobSpec]) -> list[list[JobSpec]]:

@@ -35,7 +35,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from harness import files
 from harness.errors import StoreUnwritable, with_type
 from harness.launchers.hydra_internals import hydra_context
-from harness.launchers.protocol import JobSpec, Launcher, returned, unwritable
+from harness.launchers.protocol import JobSpec, Launcher, summary_of, unwritable
 from harness.planning.experiment import config_values
 
 UNSET = object()
@@ -344,16 +344,16 @@ def work(
     return summaries
 
 
-def shipped(launcher: Launcher, jobs: list[JobSpec]) -> bytes:
+def pack(launcher: Launcher, jobs: list[JobSpec]) -> bytes:
     """What a process of its own needs to run these jobs of `launcher` (its config, task
     function, this process's Hydra state), as bytes to send it (cloudpickle: Hydra's state
-    holds functions pickle cannot take); the process runs them with work_shipped."""
+    holds functions pickle cannot take); the process runs them with work_packed."""
     state = Singleton.get_state()
     return cloudpickle.dumps((launcher.config, launcher.task_function, list(jobs), state))
 
 
-def work_shipped(payload: bytes) -> list[dict | StoreUnwritable]:
-    """work() on what shipped() sent: the jobs' summaries."""
+def work_packed(payload: bytes) -> list[dict | StoreUnwritable]:
+    """work() on what pack() sent: the jobs' summaries."""
     return work(*cloudpickle.loads(payload))
 
 
@@ -371,4 +371,4 @@ def _hydra_job(config: DictConfig, task_function, spec: JobSpec) -> dict:
         )  # fmt: skip
     except Exception as error:
         return {"status": "failed", "error": f"harness error: {with_type(error)}"}
-    return returned(result)
+    return summary_of(result)

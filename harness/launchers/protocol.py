@@ -12,7 +12,7 @@ service) is one file: a class with these methods, named by a hydra/launcher/NAME
 - follow(jobs, placement) yields (job number, summary) as each job ends: what the job returned
   (harness.running.job's summary), or why it returned nothing ({"status": "killed", "error": why}).
   A job whose rows the store could not take is the StoreUnwritable (harness.errors) that its
-  process sent back in place of a summary (unwritable); the sweep raises it (received).
+  process sent back in place of a summary (unwritable); the sweep raises it (raise_if_unwritable).
 - states(placement), a class method: job -> (state, detail) of the jobs that it still queues or
   runs ("pending", "running") or that it lost without a row ("killed").
 
@@ -72,7 +72,7 @@ class Launcher:
 def unwritable(error: OSError) -> StoreUnwritable:
     """What a job's own process sends back in place of the summary of a job whose rows the
     store could not take (`error`, the store's), and of each job after it: one line saying so,
-    which the sweep's process raises (received)."""
+    which the sweep's process raises (raise_if_unwritable)."""
     kind = StoreUnwritable.of(error).kind  # the store's error's type, kept across the pickle
     said = f"harness error: the store cannot be written ({kind}: {one_line(error)})"
     sent = StoreUnwritable(said)
@@ -80,7 +80,7 @@ def unwritable(error: OSError) -> StoreUnwritable:
     return sent
 
 
-def received(summary: dict | StoreUnwritable) -> dict:
+def raise_if_unwritable(summary: dict | StoreUnwritable) -> dict:
     """A job's summary as its launcher hands it to the sweep; the StoreUnwritable that a job's
     process sent in its place (unwritable) is raised here, in the sweep's process."""
     if isinstance(summary, StoreUnwritable):
@@ -88,7 +88,7 @@ def received(summary: dict | StoreUnwritable) -> dict:
     return summary
 
 
-def returned(result) -> dict:
+def summary_of(result) -> dict:
     """A Hydra JobReturn as a job's summary; an exception in it is the harness's."""
     try:
         return result.return_value

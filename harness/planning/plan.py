@@ -67,7 +67,7 @@ class SweepExists(Exception):
 def new_sweep_id(now: datetime | None = None) -> str:
     """A sweep id that sorts by start time (UTC) to the millisecond: 20261129-141503-3fa2, its
     last part the millisecond times 64 plus 6 random bits (two sweeps of one millisecond differ
-    by chance, and write_manifest refuses an id that is taken)."""
+    by chance, and record_plan refuses an id that is taken)."""
     now = now or datetime.now(UTC)
     return f"{now:%Y%m%d-%H%M%S}-{now.microsecond // 1000 * 64 + secrets.randbelow(64):04x}"
 
@@ -321,7 +321,7 @@ def _axis_size(override: Override) -> int:
     return len(value.list) if isinstance(value, ChoiceSweep) else 1
 
 
-def write_manifest(sweep: Sweep) -> None:
+def record_plan(sweep: Sweep) -> None:
     """The sweep's own record: its command, config and every point, for resume and reports;
     the sweep's first write, so an out dir that cannot be written is bad input here."""
     manifest = {

@@ -112,7 +112,7 @@ def _run_point(values: dict, run_dir: str, command: str | None, planned: dict | 
     if tracker is not None:  # its job file replaces its segments; the sinks get the rest
         rows = tracker.end(rows)
     elif group and group.rank:  # every process of the group ran it: rank 0's rows are kept
-        return summary(rows, params)
+        return summarize(rows, params)
     else:
         store.write_rows(path, rows)
         if sinks is not None:  # a point without a tracker: its rows once they are stored
@@ -120,7 +120,7 @@ def _run_point(values: dict, run_dir: str, command: str | None, planned: dict | 
     if trial is None and group is None:
         reuse.record(root, experiment.name, sweep, job, rows)
     _keep_package_list(store.sweep_dir(root, experiment.name, sweep))
-    told = summary(rows, params, last=tracker is not None)
+    told = summarize(rows, params, last=tracker is not None)
     return {**told, "trial": trial.label()} if trial else told
 
 
@@ -137,7 +137,7 @@ def _reused(root: Path, experiment: str, sweep: str, job: int, digest: str, para
     rows, source = found
     rows = reuse.copied(rows, job, source)
     store.write_rows(store.job_file(root, experiment, sweep, job), rows)
-    return {**summary(rows, params), "reused_from": source}
+    return {**summarize(rows, params), "reused_from": source}
 
 
 def _say(job: int, text: str) -> None:
@@ -288,7 +288,7 @@ def _exits_refused():
         os._exit = real
 
 
-def summary(rows: list[dict], params: dict, last: bool = False) -> dict:
+def summarize(rows: list[dict], params: dict, last: bool = False) -> dict:
     """The status of the point's rows (the worst one) and their first row's numbers (`last`:
     the last row's, a training run's final ones)."""
     statuses = [row["status"] for row in rows]

@@ -66,7 +66,7 @@ from harness.store.layout import (  # noqa: F401
     SEGMENT,
     SET_ASIDE,
     Claimed,
-    claimed,
+    claim,
     hold_running,
     job_file,
     release_running,
@@ -101,7 +101,7 @@ from harness.store.reading import (  # noqa: F401
     status_counts,
 )
 from harness.store.rows import (  # noqa: F401
-    PLAIN,
+    PLAIN_TYPES,
     SET,
     as_running,
     check_values,

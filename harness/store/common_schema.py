@@ -39,7 +39,7 @@ def keep(root: Path, schema: pa.Schema) -> None:
     if _holds(_held.get(root, {}), given):
         return
     root.mkdir(parents=True, exist_ok=True)
-    with files.held(root / LOCK):
+    with files.hold(root / LOCK):
         held = read(root) or _footers(root)
         merged = _merged(held, given)
         if merged != held:
@@ -61,7 +61,7 @@ def mend(root: Path) -> str | None:
         why = "empty" if path.stat().st_size == 0 else f"{type(error).__name__}: {error}"
     said = f"the store's columns file {path} could not be read ({why})"
     try:
-        with files.held(root / LOCK):
+        with files.hold(root / LOCK):
             _write(root, _footers(root))
     except OSError as error:
         return f"{said}, and cannot be rebuilt here ({error.strerror or error})"

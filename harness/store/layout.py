@@ -27,7 +27,7 @@ MANIFEST_KINDS = {"command": str, "overrides": list, "hydra_overrides": list,
                   "config_dirs": list, "launches": list}  # fmt: skip
 LOCK = "_compact.lock"  # held while a compaction or a resume rewrites a sweep's files
 RUNNING_MARK = ".running"  # _job-N.running: held by the process that runs job N (hold_running)
-RUN_LOCK = "_run.lock"  # held by the command that runs a sweep's points here (claimed)
+RUN_LOCK = "_run.lock"  # held by the command that runs a sweep's points here (claim)
 COMPACTED = re.compile(r"compacted-(\d+)\.parquet")
 JOB = re.compile(r"job-(\d+)\.parquet")
 # A job's segment: job-N.part-K, or job-N.rank-R.part-K for rank R of a point of several processes.
@@ -201,11 +201,11 @@ def name_once(path: Path, reason: str) -> None:
 
 
 class Claimed(Exception):
-    """Another command runs the sweep (claimed): its message says which."""
+    """Another command runs the sweep (claim): its message says which."""
 
 
 @contextmanager
-def claimed(root: Path, experiment: str, sweep: str) -> Iterator[None]:
+def claim(root: Path, experiment: str, sweep: str) -> Iterator[None]:
     """Hold the sweep for this command while it runs its points: a second command that would
     run them too (two resumes) raises Claimed, naming the process that holds it. The lock goes
     with the process, however it ends."""
@@ -236,7 +236,7 @@ def skipped(root: Path, experiment: str, sweep: str) -> dict[Path, str]:
 
 
 def run_by(root: Path, experiment: str, sweep: str) -> tuple[str, float] | None:
-    """(who, since when) of the command that holds the sweep (claimed) now, or None: a look at
+    """(who, since when) of the command that holds the sweep (claim) now, or None: a look at
     its lock that takes it for no longer than the look (shared, never waiting)."""
     path = sweep_dir(root, experiment, sweep) / RUN_LOCK
     try:
@@ -257,7 +257,7 @@ def run_by(root: Path, experiment: str, sweep: str) -> tuple[str, float] | None:
 def sweep_lock(folder: Path) -> Iterator[None]:
     """One compaction (or resume's release) of a sweep at a time; the lock goes with the process."""
     folder.mkdir(parents=True, exist_ok=True)
-    with files.held(folder / LOCK):
+    with files.hold(folder / LOCK):
         yield
 
 

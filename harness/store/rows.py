@@ -120,8 +120,8 @@ def _written(path: Path, schema: pa.Schema, write: Callable[[], None]) -> None:
 
 
 def telling(table: pa.Table) -> list[dict]:
-    """The rows of a point's table that a summary reads (harness.running.job.summary): those with a
-    status other than ok or an error, in order, then the last."""
+    """The rows of a point's table that a summary reads (harness.running.job.summarize): those with
+    a status other than ok or an error, in order, then the last."""
     if "status" not in table.column_names:
         return []
     notable = pc.not_equal(table["status"], "ok")
@@ -213,13 +213,13 @@ def _with_status(table: pa.Table, status) -> pa.Table:
 
 
 _named_columns: set[str] = per_command(set())  # the columns of two kinds it has named
-PLAIN = frozenset({int, float, str, bool, type(None)})
+PLAIN_TYPES = frozenset({int, float, str, bool, type(None)})
 
 
 def check_values(row: dict) -> None:
     """Raise what rows_to_table would for a value of `row` that Parquet cannot hold."""
     for value in row.values():
-        if type(value) not in PLAIN:
+        if type(value) not in PLAIN_TYPES:
             pa.array([value])
 
 

@@ -6,7 +6,8 @@ to one Parquet file. A third command is the bare script that also imports what t
 built on (pandas, Hydra, submitit) and has Hydra compose the experiment's config once: the
 least any harness on these libraries could cost. They run alternately, REPEATS times each, in
 scratch directories; the medians and their ratios to the bare script's are printed. With
-AGAINST=DIR, the harness of another checkout (DIR, an earlier commit say) runs among them too.
+AGAINST=DIR, the harness of another checkout (DIR, an earlier commit say) runs among them too
+(AGAINST=DIR1,DIR2: each).
 Run: python tests/benchmarks/harness_overhead.py [REPEATS]
 """
 
@@ -46,10 +47,11 @@ def wall_time(command: list[str]) -> float:
 
 
 def harnesses(arguments: list[str]) -> dict[str, list[str]]:
-    """`python -m harness ARGUMENTS`; and the same from the checkout AGAINST names, if any."""
+    """`python -m harness ARGUMENTS`; and the same from each checkout AGAINST names, if any
+    (several joined by commas)."""
     command = [sys.executable, "-m", "harness", *arguments]
-    against = os.environ.get("AGAINST")
-    others = {f"from {against}": ["env", f"PYTHONPATH={against}", *command]} if against else {}
+    against = [folder for folder in os.environ.get("AGAINST", "").split(",") if folder]
+    others = {f"from {folder}": ["env", f"PYTHONPATH={folder}", *command] for folder in against}
     return {"python -m harness": command, **others}
 
 

@@ -8,7 +8,7 @@ import multiprocessing
 import signal
 from collections.abc import Iterator
 
-from harness.launchers.in_process import shipped, work_shipped
+from harness.launchers.in_process import pack, work_packed
 from harness.launchers.protocol import JobSpec, Launcher, check_kinds
 
 
@@ -25,7 +25,7 @@ class PoolLauncher(Launcher):
         # the sweep (the launchers' contract). Ctrl-C reaches them too: this process answers it.
         spawn = multiprocessing.get_context("spawn")
         with spawn.Pool(self.workers, initializer=signal.signal, initargs=_CTRL_C_IGNORED) as pool:
-            shipments = [(spec.job, shipped(self, [spec])) for spec in jobs]
+            shipments = [(spec.job, pack(self, [spec])) for spec in jobs]
             yield from pool.imap_unordered(_work, shipments)
 
 
@@ -34,4 +34,4 @@ _CTRL_C_IGNORED = (signal.SIGINT, signal.SIG_IGN)
 
 def _work(shipment: tuple[int, bytes]) -> tuple[int, dict]:
     job, payload = shipment
-    return job, work_shipped(payload)[0]
+    return job, work_packed(payload)[0]

@@ -4,7 +4,7 @@ provenance (start time, commit, torch, device) and the metrics of its last row (
 point's held-out evaluation), a planned point without rows as "not run".
 
 Summaries are cached in the report folder (CACHE/EXPERIMENT/SWEEP.json), each with the sweep's
-signature (its files' names, sizes and modification times) and that of the code and configs
+fingerprint (its files' names, sizes and modification times) and that of the code and configs
 that make it (`code_version`): a sweep whose files have not changed since is not read again,
 so the page of a store of thousands of finished sweeps reads one small JSON file per sweep
 (analysis.report caches each sweep's section so too). The cache is JSON, never pickle, and each
@@ -34,7 +34,7 @@ from harness.errors import BadInput
 from harness.names import CONF
 from harness.searching import search
 
-CACHE = ".summaries"
+CACHE = ".cache"
 PROVENANCE = ["started_at", "git_commit", "code_digest", "torch_version", "device_name"]
 # The harness's columns kept.
 KEPT = {"job", "status", "reused_from", "error", "cell", "trial", *PROVENANCE}
@@ -47,11 +47,11 @@ KEY = (
 )
 
 
-def summaries(root: Path, experiment: str, report_dir: Path) -> pd.DataFrame:
-    """Every sweep of the experiment, a line per planned point (summary), oldest sweep first;
+def of_experiment(root: Path, experiment: str, report_dir: Path) -> pd.DataFrame:
+    """Every sweep of the experiment, a line per planned point (of_sweep), oldest sweep first;
     attrs["params"]: the parameters' names."""
     kept = [
-        summary(root, experiment, sweep, report_dir) for sweep in store.sweeps(root, experiment)
+        of_sweep(root, experiment, sweep, report_dir) for sweep in store.sweeps(root, experiment)
     ]
     table = pd.DataFrame([point for one in kept for point in one["points"]])  # one construction
     for column in ("sweep", "job", "status", *PROVENANCE):
@@ -62,9 +62,9 @@ def summaries(root: Path, experiment: str, report_dir: Path) -> pd.DataFrame:
     return table
 
 
-def summary(root: Path, experiment: str, sweep: str, report_dir: Path) -> dict:
+def of_sweep(root: Path, experiment: str, sweep: str, report_dir: Path) -> dict:
     """One sweep's points ({"params": names, "points": records}), from the cache when its
-    signature still holds."""
+    fingerprint still holds."""
 
     path = report_dir / CACHE / experiment / f"{sweep}.json"
     folder = store.sweep_dir(root, experiment, sweep)
@@ -73,7 +73,7 @@ def summary(root: Path, experiment: str, sweep: str, report_dir: Path) -> dict:
 
 def keep(root: Path, experiment: str, sweep: str, report_dir: Path, points: pd.DataFrame) -> None:
     """A sweep's points computed elsewhere (a report section, from the rows it read) kept as
-    `summary` would keep them, so that they are not read again."""
+    `of_sweep` would keep them, so that they are not read again."""
     path = report_dir / CACHE / experiment / f"{sweep}.json"
     folder = store.sweep_dir(root, experiment, sweep)
     cached(path, folder, lambda: _kept(points), fresh=True)
@@ -85,20 +85,20 @@ def _kept(points: pd.DataFrame) -> dict:
 
 
 def cached(path: Path, folder: Path, compute, extra=None, fresh: bool = False) -> dict:
-    """compute()'s JSON-able dict, kept in `path` with the signature of the sweep `folder`
+    """compute()'s JSON-able dict, kept in `path` with the fingerprint of the sweep `folder`
     (taken before computing), the code's version and `extra`: read from there while all three
     still hold (unless `fresh`)."""
     key = {"version": VERSION, "code": code_version(), "extra": extra}
-    before = signature(folder)
+    before = fingerprint(folder)
     try:
         kept = {} if fresh else _verified(path)
-        if kept.get("key") == key and kept.get("signature") == before:
+        if kept.get("key") == key and kept.get("fingerprint") == before:
             return kept["value"]
     except (OSError, ValueError, KeyError, AttributeError):
         pass  # none yet, unreadable, or not ours: computed again
     value = compute()
-    # Kept under the signature from before: rows that landed while it read are read next time.
-    body = json.dumps({"key": key, "signature": before, "value": value}, separators=(",", ":"),
+    # Kept under the fingerprint from before: rows that landed while it read are read next time.
+    body = json.dumps({"key": key, "fingerprint": before, "value": value}, separators=(",", ":"),
                       default=str).encode()  # fmt: skip
     files.write_text(path, f"{_mac(body)}\n{body.decode()}")
     return value
@@ -260,7 +260,7 @@ def _is_metric(column: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
 
 
-def signature(folder: Path) -> list:
+def fingerprint(folder: Path) -> list:
     """The sweep's files as [name, size, mtime_ns], sorted: what a change of its rows changes."""
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
@@ -280,7 +280,7 @@ def signature(folder: Path) -> list:
 def sweep_states(points: pd.DataFrame) -> pd.DataFrame:
     """A line per sweep: its start, state (complete, running, failed, incomplete), points,
     landed (with rows), the counts of its statuses, and its commit, torch and device.
-    `points`: summaries()."""
+    `points`: of_experiment()."""
     if points.empty:
         return pd.DataFrame(columns=["sweep", "started", "state", "points", "landed", "statuses"])
     by = points.groupby("sweep", sort=True)
