@@ -93,13 +93,14 @@ def no_links(path: Path, depth: int = 1) -> None:
     """Linked, naming it, when `path` or one of its `depth - 1` nearest parents is a symlink:
     a file under outputs/ is data, and a link there could send the harness's writes (or its
     removal of temporaries) into any folder. outputs/ itself, or a folder above, may be one."""
-    path = Path(path)
-    for place in [path, *path.parents][:depth]:
+    place = Path(path)
+    for _ in range(depth):
         if place.is_symlink():
             raise Linked(
                 f"{place} is a symlink: the harness writes nothing through a link in its "
                 "outputs (remove it, then run the command again)"
             )
+        place = place.parent
 
 
 def no_links_within(root: Path, path: Path) -> None:
@@ -262,6 +263,16 @@ def write_text(path: Path, text: str) -> None:
 def write_json(path: Path, data: dict) -> None:
     """Write a JSON file atomically (the manifest, package lists)."""
     write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def write_in_place(path: Path, text: str) -> None:
+    """Write a small file in place, not atomically and not forced to disk (a hint a reader
+    may meet half-written and take as nothing): never through a link at its name (O_NOFOLLOW;
+    the folders above are the caller's to check)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+    with os.fdopen(os.open(path, flags, 0o644), "w") as f:
+        f.write(text)
 
 
 JSON_BYTES = 64 << 20  # a manifest of a million points is about 50 MB

@@ -340,3 +340,33 @@ def test_a_resume_of_a_manifest_that_names_no_code_is_one_line(harness):
     assert "names no code (code_digest): resume it with code=current" in resumed.stderr
     current = harness(f"resume={sweep}", "code=current", f"code_store={harness.cwd / 'codes'}")
     assert current.returncode == 0, current.stdout + current.stderr
+
+
+def test_an_answers_hint_is_never_written_through_a_link_and_a_torn_one_reads_as_nothing(
+    tmp_path,
+):
+    """reuse.record writes its hint in place: a link at the hint's name, or at its folders,
+    is not written through; a hint cut short (a crash mid-write) is read as no answer."""
+    from harness.lifetime import forget
+    from harness.pinning import reuse
+
+    kind = {"device_name": "cpu", "torch_version": "t", "cuda_version": None,
+            "packages_digest": "p"}  # fmt: skip
+    row = {"status": "ok", "config_hash": "h", "code_digest": "c", "job": 0, **kind}
+    victim = tmp_path / "victim"
+    victim.write_text("a user's own words\n")
+    hints = tmp_path / "results" / "experiment=e" / reuse.ANSWERS / "h"
+    hints.mkdir(parents=True)
+    (hints / "s1.0.json").symlink_to(victim)
+    reuse.record(tmp_path / "results", "e", "s1", 0, [row])
+    assert victim.read_text() == "a user's own words\n"
+    (hints / "s1.0.json").unlink()
+    hints.rmdir()
+    hints.symlink_to(tmp_path, target_is_directory=True)
+    reuse.record(tmp_path / "results", "e", "s1", 0, [row])
+    assert not (tmp_path / "s1.0.json").exists()
+    hints.unlink()
+    hints.mkdir()
+    (hints / "s1.0.json").write_text('{"sweep": "s1", "job": 0, "code_di')
+    forget()
+    assert reuse.find(tmp_path / "results", "e", "h", "c", kind, "s2") is None

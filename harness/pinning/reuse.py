@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 from pathlib import Path
 
@@ -52,15 +53,20 @@ def record(root: Path, experiment: str, sweep: str, job: int, rows: list[dict]) 
         return
     entry = {"sweep": sweep, "job": job, "code_digest": first["code_digest"],
              **{key: first.get(key) for key in KIND}}  # fmt: skip
-    path = _folder(root, experiment, first["config_hash"]) / f"{sweep}.{job}.json"
-    with contextlib.suppress(OSError):  # a hint: without it the point is computed again
-        files.no_links(path.parent, depth=2)  # _answers/CONFIG_HASH: files.Linked, an OSError
-        files.write_json(path, entry)
+    folder = _folder(root, experiment, first["config_hash"])
+    # A hint, written in place: neither renamed into place nor forced to disk (the point's
+    # cost). Met half-written (find reads it as nothing), or lost to a crash, it only means
+    # the point is computed again.
+    with contextlib.suppress(OSError):
+        files.no_links(folder, depth=2)  # _answers/CONFIG_HASH: files.Linked, an OSError
+        files.write_in_place(folder / f"{sweep}.{job}.json", json.dumps(entry))
 
 
 def find(root: Path, experiment: str, config_hash: str, code: str, kind: dict, sweep: str):
     """(rows, "SWEEP/JOB") of the newest reusable answer for this config, code and kind of
     machine in another sweep; None when there is none."""
+    if config_hash not in _answered(Path(root), experiment):
+        return None
     folder = _folder(root, experiment, config_hash)
     try:
         names = sorted(os.listdir(folder), reverse=True)  # sweep ids sort by time
@@ -83,6 +89,18 @@ def find(root: Path, experiment: str, config_hash: str, code: str, kind: dict, s
         ):
             return rows, f"{entry['sweep']}/{entry['job']}"
     return None
+
+
+@per_command
+@functools.lru_cache(maxsize=8)
+def _answered(root: Path, experiment: str) -> frozenset[str]:
+    """The configs (config_hash) with an answer on record when this command first looked: one
+    listing a command, not one a point. An answer recorded since by another command is a hint
+    the next command sees."""
+    try:
+        return frozenset(os.listdir(root / f"experiment={experiment}" / ANSWERS))
+    except OSError:
+        return frozenset()
 
 
 def _answer(root: Path, experiment: str, sweep: str, job, config_hash: str) -> list[dict]:

@@ -4,6 +4,7 @@ written whole (harness.files), read back checked, and the columns a row may carr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -47,7 +48,8 @@ def write_rows(path: Path, rows: list[dict] | pa.Table, replacing: Iterable[Path
     holds rows that exist nowhere else (a compacted file, the job files release moves out of
     one) is forced to disk before its sources go."""
     table = rows if isinstance(rows, pa.Table) else rows_to_table(rows)
-    with files.uninterrupted():
+    replacing = list(replacing)
+    with files.uninterrupted() if replacing else contextlib.nullcontext():
         write_file(path, table, sync=False)
         for segment in replacing:
             Path(segment).unlink(missing_ok=True)
