@@ -14,7 +14,7 @@ import pandas as pd
 from analysis.plots import lines
 from analysis.scaling import loglog
 from experiments.derived.backends import shape as shape_of
-from harness.measuring.scaling import with_memory
+from experiments.derived.scaling import with_memory
 from harness.results.tables import markdown
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 from analysis import plots
 from analysis.scaling import loglog
 from experiments.derived.backward_memory import OTHERS, SHAPE
-from harness.measuring.scaling import keys
+from experiments.derived.scaling import keys
 from harness.results.tables import markdown
 
 

@@ -1,6 +1,6 @@
 """How measurements scale with length, drawn: log-log plots of a column against length (the
-tables are harness.measuring.scaling's). Shared by the reports that compare methods (SDPA backends,
-attention paths) across lengths."""
+tables are experiments.derived.scaling's). Shared by the reports that compare methods (SDPA
+backends, attention paths) across lengths."""
 
 from pathlib import Path
 

@@ -5,7 +5,7 @@ plots of time and memory (a panel per window, a line per method).
 speedup_over_sdpa and time_growth are the points' own where their rows carry them (timed in
 turns in the point's process: experiments.window), not two points' medians from two processes
 at two moments; rows of older sweeps fall back to those (experiments.derived.window's tables,
-harness.measuring.scaling.paired_first)."""
+experiments.derived.scaling.paired_first)."""
 
 from pathlib import Path
 
@@ -13,8 +13,8 @@ import pandas as pd
 
 from analysis.backends import by_length, time_and_memory
 from analysis.scaling import loglog
+from experiments.derived.scaling import keys
 from experiments.derived.window import OTHERS, SHAPE
-from harness.measuring.scaling import keys
 from harness.results.tables import markdown
 
 FIGURES = ["err64", "gflops", "pct_of_peak", "compile_s"]  # per point, beside time and memory

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 from analysis import backends, backward_memory
 from experiments.derived import backends as backends_tables
 from experiments.derived import backward_memory as backward_memory_tables
-from harness.measuring.scaling import with_memory
+from experiments.derived.scaling import with_memory
 from harness.names import CONF
 from harness.results.claims import claims_table
 

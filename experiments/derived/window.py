@@ -5,7 +5,7 @@ rows carry them (timed in turns in the point's process: experiments.window)."""
 import pandas as pd
 
 from experiments.derived.backends import measurements
-from harness.measuring.scaling import keys, paired_first, per_doubling, speedup_over
+from experiments.derived.scaling import keys, paired_first, per_doubling, speedup_over
 
 SHAPE = ["device_used", "dtype", "batch", "heads", "head_dim", "window"]
 OTHERS = ["device", "block", "seed", "num_threads", "warmup", "min_repeats", "min_time_s",

@@ -1,5 +1,4 @@
 """A toolkit for experiments, not part of the runner: timing (time and FLOP/s, in turns with
-a baseline), memory (peak memory, and a function run in an isolated child process) and scaling
-(tables of how measurements grow with length). Experiments and the report import it; of the
-harness, only the warm workers' forkserver preloads memory. Imports nothing of the harness but
-the root modules."""
+a baseline) and memory (peak memory, and a function run in an isolated child process).
+Experiments import it; of the harness, only the warm workers' forkserver preloads memory.
+Imports nothing of the harness but the root modules."""

@@ -24,10 +24,10 @@ import pyarrow.parquet as pq
 
 from harness import files
 from harness.lifetime import per_command
+from harness.store.layout import PARTITIONS  # in the folders' names, not in the files
 
 NAME = "columns"
 LOCK = "_columns.lock"
-PARTITIONS = ("experiment", "sweep")  # in the folders' names, not in the files
 _held: dict[Path, dict[str, pa.DataType]] = per_command({})  # per root: what the file holds
 
 
@@ -35,7 +35,7 @@ def keep(root: Path, schema: pa.Schema) -> None:
     """Add `schema`'s columns to ROOT/columns where it lacks them (or holds them as another
     type, which both promote to)."""
     root = Path(root)
-    given = {f.name: f.type for f in schema if f.name not in PARTITIONS}
+    given = {f.name: f.type for f in schema if f.name not in PARTITIONS.names}
     if _holds(_held.get(root, {}), given):
         return
     root.mkdir(parents=True, exist_ok=True)
@@ -95,7 +95,7 @@ def _footers(root: Path) -> dict[str, pa.DataType]:
             schema = pq.read_schema(path)
         except Exception:  # a damaged file, which every reader skips
             continue
-        held = _merged(held, {f.name: f.type for f in schema if f.name not in PARTITIONS})
+        held = _merged(held, {f.name: f.type for f in schema if f.name not in PARTITIONS.names})
     return held
 
 

@@ -20,15 +20,21 @@ sys.path.insert(0, str(ROOT))
 from harness import store  # noqa: E402
 from harness.command import cli, sweep  # noqa: E402
 from harness.launchers import dispatch, in_process  # noqa: E402
+from harness.pinning import provenance, reuse  # noqa: E402
 from harness.running import job  # noqa: E402
 
 STEPS = {  # what is timed: (where the function is looked up when called, its name)
-    "the whole job": (in_process.InProcess, "run"),
-    "the experiment itself": (job, "measure"),
-    "writing its rows": (store, "write_rows"),
-    "its config": (in_process.InProcess, "prepare"),
-    "its folder and log": (in_process.InProcess, "_log_to"),
-    "its .hydra files": (in_process.InProcess, "_save"),
+    "the whole job (in the loop)": (in_process.InProcess, "run"),
+    " its config": (in_process.InProcess, "prepare"),
+    " its folder and log": (in_process.InProcess, "_log_to"),
+    " its .hydra files": (in_process.InProcess, "_save"),
+    " the point (run_point)": (job, "run_point"),
+    "  the experiment itself": (job, "measure"),
+    "  its rows written": (store, "write_rows"),
+    "  provenance": (provenance, "provenance"),
+    "  the package list": (job, "_keep_package_list"),
+    "  reuse: looked up": (job, "_reused"),
+    "  reuse: answer recorded": (reuse, "record"),
     "its progress line and checks": (dispatch, "finish"),
     "the compaction at the end": (sweep, "compact_if_finished"),
 }
@@ -63,9 +69,10 @@ def main(points: int) -> None:
         os.chdir(scratch)
         cli.main(["+experiment=exp014_tiled", *grid])
     os.chdir(here)
-    print(f"{points} points in {Path(scratch).parent}, milliseconds per point:")
+    print(f"{points} points in {Path(scratch).parent}, milliseconds per point (indented: within")
+    print("the step above it):")
     for step in STEPS:
-        print(f"  {step:30} {seconds[step] / points * 1e3:6.3f}")
+        print(f"  {step:32} {seconds[step] / points * 1e3:6.3f}")
 
 
 if __name__ == "__main__":
