@@ -1,4 +1,9 @@
-"""Hydra's basic launcher at the speed of a loop: a sweep's points one after another here.
+"""Running jobs in a process, the one way every launcher of the harness runs a point: job_runner
+composes a job's config and calls the task function (harness.running.job, whose run_point runs
+the point), in the command's process (run_here, InProcessLauncher: Hydra's basic launcher), in a
+warm worker, or in a process of its own (work; pack and work_packed carry jobs there as bytes).
+
+Hydra's basic launcher at the speed of a loop: a sweep's points one after another here.
 
 Hydra's BasicLauncher composes the whole config again for every job (some 50 ms: the search
 path, the defaults list, deep copies), and its run_job deep-copies it twice more, writes three
