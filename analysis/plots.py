@@ -262,15 +262,15 @@ def curves(
     return figure(traces, name, "step", title(metric), (), values)
 
 
-def history(lines: pd.DataFrame, metric: str, params: list[str]) -> dict | None:
+def history(points: pd.DataFrame, metric: str, params: list[str]) -> dict | None:
     """A metric across an experiment's sweeps by the sweep's start time, a line per point (its
     varying `params`), as in asv; the hover at a sweep lists every line's value there under
     the sweep's id, commit, torch version and device (an unlabelled trace of one text per
-    sweep, not one per point). `lines`: a line per point of each sweep (sweep,
+    sweep, not one per point). `points`: a line per point of each sweep (sweep,
     started_at, provenance, parameters, metrics)."""
-    if metric not in lines:
+    if metric not in points:
         return None
-    data = lines[lines["status"] == "ok"].dropna(subset=[metric, "started_at"])
+    data = points[points["status"] == "ok"].dropna(subset=[metric, "started_at"])
     if data.empty:
         return None
     data = data.assign(when=data["started_at"].dt.strftime("%Y-%m-%d %H:%M:%S"))

@@ -3,7 +3,7 @@ history across sweeps: a point's parameters (from the manifest), its status and 
 provenance (start time, commit, torch, device) and the metrics of its last row (a training
 point's held-out evaluation), a planned point without rows as "not run".
 
-Summaries are cached in the report folder (CACHE/EXPERIMENT/SWEEP.json), each with the sweep's
+The lines are cached in the report folder (CACHE/EXPERIMENT/SWEEP.json), each with the sweep's
 fingerprint (its files' names, sizes and modification times) and that of the code and configs
 that make it (`code_version`): a sweep whose files have not changed since is not read again,
 so the page of a store of thousands of finished sweeps reads one small JSON file per sweep

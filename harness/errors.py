@@ -17,7 +17,8 @@ class StoreUnwritable(OSError):
     folder it may not write): no failed row, which could not land either; the sweep stops in
     one line (exit code 1), and its resume finishes it once the store can be written. The
     tracker raises it where a write fails (harness.tracking); a job's own process sends it back
-    in place of the job's summary, and the sweep's process raises it (harness.launchers)."""
+    in place of the job's summary, and the sweep's process raises it
+    (harness.launchers.protocol)."""
 
     kind = "OSError"  # the type of the store's own error, which a message names
 

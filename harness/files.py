@@ -18,6 +18,7 @@ import json
 import os
 import secrets
 import signal
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -267,11 +268,16 @@ def write_json(path: Path, data: dict) -> None:
 
 def write_in_place(path: Path, text: str) -> None:
     """Write a small file in place, not atomically and not forced to disk (a hint a reader
-    may meet half-written and take as nothing): never through a link at its name (O_NOFOLLOW;
-    the folders above are the caller's to check)."""
+    may meet half-written and take as nothing), never through a link at its name: a symbolic
+    link (O_NOFOLLOW) is an OSError, and a file with another name (a hard link) or no regular
+    file is left as it is, Linked (the folders above are the caller's to check)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-    with os.fdopen(os.open(path, flags, 0o644), "w") as f:
+    opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    with os.fdopen(opened, "w") as f:
+        found = os.fstat(opened)
+        if not stat.S_ISREG(found.st_mode) or found.st_nlink != 1:
+            raise Linked(f"{path} is not a file of its own: nothing is written through it")
+        f.truncate(0)
         f.write(text)
 
 

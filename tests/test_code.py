@@ -3,6 +3,7 @@ the answers the store holds for the same config, code and kind of machine
 (harness/pinning/reuse.py): real files, edited for real, in a user's folder of their own, and the
 store read back."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -370,3 +371,19 @@ def test_an_answers_hint_is_never_written_through_a_link_and_a_torn_one_reads_as
     (hints / "s1.0.json").write_text('{"sweep": "s1", "job": 0, "code_di')
     forget()
     assert reuse.find(tmp_path / "results", "e", "h", "c", kind, "s2") is None
+
+
+def test_an_answers_hint_never_truncates_a_file_hard_linked_at_its_name(tmp_path):
+    """A hard link planted at a hint's name (another name of a user's file) is left as it is."""
+    from harness.pinning import reuse
+
+    row = {"status": "ok", "config_hash": "h", "code_digest": "c", "job": 0}
+    victim = tmp_path / "victim"
+    victim.write_text("a user's own words\n")
+    hints = tmp_path / "results" / "experiment=e" / reuse.ANSWERS / "h"
+    hints.mkdir(parents=True)
+    os.link(victim, hints / "s1.0.json")
+    reuse.record(tmp_path / "results", "e", "s1", 0, [row])
+    assert victim.read_text() == "a user's own words\n"
+    reuse.record(tmp_path / "results", "e", "s1", 1, [{**row, "job": 1}])
+    assert json.loads((hints / "s1.1.json").read_text())["job"] == 1

@@ -1,6 +1,6 @@
 """The report page (analysis.page): index.html from real sweeps, opened in headless Chromium
 (tests/support/browser.py) from the disk and through --watch; its plots (analysis.plots)
-checked by Plotly's own validator; its per-sweep summaries' cache (analysis.point_lines)."""
+checked by Plotly's own validator; its cache of each sweep's point lines (analysis.point_lines)."""
 
 import base64
 import hashlib

@@ -11,8 +11,8 @@ MEMORY = ["cuda_peak_mib", "rss_delta_mib"]  # a row has one of these, named for
 
 
 def with_memory(rows: pd.DataFrame) -> pd.DataFrame:
-    """Every row (planned points without a measurement too, see analysis.claims.planned), with
-    memory_mib, memory_kind (the column it came from) and memory_over_inputs; the measurements
+    """Every row (planned points without a measurement too, see harness.results.tables.planned),
+    with memory_mib, memory_kind (the column it came from) and memory_over_inputs; the measurements
     of a row that is not ok are missing (NaN), so that what is derived from them is too."""
     data = rows.copy()
     measured = [c for c in ("time_ms", "inputs_mib", *MEMORY) if c in data]

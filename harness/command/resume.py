@@ -100,8 +100,8 @@ def _code(manifest: dict, values: dict, sweep_id: str) -> tuple[Path, str]:
         code = codestore.collect(values["experiment"], values["out"], code_store)
         codestore.pin(code, code_store)
         if code.digest != pinned:
-            print(f"its points run this tree's code {code.digest} (the sweep's was {pinned}); "
-                  "their rows say so")  # fmt: skip
+            had = f"the sweep's was {pinned}" if pinned else "its manifest named none"
+            print(f"its points run this tree's code {code.digest} ({had}); their rows say so")
         pinned = code.digest
     codestore.enter(code_store, pinned)
     return code_store, pinned

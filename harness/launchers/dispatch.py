@@ -1,7 +1,7 @@
 """Hand a sweep's points to the launcher its config names, and follow them to the end.
 
-Through the launchers' protocol (harness.launchers) and nothing else: start the jobs, record
-their placement in the manifest where there is any, return if the launcher runs on without us
+Through the launchers' protocol (harness.launchers.protocol) and nothing else: start the jobs,
+record their placement in the manifest where there is any, return if the launcher runs on without us
 and wait=false, else follow them, each point's progress line as it ends. A point that ends
 without its rows (a killed task, a crash outside the experiment) gets a row from here saying
 so; a job that could not write its rows stops the sweep (its OSError: a StoreUnwritable, where

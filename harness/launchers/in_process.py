@@ -1,4 +1,5 @@
-"""Running jobs in a process, the one way every launcher of the harness runs a point: job_runner
+"""Running jobs in a process, the way every launcher of the harness runs a point (a third-party
+Hydra launcher plugin runs it through Hydra's run_job instead: hydra_plugin): job_runner
 composes a job's config and calls the task function (harness.running.job, whose run_point runs
 the point), in the command's process (run_here, InProcessLauncher: Hydra's basic launcher), in a
 warm worker, or in a process of its own (work; pack and work_packed carry jobs there as bytes).

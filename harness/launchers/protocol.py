@@ -17,9 +17,9 @@ service) is one file: a class with these methods, named by a hydra/launcher/NAME
   runs ("pending", "running") or that it lost without a row ("killed").
 
 A launcher's jobs run the harness's own job (harness.running.job.Job, its task function, which
-calls run_point) wherever they run, through harness.launchers.in_process: in this process one
-after another (run_here), or in a process of their own (work; pack and work_packed carry them
-there as bytes), which takes this process's Hydra state with it. Hydra's plugin launchers
+calls run_point) wherever they run, through harness.launchers.in_process (but a Hydra plugin's): in
+this process one after another (run_here), or in a process of their own (work; pack and work_packed
+carry them there as bytes), which takes this process's Hydra state with it. Hydra's plugin launchers
 (basic, joblib, ray, ...) keep Hydra's API: harness.launchers.dispatch runs Hydra's basic
 launcher's jobs here as a loop (in_process) and hands any other plugin its jobs in batches
 (hydra_plugin).

@@ -262,7 +262,7 @@ def rows_to_table(rows: list[dict]) -> pa.Table:
 
 
 def trusted(path: Path) -> tuple[pa.Table, tuple[int, int, int]] | None:
-    """_read_file's rows and identity, or None for a damaged file (named once on stderr)."""
+    """read_job_file's rows and identity, or None for a damaged file (named once on stderr)."""
     try:
         return read_job_file(path)
     except files.DamagedFile as damaged:

@@ -1,5 +1,5 @@
-"""A launcher of a user's own, through the harness's launcher protocol (harness.launchers) and
-nothing else: each job in a process of a pool (multiprocessing's, spawned), at most `workers`
+"""A launcher of a user's own, through the harness's launcher protocol (harness.launchers.protocol)
+and nothing else: each job in a process of a pool (multiprocessing's, spawned), at most `workers`
 at once. tests/support/conf/hydra/launcher/pool.yaml names it:
     python -m harness --config-dir tests/support/conf +experiment=NAME hydra/launcher=pool
 """
