@@ -191,8 +191,7 @@ def metric_table(matched: pd.DataFrame, metric: str, keys: list[str]) -> pd.Data
     """A metric at each point both sweeps have: A, B, B/A, and for a timing its change (busy
     machine where either side's LOAD exceeds BUSY)."""
     both = matched[matched["side"] == "both"]
-    a, b = (pd.to_numeric(_column(both, f"{metric} {s}"), errors="coerce").astype(float)
-            for s in "AB")  # fmt: skip
+    a, b = (_numbers(both, metric, side) for side in "AB")
     table = pd.DataFrame({"A": a, "B": b})
     with np.errstate(divide="ignore", invalid="ignore"):
         table["B/A"] = table["B"] / table["A"]
@@ -200,7 +199,7 @@ def metric_table(matched: pd.DataFrame, metric: str, keys: list[str]) -> pd.Data
     if metric.endswith(("_ms", "_s")):
         pairs = zip(_column(both, f"{samples} A"), _column(both, f"{samples} B"), strict=True)
         processes = zip(*(_column(both, f"{metric}{PER_PROCESS} {s}") for s in "AB"), strict=True)
-        busy = np.fmax(*(_loads(both, side) for side in "AB")) > BUSY
+        busy = np.fmax(*(_numbers(both, LOAD, side) for side in "AB")) > BUSY
         valued = np.isfinite(table["A"]) & np.isfinite(table["B"])
         table["change"] = [
             "no value" if not has_values else "busy machine" if busy_here
@@ -215,7 +214,7 @@ def metric_table(matched: pd.DataFrame, metric: str, keys: list[str]) -> pd.Data
 def load_line(matched: pd.DataFrame) -> str | None:
     """Each sweep's LOAD over the points both have (median, largest), or None without it."""
     both = matched[matched["side"] == "both"]
-    loads = {side: _loads(both, side).dropna() for side in "AB"}
+    loads = {side: _numbers(both, LOAD, side).dropna() for side in "AB"}
     if all(load.empty for load in loads.values()):
         return None
     said = [
@@ -229,8 +228,9 @@ def load_line(matched: pd.DataFrame) -> str | None:
     )
 
 
-def _loads(both: pd.DataFrame, side: str) -> pd.Series:
-    return pd.to_numeric(_column(both, f"{LOAD} {side}"), errors="coerce").astype(float)
+def _numbers(both: pd.DataFrame, column: str, side: str) -> pd.Series:
+    """A side's column as floats, NaN where it is missing or not a number."""
+    return pd.to_numeric(_column(both, f"{column} {side}"), errors="coerce").astype(float)
 
 
 def worst_table(matched: pd.DataFrame, others: list[str]) -> pd.DataFrame:
@@ -298,8 +298,7 @@ def lost_timings(c: Comparison) -> pd.DataFrame:
     ok = _column(both, "status B").eq("ok").to_numpy()
     lost = []
     for metric in c.timings:
-        a, b = (pd.to_numeric(_column(both, f"{metric} {s}"), errors="coerce").astype(float)
-                for s in "AB")  # fmt: skip
+        a, b = (_numbers(both, metric, side) for side in "AB")
         gone = ok & np.isfinite(a.to_numpy()) & ~np.isfinite(b.to_numpy())
         lost.append(pd.DataFrame({"metric": metric, "A": a[gone].to_numpy(),
                                   "B": _column(both, f"{metric} B")[gone].to_numpy()},

@@ -97,12 +97,11 @@ def _code(manifest: dict, values: dict, sweep_id: str) -> tuple[Path, str]:
                        "code=current to run this tree's")  # fmt: skip
     code_store = codestore.store_of(values.get("code_store"))
     if choice == "current":
-        code = codestore.collect(values["experiment"], values["out"], code_store)
-        codestore.pin(code, code_store)
-        if code.digest != pinned:
+        digest = codestore.pin(values["experiment"], values["out"], code_store)
+        if digest != pinned:
             had = f"the sweep's was {pinned}" if pinned else "its manifest named none"
-            print(f"its points run this tree's code {code.digest} ({had}); their rows say so")
-        pinned = code.digest
+            print(f"its points run this tree's code {digest} ({had}); their rows say so")
+        pinned = digest
     codestore.enter(code_store, pinned)
     return code_store, pinned
 

@@ -247,11 +247,7 @@ def code(ids: list[str], out: str, code_store: str | None) -> int:
     results, kept = Path(out).resolve() / "results", codestore.store_of(code_store)
     digests = []
     for sweep_id in ids:
-        sweep_id = named_sweep(results, sweep_id)
-        manifest = store.read_manifest(results, find_experiment(results, sweep_id), sweep_id)
-        digest = (manifest or {}).get("code_digest")
-        if not isinstance(digest, str):
-            raise BadInput(f"sweep {sweep_id}'s manifest names no code (code_digest)")
+        sweep_id, _, digest = _pinned(results, sweep_id)
         digests.append((sweep_id, digest))
     if len(digests) == 1:
         ((sweep_id, digest),) = digests
@@ -269,6 +265,17 @@ def code(ids: list[str], out: str, code_store: str | None) -> int:
           f"{', '.join(changed)}")  # fmt: skip
     sys.stdout.write(text)
     return 0
+
+
+def _pinned(results: Path, sweep_id: str) -> tuple[str, dict, str]:
+    """The sweep (`last` named), its manifest and the digest of the code it pinned; BadInput
+    where its manifest names none."""
+    sweep_id = named_sweep(results, sweep_id)
+    manifest = store.read_manifest(results, find_experiment(results, sweep_id), sweep_id) or {}
+    digest = manifest.get("code_digest")
+    if not isinstance(digest, str):
+        raise BadInput(f"sweep {sweep_id}'s manifest names no code (code_digest)")
+    return sweep_id, manifest, digest
 
 
 AGAIN_REPLACED = ("out", "resume", "wait", "reuse", "code", "code_store")  # again= sets these
@@ -293,11 +300,7 @@ def again(ids: list[str], out: str, code_store: str | None, times: str) -> int:
     results, kept = Path(out).resolve() / "results", codestore.store_of(code_store)
     commands, sides = [], []
     for sweep_id in ids:
-        sweep_id = named_sweep(results, sweep_id)
-        manifest = store.read_manifest(results, find_experiment(results, sweep_id), sweep_id) or {}
-        digest = manifest.get("code_digest")
-        if not isinstance(digest, str):
-            raise BadInput(f"sweep {sweep_id}'s manifest names no code (code_digest)")
+        sweep_id, manifest, digest = _pinned(results, sweep_id)
         codestore.verify(kept, digest)
         arguments, _ = split_flags(shlex.split(manifest.get("command", ""))[3:])
         kept_args = [a for a in arguments if a.split("=", 1)[0].lstrip("+~") not in AGAIN_REPLACED]

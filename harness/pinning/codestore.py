@@ -229,9 +229,11 @@ class _StatCache:
             files.write_text(self.path, json.dumps(self.known))
 
 
-def pin(code: Code, store: Path) -> None:
-    """Keep the code's parts in the store (each once per digest) and the record of its parts;
-    BadInput (one line) when the store cannot be written."""
+def pin(node: dict, out: Path, store: Path) -> str:
+    """The digest of the code a sweep of the experiment `node` imports (collect), its parts
+    kept in the store (each once per digest) with the record of its parts; BadInput (one line)
+    when the store cannot be written."""
+    code = collect(node, out, store)
     try:
         for part in code.parts:
             folder = boot.part_folder(store, part.digest)
@@ -248,6 +250,7 @@ def pin(code: Code, store: Path) -> None:
             f"{': ' + str(error.filename) if error.filename else ''}): set code_store= to a "
             "folder you may write"
         ) from None
+    return code.digest
 
 
 def _set_aside(folder: Path) -> None:

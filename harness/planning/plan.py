@@ -109,9 +109,8 @@ def plan(cfg: DictConfig, sweeps: list[Override], added: list[str] = (), pin=Fal
         raise BadInput(f"reuse must be true or false, got {values['reuse']!r}")
     digest, code_store = None, codestore.store_of(values.get("code_store"))
     if pin:
-        code = codestore.collect(values["experiment"], values["out"], code_store)
-        codestore.pin(code, code_store)
-        codestore.enter(code_store, digest := code.digest)
+        digest = codestore.pin(values["experiment"], values["out"], code_store)
+        codestore.enter(code_store, digest)
     experiment = Experiment.load(values["experiment"])
     _check_parameter_names(experiment)
     _check_report_spec(experiment)

@@ -236,21 +236,9 @@ def skipped(root: Path, experiment: str, sweep: str) -> dict[Path, str]:
 
 
 def run_by(root: Path, experiment: str, sweep: str) -> tuple[str, float] | None:
-    """(who, since when) of the command that holds the sweep (claim) now, or None: a look at
-    its lock that takes it for no longer than the look (shared, never waiting)."""
-    path = sweep_dir(root, experiment, sweep) / RUN_LOCK
-    try:
-        opened = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:  # none, or not a lock of the harness's
-        return None
-    try:
-        fcntl.flock(opened, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        said = os.read(opened, 200).decode(errors="replace").strip() or "another process"
-        return said, os.fstat(opened).st_mtime
-    finally:
-        os.close(opened)  # and with it a shared lock taken
-    return None
+    """(who, since when) of the command that holds the sweep (claim) now, or None."""
+    held = _holder(sweep_dir(root, experiment, sweep) / RUN_LOCK)
+    return (held[0] or "another process", held[1]) if held else None
 
 
 @contextmanager
@@ -279,20 +267,24 @@ def release_running(marker: tuple[Path, int]) -> None:
 def still_running(path: Path) -> bool | None:
     """Whether a process holds the job's running mark (hold_running); None where it has none
     (the job ended)."""
-    return _mark_held(_running_marker(path))
+    held = _holder(_running_marker(path))
+    return None if held is None else held is not False
 
 
-def _mark_held(marker: Path) -> bool | None:
+def _holder(path: Path) -> tuple[str, float] | bool | None:
+    """A look at the lock on `path` that takes it, shared, for no longer than the look (never
+    waiting): None where there is no lock file of the harness's (none, or a link), False where
+    no process holds it, else what its holder wrote in it and when (its text, its mtime)."""
     try:
-        opened = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:  # none, or a link: no mark of the harness's
+        opened = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
         return None
     try:
         fcntl.flock(opened, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        return True
+        return os.read(opened, 200).decode(errors="replace").strip(), os.fstat(opened).st_mtime
     finally:
-        os.close(opened)
+        os.close(opened)  # and with it a shared lock taken
     return False
 
 
@@ -306,6 +298,4 @@ def a_point_runs(folder: Path) -> bool:
         names = os.listdir(folder)
     except FileNotFoundError:
         return False
-    return any(
-        _mark_held(folder / n) for n in names if n.startswith("_") and n.endswith(RUNNING_MARK)
-    )
+    return any(_holder(folder / n) for n in names if n.startswith("_") and n.endswith(RUNNING_MARK))

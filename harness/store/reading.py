@@ -14,7 +14,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from harness import files
 from harness.store.layout import (
     HARNESS_COLUMNS,
     PARTITIONS,
@@ -27,7 +26,6 @@ from harness.store.layout import (
     job_segments,
     listing,
     name_once,
-    read_job_file,
     replaced_segments,
     sweep_dir,
     sweep_dirs,
@@ -236,12 +234,10 @@ def as_planned(rows: pd.DataFrame | pa.Table, manifest: dict | None, root: Path)
 
 
 def _jobs(path: Path) -> set[int]:
-    try:
-        table, _ = read_job_file(path)
-    except files.DamagedFile as damaged:
-        name_once(damaged.path, damaged.reason)
+    found = trusted(path)  # None: damaged, named once
+    if found is None or "job" not in found[0].column_names:
         return set()
-    return set(table["job"].to_pylist()) if "job" in table.column_names else set()
+    return set(found[0]["job"].to_pylist())
 
 
 def has_running_rows(table: pa.Table) -> bool:
