@@ -59,10 +59,10 @@ def leaky(*, point: int, folder: str, module: str = "", hold: int = -1) -> list[
     """A point that says what state it starts from, then leaves every piece of it changed:
     torch's threads, default dtype, grad mode, autocast and RNG, an environment variable, the
     working directory, sys.path, a logging handler, this module's own list; with `module`, the
-    VALUE of that module of the user's (imported by name) too. Its arrival in `folder` names its
-    process; point `hold` then waits for the file "release" there. One row: what it saw."""
+    VALUE of that module of the user's (imported by name) too. Once it has seen all that, its
+    arrival in `folder` names its process; point `hold` then waits for the file "release" there.
+    One row: what it saw."""
     here = Path(folder)
-    (here / f"arrived-{point}-{time.monotonic_ns()}-{os.getpid()}").touch()
     seen = {
         "torch_threads": torch.get_num_threads(), "dtype": str(torch.get_default_dtype()),
         "grad": torch.is_grad_enabled(), "autocast": torch.is_autocast_enabled("cpu"),
@@ -71,6 +71,8 @@ def leaky(*, point: int, folder: str, module: str = "", hold: int = -1) -> list[
         "handlers": len(logging.getLogger().handlers), "leaked": len(LEAKED),
         "value": importlib.import_module(module).VALUE if module else 0,
     }  # fmt: skip
+    # After the seeing: a test that edits the module once a point arrived edits it after the read.
+    (here / f"arrived-{point}-{time.monotonic_ns()}-{os.getpid()}").touch()
     if point == hold:
         wait_for(lambda: (here / "release").exists(), 120, "the release")
     torch.set_num_threads(1 if seen["torch_threads"] > 1 else 2)
