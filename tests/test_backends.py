@@ -153,6 +153,7 @@ GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU
 
 
 @pytest.mark.gpu
+@pytest.mark.process  # it measures in a child process (harness.measuring.memory)
 @GPU
 @pytest.mark.parametrize("backend", ["math", "flash", "efficient", "cudnn"])
 def test_a_cuda_point_is_one_complete_row(backend):
@@ -169,6 +170,7 @@ def test_a_cuda_point_is_one_complete_row(backend):
 
 
 @pytest.mark.gpu
+@pytest.mark.process  # it measures in a child process (harness.measuring.memory)
 @GPU
 @pytest.mark.skipif(
     torch.cuda.is_available() and torch.cuda.get_device_capability() < (8, 0),
@@ -181,6 +183,7 @@ def test_flash_and_efficient_run_bfloat16_from_sm80(backend):
 
 
 @pytest.mark.gpu
+@pytest.mark.process  # it measures in a child process (harness.measuring.memory)
 @GPU
 def test_maths_cuda_peak_at_4096_is_its_square_tensors():
     """torch's math path (the same composite code on every device) holds at once, per head,

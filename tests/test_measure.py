@@ -347,6 +347,7 @@ def test_gflops_and_a_measured_cached_peak():
 
 
 @pytest.mark.gpu
+@pytest.mark.process  # it measures in a child process (harness.measuring.memory)
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_peak_of_a_known_allocation():
     allocate = functools.partial(torch.ones, ALLOCATION_MIB * memory.MIB // 4, device="cuda")

@@ -303,6 +303,7 @@ def test_the_report_tables_and_plot(tiny_runs, tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.process  # it measures in a child process (harness.measuring.memory)
 @GPU
 @pytest.mark.parametrize("name", list(precision.PRECISIONS))
 def test_a_cuda_point_has_the_allocators_peak_and_the_gpus_capability(name):
@@ -318,6 +319,7 @@ def test_a_cuda_point_has_the_allocators_peak_and_the_gpus_capability(name):
 
 
 @pytest.mark.gpu
+@pytest.mark.process  # it measures in a child process (harness.measuring.memory)
 @GPU
 def test_float16_on_cuda_runs_sdpa_fused_both_ways():
     final = precision.run(**{**TINY, "device": "cuda", "width": 64, "length": 64},
