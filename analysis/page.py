@@ -25,6 +25,7 @@ import pandas as pd
 from plotly.io.json import to_json_plotly
 from plotly.offline import get_plotlyjs
 
+from analysis.point_lines import PLANNED
 from harness import files, store
 
 PAGE = "index.html"
@@ -32,6 +33,7 @@ PLOTLY = "plotly.min.js"
 STAMP = "stamp.js"
 POLL_MS = 2000
 RESULTS = ("PASS", "FAIL", "INCOMPLETE", "N/A", "ERROR")
+SWEEP_COLUMNS = ["sweep", PLANNED]  # the same on each of a sweep's points: said once, above them
 
 
 def write_page(
@@ -109,7 +111,7 @@ def experiment_html(experiment: dict, figures: list[dict]) -> str:
             parts += ["<h3>Points without an answer</h3>", table_html(shown["problems"])]
         parts += [
             "<h3>Points</h3>",
-            table_html(shown["points"].drop(columns="sweep", errors="ignore")),
+            table_html(shown["points"].drop(columns=SWEEP_COLUMNS, errors="ignore")),
         ]
         if shown["html"]:
             parts += ["<details><summary>Tables</summary>", shown["html"], "</details>"]
@@ -154,7 +156,7 @@ def catalogs(points: pd.DataFrame, headers: dict[str, str]) -> dict[str, dict]:
     columns it has values in). `points`: every sweep's (analysis.point_lines), a column "sweep"."""
     if points.empty:
         return {}
-    shown = reading_order(points.drop(columns="sweep"))
+    shown = reading_order(points.drop(columns=SWEEP_COLUMNS, errors="ignore"))
     listed = [[_cell(v) for v in row] for row in shown.astype(object).itertuples(index=False)]
     cells = np.array(listed, dtype=object).reshape(len(shown), len(shown.columns))
     present = shown.notna().groupby(points["sweep"].to_numpy()).any()

@@ -1,7 +1,8 @@
 """Each sweep's points in one line each, for the report page's sweep list, its picker and its
 history across sweeps: a point's parameters (from the manifest), its status and error, its
-provenance (start time, commit, torch, device) and the metrics of its last row (a training
-point's held-out evaluation), a planned point without rows as "not run".
+provenance (start time, commit, torch, device), the time its sweep was planned (the manifest's
+created_at) and the metrics of its last row (a training point's held-out evaluation), a planned
+point without rows as "not run".
 
 The lines are cached in the report folder (CACHE/EXPERIMENT/SWEEP.json), each with the sweep's
 fingerprint (its files' names, sizes and modification times) and that of the code and configs
@@ -36,10 +37,13 @@ from harness.searching import search
 
 CACHE = ".cache"
 PROVENANCE = ["started_at", "git_commit", "code_digest", "torch_version", "device_name"]
+# When the sweep was planned (its manifest's created_at): a reused row's started_at is its first
+# run's, older than the sweep that reused it.
+PLANNED = "sweep_planned_at"
 # The harness's columns kept.
 KEPT = {"job", "status", "reused_from", "error", "cell", "trial", *PROVENANCE}
 RAN = " (ran)"  # of_rows: a searched parameter's column as the rows have it, while merging
-VERSION = 3  # of the caches' layout: a cache of another is recomputed
+VERSION = 4  # of the caches' layout: a cache of another is recomputed
 KEY = (
     Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     / "octlm-harness"
@@ -54,10 +58,11 @@ def of_experiment(root: Path, experiment: str, report_dir: Path) -> pd.DataFrame
         of_sweep(root, experiment, sweep, report_dir) for sweep in store.sweeps(root, experiment)
     ]
     table = pd.DataFrame([point for one in kept for point in one["points"]])  # one construction
-    for column in ("sweep", "job", "status", *PROVENANCE):
+    for column in ("sweep", "job", "status", PLANNED, *PROVENANCE):
         if column not in table:
             table[column] = None
-    table["started_at"] = pd.to_datetime(table["started_at"], utc=True, errors="coerce")
+    for column in ("started_at", PLANNED):  # in one unit: sweep_states fills one by the other
+        table[column] = pd.to_datetime(table[column], utc=True, errors="coerce").dt.as_unit("us")
     table.attrs["params"] = list(dict.fromkeys(p for one in kept for p in one["params"]))
     return table
 
@@ -245,6 +250,7 @@ def of_rows(rows: pd.DataFrame, manifest: dict | None, sweep: str) -> pd.DataFra
         "not run"
     )
     points.insert(0, "sweep", sweep)
+    points.insert(1, PLANNED, (manifest or {}).get("created_at"))
     points = points.sort_values("job", ignore_index=True)
     points.attrs["params"] = [c for c in plan if c != "job"]
     return points
@@ -278,9 +284,9 @@ def fingerprint(folder: Path) -> list:
 
 
 def sweep_states(points: pd.DataFrame) -> pd.DataFrame:
-    """A line per sweep: its start, state (complete, running, failed, incomplete), points,
-    landed (with rows), the counts of its statuses, and its commit, torch and device.
-    `points`: of_experiment()."""
+    """A line per sweep: its start (when it was planned; where its manifest cannot say, its
+    earliest row's), state (complete, running, failed, incomplete), points, landed (with rows),
+    the counts of its statuses, and its commit, torch and device. `points`: of_experiment()."""
     if points.empty:
         return pd.DataFrame(columns=["sweep", "started", "state", "points", "landed", "statuses"])
     by = points.groupby("sweep", sort=True)
@@ -297,8 +303,9 @@ def sweep_states(points: pd.DataFrame) -> pd.DataFrame:
                       ["complete", "running", "failed"], "incomplete")  # fmt: skip
     first = by[["git_commit", "torch_version", "device_name"]].first()
     commit = first["git_commit"]
+    started = by[PLANNED].min().fillna(by["started_at"].min())
     return pd.DataFrame({
-        "sweep": every.index, "started": by["started_at"].min().to_numpy(), "state": state,
+        "sweep": every.index, "started": started.to_numpy(), "state": state,
         "points": by.size().to_numpy(), "landed": flags["landed"].sum().to_numpy(),
         "statuses": said.reindex(every.index).to_numpy(),
         "commit": commit.astype(str).str[:10].where(commit.notna()).to_numpy(),

@@ -1,6 +1,7 @@
 """python -m analysis: tables and claims from the store, REPORT.md, and --check's exit code."""
 
 import re
+from datetime import UTC, datetime
 
 import pandas as pd
 import pytest
@@ -398,3 +399,32 @@ def test_check_says_when_a_sweep_recorded_other_claims_and_can_judge_by_todays(
     assert today.returncode == 1, today.stdout + today.stderr
     assert "FAIL" in today.stdout and "judged by today's (--current-claims)" in today.stdout
     assert analysis("--check").returncode == 0, "without its YAML, only what it recorded"
+
+
+def test_a_sweep_listed_started_when_it_was_planned_not_when_its_reused_rows_first_ran(
+    tmp_path, analysis
+):
+    """A reused row keeps its first run's started_at, so a sweep that reused answers from
+    yesterday did not start yesterday: the sweep list gives its manifest's created_at (and a
+    sweep whose manifest names none, its earliest row's)."""
+    results = tmp_path / "outputs" / "results"
+    first_ran = datetime(2026, 11, 28, 9, tzinfo=UTC)
+    for sweep, created in (("20261128-090000-aaaa", None), ("20261129-130000-bbbb", "13:00:00")):
+        jobs = [{"job": job, "status": "ok", "length": 128, "block": block, "max_abs_diff": 1e-7,
+                 "started_at": first_ran} for job, block in enumerate((64, 128))]  # fmt: skip
+        write_jobs(results, "exp014_tiled", sweep, jobs)
+        points = [{"job": row["job"], "overrides": [], "params": {"length": 128,
+                   "block": row["block"]}} for row in jobs]  # fmt: skip
+        manifest = {"experiment": "exp014_tiled", "sweep": sweep, "points": points,
+                    "experiment_config": CONFIG, "command": "python -m harness"}  # fmt: skip
+        if created:
+            manifest["created_at"] = f"2026-11-29T{created}.250000+00:00"
+        store.write_manifest(results, manifest)
+    assert analysis().returncode == 0
+    report = (tmp_path / "outputs" / "report" / "REPORT.md").read_text()
+    listed = {line.split("|")[1].strip(): line.split("|")[2].strip()
+              for line in report.splitlines() if line.startswith("| 2026112")}  # fmt: skip
+    assert listed["20261129-130000-bbbb"].startswith("2026-11-29 13:00:00"), listed
+    assert listed["20261128-090000-aaaa"].startswith("2026-11-28 09:00:00"), listed
+    page = (tmp_path / "outputs" / "report" / "index.html").read_text()
+    assert "sweep_planned_at" not in page, "a sweep's planning time is said once, not a column"
