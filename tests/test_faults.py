@@ -707,6 +707,27 @@ def test_rows_that_set_a_parameter_fail_saying_to_leave_it_out(faulty, name):
     assert said.str.endswith(end).all() and len(said) == 2
 
 
+@pytest.mark.parametrize(
+    ("unheld", "said"),
+    [
+        ("bigint", "holds an int 1180591620717411303424 beyond 64 bits: give it as a float, or"),
+        ("tensor", "holds a Tensor, which a Parquet column cannot hold: give a number, text,"),
+        ("mixed", "mixes int, str across the rows: give it one kind (text, say)"),
+        ("list", "holds a list of items of several kinds: give its items one kind"),
+    ],
+)
+def test_a_value_a_parquet_column_cannot_hold_fails_its_point_naming_the_column(
+    faulty, unheld, said
+):
+    """The experiment's failed row, saying which column and what to give instead: not a
+    harness error, and the other points' rows stand."""
+    result = faulty("point=0,1,2", f"unheld={unheld}", "fail_fast=0")
+    assert result.returncode == 1
+    rows = store.read(faulty.results, "faulty").sort_values("job")
+    assert rows["status"].tolist() == ["ok", "failed", "ok"]
+    assert rows["error"].iloc[1].startswith(f"ValueError: column 'val' {said}"), rows["error"]
+
+
 @pytest.mark.parametrize("status", ["running", "pruned", "OK"])
 def test_a_row_status_only_the_harness_writes_fails_its_point(faulty, status):
     """A row saying running would be a phantom that every resume reruns."""

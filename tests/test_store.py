@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+import torch
 from sweeps import write_jobs
 
 from harness import files, store
@@ -408,3 +409,13 @@ def test_an_integer_column_with_gaps_reads_back_exactly(tmp_path):
     assert str(rows["big"].dtype) == "Int64" and str(rows["huge"].dtype) == "UInt64"
     assert rows["big"].tolist() == [2**60 + 1, pd.NA] and rows["huge"].iloc[0] == 2**64 - 1
     assert rows["job"].dtype == "int64", "a column without gaps as it was"
+
+
+def test_a_logged_value_a_parquet_column_cannot_hold_is_refused_naming_its_column():
+    """A training run's logged row is checked as it is logged (harness.tracking): the edges of
+    a 64-bit integer pass, one beyond them, or a tensor, is a ValueError naming the column."""
+    store.check_values({"step": 2**63 - 1, "low": -(2**63), "x": 1.5, "s": "a", "b": True})
+    with pytest.raises(ValueError, match=r"^column 'step' holds an int 9223372036854775808 "):
+        store.check_values({"loss": 1.0, "step": 2**63})
+    with pytest.raises(ValueError, match=r"^column 'loss' holds a Tensor, which a Parquet"):
+        store.check_values({"loss": torch.tensor(1.0)})

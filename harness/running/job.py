@@ -246,6 +246,7 @@ def measure(
         # Rank 0's rows are the point's: the other processes of a group may log and return none.
         logged = tracker.logged or tracker.rank if tracker else 0
         _check_rows(rows, params, logged=logged)
+        store.check_columns(rows)  # a value Parquet cannot hold is the experiment's failed row
         return rows
     except tracking.Requeued:  # the task is requeued: this process ends
         raise

@@ -104,6 +104,7 @@ from harness.store.rows import (  # noqa: F401
     PLAIN_TYPES,
     SET,
     as_running,
+    check_columns,
     check_values,
     concat,
     end_segments,

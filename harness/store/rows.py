@@ -216,13 +216,49 @@ def _with_status(table: pa.Table, status) -> pa.Table:
 
 _named_columns: set[str] = per_command(set())  # the columns of two kinds it has named
 PLAIN_TYPES = frozenset({int, float, str, bool, type(None)})
+INT64 = range(-(2**63), 2**63)  # what a Parquet integer column holds
 
 
 def check_values(row: dict) -> None:
-    """Raise what rows_to_table would for a value of `row` that Parquet cannot hold."""
-    for value in row.values():
-        if type(value) not in PLAIN_TYPES:
-            pa.array([value])
+    """ValueError, naming the column, for a value of `row` that a Parquet column cannot hold:
+    an int beyond 64 bits, an object pyarrow cannot convert (a tensor). A plain value costs a
+    type check (a training run's logged rows)."""
+    for name, value in row.items():
+        kind = type(value)
+        if kind not in PLAIN_TYPES or (kind is int and value not in INT64):
+            _check_column(name, [value])
+
+
+def check_columns(rows: list[dict]) -> None:
+    """check_values over a point's rows together: also a column given two kinds that one
+    column cannot hold both of (1 in one row, "n/a" in another). A column of one plain kind
+    (or of ints and floats) costs a pass over its values."""
+    for name in dict.fromkeys(name for row in rows for name in row):
+        values = [row.get(name) for row in rows]
+        kinds = set(map(type, values)) - {type(None)}
+        plain = kinds <= PLAIN_TYPES and (len(kinds) <= 1 or kinds == {int, float})
+        if not plain or (int in kinds and not all(v in INT64 for v in values if type(v) is int)):
+            _check_column(name, values)
+
+
+def _check_column(name: str, values: list) -> None:
+    try:
+        pa.array(values)
+    except (pa.ArrowException, OverflowError, TypeError) as error:
+        kinds = sorted({type(v).__name__ for v in values if v is not None})
+        if isinstance(error, OverflowError):
+            big = next((f" {v}" for v in values if type(v) is int and v not in INT64), "")
+            said = f"holds an int{big} beyond 64 bits: give it as a float, or as text"
+        elif len(kinds) > 1:
+            said = f"mixes {', '.join(kinds)} across the rows: give it one kind (text, say)"
+        elif kinds[0] in ("list", "tuple"):
+            said = f"holds a {kinds[0]} of items of several kinds: give its items one kind"
+        else:
+            said = (
+                f"holds a {kinds[0]}, which a Parquet column cannot hold: give a number, text, "
+                "a bool or a list of one kind (a tensor's .item() or .tolist())"
+            )
+        raise ValueError(f"column {name!r} {said}") from None
 
 
 def segment_table(rows: list[dict], template: dict, seconds: list[float] | None) -> pa.Table:

@@ -281,13 +281,15 @@ def faulty(
     pad_kib: int = 0,
     clash: str = "",
     row_status: str = "",
+    unheld: str = "",
 ) -> list[dict]:
     """What users' experiments do wrong, one knob each: point `fail` raises (until the file
     "fixed" is in `folder`); point `exit_at` ends the process (exit_with: sys.exit or os._exit,
     with code 0, or SIGSEGV); with `kinds`, the column `val` is an int in point 0 and a str
     elsewhere; each row carries `pad_kib` KiB of random text, and a column named `clash` where
     it names one (a harness's column, a parameter), and the status `row_status` where it gives
-    one. One row: the tag it saw, and val."""
+    one; `unheld` gives point 1's val what a Parquet column cannot hold (UNHELD). One row: the
+    tag it saw, and val (two with unheld=mixed)."""
     if point == fail and not (Path(folder) / "fixed").exists():
         raise RuntimeError(f"point {point} fails until {folder}/fixed exists")
     if point == exit_at and exit_with == "SIGSEGV":  # as a crash in a kernel would end it
@@ -297,7 +299,15 @@ def faulty(
     val = point if point == 0 or not kinds else f"text-{point}"
     pad = base64.b64encode(os.urandom(768 * pad_kib)).decode()  # what compression cannot shrink
     said = {**({clash: 1} if clash else {}), **({"status": row_status} if row_status else {})}
-    return [{"tag_seen": tag, "val": val, "pad": pad, **said}]
+    row = {"tag_seen": tag, "val": val, "pad": pad, **said}
+    if unheld and point == 1:
+        return [{**row, "val": value} for value in UNHELD[unheld]]
+    return [row]
+
+
+UNHELD = {  # faulty's unheld: the values of val in point 1's rows
+    "bigint": [2**70], "tensor": [torch.tensor(1.5)], "mixed": [1, "n/a"], "list": [[1, "a"]],
+}  # fmt: skip
 
 
 class BrokenSink:
