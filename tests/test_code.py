@@ -221,6 +221,8 @@ def test_a_resume_runs_the_sweeps_own_code_and_code_current_runs_this_trees(own)
     again = subprocess.run(command, cwd=own.harness.cwd, env=env, capture_output=True, text=True,
                            timeout=300)  # fmt: skip
     assert again.returncode == 1 and "x=-1 fails" in again.stdout, again.stdout + again.stderr
+    assert f"note: the code has changed since sweep {sweep} pinned it" in again.stdout
+    assert "code=current runs the code as it is now" in again.stdout
     rows = sweep_rows(own.harness, sweep)
     assert rows["status"].tolist() == ["failed", "ok"] and rows["code_digest"].eq(planned).all()
     current = subprocess.run([*command, "code=current"], cwd=own.harness.cwd, env=env,

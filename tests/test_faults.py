@@ -756,6 +756,7 @@ def test_a_sweep_whose_first_points_fail_alike_stops_and_says_so(faulty):
     assert result.returncode == 1
     assert "the first 3 points failed with the same error, so the sweep stopped with 5 points " \
            "not run: ValueError: the experiment's rows set threads" in result.stderr  # fmt: skip
+    assert "fix it and resume the sweep with code=current" in result.stderr
     sweep = only_sweep(faulty.results, "faulty")
     rows = store.read(faulty.results, "faulty", sweep)
     assert sorted(rows["job"]) == [0, 1, 2] and set(rows["status"]) == {"failed"}

@@ -96,6 +96,13 @@ def _code(manifest: dict, values: dict, sweep_id: str) -> tuple[Path, str]:
         raise BadInput(f"sweep {sweep_id}'s manifest names no code (code_digest): resume it with "
                        "code=current to run this tree's")  # fmt: skip
     code_store = codestore.store_of(values.get("code_store"))
+    if choice is None:  # an edit made to fix what failed would not run: say so
+        now = codestore.collect(values["experiment"], values["out"], code_store).digest
+        if now != pinned:
+            print(
+                f"note: the code has changed since sweep {sweep_id} pinned it: its points run "
+                f"the sweep's own code {pinned}; code=current runs the code as it is now"
+            )
     if choice == "current":
         digest = codestore.pin(values["experiment"], values["out"], code_store)
         if digest != pinned:

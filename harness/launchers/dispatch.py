@@ -78,7 +78,8 @@ class SameFailure:
         return (
             f"error: the first {self.after} points failed with the same error, so the sweep "
             f"stopped with {left} points not run: {shorten(self.errors[0])} (fix it and resume "
-            "the sweep, or set fail_fast=0 to run every point whatever fails)"
+            "the sweep with code=current, which runs the code as edited; or set fail_fast=0 to "
+            "run every point whatever fails)"
         )
 
 
