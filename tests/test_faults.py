@@ -781,3 +781,69 @@ def test_points_that_fail_each_their_own_way_run_on(faulty):
 def test_a_fail_fast_that_is_no_count_is_one_line(faulty, value):
     result = faulty(f"fail_fast={value}")
     assert one_line_error(result) and "fail_fast must be a whole number" in result.stderr
+
+
+WELL = "# @package _global_\nexperiment:\n  name: mine\n  run: minekernel.run\nn: 1\n"
+KERNEL = 'def run(*, n: int = 1) -> list[dict]:\n    return [{"v": n}]\n'
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "kernel", "said"),
+    [
+        (WELL, KERNEL.replace("]:\n", "]\n"), "cannot import experiment.run=minekernel.run: "
+         "SyntaxError: expected ':' ("),
+        (WELL, "raise RuntimeError('no data here')\n" + KERNEL, "cannot import "
+         "experiment.run=minekernel.run: RuntimeError: no data here"),
+        (WELL.replace("n: 1", " n: [1"), KERNEL, "mine.yaml is not YAML: line 5, column 2: "
+         "expected <block end>, but found '<block mapping start>'"),
+        (WELL.replace("  name", "\tname"), KERNEL, "mine.yaml is not YAML: line 3, column 1"),
+        ("[1, 2]\n", KERNEL, "mine.yaml holds a list: an experiment's YAML is a mapping"),
+        (WELL.removeprefix("# @package _global_\n"), KERNEL, "mine.yaml lacks its header line "
+         "'# @package _global_': without it Hydra reads every key of the file as experiment.KEY"),
+    ],
+    ids=["syntax", "raises", "yaml", "tab", "list", "header"],
+)  # fmt: skip
+def test_an_experiment_that_cannot_be_read_or_imported_is_one_line(
+    harness, tmp_path, yaml_text, kernel, said
+):
+    """A researcher's own experiment with a mistake in its YAML or its module: the sweep and
+    --help each say it in one line, exit code 2, before anything is written (a SyntaxError
+    names the line in the user's file, not a path in the sweep's pinned copy)."""
+    mine = tmp_path / "mine"
+    (mine / "experiment").mkdir(parents=True)
+    (mine / "experiment" / "mine.yaml").write_text(yaml_text)
+    (mine / "minekernel.py").write_text(kernel)
+    for extra in ([], ["--help"]):
+        result = harness("--config-dir", str(mine), "+experiment=mine", *extra,
+                         env={"PYTHONPATH": str(mine)})  # fmt: skip
+        assert one_line_error(result), result.stdout + result.stderr
+        assert said in result.stderr, result.stderr
+        if "SyntaxError" in said:  # the line in the user's file (the pinned copy's, --help's)
+            assert result.stderr.endswith("(minekernel.py, line 1)\n") or result.stderr.endswith(
+                f"{mine}/minekernel.py, line 1)\n"
+            ), result.stderr
+    assert not harness.results.exists()
+
+
+@pytest.mark.parametrize(
+    ("returned", "said"),
+    [
+        ('{"v": n}', "the experiment returned a dict: it returns a list of rows, each a dict "
+         "(return [row] for one)"),
+        ("3.5", "the experiment returned a float: it returns a list of rows"),
+        ('["v"]', "the experiment's rows hold a str: each row is a dict of column to value"),
+    ],
+    ids=["dict", "float", "strings"],
+)  # fmt: skip
+def test_an_experiment_that_returns_no_list_of_rows_fails_its_point_saying_what_to_return(
+    harness, tmp_path, returned, said
+):
+    mine = tmp_path / "mine"
+    (mine / "experiment").mkdir(parents=True)
+    (mine / "experiment" / "mine.yaml").write_text(WELL)
+    (mine / "minekernel.py").write_text(f"def run(*, n: int = 1):\n    return {returned}\n")
+    result = harness("--config-dir", str(mine), "+experiment=mine", env={"PYTHONPATH": str(mine)})
+    assert result.returncode == 1, result.stdout + result.stderr
+    rows = store.read(harness.results, "mine")
+    assert rows["status"].tolist() == ["failed"]
+    assert rows["error"][0].startswith(f"ValueError: {said}"), rows["error"][0]

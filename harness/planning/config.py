@@ -2,9 +2,11 @@
 users' --config-dir folders), and compose the config with Hydra's compose API, each mistake a
 one-line BadInput."""
 
+import itertools
 import shlex
 from pathlib import Path
 
+import yaml
 from hydra import compose
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
@@ -67,6 +69,7 @@ def experiment_name(overrides: list[Override], config_dirs: list[Path]) -> str:
 
 def compose_config(overrides: list[str], experiment: str, config_dirs: list[Path]) -> DictConfig:
     """The config, with the config dirs on Hydra's search path (so every job's config has them)."""
+    _check_experiment_file(experiment, config_dirs)
     try:
         cfg = compose(
             "config", overrides=with_searchpath(overrides, config_dirs), return_hydra_config=True
@@ -98,6 +101,32 @@ def with_searchpath(overrides: list[str], config_dirs: list[Path]) -> list[str]:
         return overrides
     folders = ",".join(f"file://{folder}" for folder in config_dirs)
     return [f"hydra.searchpath=[{folders}]", *overrides]
+
+
+PACKAGE_LINE = "# @package _global_"
+
+
+def _check_experiment_file(experiment: str, config_dirs: list[Path]) -> None:
+    """BadInput of one line for an experiment's YAML that Hydra would read otherwise than it
+    means, or not at all: YAML that does not parse, a file that is not a mapping, or one
+    without its header PACKAGE_LINE (Hydra would put its keys under experiment.)."""
+    path = experiment_file(experiment, config_dirs)
+    try:
+        text = path.read_text()
+        node = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise BadInput(f"{path} is not YAML: {where}{error.problem}") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise BadInput(f"{path} cannot be read: {one_line(error)}") from None
+    if not isinstance(node, dict):
+        raise BadInput(f"{path} holds a {type(node).__name__}: an experiment's YAML is a mapping "
+                       "(experiment: name and run, its parameters, hydra: its sweep)")  # fmt: skip
+    header = itertools.takewhile(lambda line: line.startswith("#"), text.splitlines())
+    if not any(line.split() == PACKAGE_LINE.split() for line in header):
+        raise BadInput(f"{path} lacks its header line {PACKAGE_LINE!r}: without it Hydra reads "
+                       "every key of the file as experiment.KEY (put it first)")  # fmt: skip
 
 
 def _keys(experiment: str, config_dirs: list[Path]) -> str:

@@ -21,13 +21,15 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
-from harness.errors import BadInput
+from harness.errors import BadInput, one_line, with_type
 from harness.lifetime import per_point
+from harness.pinning import codestore
 
 TRACKER = "tracker"  # the parameter through which a training experiment gets its Tracker
 
@@ -60,8 +62,9 @@ class Experiment:
         try:
             module = importlib.import_module(module_name)
             run = getattr(module, function_name)
-        except (ImportError, AttributeError, ValueError) as error:
-            raise BadInput(f"{name}: cannot import experiment.run={target}: {error}") from None
+        except Exception as error:  # the module's own error too (a SyntaxError, say): one line
+            said = _said(error)
+            raise BadInput(f"{name}: cannot import experiment.run={target}: {said}") from None
         parameters = dict(inspect.signature(run).parameters)
         tracked = parameters.pop(TRACKER, None) is not None
         functions = [_imported(name, t) for t in named] or [getattr(module, "check", None)]
@@ -115,8 +118,23 @@ def _imported(name: str, target: str) -> Callable[..., None]:
     module_name, _, function_name = target.rpartition(".")
     try:
         return getattr(importlib.import_module(module_name), function_name)
-    except (ImportError, AttributeError, ValueError) as error:
-        raise BadInput(f"{name}: cannot import experiment.check={target}: {error}") from None
+    except Exception as error:
+        raise BadInput(f"{name}: cannot import experiment.check={target}: {_said(error)}") from None
+
+
+def _said(error: Exception) -> str:
+    """Why a module did not import, in a line: a name not found as Python says it; an error of
+    the module's own with its type, and a SyntaxError with its line in the user's file (its path
+    inside the sweep's pinned copy, harness.pinning.codestore)."""
+    if isinstance(error, (ImportError, AttributeError)):
+        return one_line(error)
+    if isinstance(error, SyntaxError):
+        path = Path(error.filename or "?")
+        pinned = codestore.running()
+        if pinned and path.is_relative_to(pinned[0]):
+            path = Path(*path.relative_to(pinned[0]).parts[1:])  # without its part-DIGEST folder
+        return f"{type(error).__name__}: {error.msg} ({path}, line {error.lineno})"
+    return with_type(error)
 
 
 def _check(name: str, check: Callable, target: str, parameters: dict) -> tuple:

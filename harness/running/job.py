@@ -239,10 +239,10 @@ def measure(
     try:
         with _exits_refused():
             if tracker is None:
-                rows = [dict(row) for row in experiment.run(**params)]
+                rows = _as_rows(experiment.run(**params))
             else:
                 with tracker.slurm_signals():
-                    rows = [dict(row) for row in experiment.run(**params, tracker=tracker) or []]
+                    rows = _as_rows(experiment.run(**params, tracker=tracker) or [])
         # Rank 0's rows are the point's: the other processes of a group may log and return none.
         logged = tracker.logged or tracker.rank if tracker else 0
         _check_rows(rows, params, logged=logged)
@@ -264,6 +264,22 @@ def measure(
             called = error if isinstance(error, ProcessExit) else f"sys.exit({error.code!r})"
             return [{"status": "failed", "error": f"the experiment called {called}"}]
         return [{"status": "failed", "error": f"{type(error).__name__}: {error}"}]
+
+
+def _as_rows(returned) -> list[dict]:
+    """The experiment's rows, each a dict of its own; ValueError saying what to return for
+    anything but an iterable of mappings (a lone dict, say)."""
+    if isinstance(returned, (dict, str, bytes)) or not hasattr(returned, "__iter__"):
+        raise ValueError(f"the experiment returned a {type(returned).__name__}: it returns a list "
+                         "of rows, each a dict (return [row] for one)")  # fmt: skip
+    rows = []
+    for row in returned:
+        try:
+            rows.append(dict(row))
+        except (TypeError, ValueError):
+            raise ValueError(f"the experiment's rows hold a {type(row).__name__}: each row is a "
+                             "dict of column to value") from None  # fmt: skip
+    return rows
 
 
 class ProcessExit(SystemExit):
