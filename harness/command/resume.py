@@ -97,7 +97,10 @@ def _code(manifest: dict, values: dict, sweep_id: str) -> tuple[Path, str]:
                        "code=current to run this tree's")  # fmt: skip
     code_store = codestore.store_of(values.get("code_store"))
     if choice is None:  # an edit made to fix what failed would not run: say so
-        now = codestore.collect(values["experiment"], values["out"], code_store).digest
+        try:
+            now = codestore.collect(values["experiment"], values["out"], code_store).digest
+        except BadInput:  # this tree cannot be read as code: the sweep's own runs all the same
+            now = pinned
         if now != pinned:
             print(
                 f"note: the code has changed since sweep {sweep_id} pinned it: its points run "
