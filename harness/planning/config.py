@@ -113,7 +113,7 @@ def _check_experiment_file(experiment: str, config_dirs: list[Path]) -> None:
     path = experiment_file(experiment, config_dirs)
     try:
         text = path.read_text()
-        node = yaml.safe_load(text)
+        node = _parsed(text)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -127,6 +127,16 @@ def _check_experiment_file(experiment: str, config_dirs: list[Path]) -> None:
     if not any(line.split() == PACKAGE_LINE.split() for line in header):
         raise BadInput(f"{path} lacks its header line {PACKAGE_LINE!r}: without it Hydra reads "
                        "every key of the file as experiment.KEY (put it first)")  # fmt: skip
+
+
+def _parsed(text: str):
+    """YAML parsed by libyaml where PyYAML has it (0.4 ms for exp019's file against 7.7 in
+    Python: every command reads its experiment's); a text it refuses, by the Python parser,
+    whose error says what is wrong in more words."""
+    try:
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError:
+        return yaml.safe_load(text)
 
 
 def _keys(experiment: str, config_dirs: list[Path]) -> str:
