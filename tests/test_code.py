@@ -143,8 +143,8 @@ def test_a_snapshot_changed_or_gone_is_one_line_and_runs_nothing(own):
     assert own("x=-1,1").returncode == 1
     sweep = newest(own.harness)
     digest = store.read_manifest(own.harness.results, "own", sweep)["code_digest"]
-    part = next(p for p in own.codes.glob("part-*") if (p / "minepkg").is_dir())
-    kernel = part / "minepkg" / "kernel.py"
+    bundle = next(p for p in own.codes.glob("bundle-*") if (p / "minepkg").is_dir())
+    kernel = bundle / "minepkg" / "kernel.py"
     kernel.chmod(0o644)
     kernel.write_text(KERNEL.format(value=99).replace("x == -1", "x == -5"))
     changed = own(f"resume={sweep}")
@@ -157,7 +157,7 @@ def test_a_snapshot_changed_or_gone_is_one_line_and_runs_nothing(own):
     assert anew.returncode == 0 and "value=2" in anew.stdout, anew.stdout + anew.stderr
     assert "x == -1" in kernel.read_text()
     kernel.unlink()
-    (part / "minepkg" / "__init__.py").unlink()
+    (bundle / "minepkg" / "__init__.py").unlink()
     gone = own(f"resume={sweep}", "hydra/launcher=local")
     assert gone.returncode == 2 and gone.stderr.count("\n") == 1, gone.stderr
 
@@ -177,7 +177,7 @@ def test_what_cannot_be_pinned_is_one_line_and_leaves_no_sweep(own, monkeypatch,
         monkeypatch.setattr(codestore, "MAX_FILES", 5)
         for n in range(8):
             (own.folder / "minepkg" / f"extra{n}.py").write_text("#" * (100 * n))
-        said = "holds more Python source than an experiment's folder should"
+        said = "holds more files than an experiment's folder should"
     result = own(code_store=codes)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert said in result.stderr
@@ -306,7 +306,7 @@ def test_the_digest_covers_paths_and_bytes_and_the_stat_cache_sees_an_edit(tmp_p
     try:
         node = {"name": "x", "run": "somepkg.a.run"}
         first = codestore.collect(node, tmp_path / "outputs", tmp_path / "codes")
-        assert set(first.parts[0].files) == {"somepkg/__init__.py", "somepkg/a.py"}
+        assert set(first.bundles[0].files) == {"somepkg/__init__.py", "somepkg/a.py"}
         again = codestore.collect(node, tmp_path / "outputs", tmp_path / "codes")
         assert again.digest == first.digest
         (folder / "a.py").write_text("A = 2\n")
@@ -319,7 +319,7 @@ def test_the_digest_covers_paths_and_bytes_and_the_stat_cache_sees_an_edit(tmp_p
         space.mkdir()
         (space / "k.py").write_text("def run(): ...\n")
         spaced = codestore.collect({"name": "x", "run": "spacepkg.k.run"}, tmp_path, tmp_path)
-        assert set(spaced.parts[0].files) == {"spacepkg/k.py"}
+        assert set(spaced.bundles[0].files) == {"spacepkg/k.py"}
     finally:
         sys.path.remove(str(folder.parent))
         sys.modules.pop("somepkg", None)
@@ -354,25 +354,25 @@ def test_an_answers_hint_is_never_written_through_a_link_and_a_torn_one_reads_as
     from harness.pinning import reuse
 
     kind = {"device_name": "cpu", "torch_version": "t", "cuda_version": None,
-            "packages_digest": "p"}  # fmt: skip
+            "packages_digest": "p", "threads": 1, "environment": "{}"}  # fmt: skip
     row = {"status": "ok", "config_hash": "h", "code_digest": "c", "job": 0, **kind}
     victim = tmp_path / "victim"
     victim.write_text("a user's own words\n")
     hints = tmp_path / "results" / "experiment=e" / reuse.ANSWERS / "h"
     hints.mkdir(parents=True)
     (hints / "s1.0.json").symlink_to(victim)
-    reuse.record(tmp_path / "results", "e", "s1", 0, [row])
+    reuse.record(tmp_path / "results", "e", "s1", 0, [row], {}, False, None)
     assert victim.read_text() == "a user's own words\n"
     (hints / "s1.0.json").unlink()
     hints.rmdir()
     hints.symlink_to(tmp_path, target_is_directory=True)
-    reuse.record(tmp_path / "results", "e", "s1", 0, [row])
+    reuse.record(tmp_path / "results", "e", "s1", 0, [row], {}, False, None)
     assert not (tmp_path / "s1.0.json").exists()
     hints.unlink()
     hints.mkdir()
     (hints / "s1.0.json").write_text('{"sweep": "s1", "job": 0, "code_di')
     forget()
-    assert reuse.find(tmp_path / "results", "e", "h", "c", kind, "s2") is None
+    assert reuse.find(tmp_path / "results", "e", "h", "c", kind, "s2", None) is None
 
 
 def test_an_answers_hint_never_truncates_a_file_hard_linked_at_its_name(tmp_path):
@@ -385,7 +385,7 @@ def test_an_answers_hint_never_truncates_a_file_hard_linked_at_its_name(tmp_path
     hints = tmp_path / "results" / "experiment=e" / reuse.ANSWERS / "h"
     hints.mkdir(parents=True)
     os.link(victim, hints / "s1.0.json")
-    reuse.record(tmp_path / "results", "e", "s1", 0, [row])
+    reuse.record(tmp_path / "results", "e", "s1", 0, [row], {}, False, None)
     assert victim.read_text() == "a user's own words\n"
-    reuse.record(tmp_path / "results", "e", "s1", 1, [{**row, "job": 1}])
+    reuse.record(tmp_path / "results", "e", "s1", 1, [{**row, "job": 1}], {}, False, None)
     assert json.loads((hints / "s1.1.json").read_text())["job"] == 1

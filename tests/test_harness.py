@@ -233,7 +233,7 @@ import json, logging, os, sys
 import torch, pandas, pyarrow, hydra, numpy, experiments.tiled, probes  # what a sweep imports
 import harness.command.cli, harness.running.job, harness.command.sweep
 from harness.launchers import fresh
-before = fresh.Snapshot()
+before = fresh.ProcessState()
 raising, real_exit = logging.raiseExceptions, os._exit
 try:
     harness.command.cli.main(sys.argv[1:])

@@ -20,7 +20,7 @@ from probes import PROBE_PATH, SUPPORT, UNSETTLE, _seen_state, arrivals, await_a
 
 from harness import store
 from harness.launchers import warm
-from harness.launchers.fresh import Snapshot
+from harness.launchers.fresh import ProcessState
 
 ROOT = Path(__file__).resolve().parents[1]
 ONE_WORKER = ["hydra/launcher=local", "hydra.launcher.max_parallel=1"]
@@ -150,7 +150,7 @@ def test_fresh_and_a_grown_worker_give_points_processes_of_their_own(
 def test_a_snapshot_restores_what_a_unit_of_work_changed(tmp_path, monkeypatch):
     """harness.launchers.fresh in this process: what a point may change, changed, and put back."""
     monkeypatch.setenv("KEPT", "yes")
-    before = Snapshot()
+    before = ProcessState()
     threads, draws = torch.get_num_threads(), (random.random(), torch.rand(1))
     random.setstate(before.random)
     torch.random.set_rng_state(before.torch[-1])
@@ -179,7 +179,7 @@ def test_a_snapshot_names_what_it_cannot_put_back(monkeypatch):
     """Settings set back and so not named, nor a library's own wrapper of its own function; a
     replaced function (however it names itself), an added method and a thread still running,
     named."""
-    before = Snapshot()
+    before = ProcessState()
     torch.set_float32_matmul_precision("medium")
     numpy.seterr(all="raise")
     old = os.umask(0o077)

@@ -101,9 +101,15 @@ def _compact(sweep_id: str, out: str, experiment: str | None) -> int:
 
 
 def _code(argv: list[str]) -> int:
-    """The files of a sweep's code, or the unified diff between two sweeps' code."""
-    from harness.command.status import code
+    """The files of a sweep's code, the unified diff between two sweeps' code, or (prune) the
+    code store rid of the codes that no sweep under the out folders given ran."""
+    from harness.command.status import code, prune_code
 
+    if argv[1:2] == ["prune"]:
+        outs = [_out({"out": a.partition("=")[2]}) for a in argv[2:] if key_of(a) == "out"]
+        rest = [argv[0], *(a for a in argv[2:] if key_of(a) != "out")]
+        options, _ = _options(rest, {"code_store"}, "prune [out=DIR ...]", (0, 0))
+        return prune_code(outs or ["outputs"], options.get("code_store"))
     options, ids = _options(argv, {"out", "code_store"}, "SWEEP_ID [OTHER_SWEEP_ID]", (1, 2))
     return code(ids, _out(options), options.get("code_store"))
 

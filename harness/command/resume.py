@@ -15,7 +15,7 @@ from harness.errors import BadInput
 from harness.names import SET_BY_HARNESS, available_experiments, check_name, key_of
 from harness.pinning import codestore
 from harness.planning.config import command, compose_config, results_root
-from harness.planning.experiment import Experiment, config_hash, config_values
+from harness.planning.experiment import Experiment, config_values, hasher
 from harness.planning.plan import Point, Sweep, sweep_of
 from harness.searching import search
 
@@ -61,7 +61,7 @@ def resumed(
         [*original, *launcher, *settings, f"sweep_id={sweep_id}"], experiment, config_dirs
     )
     values = config_values(cfg)
-    code_store, digest = _code(manifest, values, sweep_id)
+    code_store, digest = _code(manifest, values, sweep_id, config_dirs)
     experiment_ = Experiment.load(values["experiment"])  # from the code's snapshot
     searched = search.of_manifest(manifest)
     if searched:  # the sweep's own search, as planned
@@ -74,17 +74,17 @@ def resumed(
     if scheduled:
         print(f"{len(scheduled)} points are still queued or running on SLURM: left to it")
     changed = {key: values[key] for key in resources if _key_given(key, settings)}
-    sweep.points = _unfinished(sweep, manifest, scheduled)
+    sweep.points = _unfinished(sweep, manifest, scheduled, values)
     if searched:  # no point takes back a trial a kill left running without its job
         folder = store.sweep_dir(results, experiment, sweep_id)
         for line in search.fail_orphans(folder, {p.job for p in sweep.points} | scheduled):
             print(line)
     if changed:  # the manifest says what each point runs with, so its rerun's rows match it
-        _rerun_with(changed, sweep, experiment_, manifest, results)
+        _rerun_with(changed, sweep, experiment_, manifest, values)
     return sweep, cfg
 
 
-def _code(manifest: dict, values: dict, sweep_id: str) -> tuple[Path, str]:
+def _code(manifest: dict, values: dict, sweep_id: str, config_dirs: list[Path]) -> tuple:
     """The code the resumed points run, imported from its snapshot from now on: the sweep's own
     (its manifest's code_digest, from this command's code store, never a folder the manifest
     names), or with code=current this tree's, pinned now."""
@@ -98,7 +98,8 @@ def _code(manifest: dict, values: dict, sweep_id: str) -> tuple[Path, str]:
     code_store = codestore.store_of(values.get("code_store"))
     if choice is None:  # an edit made to fix what failed would not run: say so
         try:
-            now = codestore.collect(values["experiment"], values["out"], code_store).digest
+            now = codestore.collect(values["experiment"], values["out"], code_store,
+                                    config_dirs).digest  # fmt: skip
         except BadInput:  # this tree cannot be read as code: the sweep's own runs all the same
             now = pinned
         if now != pinned:
@@ -107,7 +108,7 @@ def _code(manifest: dict, values: dict, sweep_id: str) -> tuple[Path, str]:
                 f"the sweep's own code {pinned}; code=current runs the code as it is now"
             )
     if choice == "current":
-        digest = codestore.pin(values["experiment"], values["out"], code_store)
+        digest = codestore.pin(values["experiment"], values["out"], code_store, config_dirs)
         if digest != pinned:
             had = f"the sweep's was {pinned}" if pinned else "its manifest named none"
             print(f"its points run this tree's code {digest} ({had}); their rows say so")
@@ -136,18 +137,19 @@ def _settings(overrides: list[Override], sweep_id: str, resources: list[str]) ->
 
 
 def _rerun_with(changed: dict, sweep: Sweep, experiment: Experiment, manifest: dict,
-                results: Path) -> None:  # fmt: skip
+                values: dict) -> None:  # fmt: skip
     """The points to rerun with the resources changed on the command line, and the manifest
     rewritten to say so."""
+    config_hash = hasher(experiment.name, values)
     for point in sweep.points:
         point.params = experiment.params({**point.params, **changed})
         if point.cell is None:  # a trial's digest is its cell's and slot's
-            point.config_hash = config_hash(experiment.name, point.params)
+            point.config_hash = config_hash(point.params)
     rerun = {point.job: point for point in sweep.points}
     for entry in manifest["points"]:
         if entry["job"] in rerun:
             entry.update(rerun[entry["job"]].planned())
-    store.write_manifest(results, manifest)
+    store.write_manifest(sweep.results, manifest)
 
 
 def _a_setting(override: Override, allowed: tuple[str, ...]) -> bool:
@@ -228,7 +230,7 @@ def _check_writable(folder: Path) -> None:
         raise BadInput(f"cannot write to {folder}: {error.strerror or error}") from None
 
 
-def _unfinished(sweep: Sweep, manifest: dict, scheduled: set[int]) -> list[Point]:
+def _unfinished(sweep: Sweep, manifest: dict, scheduled: set[int], values: dict) -> list[Point]:
     """The manifest's points without an answer yet (store.DONE: ok, unsupported) that SLURM
     does not still queue or run (`scheduled`).
 
@@ -242,10 +244,10 @@ def _unfinished(sweep: Sweep, manifest: dict, scheduled: set[int]) -> list[Point
     for moved in store.set_aside(sweep.results, sweep.experiment.name, sweep.id):
         print(f"moved a damaged file aside: {moved}")
     done = set(statuses[statuses.isin(store.DONE)].index)
-    name = sweep.experiment.name
+    name, config_hash = sweep.experiment.name, hasher(sweep.experiment.name, values)
     points = [
         Point(p["job"], p.get("overrides", []), p["params"],
-              p.get("config_hash") or config_hash(name, p["params"]), p.get("cell"), p.get("slot"))
+              p.get("config_hash") or config_hash(p["params"]), p.get("cell"), p.get("slot"))
         for p in manifest["points"]
         if p["job"] not in done and p["job"] not in scheduled
     ]  # fmt: skip

@@ -267,6 +267,30 @@ def code(ids: list[str], out: str, code_store: str | None) -> int:
     return 0
 
 
+def prune_code(outs: list[str], code_store: str | None) -> int:
+    """python -m harness code prune [out=DIR ...]: the code store rid of every code that no
+    sweep under these out folders ran (but those pinned in the last hour: a sweep being planned
+    now), of the bundles no code left names, and of its bytecode (made again as it is needed)."""
+    from harness.pinning import codestore
+
+    named = set()
+    for out in outs:
+        results = Path(out).resolve() / "results"
+        if not results.is_dir():
+            raise BadInput(f"{out} holds no store (results/): name the out folders whose sweeps "
+                           "keep their code (out=DIR, once each)")  # fmt: skip
+        for experiment in store.experiments(results):
+            for sweep in store.sweeps(results, experiment):
+                manifest = store.read_manifest(results, experiment, sweep) or {}
+                named.add(manifest.get("code_digest"))
+    kept = codestore.store_of(code_store)
+    removed, freed = codestore.prune(kept, {digest for digest in named if digest})
+    print(f"code store {kept}: {len(removed)} codes removed ({freed / 2**20:,.1f} MiB freed); "
+          f"kept the codes of the sweeps under {', '.join(outs)} and those pinned within the "
+          "hour")  # fmt: skip
+    return 0
+
+
 def _pinned(results: Path, sweep_id: str) -> tuple[str, dict, str]:
     """The sweep (`last` named), its manifest and the digest of the code it pinned; BadInput
     where its manifest names none."""

@@ -1,6 +1,8 @@
 """Hand a sweep's points to the launcher its config names, and follow them to the end.
 
-Through the launchers' protocol (harness.launchers.protocol) and nothing else: start the jobs,
+Through the launchers' protocol (harness.launchers.protocol) and nothing else: copy the answers
+the store holds already, where the launcher can tell what its points' processes would be (an
+all-answered grid submits nothing; else each point's process decides), start the other jobs,
 record their placement in the manifest where there is any, return if the launcher runs on without us
 and wait=false, else follow them, each point's progress line as it ends. A point that ends
 without its rows (a killed task, a crash outside the experiment) gets a row from here saying
@@ -24,14 +26,23 @@ from harness.launchers.hydra_internals import hydra_context, is_basic_launcher
 from harness.launchers.hydra_plugin import HydraPluginLauncher
 from harness.launchers.in_process import InProcess, InProcessLauncher
 from harness.names import override
-from harness.running.job import Job
+from harness.pinning import reuse
+from harness.running.job import Job, reused_answer
 
 
 def launch(cfg: DictConfig, sweep, launcher) -> bool:
     """Run (or, with wait=false, start) the sweep's points; whether they have all ended."""
     if not sweep.points:
         return True
-    jobs = [protocol.JobSpec(p.job, job_overrides(sweep, p), p.planned()) for p in sweep.points]
+    points = {point.job: point for point in sweep.points}
+    progress = Progress(len(points))
+    process = launcher.point_process()
+    reused = reuse_answered(cfg, sweep, process, progress)
+    decided = {"decided": True} if process is not None and process.environ is not None else {}
+    jobs = [protocol.JobSpec(p.job, job_overrides(sweep, p), {**p.planned(), **decided})
+            for p in sweep.points if p.job not in reused]  # fmt: skip
+    if not jobs:
+        return True
     try:
         placement = launcher.start(jobs)
     except ValueError as error:  # it could not start them: nothing runs
@@ -40,10 +51,8 @@ def launch(cfg: DictConfig, sweep, launcher) -> bool:
         record_launch(sweep, cfg.hydra.launcher._target_, launcher.detached, jobs, placement)
     if launcher.detached and not cfg.wait:
         return False
-    points = {point.job: point for point in sweep.points}
-    progress = Progress(len(points))
     # A launcher that runs on without us has its points queued: they run, and fail, on their own.
-    same = SameFailure(0 if launcher.detached else cfg.get("fail_fast", 0), len(points))
+    same = SameFailure(0 if launcher.detached else cfg.get("fail_fast", 0), len(jobs))
     followed = launcher.follow(jobs, placement)
     try:
         for job, summary in followed:
@@ -55,6 +64,54 @@ def launch(cfg: DictConfig, sweep, launcher) -> bool:
     finally:
         getattr(followed, "close", lambda: None)()  # those running stop, to run on resume
     return True
+
+
+def reuse_answered(cfg: DictConfig, sweep, process, progress: "Progress") -> set[int]:
+    """The points whose answers another sweep holds, copied now (harness.pinning.reuse), each
+    with its progress line, where the launcher's `process` (protocol.PointProcess) says what
+    their processes would be; where it cannot, a line saying that each point's process decides.
+    A search's trials and points of several processes (process None) are never reused."""
+    name, setting = sweep.experiment.name, cfg.get("reuse")
+    if process is None or setting is False or sweep.code is None:
+        return set()
+    found = [p for p in sweep.points
+             if p.cell is None and reuse.may_have(sweep.results, name, p.config_hash)]  # fmt: skip
+    if found and process.environ is None:
+        print(
+            f"{len(found)} points may be answered in the store already: each point's process "
+            "decides (this one cannot tell what machine its launcher gives it)",
+            flush=True,
+        )
+    if not found or process.environ is None:
+        return set()
+    named, reused = tuple(sweep.experiment.config.get("environment") or ()), set()
+    for point in found:
+        device = str(point.params.get("device", "cpu"))
+        if device.startswith("cuda") and not _one_kind_of_gpu():
+            continue  # which GPU a point gets is the launcher's: its process decides
+        kind = reuse.kind(device, named, cfg.get("threads") or process.threads, process.environ)
+        summary = reused_answer(
+            sweep.results,
+            sweep.experiment,
+            sweep.id,
+            point.job,
+            point.config_hash,
+            point.params,
+            kind,
+            {"reuse": setting},
+        )
+        if summary is not None:
+            finish(sweep, point, summary, progress)
+            reused.add(point.job)
+    return reused
+
+
+def _one_kind_of_gpu() -> bool:
+    """Whether the GPUs this process sees are all of one name (a point gets one of them)."""
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return count > 0 and len({torch.cuda.get_device_name(i) for i in range(count)}) == 1
 
 
 class SameFailure:

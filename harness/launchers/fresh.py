@@ -1,8 +1,10 @@
 """A process that runs one unit of work after another (a warm worker's points, a test's calls of
-the command line) as if each ran in a fresh process: a Snapshot of this process's state, taken
+the command line) as if each ran in a fresh process: a ProcessState, this process's state taken
 before, and restored after each.
 
-What a Snapshot restores: the working directory, the environment, sys.path, signal handlers,
+What a ProcessState restores: the working directory, the environment, sys.path and the import
+hooks (sys.meta_path; after a command, the packages a sweep's snapshot took over given back:
+harness.pinning.boot.leave), signal handlers,
 logging's levels and the handlers the unit added, torch's threads, default dtype, grad mode,
 deterministic flag, autocast flags and random states (Python's, NumPy's, torch's), the other
 settings that change what a computation returns or how long it takes (_settings: torch's
@@ -43,6 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness import lifetime
+from harness.pinning import boot
 
 AUTOCAST = ("cpu", "cuda")  # the devices whose autocast flag a point may leave set
 # Libraries whose functions a point could replace for the points after it (a patch is never put
@@ -54,7 +57,7 @@ HARNESS = Path(__file__).resolve().parents[1]  # the harness package: this is la
 INSTALLED = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
 
 
-class Snapshot:
+class ProcessState:
     """This process's state now; restore() brings it back (forget: the harness's per-command
     records too, else only its per-point ones)."""
 
@@ -63,6 +66,7 @@ class Snapshot:
         import torch
 
         self.cwd, self.environ, self.path = os.getcwd(), dict(os.environ), list(sys.path)
+        self.finders = list(sys.meta_path)
         self.modules = set(sys.modules)  # those it leaves: there before, or installed
         self.users: dict[str, tuple[str, tuple | None]] = {}  # kept: name -> (file, its stamp)
         self.since = time.time_ns()  # when the unit of work began
@@ -90,6 +94,9 @@ class Snapshot:
         os.environ.clear()
         os.environ.update(self.environ)
         sys.path[:] = self.path
+        if command:  # a sweep's snapshot entered by the command: left (the hooks as they were)
+            boot.leave()
+        sys.meta_path[:] = self.finders
         self._user_modules(forget=command)
         for signum, handler in self.signals.items():
             signal.signal(signum, handler)
@@ -131,10 +138,10 @@ class Snapshot:
         return said
 
     def _user_modules(self, forget: bool) -> None:
-        """The modules imported since the snapshot from outside the installed packages and the
-        harness (an experiment's, a user's) stay while their files are unchanged, with their
-        state, as in one process; once one is edited (or with forget) they all go, and the
-        next import reads their files again."""
+        """The modules imported since the state was taken from outside the installed packages
+        and the harness (an experiment's, a user's) stay while their files are unchanged, with
+        their state, as in one process; once one is edited (or with forget) they all go, and
+        the next import reads their files again."""
         for name in set(sys.modules) - self.modules - set(self.users):
             origin = getattr(sys.modules[name], "__file__", None)
             if not origin or _installed(origin):

@@ -24,6 +24,7 @@ deletes a key, or sets one the config lacks, is composed by Hydra for that point
 
 import copy
 import logging
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -41,8 +42,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from harness import files
 from harness.errors import StoreUnwritable, with_type
 from harness.launchers.hydra_internals import hydra_context
-from harness.launchers.protocol import JobSpec, Launcher, summary_of, unwritable
+from harness.launchers.protocol import JobSpec, Launcher, PointProcess, summary_of, unwritable
 from harness.planning.experiment import config_values
+from harness.running.job import run_point
 
 UNSET = object()
 PLACE = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")  # an interpolation of a plain key: ${sweep_id}
@@ -124,7 +126,7 @@ class InProcess:
                     HydraConfig.instance().set_config(cfg)
             self._log_to(shape, run_dir, configure)
             self._save(shape, overrides, run_dir)
-            return self.task_function.run(shape.values, str(run_dir), planned)
+            return run_point(shape.values, str(run_dir), self.task_function.command, planned)
         except OSError:
             raise
         except Exception as error:
@@ -308,6 +310,10 @@ def _file_handlers() -> list[logging.FileHandler]:
 class InProcessLauncher(Launcher):
     def __init__(self, config: DictConfig, task_function):
         self.config, self.task_function = config, task_function
+
+    def point_process(self) -> PointProcess:
+        """Its points run in this process, as it is."""
+        return PointProcess(dict(os.environ))
 
     def follow(self, jobs: list[JobSpec], placement: dict) -> Iterator[tuple[int, dict]]:
         yield from run_here(self.config, self.task_function, jobs)

@@ -15,6 +15,11 @@ service) is one file: a class with these methods, named by a hydra/launcher/NAME
   process sent back in place of a summary (unwritable); the sweep raises it (raise_if_unwritable).
 - states(placement), a class method: job -> (state, detail) of the jobs that it still queues or
   runs ("pending", "running") or that it lost without a row ("killed").
+- point_process(): what each of its points' processes runs with (PointProcess: its
+  environment and torch's threads), where this process can tell before any starts: then the
+  points answered before are copied here and never handed to it (harness.pinning.reuse); where
+  it cannot tell (environ None, the default), each point's process decides; None for a
+  launcher whose points are groups of processes, which are never reused.
 
 A launcher's jobs run the harness's own job (harness.running.job.Job, its task function, which
 calls run_point) wherever they run, through harness.launchers.in_process (but a Hydra plugin's): in
@@ -25,7 +30,7 @@ launcher's jobs here as a loop (in_process) and hands any other plugin its jobs 
 (hydra_plugin).
 """
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,12 +50,24 @@ class JobSpec:
     planned: dict
 
 
+@dataclass(frozen=True)
+class PointProcess:
+    """What a launcher's points run with: the environment of a point's process and torch's
+    threads in it (None: this process's); environ None where this process cannot tell."""
+
+    environ: Mapping[str, str] | None = None
+    threads: int | None = None
+
+
 class Launcher:
     """The protocol (see the module's docstring), with what most launchers do by default. A
     launcher is built from its config (hydra.launcher's keys as keyword arguments) and set up
     as Hydra sets up its launchers (setup)."""
 
     detached = False
+
+    def point_process(self) -> PointProcess | None:
+        return PointProcess()
 
     @classmethod
     def preflight(cls, settings: dict) -> None:

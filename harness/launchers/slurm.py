@@ -57,6 +57,11 @@ class SlurmLauncher(SubmititLauncher):
     def job_threads(self) -> int | None:
         return int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) or super().job_threads()
 
+    def runs_here(self) -> bool:
+        """Whether every node of its partition is this machine (a cluster of one node, here):
+        only then can this process tell what a task gets (sbatch hands it this environment)."""
+        return slurm_cli.only_this_machine(self.params.get("partition"))
+
     def start(self, jobs: list[JobSpec]) -> dict:
         """Submit the jobs, points_per_task to an array task; their placement: each task's
         jobs (in pack order) and the submitit folder."""

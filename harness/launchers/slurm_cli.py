@@ -9,6 +9,7 @@ SLURM one call every few seconds, not one per array every half second.
 """
 
 import re
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -107,6 +108,24 @@ def partition_nodes(partition: str | None) -> list[dict]:
             nodes.append({"CPUs": int(cpus.rstrip("+")), "MB of memory": int(memory.rstrip("+")),
                           "GPUs": gpu_count(gres)})  # fmt: skip
     return nodes
+
+
+def only_this_machine(partition: str | None) -> bool:
+    """Whether the partition (or the default one) has nodes, and every one is this machine (its
+    NodeHostname, as sinfo's %n gives it, is this host's short name); False where sinfo cannot
+    tell."""
+    command = ["sinfo", "-h", "-N", "-o", "%P|%n"]
+    try:
+        listed = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    hosts = []
+    for line in listed.stdout.splitlines() if listed.returncode == 0 else []:
+        name, _, host = line.strip().partition("|")
+        if (partition is None and name.endswith("*")) or name.rstrip("*") == partition:
+            hosts.append(host)
+    here = socket.gethostname().partition(".")[0]
+    return bool(hosts) and all(host.partition(".")[0] == here for host in hosts)
 
 
 def gpu_count(gres: str) -> int:

@@ -22,7 +22,7 @@ from submitit.core.utils import UncompletedJobError
 
 from harness.errors import with_type
 from harness.launchers.in_process import work
-from harness.launchers.protocol import JobSpec, Launcher, check_kinds
+from harness.launchers.protocol import JobSpec, Launcher, PointProcess, check_kinds
 from harness.pinning import codestore
 from harness.running import distributed
 
@@ -83,6 +83,21 @@ class SubmititLauncher(BaseSubmititLauncher, Launcher):
     def job_threads(self) -> int | None:
         """The CPUs a job may use; None: leave torch's default."""
         return self.params.get("cpus_per_task")
+
+    def point_process(self) -> PointProcess | None:
+        """A point's process: this machine's environment with its threads for OpenMP too (as
+        __call__ sets them), where this process can tell (runs_here) and no setup lines
+        change it; None for points of several processes."""
+        if self.params.get("tasks_per_node", 1) * self.params.get("nodes", 1) > 1:
+            return None
+        threads = self.params.get("cpus_per_task") or self.job_threads()
+        if not threads or self.params.get("setup") or not self.runs_here():
+            return PointProcess()
+        return PointProcess({**os.environ, "OMP_NUM_THREADS": str(threads)}, threads)
+
+    def runs_here(self) -> bool:
+        """Whether its points run on this machine, as this process's environment has it."""
+        return True
 
     def executor(self) -> submitit.Executor:
         """The executor hydra-submitit-launcher would build from these parameters."""

@@ -210,7 +210,7 @@ def serve(
     from hydra.core.singleton import Singleton
     from hydra.core.utils import setup_globals
 
-    from harness.launchers.fresh import Snapshot
+    from harness.launchers.fresh import ProcessState
     from harness.launchers.submitit_jobs import end_with_the_sweep
     from harness.measuring.memory import proc_status_kib
 
@@ -222,7 +222,7 @@ def serve(
     config, task_function, state = cloudpickle.loads(setup)
     Singleton.set_state(state)
     setup_globals()
-    run, fresh = job_runner(config, task_function), Snapshot()
+    run, fresh = job_runner(config, task_function), ProcessState()
     while True:
         try:
             spec = connection.recv()

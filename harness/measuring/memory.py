@@ -24,6 +24,8 @@ from typing import Any, Literal
 
 import torch
 
+from harness.measuring import took
+
 MIB = 1024 * 1024
 DEFAULT_MEMORY_CAP_MIB = 8192
 MEMORY_CAP_ENV = "HARNESS_MEMORY_CAP_MIB"
@@ -57,6 +59,7 @@ def run_isolated(
     HARNESS_MEMORY_CAP_MIB environment variable, else 8192; 0: no cap). Pass 0 for CUDA work:
     the CUDA driver reserves far more address space than it uses.
     """
+    took("memory")
     cap = default_memory_cap_mib() if memory_cap_mib is None else memory_cap_mib
     context = _forkserver()
     receiver, sender = context.Pipe(duplex=False)
@@ -197,6 +200,7 @@ def measure_memory(
     "cuda_reserved_mib"}, the latter the allocator's absolute peak reservation, inputs and caches
     included; a warm-up call there keeps one-off workspaces out of the figure.
     """
+    took("memory")
     for _ in range(warmup):
         fn()
     if torch.device(device).type == "cuda":

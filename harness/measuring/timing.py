@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from harness.measuring import took
 from harness.measuring.memory import MIB
 
 FLUSH_FALLBACK_BYTES = 256 * MIB  # when the device does not say its L2's size
@@ -74,6 +75,7 @@ def time_call(
     device, beside = torch.device(device), dict(beside or {})
     if "" in beside:
         raise ValueError("a call beside fn needs a name: its columns' prefix")
+    took("time")
     calls = {"": fn, **beside}
     for call in calls.values():
         for _ in range(warmup):
@@ -113,6 +115,7 @@ def sample_rounds(
     min_time_s of calls of its own, as if timed alone, so its sample i is round i's and a slow
     one costs no more than that; rounds go on while one wants samples, at most max_repeats of
     them. Returns each call's samples by name."""
+    took("time")
     samples: dict[str, list[float]] = {name: [] for name in samplers}
 
     def wanted(name: str) -> bool:

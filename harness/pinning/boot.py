@@ -1,135 +1,345 @@
-"""How a process that runs a sweep's points starts on the code its sweep pinned
-(harness.pinning.codestore): the snapshot's files hashed first, then the snapshot's folders put
-before everything else on the import path, then the harness imported from there. Standard library
-only, and run as a file of the snapshot (never imported from a checkout first): nothing of the
-snapshot runs before its files are known to hash to the sweep's code digest.
+"""How a process that runs a sweep's points runs only the code its sweep pinned
+(harness.pinning.codestore): the snapshot's bundles checked whole first (every file hashed, no
+file beside them, every folder and file this user's and written by no one else), then an
+import hook that checks each module of a bundle as it is imported, against the hash the check
+read, and compiles it from the bytes it checked (their bytecode kept apart, in the code store's
+bytecode/ folder, by those bytes); the bundles' folders go first on the import path, and a
+package of theirs that this process imported before from elsewhere (the checkout that pinned
+it) imports its next modules from the snapshot.
 
-    python SNAPSHOT/harness/pinning/boot.py STORE DIGEST [-u] -m MODULE [ARGS...]
+Standard library only, and run as a file of the harness that starts the process, never of the
+snapshot (BOOT_ENV names it for the processes that one starts): the code that checks a snapshot
+is never the code it checks.
+
+    python HARNESS/pinning/boot.py STORE DIGEST [-u] -m MODULE [ARGS...]
 
 runs MODULE as python -m would (a submitit job: -m submitit.core._submit FOLDER; a resume's
 command line: -m harness ...). A warm worker runs this file through runpy.run_path with BOOT
 set in its globals: (store, digest, "module:function", args), the function called with args.
-A snapshot that does not hash to its digest, or is gone, is one line on stderr and exit code 3.
+A snapshot that is gone, does not hash to its digest or that others could have changed is one
+line on stderr and exit code 3.
 """
 
 import hashlib
+import importlib.machinery
+import importlib.util
 import json
+import marshal
 import os
 import runpy
+import stat
 import sys
 from pathlib import Path
 
 ENV = "HARNESS_CODE"  # "STORE:DIGEST" of the code this process runs (codestore.running)
 CONF_ENV = "HARNESS_CONF"  # the conf/ of the install that pinned it: a snapshot holds no YAML
+BOOT_ENV = "HARNESS_BOOT"  # this file of the harness that started the first process: the checker
+SCRIPT = os.path.abspath(__file__)
 SHORT = 16  # hex digits of a digest
 FAILED = 3  # the exit code of a process whose snapshot does not hash to its digest
+BYTECODE = "bytecode"  # the code store's folder of compiled bundle modules
+_entered: list = []  # (package, its __path__ before) of the packages enter() sent to a snapshot
 
 
 class Mismatch(Exception):
-    """A snapshot gone, or not the code its digest names: one line."""
+    """A snapshot gone, not the code its digest names, or open to others: one line."""
 
 
 def file_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def part_digest(hashes: dict[str, str]) -> str:
-    """A part's digest: over its files' relative paths (posix) and their bytes' hashes."""
+def bundle_digest(hashes: dict[str, str]) -> str:
+    """A bundle's digest: over its files' relative paths (posix) and their bytes' hashes."""
     text = "".join(f"{path}\0{hashes[path]}\n" for path in sorted(hashes))
     return hashlib.sha256(text.encode()).hexdigest()[:SHORT]
 
 
-def code_digest(parts: list[str]) -> str:
-    """A sweep's code digest: over its parts' digests, in their order on the import path."""
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:SHORT]
+def code_digest(bundles: list[str]) -> str:
+    """A sweep's code digest: over its bundles' digests, in their order on the import path."""
+    return hashlib.sha256("\n".join(bundles).encode()).hexdigest()[:SHORT]
 
 
-def part_folder(store: Path, digest: str) -> Path:
-    return Path(store) / f"part-{digest}"
+def bundle_folder(store: Path, digest: str) -> Path:
+    return Path(store) / f"bundle-{digest}"
 
 
 def record_path(store: Path, digest: str) -> Path:
-    return Path(store) / f"code-{digest}.json"
+    return Path(store) / f"snapshot-{digest}.json"
 
 
-def source_files(folder: Path) -> dict[str, Path]:
-    """A snapshot part's Python files by relative path (its __pycache__ is Python's, not its)."""
-    found = {}
-    for where, folders, names in os.walk(folder):
-        folders[:] = [name for name in folders if name != "__pycache__"]
-        for name in names:
-            if name.endswith(".py"):
-                path = Path(where) / name
-                found[path.relative_to(folder).as_posix()] = path
+def check_private(path: Path, what: str) -> os.stat_result:
+    """`path`'s own status (never a link's target), once it is this user's and no one else may
+    write it, as ssh takes a key: Mismatch (one line) otherwise."""
+    found = os.lstat(path)
+    if stat.S_ISLNK(found.st_mode):
+        raise Mismatch(f"{what} {path} is a symbolic link: the harness runs no code through one")
+    if found.st_uid != os.geteuid():
+        raise Mismatch(f"{what} {path} belongs to another user (uid {found.st_uid}): the harness "
+                       "runs no code that others own")  # fmt: skip
+    if found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise Mismatch(
+            f"{what} {path} can be written by others (mode {stat.S_IMODE(found.st_mode):04o}): "
+            f"the harness runs no code that others can change (chmod go-w {path})"
+        )
     return found
 
 
-def verified(store: Path, digest: str) -> list[Path]:
-    """The folders of the snapshot of code `digest`, in import order, once every file of each
-    hashes to it; Mismatch (one line) otherwise."""
+def bundle_hashes(folder: Path) -> dict[str, str]:
+    """Every file below a bundle's folder, by relative path, with its bytes' hash; each folder
+    and file checked private (check_private), anything but a folder or a file refused."""
+    hashes = {}
+    for where, _, names in os.walk(folder, onerror=_raise):
+        here = Path(where)
+        check_private(here, "the code store's folder")
+        for name in names:
+            path = here / name
+            if not stat.S_ISREG(check_private(path, "the code store's file").st_mode):
+                raise Mismatch(f"{path} in the code store is no file: a snapshot holds files")
+            hashes[path.relative_to(folder).as_posix()] = file_hash(path.read_bytes())
+    return hashes
+
+
+def _raise(error: OSError) -> None:
+    raise error
+
+
+def intact(folder: Path, digest: str) -> bool:
+    """Whether a bundle's folder holds exactly the files its digest names; Mismatch where it is
+    not private, an OSError where it cannot be read (never a reason to think it changed)."""
+    return bundle_digest(bundle_hashes(folder)) == digest
+
+
+class Pinned:
+    """The snapshot a process runs: its folders in import order, the hash of every file of
+    theirs by its real path, and the modules the process had imported before it entered it
+    (the harness's own, which no point's reads count)."""
+
+    def __init__(self, store: Path, digest: str, folders: list[Path], hashes: dict[str, str]):
+        self.store, self.digest, self.folders, self.hashes = store, digest, folders, hashes
+        self.before: frozenset[str] = frozenset()
+        # The top-level modules and packages its bundles hold.
+        self.tops = frozenset(entry.removesuffix(".py") for f in folders for entry in os.listdir(f))
+
+
+def verified(store: Path, digest: str) -> Pinned:
+    """The snapshot of code `digest`, once the store and every folder and file of its bundles
+    are private (check_private) and each bundle hashes to its digest; Mismatch (one line)
+    otherwise, an OSError where a file cannot be read."""
     if not _hex(digest):
         raise Mismatch(f"{digest!r} is no code digest ({SHORT} hexadecimal digits)")
+    store = Path(os.path.abspath(store))
     record = record_path(store, digest)
     try:
-        parts = json.loads(record.read_text())["parts"]
+        check_private(store, "the code store")
+        check_private(record, "the code store's record")
+        bundles = json.loads(record.read_text())["bundles"]
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise Mismatch(
             f"the sweep's code {digest} has no snapshot in the code store {store} "
             f"({type(error).__name__}: {error}): it was removed, or this machine does not see "
             "that folder (code_store= a folder every machine sees)"
         ) from None
-    if not isinstance(parts, list) or not all(map(_hex, parts)) or code_digest(parts) != digest:
-        raise Mismatch(f"the code store's record {record} does not name the parts of {digest}")
-    folders = []
-    for part in parts:
-        folder = part_folder(store, part)
-        if not intact(folder, part):
+    if (
+        not isinstance(bundles, list)
+        or not all(map(_hex, bundles))
+        or code_digest(bundles) != digest
+    ):
+        raise Mismatch(f"the code store's record {record} does not name the bundles of {digest}")
+    folders, hashes = [], {}
+    for bundle in bundles:
+        folder = bundle_folder(store, bundle)
+        try:
+            found = bundle_hashes(folder)
+        except FileNotFoundError:
+            found = None
+        if found is None or bundle_digest(found) != bundle:
             raise Mismatch(
                 f"the snapshot {folder} of the sweep's code {digest} was changed or is gone: "
                 "its files no longer hash to it, so its points do not run (a new sweep pins "
                 "the code as it is now)"
             )
+        real = os.path.realpath(folder)
+        hashes |= {os.path.join(real, rel): value for rel, value in found.items()}
         folders.append(folder)
-    return folders
-
-
-def intact(folder: Path, digest: str) -> bool:
-    """Whether a part's folder holds exactly the files its digest names."""
-    try:
-        hashes = {rel: file_hash(p.read_bytes()) for rel, p in source_files(folder).items()}
-    except OSError:
-        return False
-    return folder.is_dir() and part_digest(hashes) == digest
+    return Pinned(store, digest, folders, hashes)
 
 
 def _hex(text) -> bool:
     return isinstance(text, str) and len(text) == SHORT and set(text) <= set("0123456789abcdef")
 
 
+class PinnedFinder:
+    """The import hook: a module found in a bundle's folder is loaded only as a file of the
+    snapshot, checked against its hash when it is imported (PinnedLoader); a file there that
+    the snapshot does not hold (bytecode, an extension module put beside a source) is refused.
+    Every other module is found as the path finder finds it, once."""
+
+    def __init__(self, pinned: Pinned):
+        self.pinned = pinned
+        self.roots = tuple(os.path.realpath(f) + os.sep for f in pinned.folders)
+        self.bytecode = _bytecode_folder(pinned.store)
+
+    def find_spec(self, name, path=None, target=None):
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        if spec is None or not spec.has_location or not spec.origin:
+            return spec  # not found, or a namespace package (its modules are found one by one)
+        origin = os.path.realpath(spec.origin)
+        if not origin.startswith(self.roots):
+            return spec
+        expected = self.pinned.hashes.get(origin)
+        if expected is None:
+            raise ImportError(f"{spec.origin} is not a file of the sweep's code "
+                              f"{self.pinned.digest}: it is not run", name=name)  # fmt: skip
+        if not origin.endswith(".py"):  # a file of the bundle's own (an extension module)
+            _check(origin, expected, name)
+            return spec
+        loader = PinnedLoader(name, spec.origin, expected, self.bytecode)
+        locations = spec.submodule_search_locations
+        return importlib.util.spec_from_file_location(
+            name, spec.origin, loader=loader, submodule_search_locations=locations
+        )
+
+    def invalidate_caches(self) -> None:
+        pass
+
+
+class PinnedLoader(importlib.machinery.SourceFileLoader):
+    """A bundle's module: its bytes read once, checked against the snapshot's hash, compiled
+    (or their bytecode taken from the code store's bytecode folder, by path and hash)."""
+
+    def __init__(self, name: str, path: str, expected: str, bytecode: Path | None):
+        super().__init__(name, path)
+        self.expected, self.bytecode = expected, bytecode
+
+    def get_code(self, fullname):
+        source = self.get_data(self.path)
+        if file_hash(source) != self.expected:
+            raise ImportError(_changed(self.path), name=fullname)
+        return _compiled(source, self.path, self.expected, self.bytecode, self.source_to_code)
+
+
+def _check(path: str, expected: str, name: str) -> None:
+    with open(path, "rb") as file:
+        if file_hash(file.read()) != expected:
+            raise ImportError(_changed(path), name=name)
+
+
+def _changed(path: str) -> str:
+    return (f"{path} no longer hashes as the sweep pinned it (changed since its snapshot was "
+            "checked): it is not run")  # fmt: skip
+
+
+def _bytecode_folder(store: Path) -> Path | None:
+    """The code store's bytecode folder, made private where it is missing; None (compile every
+    time) where it cannot be made or is not private."""
+    folder = Path(store) / BYTECODE
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        check_private(folder, "the code store's bytecode folder")
+    except (OSError, Mismatch):
+        return None
+    return folder
+
+
+def _compiled(source: bytes, path: str, hashed: str, folder: Path | None, compile_):
+    """The code object of a checked source: from the bytecode folder where it holds one for
+    this path and these bytes, else compiled and kept there (written whole, then renamed)."""
+    key = hashlib.sha256(f"{path}\0{hashed}".encode()).hexdigest()[:32]
+    kept = folder / f"{key}.{sys.implementation.cache_tag}.pyc" if folder else None
+    magic = importlib.util.MAGIC_NUMBER
+    if kept is not None:
+        try:
+            data = kept.read_bytes()
+            if data[: len(magic)] == magic:
+                return marshal.loads(data[len(magic) :])
+        except (OSError, ValueError, EOFError, TypeError):
+            pass
+    code = compile_(source, path)
+    if kept is not None:
+        temporary = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
+        try:
+            temporary.write_bytes(magic + marshal.dumps(code))
+            os.replace(temporary, kept)
+        except OSError:
+            pass
+    return code
+
+
 def enter(store: Path, digest: str) -> None:
-    """Verify the snapshot, then import from it first: here (sys.path) and in every process
-    this one starts (PYTHONPATH; PYTHONSAFEPATH keeps a child's working directory off its
-    path, where a checkout's harness would come first). Their harness, a snapshot's, reads its
-    configs from the conf/ of the install that entered it first (CONF_ENV)."""
-    folders = [str(folder) for folder in verified(store, digest)]
-    here = str(Path(__file__).resolve().parent)
+    """Check the snapshot, then import from it first, each of its modules checked as it is
+    imported (PinnedFinder): here, where its folders go first on sys.path, a package of its
+    bundles imported before from elsewhere imports its next modules from them; and in every
+    process this one starts (PYTHONPATH; PYTHONSAFEPATH keeps a child's working directory off
+    its path, where a checkout's harness would come first; PYTHONDONTWRITEBYTECODE keeps its
+    bytecode out of the bundles). Their harness, a snapshot's, reads its configs from the
+    conf/ of the install that entered it first (CONF_ENV) and starts its processes with this
+    file (BOOT_ENV)."""
+    pinned = verified(store, digest)
+    pinned.before = frozenset(sys.modules)
+    finder = PinnedFinder(pinned)
+    leave()
+    at = next((i for i, f in enumerate(sys.meta_path) if f is importlib.machinery.PathFinder),
+              len(sys.meta_path))  # fmt: skip
+    sys.meta_path.insert(at, finder)
+    folders = [str(folder) for folder in pinned.folders]
+    here = os.path.dirname(SCRIPT)
     sys.path[:] = folders + [p for p in sys.path if p not in folders and p != here]
+    _send_packages(pinned)
     before = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join(folders + [p for p in before if p not in folders])
-    os.environ["PYTHONSAFEPATH"] = "1"
-    os.environ[ENV] = f"{store}:{digest}"
+    os.environ["PYTHONSAFEPATH"] = os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+    os.environ[ENV] = f"{pinned.store}:{digest}"
+    os.environ.setdefault(BOOT_ENV, SCRIPT)
     conf = Path(here).parent / "conf"  # harness/conf: this file is harness/pinning/boot.py
     if conf.is_dir():  # this process's harness is the pinning install's, not a snapshot's
         os.environ[CONF_ENV] = str(conf.resolve())
+
+
+def _send_packages(pinned: Pinned) -> None:
+    """Each package of the snapshot's modules that this process imported before from elsewhere
+    (the harness that pinned it) finds its next modules in the bundles' folders."""
+    tops = pinned.tops
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__path__", None)
+        if path is None or name.partition(".")[0] not in tops:
+            continue
+        rel = name.replace(".", os.sep)
+        inside = [str(f / rel) for f in pinned.folders if (f / rel).is_dir()]
+        if inside and list(path) != inside:
+            _entered.append((module, path))
+            module.__path__ = inside
+
+
+def leave() -> None:
+    """Undo enter() in this process: the import hook gone, the packages it sent to a snapshot
+    back where they were (sys.path and the environment are the caller's to put back)."""
+    sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != PinnedFinder.__name__]
+    while _entered:
+        module, path = _entered.pop()
+        module.__path__ = path
+
+
+def pinned_here():
+    """The snapshot this process runs (its import hook's Pinned), or None."""
+    for finder in sys.meta_path:
+        if type(finder).__name__ == PinnedFinder.__name__:
+            return finder.pinned
+    return None
+
+
+def _fail(error: BaseException) -> None:
+    said = error if isinstance(error, Mismatch) else f"cannot read the snapshot: {error}"
+    print(f"harness error: {said}", file=sys.stderr, flush=True)
+    sys.exit(FAILED)
 
 
 def main(argv: list[str]) -> None:
     store, digest, *rest = argv
     try:
         enter(Path(store), digest)
-    except Mismatch as error:
-        print(f"harness error: {error}", file=sys.stderr, flush=True)
-        sys.exit(FAILED)
+    except (Mismatch, OSError) as error:
+        _fail(error)
     if rest[:1] == ["-u"]:
         rest = rest[1:]
         sys.stdout.reconfigure(write_through=True)
@@ -146,9 +356,8 @@ elif __name__ == "__harness_boot__":  # a warm worker (harness.launchers.workers
     _store, _digest, _target, _args = BOOT  # noqa: F821 (given by runpy.run_path)
     try:
         enter(Path(_store), _digest)
-    except Mismatch as error:
-        print(f"harness error: {error}", file=sys.stderr, flush=True)
-        sys.exit(FAILED)
+    except (Mismatch, OSError) as _error:
+        _fail(_error)
     _module, _, _function = _target.partition(":")
     for _name in [n for n in sys.modules if n == "harness" or n.startswith("harness.")]:
         del sys.modules[_name]  # a module of the harness imported before: the snapshot's now

@@ -1,17 +1,21 @@
 """The code a sweep runs, pinned as content (its `code_digest`).
 
-At planning the harness collects the Python source its points import, in parts: the project's
-(the harness and experiments packages), and the experiment's own (the top-level package of each
-module its config names: run, check, derive, report; or, for a top-level module, the folder it
-lies in). Each part's digest is over its files' relative paths and bytes; the sweep's is over
-its parts'. Each part is kept once per digest in the code store, a per-user folder outside
-outputs/ (code_store=, default ~/.cache/octlm-harness/code beside the report's key), written
-whole under a hidden name and renamed into place, its files read-only. Every process that runs
-a point starts from that snapshot (harness.pinning.boot hashes it first), so that an edit made while
-a sweep queues or runs changes none of its rows, and every row names the code that made it.
+At planning the harness collects the files its points import and read, in bundles: the
+project's (the harness and experiments packages, but the configs), and the experiment's own
+(the top-level package of each module its config names: run, check, derive, report, every
+folder of it where it is a namespace package; or, for a top-level module, the folder it lies
+in): every file, data included, but caches, hidden files and folders, virtual environments, the
+out folder and the config dirs. Each bundle's digest is over its files' relative paths and
+bytes; the sweep's is over its bundles'. Each bundle is kept once per digest in the code store,
+a folder of this user's outside outputs/ (code_store=, default ~/.cache/octlm-harness/code),
+that no one else may write: written whole under a hidden name, made read-only and renamed into
+place. Every process that runs a point imports from that snapshot, checked by the harness that
+starts it, file by file as it is imported (harness.pinning.boot), so that an edit made while a
+sweep queues or runs changes none of its rows, and every row names the code that made it.
 
-Hashing a file is skipped while its path, size, modification time and inode are those the
-stat cache (beside the parts) recorded with its hash.
+Hashing a file is skipped while its path, size, modification and change times, device and
+inode are those the stat cache (in the store) recorded with its hash: an edit that sets the
+modification time back still changes the change time, which no user can set.
 """
 
 from __future__ import annotations
@@ -26,19 +30,22 @@ import shutil
 import stat
 import sys
 import sysconfig
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import files
-from harness.errors import BadInput, one_line
+from harness.errors import BadInput, os_error
 from harness.pinning import boot
 
-PROJECT = ("harness", "experiments")  # the project's packages: every sweep's first part
+PROJECT = ("harness", "experiments")  # the project's packages: every sweep's last bundle
+NOT_CODE = ("harness/conf",)  # of the project: its configs, which the command reads, not a point
 NAMED = ("run", "check", "derive", "report")  # the experiment's keys that name its modules
-MAX_FILES, MAX_BYTES = 2000, 32 << 20  # a folder of more source is no experiment's
+MAX_FILES, MAX_BYTES = 2000, 32 << 20  # a folder of more is no experiment's
 SKIPPED = {"__pycache__", "node_modules", "site-packages", "outputs"}
 STAT_CACHE = "stat-cache.json"
 MAX_CACHED = 50_000  # files the stat cache remembers
+RECENT_S = 3600  # a code pinned this recently is kept by prune (a sweep being planned now)
 
 
 def default_store() -> Path:
@@ -52,31 +59,31 @@ def store_of(setting) -> Path:
 
 
 @dataclass
-class Part:
+class Bundle:
     files: dict[str, Path]  # relative path -> the file it copies
     hashes: dict[str, str] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:
-        return boot.part_digest(self.hashes)
+        return boot.bundle_digest(self.hashes)
 
 
 @dataclass
 class Code:
-    """A sweep's source: its parts in import order (the experiment's own first)."""
+    """A sweep's code: its bundles in import order (the experiment's own first)."""
 
-    parts: list[Part]
+    bundles: list[Bundle]
 
     @property
     def digest(self) -> str:
-        return boot.code_digest([part.digest for part in self.parts])
+        return boot.code_digest([bundle.digest for bundle in self.bundles])
 
 
-def collect(node: dict, out: Path, store: Path) -> Code:
-    """The source a sweep of the experiment `node` (its config's experiment block) imports,
-    hashed; BadInput (one line) for a folder too large to be an experiment's, or one that
-    cannot be read (a link loop, a file gone)."""
-    skip = {Path(out).absolute().resolve()}
+def collect(node: dict, out: Path, store: Path, config_dirs=()) -> Code:
+    """The files a sweep of the experiment `node` (its config's experiment block) imports and
+    reads, hashed; BadInput (one line) for a folder too large to be an experiment's, or one
+    that cannot be read (a link loop, a file gone)."""
+    skip = {Path(folder).absolute().resolve() for folder in [out, *config_dirs]}
     own: dict[str, Path] = {}
     for top in _named_tops(node):
         if top not in PROJECT:
@@ -85,17 +92,17 @@ def collect(node: dict, out: Path, store: Path) -> Code:
 
 
 def _project() -> dict[str, Path]:
-    """The project's source as this process imports it."""
+    """The project's files as this process imports them, but its configs."""
     found: dict[str, Path] = {}
     for name in PROJECT:
         found |= _package(name)
-    return found
+    return {rel: path for rel, path in found.items() if not rel.startswith(NOT_CODE)}
 
 
-def _hashed(parts: list[dict[str, Path]], store: Path) -> Code:
+def _hashed(bundles: list[dict[str, Path]], store: Path) -> Code:
     cache = _StatCache(store)
-    code = Code([Part(found, {rel: cache.hash(path) for rel, path in found.items()})
-                 for found in parts])  # fmt: skip
+    code = Code([Bundle(found, {rel: cache.hash(path) for rel, path in found.items()})
+                 for found in bundles])  # fmt: skip
     cache.save()
     return code
 
@@ -120,16 +127,21 @@ def _spec(name: str):
 
 
 def _package(name: str, skip: set[Path] = frozenset()) -> dict[str, Path]:
+    """A package's files, from every folder of it (a namespace package may span several: the
+    first holds a path that two of them have, as it is the one imported)."""
     spec = _spec(name)
     if spec is None or not spec.submodule_search_locations:
         return {}
-    folder = Path(list(spec.submodule_search_locations)[0])
-    return {f"{name}/{rel}": path for rel, path in _sources(folder, skip).items()}
+    found: dict[str, Path] = {}
+    for folder in spec.submodule_search_locations:
+        for rel, path in _sources(Path(folder), skip).items():
+            found.setdefault(f"{name}/{rel}", path)
+    return found
 
 
 def _top_level(name: str, skip: set[Path]) -> dict[str, Path]:
-    """A top-level package's source, or a top-level module's folder's (its neighbours are what
-    it imports); just the module where that folder is Python's own or site-packages."""
+    """A top-level package's files, or a top-level module's folder's (its neighbours are what
+    it imports and reads); just the module where that folder is Python's own or site-packages."""
     spec = _spec(name)
     if spec is not None and spec.submodule_search_locations:  # a package, or a namespace one
         return _package(name, skip)
@@ -146,9 +158,10 @@ def _top_level(name: str, skip: set[Path]) -> dict[str, Path]:
 
 
 def _sources(folder: Path, skip: set[Path]) -> dict[str, Path]:
-    """The .py files below `folder` by relative path: through links to folders, without
-    hidden folders, caches, virtual environments or the harness's out folder. BadInput for a
-    link loop, or for more source than an experiment has (naming the largest files)."""
+    """The files below `folder` by relative path: through links to folders, without hidden
+    files and folders, caches, virtual environments, the harness's out folder and the config
+    dirs (`skip`). BadInput for a link loop, or for more files than an experiment has (naming
+    the largest)."""
     found: dict[str, Path] = {}
     sizes: list[tuple[int, str]] = []
     total = 0
@@ -165,7 +178,7 @@ def _sources(folder: Path, skip: set[Path]) -> dict[str, Path]:
             and (here / name).resolve() not in skip
         )  # fmt: skip
         for name in sorted(names):
-            if not name.endswith(".py"):
+            if name.startswith("."):
                 continue
             path = here / name
             rel = path.relative_to(folder).as_posix()
@@ -181,9 +194,9 @@ def _sources(folder: Path, skip: set[Path]) -> dict[str, Path]:
                     f"{rel} ({size / 1024:,.0f} KiB)" for size, rel in sorted(sizes)[-3:][::-1]
                 )
                 raise BadInput(
-                    f"{folder} holds more Python source than an experiment's folder should (over "
+                    f"{folder} holds more files than an experiment's folder should (over "
                     f"{MAX_FILES:,} files or {MAX_BYTES >> 20} MiB; largest: {largest}): put the "
-                    "experiment in a package of its own"
+                    "experiment in a package of its own, its large data outside it"
                 )
     return found
 
@@ -193,7 +206,8 @@ def _unreadable(error: OSError) -> None:
 
 
 class _StatCache:
-    """path -> (size, mtime_ns, inode, sha256) of the files hashed before, kept in the store."""
+    """path -> (size, mtime_ns, ctime_ns, device, inode, sha256) of the files hashed before,
+    kept in the store."""
 
     def __init__(self, store: Path):
         self.path, self.changed, self.used = Path(store) / STAT_CACHE, False, set()
@@ -208,11 +222,12 @@ class _StatCache:
         try:
             with open(path, "rb") as file:
                 status = os.fstat(file.fileno())
-                stamp = [status.st_size, status.st_mtime_ns, status.st_ino]
+                stamp = [status.st_size, status.st_mtime_ns, status.st_ctime_ns,
+                         status.st_dev, status.st_ino]  # fmt: skip
                 known = self.known.get(str(path))
                 self.used.add(str(path))
-                if isinstance(known, list) and known[:3] == stamp and len(known) == 4:
-                    return known[3]
+                if isinstance(known, list) and known[:-1] == stamp and len(known) == 6:
+                    return known[-1]
                 digest = boot.file_hash(file.read())
         except OSError as error:
             raise BadInput(f"cannot read {path}: {error.strerror or error}") from None
@@ -229,21 +244,23 @@ class _StatCache:
             files.write_text(self.path, json.dumps(self.known))
 
 
-def pin(node: dict, out: Path, store: Path) -> str:
-    """The digest of the code a sweep of the experiment `node` imports (collect), its parts
-    kept in the store (each once per digest) with the record of its parts; BadInput (one line)
-    when the store cannot be written."""
-    code = collect(node, out, store)
+def pin(node: dict, out: Path, store: Path, config_dirs=()) -> str:
+    """The digest of the code a sweep of the experiment `node` imports and reads (collect), its
+    bundles kept in the store (each once per digest) with the record of its bundles; BadInput
+    (one line) when the store cannot be written, cannot be read, or is not private."""
+    private_store(store)
+    code = collect(node, out, store, config_dirs)
     try:
-        for part in code.parts:
-            folder = boot.part_folder(store, part.digest)
-            if folder.is_dir() and not boot.intact(folder, part.digest):
-                _set_aside(folder)  # edited or half removed: kept anew from the tree
+        for bundle in code.bundles:
+            folder = boot.bundle_folder(store, bundle.digest)
+            if folder.is_dir() and not _checked(boot.intact, folder, bundle.digest):
+                _set_aside(folder)  # readable, private and not what its digest names: anew
             if not folder.is_dir():
-                _write_part(part, folder)
+                _write_bundle(bundle, folder)
         record = boot.record_path(store, code.digest)
         if not record.exists():
-            files.write_json(record, {"parts": [part.digest for part in code.parts]})
+            files.write_json(record, {"bundles": [bundle.digest for bundle in code.bundles]})
+        os.utime(record)  # pinned now: prune keeps it a while, for the sweep being planned
     except OSError as error:
         raise BadInput(
             f"cannot keep the sweep's code in the code store {store} ({error.strerror or error}"
@@ -253,60 +270,91 @@ def pin(node: dict, out: Path, store: Path) -> str:
     return code.digest
 
 
+def private_store(store: Path) -> None:
+    """The code store, made (this user's alone) where it is missing; BadInput (one line) where
+    another user owns it or others may write it (boot.check_private)."""
+    try:
+        Path(store).parent.mkdir(parents=True, exist_ok=True)
+        Path(store).mkdir(mode=0o700, exist_ok=True)
+    except OSError as error:
+        raise BadInput(
+            f"cannot keep the sweep's code in the code store {store} ({error.strerror or error})"
+            ": set code_store= to a folder you may write"
+        ) from None
+    _checked(boot.check_private, Path(store), "the code store")
+
+
+def _checked(look, *args):
+    """look(*args), its Mismatch (one line) or read error as BadInput: a folder of the store
+    that cannot be read is never taken for one that changed."""
+    try:
+        return look(*args)
+    except boot.Mismatch as error:
+        raise BadInput(str(error)) from None
+    except OSError as error:
+        raise BadInput(f"cannot read the code store: {os_error(error)}") from None
+
+
 def _set_aside(folder: Path) -> None:
     aside = folder.with_name(f".damaged-{folder.name}.{secrets.token_hex(4)}")
     with contextlib.suppress(FileNotFoundError):  # another sweep set it aside meanwhile
         os.rename(folder, aside)
-    shutil.rmtree(aside, ignore_errors=True)
+    _remove(aside)
 
 
-def _write_part(part: Part, folder: Path) -> None:
-    """The part's files, hashed as they are copied, under a hidden name renamed into place;
-    a file that changed since it was hashed makes the copy's digest differ: BadInput."""
+def _remove(folder: Path) -> None:
+    """A bundle's folder removed, its read-only folders made writable first."""
+    for where, _, _ in os.walk(folder):
+        with contextlib.suppress(OSError):
+            os.chmod(where, stat.S_IRWXU)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+READ_ONLY = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
+READ_ONLY_FOLDER = READ_ONLY | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
+
+
+def _write_bundle(bundle: Bundle, folder: Path) -> None:
+    """The bundle's files, hashed as they are copied, under a hidden name made read-only (files
+    and folders) and renamed into place; a file that changed since it was hashed makes the
+    copy's digest differ: BadInput."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = folder.with_name(f".{folder.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         copied = {}
-        for rel, source in part.files.items():
+        for rel, source in bundle.files.items():
             target = staging / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             data = source.read_bytes()
             target.write_bytes(data)
-            os.chmod(target, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+            os.chmod(target, READ_ONLY)
             copied[rel] = boot.file_hash(data)
-        if boot.part_digest(copied) != part.digest:
+        if boot.bundle_digest(copied) != bundle.digest:
             raise BadInput("the experiment's files changed while the sweep was planned: run it "
                            "again")  # fmt: skip
+        for where, _, _ in sorted(os.walk(staging), reverse=True):  # the deepest first
+            os.chmod(where, READ_ONLY_FOLDER)
         try:
             os.rename(staging, folder)
         except OSError:
-            if not folder.is_dir():  # else another sweep kept the same part meanwhile
+            if not folder.is_dir():  # else another sweep kept the same bundle meanwhile
                 raise
     finally:
         if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+            _remove(staging)
 
 
 def enter(store: Path, digest: str) -> None:
-    """This process imports from the snapshot of code `digest` from now on
-    (harness.pinning.boot.enter); BadInput (one line) for a snapshot that is gone or does not hash
-    to it."""
-    with _mismatch_in_one_line():
-        boot.enter(store, digest)
+    """This process imports from the snapshot of code `digest` from now on, each module checked
+    as it is imported (harness.pinning.boot.enter); BadInput (one line) for a snapshot that is
+    gone, does not hash to it, cannot be read or is not private."""
+    _checked(boot.enter, store, digest)
 
 
 def verify(store: Path, digest: str) -> None:
-    """BadInput (one line) where the snapshot of code `digest` is gone or does not hash to it."""
-    with _mismatch_in_one_line():
-        boot.verified(store, digest)
-
-
-@contextlib.contextmanager
-def _mismatch_in_one_line():
-    try:
-        yield
-    except boot.Mismatch as error:
-        raise BadInput(str(error)) from None
+    """BadInput (one line) where the snapshot of code `digest` is gone, does not hash to it,
+    cannot be read or is not private."""
+    _checked(boot.verified, store, digest)
 
 
 def running() -> tuple[Path, str] | None:
@@ -324,13 +372,13 @@ def running_digest() -> str | None:
 
 
 def runs_project(store: Path, digest: str) -> bool:
-    """Whether this process's harness and experiments are the snapshot's: its project part
+    """Whether this process's harness and experiments are the snapshot's: its project bundle
     (the last) hashes as the files they were imported from do."""
     try:
-        parts = json.loads(boot.record_path(store, digest).read_text())["parts"]
+        bundles = json.loads(boot.record_path(store, digest).read_text())["bundles"]
     except (OSError, ValueError, KeyError, TypeError):
         return False
-    return bool(parts) and _hashed([_project()], store).parts[0].digest == parts[-1]
+    return bool(bundles) and _hashed([_project()], store).bundles[0].digest == bundles[-1]
 
 
 class RunFrom(Exception):
@@ -344,8 +392,8 @@ class RunFrom(Exception):
 
 def harness_from(store: Path, digest: str, arguments: list[str]) -> tuple[list[str], dict]:
     """The command line and environment that run `python -m harness ARGUMENTS` from the
-    snapshot of code `digest` (its boot hashes it first), its harness reading this install's
-    conf/ (boot.CONF_ENV: a snapshot holds no configs)."""
+    snapshot of code `digest` (checked first by this harness's boot), its harness reading this
+    install's conf/ (boot.CONF_ENV: a snapshot holds no configs)."""
     from harness.names import CONF
 
     return ([*_boot(store, digest), "-m", "harness", *arguments],
@@ -353,49 +401,45 @@ def harness_from(store: Path, digest: str, arguments: list[str]) -> tuple[list[s
 
 
 def boot_command(store: Path, digest: str) -> str:
-    """The interpreter command a submitit job starts with (its `python`): the snapshot's boot,
-    which hashes the snapshot before anything of it runs. submitit appends -u -m ..."""
+    """The interpreter command a submitit job starts with (its `python`): this harness's boot,
+    which checks the snapshot before anything of it runs. submitit appends -u -m ..."""
     import shlex
 
     return " ".join(shlex.quote(a) for a in _boot(store, digest))
 
 
 def _boot(store: Path, digest: str) -> list[str]:
-    """python SNAPSHOT/harness/pinning/boot.py STORE DIGEST"""
-    return [sys.executable, str(_boot_script(store, digest)), str(store), digest]
+    """python HARNESS/pinning/boot.py STORE DIGEST"""
+    return [sys.executable, checker(), str(store), digest]
 
 
-def _boot_script(store: Path, digest: str) -> Path:
-    """The snapshot's harness/pinning/boot.py (in its project part, the last)."""
-    parts = json.loads(boot.record_path(store, digest).read_text())["parts"]
-    return boot.part_folder(store, parts[-1]) / "harness" / "pinning" / "boot.py"
+def checker() -> str:
+    """The boot.py that checks a snapshot before a process runs it: the one of the harness that
+    entered the first snapshot in this process's line (boot.BOOT_ENV), else this harness's:
+    never a snapshot's own."""
+    return os.environ.get(boot.BOOT_ENV) or boot.SCRIPT
 
 
 def worker_target(store: Path, digest: str, target: str, args: tuple) -> tuple:
-    """A warm worker's Process target and arguments: the snapshot's boot through runpy, which
-    hashes the snapshot and then calls `target` ("module:function") with `args`."""
+    """A warm worker's Process target and arguments: this harness's boot through runpy, which
+    checks the snapshot, enters it and then calls `target` ("module:function") with `args`."""
     import runpy
 
-    script = str(_boot_script(store, digest))
     init = {"BOOT": (str(store), digest, target, args)}
-    return runpy.run_path, (script,), {"init_globals": init, "run_name": "__harness_boot__"}
+    return runpy.run_path, (checker(),), {"init_globals": init, "run_name": "__harness_boot__"}
 
 
 def listing(store: Path, digest: str) -> dict[str, Path]:
     """The files of the snapshot of `digest` by relative path (the experiment's own first);
     BadInput when the store has no such snapshot."""
+    pinned = _checked(boot.verified, store, digest)
     found: dict[str, Path] = {}
-    for folder in _folders(store, digest):
-        for rel, path in boot.source_files(folder).items():
-            found.setdefault(rel, path)
+    for folder in pinned.folders:
+        for where, _, names in os.walk(folder):
+            for name in names:
+                path = Path(where) / name
+                found.setdefault(path.relative_to(folder).as_posix(), path)
     return found
-
-
-def _folders(store: Path, digest: str) -> list[Path]:
-    try:
-        return boot.verified(store, digest)
-    except boot.Mismatch as error:
-        raise BadInput(one_line(error)) from None
 
 
 def diff(store: Path, old: str, new: str, names: tuple[str, str]) -> tuple[list[str], str]:
@@ -421,3 +465,38 @@ def differing(store: Path, old: str, new: str) -> int | None:
     old_hashes, new_hashes = ({rel: boot.file_hash(p.read_bytes()) for rel, p in found.items()}
                               for found in (before, after))  # fmt: skip
     return sum(old_hashes.get(rel) != new_hashes.get(rel) for rel in {*old_hashes, *new_hashes})
+
+
+def prune(store: Path, kept: set[str]) -> tuple[list[str], int]:
+    """Remove from the store every code but those in `kept` (the sweeps' a user keeps) and those
+    pinned in the last RECENT_S (a sweep being planned now), every bundle that no code left
+    names, and all else in it but the stat cache and what was made in the last RECENT_S (the
+    bytecode of modules is made again as they are imported); the codes removed, and the bytes
+    freed."""
+    private_store(store)
+    now, named, removed = time.time(), set(), []
+    for record in sorted(Path(store).glob("snapshot-*.json")):
+        digest = record.stem.removeprefix("snapshot-")
+        try:
+            recent = now - record.stat().st_mtime < RECENT_S
+            bundles = json.loads(record.read_text())["bundles"]
+        except (OSError, ValueError, KeyError, TypeError):
+            recent, bundles = False, []
+        if digest in kept or recent:
+            named |= {boot.bundle_folder(store, b).name for b in bundles if isinstance(b, str)}
+            named.add(record.name)
+        else:
+            removed.append(digest)
+    freed = 0
+    for entry in os.scandir(store):
+        young = now - entry.stat(follow_symlinks=False).st_mtime < RECENT_S
+        if entry.name in named or entry.name == STAT_CACHE or (young and entry.name[0] == "."):
+            continue
+        path = Path(entry.path)
+        if entry.is_dir(follow_symlinks=False):
+            freed += sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+            _remove(path)
+        else:
+            freed += entry.stat(follow_symlinks=False).st_size
+            path.unlink()
+    return removed, freed

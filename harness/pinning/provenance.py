@@ -1,7 +1,9 @@
-"""What produced a row: the code's commit, the versions, the host, the device, SLURM's ids."""
+"""What produced a row: the code's commit, the versions, the host, the device, SLURM's ids, and
+the environment variables that change what a computation returns."""
 
 import functools
 import hashlib
+import json
 import os
 import platform
 import socket
@@ -12,6 +14,19 @@ from pathlib import Path
 from harness.pinning.codestore import running_digest
 
 SOURCE = Path(__file__).resolve().parents[2]  # the checkout the harness runs from, if any
+# Environment variables that change what a computation returns, or which kernels compute it:
+# thread counts (a reduction's order), TF32 overrides, cuBLAS's workspace (its determinism) and
+# kernel choice, oneDNN's and MKL's instruction sets and numerical modes, the CPU capability
+# torch dispatches to, Python's hash seed (the order of a set). An experiment names others in
+# its YAML (experiment.environment).
+NUMERICS_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "NVIDIA_TF32_OVERRIDE",
+                "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "CUBLAS_WORKSPACE_CONFIG",
+                "CUBLASLT_WORKSPACE_SIZE", "TORCH_BLAS_PREFER_CUBLASLT",
+                "TORCH_BLAS_PREFER_HIPBLASLT", "TORCH_CUDNN_SDPA_ENABLED", "MKL_CBWR",
+                "MKL_ENABLE_INSTRUCTIONS", "KMP_DETERMINISTIC_REDUCTION", "ATEN_CPU_CAPABILITY",
+                "ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE", "ONEDNN_MAX_CPU_ISA",
+                "DNNL_MAX_CPU_ISA", "PYTHONHASHSEED")  # fmt: skip
 
 
 @functools.cache
@@ -93,8 +108,9 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def provenance(device: str) -> dict:
-    """The provenance columns of a row measured on `device` in this process."""
+def provenance(device: str, named_env=()) -> dict:
+    """The provenance columns of a row measured on `device` in this process (`named_env`: the
+    environment variables its experiment names besides NUMERICS_ENV)."""
     import torch
 
     commit, dirty = git_state()
@@ -102,15 +118,58 @@ def provenance(device: str) -> dict:
         "git_commit": commit,
         "git_dirty": dirty,
         "code_digest": running_digest(),
-        "torch_version": torch.__version__,
-        "cuda_version": torch.version.cuda,
-        "python_version": platform.python_version(),
-        "packages_digest": packages_digest(packages()),
-        "device_name": device_name(device),
+        **machine(device),
         "threads": torch.get_num_threads(),
+        "environment": environment(named_env),
         "hostname": socket.gethostname(),
         **slurm(),
     }
+
+
+def machine(device: str) -> dict:
+    """The kind of machine a point on `device` runs on here: the device's name, the versions of
+    torch, CUDA, cuDNN, the GPU's driver and Python, and the installed packages' digest."""
+    import torch
+
+    name = device_name(device)
+    return {
+        "device_name": name,
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "cudnn_version": _cudnn(),
+        "driver_version": _driver() if name != _cpu_name() else None,
+        "python_version": platform.python_version(),
+        "packages_digest": packages_digest(packages()),
+    }
+
+
+def environment(named=(), environ=None) -> str:
+    """The variables of NUMERICS_ENV and `named` that `environ` (None: this process's) sets,
+    as sorted JSON text."""
+    env = os.environ if environ is None else environ
+    return json.dumps({n: env[n] for n in sorted({*NUMERICS_ENV, *named}) if n in env})
+
+
+@functools.cache
+def _cudnn() -> str | None:
+    """cuDNN's version where torch has it (a CUDA build), else None."""
+    import torch
+
+    if torch.version.cuda is None:  # a CPU build: no cuDNN to load
+        return None
+    version = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return None if version is None else str(version)
+
+
+@functools.cache
+def _driver() -> str | None:
+    """The NVIDIA driver's version, as the kernel module states it; None without one."""
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        return None
+    found = [w for w in text.split() if w.count(".") >= 1 and w.replace(".", "").isdigit()]
+    return found[0] if found else None
 
 
 def slurm() -> dict:

@@ -1,12 +1,22 @@
-"""Reuse: a point whose answer the store holds already is copied, not computed again.
+"""Reuse: a point whose answer the store holds already is copied, not computed again, where a
+fresh run would give the same rows.
 
-An answer is reusable when every row of it is ok and it was computed for the same config_hash,
-by the same code (code_digest) on the same kind of machine (device_name, torch_version,
-cuda_version, packages_digest: never the host or SLURM's ids). Its rows become the new point's
-own job's rows, with `reused_from` naming the sweep and job they came from ("SWEEP/JOB") and
-their original started_at, duration and host, so that every reader, claim and report sees a
-complete sweep. Failed, killed and not-run points, a search's trials and points of several
-processes are never reused.
+The key: the point's config_hash (its parameters and the whole resolved config it sees: the
+`run` target, the seed, threads; harness.planning.experiment.config_hash), the code it ran
+(code_digest), the kind of machine (KIND: the device's name, the versions of torch, CUDA,
+cuDNN, the GPU's driver and Python, the installed packages, torch's threads, and the
+environment variables that change numerics; never the host or SLURM's ids), and every file the
+point read from outside its snapshot, the standard library and the installed packages, each
+with its digest (harness.pinning.reads), checked again before a copy. Rows copied become the
+new point's own job's rows, with `reused_from` naming the sweep and job they came from
+("SWEEP/JOB") and their original started_at, duration and host, so that every reader, claim and
+report sees a complete sweep. Failed, killed and not-run points, a search's trials and points
+of several processes are never reused.
+
+Only answers: a point that timed calls or measured memory (harness.measuring), or whose rows
+hold timing samples (*_samples_ms), measures the moment, and is copied only where its sweep
+says reuse=true (an experiment's YAML, or the command line); with the default (reuse: null)
+such a point runs again, and with reuse=false nothing is recorded or copied.
 
 Candidates are found without reading the store: each answer that may be reused is recorded
 beside its experiment's manifests, one small file per answer under _answers/CONFIG_HASH/, and
@@ -18,41 +28,59 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import os
+import stat
 from pathlib import Path
 
 from harness import files, store
 from harness.lifetime import per_command
 from harness.names import NAME
-from harness.pinning import provenance
+from harness.pinning import provenance, reads
 
 ANSWERS = "_answers"
-KIND = ("device_name", "torch_version", "cuda_version", "packages_digest")  # a kind of machine
+KIND = ("device_name", "torch_version", "cuda_version", "cudnn_version", "driver_version",
+        "python_version", "packages_digest", "threads", "environment")  # fmt: skip
+SHOWN = 3  # files read that a sweep's summary names
+HINT_BYTES = 1 << 20  # a hint is a few hundred bytes; one larger is no hint of the harness's
+log = logging.getLogger(__name__)
 
 
-def machine(device: str) -> dict:
-    """This process's kind of machine for a point on `device`."""
+def kind(device: str, named_env=(), threads: int | None = None, environ=None) -> dict:
+    """The kind of machine a point on `device` gets (KIND): this process's, with torch's
+    `threads` (None: this process's now) and the environment `environ` (None: this one's)."""
     import torch
 
-    return {
-        "device_name": provenance.device_name(device),
-        "torch_version": torch.__version__,
-        "cuda_version": torch.version.cuda,
-        "packages_digest": provenance.packages_digest(provenance.packages()),
-    }
+    environment = provenance.environment(named_env, os.environ if environ is None else environ)
+    return {**provenance.machine(device), "threads": threads or torch.get_num_threads(),
+            "environment": environment}  # fmt: skip
+
+
+def measures(taken: tuple[str, ...], rows: list[dict]) -> bool:
+    """Whether a point measured the moment: it timed calls or measured memory (`taken`, from
+    harness.measuring), or its rows hold timing samples."""
+    return bool(taken) or any(key.endswith("_samples_ms") for row in rows for key in row)
 
 
 def _folder(root: Path, experiment: str, config_hash: str) -> Path:
     return Path(root) / f"experiment={experiment}" / ANSWERS / config_hash
 
 
-def record(root: Path, experiment: str, sweep: str, job: int, rows: list[dict]) -> None:
-    """Note a point's answer as reusable: rows all ok, of code the process ran from a snapshot."""
+def record(root: Path, experiment: str, sweep: str, job: int, rows: list[dict],
+           read: dict, measured: bool, setting: bool | None) -> None:  # fmt: skip
+    """Note a point's answer as reusable: rows all ok, of code the process ran from a snapshot,
+    every file it read hashed, and a sweep that reuses (`setting`: its reuse, which a point
+    that measured the moment needs true)."""
     first = rows[0] if rows else {}
+    if setting is False or (measured and setting is not True):
+        return
     if not first.get("code_digest") or any(row.get("status") != "ok" for row in rows):
         return
+    if any(digest is None for digest in read.values()):  # a file it read cannot be hashed now
+        return
     entry = {"sweep": sweep, "job": job, "code_digest": first["code_digest"],
-             **{key: first.get(key) for key in KIND}}  # fmt: skip
+             **{key: first.get(key) for key in KIND}, "files_read": read,
+             "measured": measured}  # fmt: skip
     folder = _folder(root, experiment, first["config_hash"])
     # A hint, written in place: neither renamed into place nor forced to disk (the point's
     # cost). Met half-written (find reads it as nothing), or lost to a crash, it only means
@@ -62,33 +90,65 @@ def record(root: Path, experiment: str, sweep: str, job: int, rows: list[dict]) 
         files.write_in_place(folder / f"{sweep}.{job}.json", json.dumps(entry))
 
 
-def find(root: Path, experiment: str, config_hash: str, code: str, kind: dict, sweep: str):
+def may_have(root: Path, experiment: str, config_hash: str) -> bool:
+    """Whether an answer to this config is on record (one listing a command)."""
+    return config_hash in _answered(Path(root), experiment)
+
+
+def find(root: Path, experiment: str, config_hash: str, code: str, kind: dict, sweep: str,
+         setting: bool | None):  # fmt: skip
     """(rows, "SWEEP/JOB") of the newest reusable answer for this config, code and kind of
-    machine in another sweep; None when there is none."""
-    if config_hash not in _answered(Path(root), experiment):
+    machine in another sweep, whose files read still hash as they did; None when there is
+    none (or `setting`, the sweep's reuse, is false). Each answer passed over for a reason a
+    user would ask about is a line in the point's log."""
+    if setting is False or not may_have(root, experiment, config_hash):
         return None
     folder = _folder(root, experiment, config_hash)
     try:
         names = sorted(os.listdir(folder), reverse=True)  # sweep ids sort by time
     except OSError:
         return None
+    wanted = {"code_digest": code, **kind}
     for name in names:
-        try:
-            entry = files.read_json(folder / name)
-        except (OSError, ValueError):
+        entry = _hint(folder / name)
+        if entry is None or entry.get("sweep") == sweep:
             continue
-        if not isinstance(entry, dict) or entry.get("sweep") == sweep:
-            continue
-        wanted = {"code_digest": code, **kind}
         if any(entry.get(key) != value for key, value in wanted.items()):
+            continue
+        source = f"{entry['sweep']}/{entry.get('job')}"
+        if entry.get("measured") and setting is not True:
+            log.info("not reused: %s measured the moment (reuse=true copies it)", source)
+            continue
+        read = entry.get("files_read")
+        changed = reads.changed(read) if isinstance(read, dict) else "(no record)"
+        if changed is not None:
+            log.info("not reused: %s read %s, which has changed since", source, changed)
             continue
         rows = _answer(root, experiment, str(entry["sweep"]), entry.get("job"), config_hash)
         if rows and all(
             row.get("status") == "ok" and all(row.get(k) == v for k, v in wanted.items())
             for row in rows
         ):
-            return rows, f"{entry['sweep']}/{entry['job']}"
+            return rows, source
     return None
+
+
+def _hint(path: Path) -> dict | None:
+    """A hint's entry, read as data: None for what is not a regular file of the harness's size
+    (a pipe there would hold every sweep of the config), or not JSON of a mapping."""
+    try:
+        opened = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(opened, "rb") as file:
+        found = os.fstat(opened)
+        if not stat.S_ISREG(found.st_mode) or found.st_size > HINT_BYTES:
+            return None
+        try:
+            entry = json.loads(file.read(HINT_BYTES))
+        except (OSError, ValueError):
+            return None
+    return entry if isinstance(entry, dict) else None
 
 
 @per_command
@@ -130,17 +190,21 @@ def copied(rows: list[dict], job: int, source: str) -> list[dict]:
 
 
 def said(rows) -> list[str]:
-    """What a sweep's rows (a table or a frame) say of their code and reuse, as lines for its
-    summary and status: how many points were reused and from which sweeps, and the codes its
-    points ran when there is more than one."""
+    """What a sweep's rows (a table or a frame) say of their code, reuse and reads, as lines for
+    its summary and status: how many points were reused and from which sweeps, the codes its
+    points ran when there is more than one, and the files they read that the sweep did not pin."""
     jobs = store.values(rows, "job")
-    sources, codes = {}, {}
-    for job, source, code in zip(jobs, store.values(rows, "reused_from"),
-                                 store.values(rows, "code_digest"), strict=True):  # fmt: skip
+    sources, codes, read = {}, {}, {}
+    for job, source, code, files_read in zip(
+        jobs, store.values(rows, "reused_from"), store.values(rows, "code_digest"),
+        store.values(rows, "files_read"), strict=True,
+    ):  # fmt: skip
         if isinstance(source, str):
             sources.setdefault(job, source.rpartition("/")[0])
         if isinstance(code, str):
             codes.setdefault(code, set()).add(job)
+        for path in _paths(files_read):
+            read.setdefault(path, set()).add(job)
     lines = []
     if sources:
         from_ = sorted(set(sources.values()))
@@ -149,4 +213,20 @@ def said(rows) -> list[str]:
     if len(codes) > 1:
         each = ", ".join(f"{code} ({len(jobs)} points)" for code, jobs in sorted(codes.items()))
         lines.append(f"its points ran {len(codes)} different codes: {each}")
+    if read:
+        shown = sorted(read.items(), key=lambda item: (-len(item[1]), item[0]))
+        each = ", ".join(f"{path} ({len(jobs)} points)" for path, jobs in shown[:SHOWN])
+        more = f" and {len(read) - SHOWN} more" if len(read) > SHOWN else ""
+        lines.append(f"its points read {len(read)} files the sweep did not pin (each with its "
+                     f"digest in the rows' files_read): {each}{more}")  # fmt: skip
     return lines
+
+
+def _paths(files_read) -> list[str]:
+    if not isinstance(files_read, str) or files_read in ("", "{}"):
+        return []
+    try:
+        found = json.loads(files_read)
+    except ValueError:
+        return []
+    return list(found) if isinstance(found, dict) else []

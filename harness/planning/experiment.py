@@ -132,7 +132,7 @@ def _said(error: Exception) -> str:
         path = Path(error.filename or "?")
         pinned = codestore.running()
         if pinned and path.is_relative_to(pinned[0]):
-            path = Path(*path.relative_to(pinned[0]).parts[1:])  # without its part-DIGEST folder
+            path = Path(*path.relative_to(pinned[0]).parts[1:])  # without its bundle-DIGEST folder
         return f"{type(error).__name__}: {error.msg} ({path}, line {error.lineno})"
     return with_type(error)
 
@@ -159,10 +159,40 @@ def config_values(cfg: DictConfig) -> dict:
         raise BadInput(f"{error.full_key}: {str(error).splitlines()[0]}") from None
 
 
-def config_hash(experiment: str, params: dict) -> str:
-    """A short digest of what a point computes: the experiment and its parameters."""
-    text = json.dumps({"experiment": experiment, **params}, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+# The config's keys that do not decide a point's answer: where its rows go, how its sweep is
+# run, followed and reused, how a training point's rows land, where else they go; and of its
+# experiment block, what the report makes of the rows.
+NOT_IN_KEY = ("out", "resume", "wait", "max_points", "fail_fast", "stream_rows", "stream_s",
+              "reuse", "code", "code_store", "sinks", "search", "sweep_id", "job")  # fmt: skip
+NOT_IN_KEY_OF_EXPERIMENT = ("table", "plots", "claims", "derive", "report", "search")
+
+
+def config_hash(experiment: str, params: dict, values: dict) -> str:
+    """A short digest of what a point computes: the experiment, its parameters, and every other
+    key of the resolved config its job sees (`values`) but NOT_IN_KEY: its `run` target, the
+    seed, threads, the environment variables it names."""
+    return hasher(experiment, values)(params)
+
+
+def hasher(experiment: str, values: dict) -> Callable[[dict], str]:
+    """config_hash of each point of one config `values`, its keys not of the point's own
+    parameters serialized once."""
+    node = values.get("experiment") or {}
+    rest = {key: value for key, value in values.items() if key not in (*NOT_IN_KEY, "experiment")}
+    rest["experiment"] = {k: v for k, v in node.items() if k not in NOT_IN_KEY_OF_EXPERIMENT}
+
+    texts: dict[frozenset, str] = {}  # the rest as text, by the names of the parameters
+
+    def digest(params: dict) -> str:
+        names = frozenset(params)
+        if names not in texts:
+            config = {key: value for key, value in rest.items() if key not in names}
+            texts[names] = json.dumps(config, sort_keys=True, default=str)
+        text = json.dumps({"experiment": experiment, "params": params}, sort_keys=True,
+                          default=str)  # fmt: skip
+        return hashlib.sha256(f"{text}\n{texts[names]}".encode()).hexdigest()[:16]
+
+    return digest
 
 
 def _typed(name: str, value: Any, annotation: Any) -> Any:

@@ -6,6 +6,7 @@ manifest that records them."""
 import functools
 import itertools
 import math
+import re
 import secrets
 import shutil
 from dataclasses import dataclass, field, replace
@@ -22,7 +23,7 @@ from harness.errors import BadInput, one_line
 from harness.names import HARNESS_KEYS, SET_BY_HARNESS, check_name, key_of
 from harness.pinning import codestore
 from harness.planning.config import compose_config
-from harness.planning.experiment import Experiment, config_hash, config_values
+from harness.planning.experiment import Experiment, config_values, hasher
 from harness.results.claims import validate as validate_claims
 from harness.results.tables import validate_plots, validate_table
 from harness.searching import search
@@ -89,10 +90,12 @@ def plan_command(
     added = absent_keys(cfg, grid)  # grid keys the config lacks, added for every job
     if added:
         cfg = compose_config([*fixed, *added, f"sweep_id={sweep_id}"], experiment, config_dirs)
-    return cfg, plan(cfg, grid, added, pin), [*fixed, *added]
+    return cfg, plan(cfg, grid, added, pin, config_dirs), [*fixed, *added]
 
 
-def plan(cfg: DictConfig, sweeps: list[Override], added: list[str] = (), pin=False) -> Sweep:
+def plan(
+    cfg: DictConfig, sweeps: list[Override], added: list[str] = (), pin=False, config_dirs=()
+) -> Sweep:
     """The sweep's points, in grid order, each checked against the experiment's signature
     (`added`: the lines absent_keys gave, which fix no key). With `pin`, the code the points
     import is hashed and kept first (harness.pinning.codestore), and the experiment imported from
@@ -105,11 +108,12 @@ def plan(cfg: DictConfig, sweeps: list[Override], added: list[str] = (), pin=Fal
     _check_fail_fast(values.get("fail_fast", 0))
     if values.get("threads") is not None:
         _check_positive_int("threads", values["threads"])
-    if not isinstance(values.get("reuse", True), bool):
-        raise BadInput(f"reuse must be true or false, got {values['reuse']!r}")
+    if values.get("reuse") not in (True, False, None):
+        raise BadInput(f"reuse must be true, false or null, got {values['reuse']!r}")
+    _check_environment(values["experiment"].get("environment"))
     digest, code_store = None, codestore.store_of(values.get("code_store"))
     if pin:
-        digest = codestore.pin(values["experiment"], values["out"], code_store)
+        digest = codestore.pin(values["experiment"], values["out"], code_store, config_dirs)
         codestore.enter(code_store, digest)
     experiment = Experiment.load(values["experiment"])
     _check_parameter_names(experiment)
@@ -118,13 +122,14 @@ def plan(cfg: DictConfig, sweeps: list[Override], added: list[str] = (), pin=Fal
     axes = _axes(chosen)
     points = []
     interpolated = any(_interpolates(value) for axis in axes.values() for _, value in axis)
+    config_hash = hasher(experiment.name, values)
     for job, assignment in enumerate(itertools.product(*axes.values())):
         point_values = {key: value for key, (_, value) in zip(axes, assignment, strict=True)}
         if interpolated:
             point_values = _resolved(cfg, point_values)
         params = experiment.params({**values, **point_values})
         point_overrides = [f"{key}={text}" for key, (text, _) in zip(axes, assignment, strict=True)]
-        points.append(Point(job, point_overrides, params, config_hash(experiment.name, params)))
+        points.append(Point(job, point_overrides, params, config_hash(params)))
     if not points:
         empty = " ".join(f"{key}=[]" for key, values in axes.items() if not values)
         raise BadInput(f"the grid has no points ({empty})")
@@ -144,7 +149,7 @@ def plan(cfg: DictConfig, sweeps: list[Override], added: list[str] = (), pin=Fal
 def _trial_point(point: Point, job: int, cell: int, slot: int) -> Point:
     """A search's trial of the cell `point`: its own job and config_hash (each trial's rows and
     checkpoint are its own)."""
-    digest = config_hash("", {"cell_hash": point.config_hash, "slot": slot})
+    digest = hasher("", {})({"cell_hash": point.config_hash, "slot": slot})
     return Point(job, point.overrides, point.params, digest, cell, slot)
 
 
@@ -239,6 +244,21 @@ def _check_streaming(values: dict) -> None:
     seconds = values["stream_s"]
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
         raise BadInput(f"stream_s must be a number of seconds above 0, got {seconds!r}")
+
+
+ENVIRONMENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _check_environment(names) -> None:
+    """experiment.environment: the names of environment variables the experiment's numbers
+    depend on (recorded in its rows and part of reuse's key), a list."""
+    if names is None:
+        return
+    if not isinstance(names, list) or not all(
+        isinstance(name, str) and ENVIRONMENT_NAME.fullmatch(name) for name in names
+    ):
+        raise BadInput(f"experiment.environment must be a list of environment variables' names "
+                       f"(environment: [MY_FLAG]), got {names!r}")  # fmt: skip
 
 
 def _check_fail_fast(value) -> None:

@@ -1,4 +1,5 @@
-"""One job of a sweep: run one point of the grid and write its rows. Hydra's task function."""
+"""One job of a sweep: run one point of the grid and write its rows (run_point, the one way a
+point runs, whatever its launcher); Job is Hydra's task function, which calls it."""
 
 import contextlib
 import functools
@@ -16,10 +17,10 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from harness import files, store, tracking
+from harness import files, measuring, store, tracking
 from harness.errors import StoreUnwritable
 from harness.lifetime import per_command
-from harness.pinning import codestore, provenance, reuse
+from harness.pinning import boot, codestore, provenance, reads, reuse
 from harness.planning.experiment import Experiment, config_hash, config_values
 from harness.running import distributed
 from harness.running.sinks import PointInfo, Sinks
@@ -31,112 +32,148 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Job:
-    """Hydra's task function for a sweep's jobs: run the point a job's config describes, write
-    its rows, return a short summary of them. It carries what every job of the sweep shares
-    (the command that started the sweep); it is pickled into each submitit job as it is."""
+    """Hydra's task function for a sweep's jobs: what a launcher runs for each point (through
+    run_point), carrying what every job of the sweep shares (the command that started it); it
+    is pickled into each submitit job as it is."""
 
     command: str | None = None
 
     def __call__(self, cfg: DictConfig) -> dict:
-        """A job Hydra runs itself: its planned point is read from the sweep's manifest."""
-        return self.run(config_values(cfg), HydraConfig.get().runtime.output_dir)
-
-    def run(self, values: dict, run_dir: str, planned: dict | None = None) -> dict:
-        """Run the point of a job's config `values` (resolved, without Hydra's node), write its
-        rows, and return a short summary of them. `planned` is the manifest's point (its
-        params and config_hash), where the launcher has it at hand."""
-        return run_point(values, run_dir, self.command, planned)
+        """A job Hydra runs itself (a launcher plugin of Hydra's): its planned point is read
+        from the sweep's manifest."""
+        return run_point(config_values(cfg), HydraConfig.get().runtime.output_dir, self.command)
 
 
-def run_point(values: dict, run_dir: str, command: str | None, planned: dict | None) -> dict:
-    """Run the point of a job's config values, write its rows, return a short summary. The
-    point runs the parameters its sweep planned (the manifest's): a YAML edited since, or a
-    value that differs each time it is read (${now:...}), changes nothing it computes. While it
-    runs, a log that cannot be written (a full disk) is no traceback (logging.raiseExceptions),
-    and the process is as it was afterwards."""
+def run_point(values: dict, run_dir: str, command: str | None, planned: dict | None = None) -> dict:
+    """Run one point, whatever its launcher, and write its rows; a short summary of them.
+
+    `values` is the job's config (resolved, without Hydra's node) and `planned` its manifest
+    entry (params, config_hash; read from the manifest where the launcher has none at hand):
+    the point runs the parameters its sweep planned, so that a YAML edited since, or a value
+    that differs each time it is read (${now:...}), changes nothing it computes. In turn: an
+    answer another sweep holds is copied instead, where its launcher left that to the point
+    (harness.pinning.reuse); else the experiment is called, what it reads outside its snapshot
+    recorded (harness.pinning.reads), its rows written (a training point's as they come,
+    through its tracker) and its answer recorded for reuse. While it runs, a log that cannot be
+    written (a full disk) is no traceback, and the process is as it was afterwards."""
+    with _quiet_logging_errors():
+        experiment = Experiment.load(values["experiment"])
+        root, sweep, job = Path(values["out"]) / "results", values["sweep_id"], values["job"]
+        planned = planned or planned_point(root, experiment.name, sweep, job) or {}
+        params = planned["params"] if planned else experiment.params(values)
+        _note_changes(params, values)
+        hashed = planned.get("config_hash") or config_hash(experiment.name, params, values)
+        trial = _trial(root, experiment, sweep, job, planned, values["seed"])
+        if trial is not None:  # a search's trial: the parameters its study asked for, typed
+            params = {**params, **{k: experiment._typed(k, v) for k, v in trial.params.items()}}
+            trial.fixed = params
+        group = distributed.current()
+        alone = trial is None and group is None  # a point whose answer may be reused
+        if alone and not planned.get("decided"):  # its launcher left reuse to the point
+            kind = reuse.kind(_device(params), _named_env(experiment), values.get("threads"))
+            summary = reused_answer(root, experiment, sweep, job, hashed, params, kind, values)
+            if summary is not None:
+                return summary
+        path = store.job_file(root, experiment.name, sweep, job)
+        extra = {"rank": group.rank, "world_size": group.world_size} if group else {}
+        extra |= {"cell": trial.cell, "trial": trial.number} if trial else {}
+        prepare = _Columns(params, {"job": job, "config_hash": hashed}, command, run_dir, extra,
+                           _named_env(experiment))  # fmt: skip
+        point = PointInfo(experiment.name, sweep, job, params, Path(values["out"]))
+        sending = values.get("sinks") and not (group and group.rank)  # rank 0's: the point's
+        sinks = Sinks(values.get("sinks"), point, functools.partial(_say, job)) if sending else None
+        tracker = _tracker(experiment, values, (sweep, job, path), prepare, params, hashed, sinks,
+                           group, trial)  # fmt: skip
+        measuring.start_point()
+        with torch_threads(values.get("threads")):  # its rows record them (provenance)
+            with _reading(values) as reading:
+                prepare.reading = reading
+                returned = measure(experiment, params, params.get("seed", values["seed"]), tracker)
+            rows = [prepare(row) for row in returned]
+        if trial is not None:  # told before the rows are written: a restart takes it back
+            trial.tell(rows, next((row["status"] for row in rows if row["status"] != "ok"), "ok"))
+        if tracker is not None:  # its job file replaces its segments; the sinks get the rest
+            rows = tracker.end(rows)
+        elif group and group.rank:  # every process of the group ran it: rank 0's rows are kept
+            return summarize(rows, params)
+        else:
+            store.write_rows(path, rows)
+            if sinks is not None:  # a point without a tracker: its rows once they are stored
+                sinks.send(rows)
+        if alone:
+            measured = reuse.measures(measuring.taken(), rows)
+            reuse.record(root, experiment.name, sweep, job, rows, reading.files_read(), measured,
+                         values.get("reuse"))  # fmt: skip
+        _keep_package_list(store.sweep_dir(root, experiment.name, sweep))
+        told = summarize(rows, params, last=tracker is not None)
+        return {**told, "trial": trial.label()} if trial else told
+
+
+@contextlib.contextmanager
+def _quiet_logging_errors() -> Iterator[None]:
     raising, logging.raiseExceptions = logging.raiseExceptions, False
     try:
-        return _run_point(values, run_dir, command, planned)
+        yield
     finally:
         logging.raiseExceptions = raising
 
 
-def _run_point(values: dict, run_dir: str, command: str | None, planned: dict | None) -> dict:
-    experiment = Experiment.load(values["experiment"])
-    root = Path(values["out"]) / "results"
-    sweep, job = values["sweep_id"], values["job"]
-
-    say = functools.partial(_say, job)
-    planned = planned or planned_point(root, experiment.name, sweep, job)
-    params = planned["params"] if planned else experiment.params(values)
-    _note_changes(params, values)
-    path = store.job_file(root, experiment.name, sweep, job)
-    digest = planned["config_hash"] if planned else config_hash(experiment.name, params)
-    trial = _trial(root, experiment, sweep, job, planned, values["seed"])
-    if trial is not None:  # a search's trial: the parameters its study asked for, typed
-        params = {**params, **{k: experiment._typed(k, v) for k, v in trial.params.items()}}
-        trial.fixed = params
-    group = distributed.current()
-    if trial is None and group is None and values.get("reuse", True):
-        reused = _reused(root, experiment.name, sweep, job, digest, params)
-        if reused is not None:
-            return reused
-    extra = {"rank": group.rank, "world_size": group.world_size} if group else {}
-    extra |= {"cell": trial.cell, "trial": trial.number} if trial else {}
-    prepare = _Columns(params, {"job": job, "config_hash": digest}, command, run_dir, extra)
-    point = PointInfo(experiment.name, sweep, job, params, Path(values["out"]))
-    sending = values.get("sinks") and not (group and group.rank)  # rank 0's rows: the point's
-    sinks = Sinks(values.get("sinks"), point, say) if sending else None
-    tracker = None
-    if experiment.tracked:
-        tracker = Tracker(
-            path,
-            tracking.checkpoint_dir(values["out"], experiment.name, sweep, job),
-            prepare,
-            config_hash=digest if trial is None else f"{digest}.trial-{trial.number}",
-            check=_row_check(params),
-            clock=prepare.clock,
-            every_rows=values.get("stream_rows", 1000),
-            every_s=values.get("stream_s", 1.0),
-            say=say,
-            shown=lambda row: store.first_numbers(row, params),
-            sinks=sinks,
-            group=group,
-            observe=trial.observe if trial else None,
-        )
-    with torch_threads(values.get("threads")):  # its rows record them (provenance)
-        returned = measure(experiment, params, params.get("seed", values["seed"]), tracker)
-        rows = [prepare(row) for row in returned]
-    if trial is not None:  # told before the rows are written: a restart takes the trial back
-        trial.tell(rows, next((row["status"] for row in rows if row["status"] != "ok"), "ok"))
-    if tracker is not None:  # its job file replaces its segments; the sinks get the rest
-        rows = tracker.end(rows)
-    elif group and group.rank:  # every process of the group ran it: rank 0's rows are kept
-        return summarize(rows, params)
-    else:
-        store.write_rows(path, rows)
-        if sinks is not None:  # a point without a tracker: its rows once they are stored
-            sinks.send(rows)
-    if trial is None and group is None:
-        reuse.record(root, experiment.name, sweep, job, rows)
-    _keep_package_list(store.sweep_dir(root, experiment.name, sweep))
-    told = summarize(rows, params, last=tracker is not None)
-    return {**told, "trial": trial.label()} if trial else told
+def _device(params: dict) -> str:
+    return str(params.get("device", "cpu"))
 
 
-def _reused(root: Path, experiment: str, sweep: str, job: int, digest: str, params: dict):
-    """The summary of a point whose answer another sweep holds (harness.pinning.reuse), its rows
-    copied into this sweep as the job's own; None where there is none to reuse."""
+def _named_env(experiment: Experiment) -> tuple[str, ...]:
+    """The environment variables the experiment's YAML names (experiment.environment)."""
+    return tuple(experiment.config.get("environment") or ())
+
+
+def _tracker(experiment, values, where, prepare, params, hashed, sinks, group, trial):
+    """A training experiment's Tracker (harness.tracking); None for any other."""
+    if not experiment.tracked:
+        return None
+    sweep, job, path = where
+    return Tracker(
+        path,
+        tracking.checkpoint_dir(values["out"], experiment.name, sweep, job),
+        prepare,
+        config_hash=hashed if trial is None else f"{hashed}.trial-{trial.number}",
+        check=_row_check(params),
+        clock=prepare.clock,
+        every_rows=values.get("stream_rows", 1000),
+        every_s=values.get("stream_s", 1.0),
+        say=functools.partial(_say, job),
+        shown=lambda row: store.first_numbers(row, params),
+        sinks=sinks,
+        group=group,
+        observe=trial.observe if trial else None,
+    )
+
+
+def _reading(values: dict) -> reads.recorded:
+    """What the point reads, recorded (harness.pinning.reads), but its out folder's, its
+    snapshot's (whose top-level modules are pinned) and the harness's own modules."""
+    pinned = boot.pinned_here()
+    skip = [Path(values["out"]).resolve()]
+    skip += [Path(pinned.store).resolve()] if pinned else []
+    tops, before = (pinned.tops, pinned.before) if pinned else (frozenset(),) * 2
+    return reads.recorded(tuple(f"{folder}{os.sep}" for folder in skip), tops, before)
+
+
+def reused_answer(root: Path, experiment: Experiment, sweep: str, job: int, config_hash: str,
+                  params: dict, kind: dict, values: dict) -> dict | None:  # fmt: skip
+    """The summary of a point whose answer another sweep holds for a point of `kind` of machine
+    (harness.pinning.reuse), its rows copied into this sweep as the job's own; None where there
+    is none to reuse (or this process does not run a sweep's snapshot)."""
     code = codestore.running_digest()
     if code is None:  # a process that did not start from its sweep's snapshot
         return None
-    kind = reuse.machine(str(params.get("device", "cpu")))
-    found = reuse.find(root, experiment, digest, code, kind, sweep)
+    setting = values.get("reuse")
+    found = reuse.find(root, experiment.name, config_hash, code, kind, sweep, setting)
     if found is None:
         return None
     rows, source = found
     rows = reuse.copied(rows, job, source)
-    store.write_rows(store.job_file(root, experiment, sweep, job), rows)
+    store.write_rows(store.job_file(root, experiment.name, sweep, job), rows)
     return {**summarize(rows, params), "reused_from": source}
 
 
@@ -147,21 +184,26 @@ def _say(job: int, text: str) -> None:
 class _Columns:
     """A point's rows with the harness's columns (_row): its job and config_hash, when it
     started, its command and run_dir, its provenance (taken at the first row, once the
-    experiment has started), then `extra` (rank, cell, trial where it has them), and each
-    row's duration_s since the start."""
+    experiment has started: the environment variables named `named_env` among it), then
+    `extra` (rank, cell, trial where it has them), each row's duration_s since the start and
+    the files the point had read by then outside its snapshot (`reading`)."""
 
-    def __init__(self, params: dict, first: dict, command, run_dir: str, extra: dict):
+    def __init__(self, params: dict, first: dict, command, run_dir: str, extra: dict,
+                 named_env: tuple[str, ...] = ()):  # fmt: skip
         self.params, self.first, self.extra, self.shared = params, first, extra, {}
         self.then = {"command": command, "run_dir": run_dir}
+        self.named_env, self.reading = named_env, None
         self.started, self.clock = datetime.now(UTC), time.perf_counter()
 
     def __call__(self, row: dict) -> dict:
         if not self.shared:
-            device = str(self.params.get("device", "cpu"))
-            self.shared = {**self.first, "started_at": self.started, **self.then,
-                           **provenance.provenance(device), **self.extra}  # fmt: skip
+            with reads.paused():  # the harness's reading (the packages' metadata), not the point's
+                shared = provenance.provenance(_device(self.params), self.named_env)
+            self.shared = {**self.first, "started_at": self.started, **self.then, **shared,
+                           **self.extra}  # fmt: skip
         duration = time.perf_counter() - self.clock
-        return _row(row, self.params, {**self.shared, "duration_s": duration})
+        read = self.reading.said() if self.reading is not None else None
+        return _row(row, self.params, {**self.shared, "duration_s": duration, "files_read": read})
 
 
 @contextlib.contextmanager

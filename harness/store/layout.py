@@ -57,10 +57,14 @@ HARNESS_COLUMNS = {
     "command": pa.string(),
     "torch_version": pa.string(),
     "cuda_version": pa.string(),
+    "cudnn_version": pa.string(),
+    "driver_version": pa.string(),  # the GPU's driver, on a GPU
     "python_version": pa.string(),
     "packages_digest": pa.string(),
     "device_name": pa.string(),
     "threads": pa.int64(),
+    "environment": pa.string(),  # the variables that change numerics, as JSON (provenance)
+    "files_read": pa.string(),  # what the point read that its sweep did not pin (pinning.reads)
     "hostname": pa.string(),
     "slurm_job_id": pa.string(),
     "slurm_array_task_id": pa.int64(),

@@ -82,6 +82,25 @@ def test_the_tiled_sweep_is_one_job_array_with_a_gpu_per_task(sweep):
     print(f"\n6-point job array, submit to rows read back: {seconds:.1f} s")
 
 
+def test_an_answered_grid_submits_nothing_and_a_widened_one_only_its_new_point(sweep):
+    """The cluster's node is this machine, so the sweep's process knows what a task would get
+    and finds the answers itself (harness.pinning.reuse): no task only to copy rows."""
+    first = sweep("length=64,96", "block=16")
+    assert first.returncode == 0 and "submitted as SLURM job" in first.stdout, first.stdout
+    widened = sweep("length=64,96,128", "block=16")
+    assert widened.returncode == 0, widened.stdout + widened.stderr
+    assert "2 points reused" in widened.stdout and "submitted as SLURM job" in widened.stdout
+    answered = sweep("length=64,96,128", "block=16")
+    assert answered.returncode == 0, answered.stdout + answered.stderr
+    assert "3 points reused" in answered.stdout
+    assert "submitted as SLURM job" not in answered.stdout, "nothing to submit"
+    newest = store.newest_sweep(sweep.results, "exp014_tiled")
+    assert "launches" not in store.read_manifest(sweep.results, "exp014_tiled", newest)
+    rows = store.read(sweep.results, "exp014_tiled", newest).sort_values("job")
+    assert rows["reused_from"].notna().all() and set(rows["status"]) == {"ok"}
+    assert rows["slurm_job_id"].notna().all(), "each copied from a task's answer"
+
+
 def test_points_per_task_runs_several_points_in_each_array_task(sweep):
     result = sweep("length=64,96,128", "block=16,32,48", "hydra.launcher.points_per_task=4")
     assert result.returncode == 0, result.stderr + result.stdout
@@ -340,6 +359,9 @@ def test_a_two_task_point_with_a_killed_process_resumes_from_its_checkpoint(clus
         running.kill()
     assert running.returncode == 1 and "1 failed" in output, output
     (sweep_,) = store.sweeps(harness.results, "trainer")
+    # The point's answer lands before SLURM lets its task go (its other process ends, the
+    # step is cleaned up): a resume meanwhile would leave the point to it.
+    wait_for(lambda: not cluster.queue(), 120, "SLURM to let the task go")
     resumed = harness(*given, f"resume={sweep_}", env=env, timeout=300)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     rows = store.read(harness.results, "trainer")

@@ -13,7 +13,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from harness.launchers.fresh import Snapshot
+from harness.launchers.fresh import ProcessState
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = ROOT / "tests" / "support"  # the test probes: a user's own experiment, on its own path
@@ -41,7 +41,7 @@ def call_command(module: str, *args: str, cwd: Path, env: dict | None = None, ti
     wrote to stdout and stderr (its own and its child processes', at the file descriptors) and
     its exit code: 1 and the traceback on stderr for an exception, as Python's would be.
 
-    Afterwards this process is as it was (harness.launchers.fresh.Snapshot: a user's experiment,
+    Afterwards this process is as it was (harness.launchers.fresh.ProcessState: a user's experiment,
     edited between two calls, is read anew), and Hydra's global state cleared. A call still running
     after `timeout` seconds has every thread's stack written to the test's stderr
     (faulthandler), saying where it hangs."""
@@ -111,7 +111,7 @@ def _redirected(fd: int, to: int):
 def _as_a_fresh_process(cwd: Path, env: dict):
     """The call's working directory and environment (PYTHONPATH's folders on sys.path), and
     afterwards this process's state back (harness.launchers.fresh), Hydra's global state cleared."""
-    before = Snapshot()
+    before = ProcessState()
     os.chdir(cwd)
     os.environ.update(env)
     added = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
