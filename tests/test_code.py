@@ -3,9 +3,11 @@ the answers the store holds for the same config, code and kind of machine
 (harness/pinning/reuse.py): real files, edited for real, in a user's folder of their own, and the
 store read back."""
 
+import errno
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -389,3 +391,188 @@ def test_an_answers_hint_never_truncates_a_file_hard_linked_at_its_name(tmp_path
     assert victim.read_text() == "a user's own words\n"
     reuse.record(tmp_path / "results", "e", "s1", 1, [{**row, "job": 1}], {}, False, None)
     assert json.loads((hints / "s1.1.json").read_text())["job"] == 1
+
+
+def bundle_of(own) -> Path:
+    """The code store's bundle of the experiment's own package."""
+    return next(p for p in own.codes.glob("bundle-*") if (p / "minepkg").is_dir())
+
+
+@pytest.mark.parametrize("planted", ["__pycache__/kernel.cpython-311.pyc", "kernel.abi3.so"])
+def test_a_file_planted_in_a_snapshot_is_refused_and_never_run(own, planted):
+    """Bytecode with the source's own header, or an extension module, put beside the kernel
+    in its snapshot: the resume refuses the snapshot in one line, and a new sweep of the same
+    code keeps its bundle anew and runs the kernel as written."""
+    import importlib.util
+    import marshal
+
+    assert own("x=-1,1").returncode == 1
+    sweep = newest(own.harness)
+    bundle = bundle_of(own)
+    target = bundle / "minepkg" / planted
+    target.parent.mkdir(exist_ok=True)
+    source = KERNEL.format(value=666)
+    code = compile(source, str(bundle / "minepkg" / "kernel.py"), "exec")
+    kernel = (bundle / "minepkg" / "kernel.py").stat()
+    header = importlib.util.MAGIC_NUMBER + b"\0" * 4 + int(kernel.st_mtime).to_bytes(4, "little")
+    target.write_bytes(header + kernel.st_size.to_bytes(4, "little") + marshal.dumps(code))
+    resumed = own(f"resume={sweep}")
+    assert resumed.returncode == 2 and resumed.stderr.count("\n") == 1, resumed.stderr
+    assert "was changed or is gone" in resumed.stderr
+    anew = own("x=2,3", "reuse=false")
+    assert anew.returncode == 0 and "value=2" in anew.stdout and "666" not in anew.stdout
+    assert not target.exists()
+    assert sweep_rows(own.harness, newest(own.harness))["value"].tolist() == [2, 3]
+
+
+@pytest.mark.parametrize("case", ["store-open-to-all", "bundle-of-another-user"])
+def test_code_that_others_can_change_is_refused_in_one_line(own, case):
+    """As ssh refuses a key that others can write: a code store of mode 0777, or a bundle
+    that another user owns, runs nothing."""
+    assert own().returncode == 0
+    if case == "store-open-to-all":
+        own.codes.chmod(0o777)
+        said = "can be written by others (mode 0777)"
+    else:
+        os.chown(bundle_of(own), 65534, 65534)
+        said = "belongs to another user (uid 65534)"
+    refused = own("reuse=false")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert said in refused.stderr
+
+
+def test_an_edit_of_the_same_size_with_its_mtime_set_back_is_new_code(own):
+    """cp -p or touch -r after an edit: the stat cache keys on the change time too, which no
+    user can set back."""
+    assert own().returncode == 0
+    path = own.folder / "minepkg" / "kernel.py"
+    before = path.stat()
+    path.write_text(KERNEL.format(value=2))  # VALUE = 1 -> VALUE = 2: the same size
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size and path.stat().st_mtime_ns == before.st_mtime_ns
+    assert own().returncode == 0
+    rows = sweep_rows(own.harness, newest(own.harness))
+    assert rows["value"].tolist() == [2, 4] and reused(rows) == [None, None]
+
+
+def test_a_namespace_package_is_pinned_from_every_folder_of_it(tmp_path):
+    """A namespace package (no __init__.py) in two folders on the path: both are the
+    experiment's code, its data files too; a path that both hold is the one imported."""
+    for n, folder in enumerate([tmp_path / "one", tmp_path / "two"]):
+        (folder / "spaced").mkdir(parents=True)
+        (folder / "spaced" / f"part{n}.py").write_text(f"N = {n}\n")
+        (folder / "spaced" / "both.py").write_text(f"FROM = {n}\n")
+    (tmp_path / "two" / "spaced" / "table.csv").write_text("a,b\n")
+    sys.path[:0] = [str(tmp_path / "one"), str(tmp_path / "two")]
+    try:
+        node = {"name": "x", "run": "spaced.part0.run"}
+        code = codestore.collect(node, tmp_path / "outputs", tmp_path / "codes")
+    finally:
+        del sys.path[:2]
+        sys.modules.pop("spaced", None)
+    files = code.bundles[0].files
+    assert set(files) == {"spaced/part0.py", "spaced/part1.py", "spaced/both.py",
+                          "spaced/table.csv"}  # fmt: skip
+    assert files["spaced/both.py"] == tmp_path / "one" / "spaced" / "both.py"
+
+
+def test_each_module_of_a_snapshot_is_checked_as_it_is_imported(tmp_path):
+    """Entered, a snapshot's module edited or added in its bundle after the check at the start
+    is refused when it is imported; bytecode is kept in the store's bytecode folder, never in a
+    bundle, whose folders are read-only."""
+    from harness.launchers.fresh import ProcessState
+    from harness.pinning import boot
+
+    package = tmp_path / "src" / "checked"
+    package.mkdir(parents=True)
+    for name in ("__init__", "first", "late", "other"):
+        (package / f"{name}.py").write_text(f"NAME = {name!r}\n")
+    codes = tmp_path / "codes"
+    state = ProcessState()
+    sys.path.insert(0, str(package.parent))
+    try:
+        digest = codestore.pin({"name": "x", "run": "checked.first.run"}, tmp_path, codes)
+        bundle = next(p for p in codes.glob("bundle-*") if (p / "checked").is_dir())
+        sys.modules.pop("checked", None)
+        codestore.enter(codes, digest)
+        import checked.first
+
+        assert Path(checked.first.__file__).parent == bundle / "checked"
+        (bundle / "checked" / "late.py").write_text("NAME = 'edited'\n")
+        with pytest.raises(ImportError, match="no longer hashes as the sweep pinned it"):
+            import checked.late  # noqa: F401
+        (bundle / "checked" / "new.py").write_text("NAME = 'added'\n")
+        with pytest.raises(ImportError, match="is not a file of the sweep's code"):
+            import checked.new  # noqa: F401
+        import checked.other
+
+        assert checked.other.NAME == "other"
+        assert list((codes / boot.BYTECODE).glob("*.pyc")), "bytecode kept in the store"
+    finally:
+        for name in [n for n in sys.modules if n.partition(".")[0] == "checked"]:
+            del sys.modules[name]
+        state.restore()
+    assert not list(bundle.rglob("__pycache__"))
+    modes = {stat.S_IMODE(p.stat().st_mode) for p in [bundle, *bundle.rglob("*")] if p.is_dir()}
+    assert modes == {0o555}
+
+
+def test_a_bundle_that_cannot_be_read_is_an_error_and_stays(own, monkeypatch):
+    """A read error while a new sweep checks a bundle it would use (a transient NFS error) is
+    one line, and the bundle stays where running tasks may import from it."""
+    from harness.pinning import boot
+
+    assert own().returncode == 0
+    bundle = bundle_of(own)
+    real = Path.read_bytes
+
+    def failing(path):
+        if path.is_relative_to(bundle):
+            raise OSError(errno.EIO, "Input/output error", str(path))
+        return real(path)
+
+    monkeypatch.setattr(Path, "read_bytes", failing)
+    refused = own("reuse=false")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "cannot read the code store" in refused.stderr and "Input/output error" in refused.stderr
+    monkeypatch.undo()
+    assert boot.intact(bundle, bundle.name.removeprefix("bundle-"))
+
+
+def test_prune_keeps_the_code_of_the_sweeps_named_and_removes_the_rest(own, tmp_path):
+    """Two sweeps of two codes in two out folders: code prune with the first's kept removes
+    the second's code (pinned over an hour ago), whose resume then says so in one line."""
+    assert own(f"out={tmp_path / 'kept'}").returncode == 0
+    own.edit(7)
+    assert own(f"out={tmp_path / 'gone'}", "x=-1,2").returncode == 1
+    old = time.time() - 2 * codestore.RECENT_S
+    for record in own.codes.glob("snapshot-*.json"):
+        os.utime(record, (old, old))
+    pruned = own.harness("code", "prune", f"out={tmp_path / 'kept'}", f"code_store={own.codes}")
+    assert pruned.returncode == 0, pruned.stderr
+    assert "1 codes removed" in pruned.stdout
+    results = tmp_path / "kept" / "results"
+    kept = store.read_manifest(results, "own", store.newest_sweep(results, "own"))
+    assert (own.codes / f"snapshot-{kept['code_digest']}.json").exists()
+    gone = store.newest_sweep(tmp_path / "gone" / "results", "own")
+    resumed = own(f"out={tmp_path / 'gone'}", f"resume={gone}")
+    assert resumed.returncode == 2 and "has no snapshot" in resumed.stderr, resumed.stderr
+    assert len(list(own.codes.glob("bundle-*"))) == 2, "its own and the project's"
+
+
+@pytest.mark.process
+def test_a_snapshot_gone_before_a_process_starts_is_the_harness_line_and_exit_3(own):
+    """A SLURM task or a fresh point whose snapshot was removed while it queued: the calling
+    harness's boot, not the snapshot's own (gone with it), says so and exits 3."""
+    import shlex
+
+    from harness.pinning import boot
+
+    assert own().returncode == 0
+    digest = store.read_manifest(own.harness.results, "own", newest(own.harness))["code_digest"]
+    command = shlex.split(codestore.boot_command(own.codes, digest))
+    codestore._remove(own.codes)
+    ran = subprocess.run([*command, "-u", "-m", "harness", "--help"], capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert ran.returncode == boot.FAILED, ran.stderr
+    assert ran.stderr.startswith("harness error: the sweep's code") and ran.stderr.count("\n") == 1
