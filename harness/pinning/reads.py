@@ -28,7 +28,6 @@ from collections.abc import Iterator
 
 _recording = None  # the Recording of the point that runs in this process now, if any
 _digests: dict[str, tuple[tuple, str]] = {}  # path -> (its stat stamp, its digest)
-_modules: dict[str, str | None] = {}  # module name -> its file where it lies elsewhere, or None
 
 
 def _hook(event: str, args: tuple) -> None:
@@ -43,19 +42,18 @@ def _hooked() -> None:
 
 class Recording:
     """What one point read, as it runs: `opened`, the audit hook's (path, mode, flags) of each
-    open; files_read() says it as files and digests, skipping `skip` (folders) too, and the
-    modules of `pinned` (their top-level names: the snapshot's) or of `before` (names: those
-    the process had imported before it ran a sweep's code)."""
+    open; files_read() says it as files and digests, skipping `skip` (folders) too, with the
+    files of the modules it runs from elsewhere (Elsewhere)."""
 
-    def __init__(self, skip: tuple[str, ...], pinned: frozenset[str], before: frozenset[str]):
-        self.skip, self.pinned, self.before = _roots() + skip, pinned, before
+    def __init__(self, skip: tuple[str, ...], elsewhere: "Elsewhere"):
+        self.skip, self.elsewhere = _roots() + skip, elsewhere
         self.opened: list[tuple] = []
-        self.read: dict[str, str | None] = {}  # path -> digest (None: it cannot be read now)
+        self.read: dict[str, str] = {}  # path -> digest
         self.written: set[str] = set()
         self.taken, self.modules, self.text = 0, -1, "{}"
 
-    def files_read(self) -> dict[str, str | None]:
-        """Each file read so far, by its absolute path, with its digest."""
+    def files_read(self) -> dict[str, str]:
+        """Each file read so far, by its real path, with its digest."""
         self._take()
         return dict(self.read)
 
@@ -76,26 +74,24 @@ class Recording:
                 self.written.add(path)
                 self.read.pop(path, None)
             elif path not in self.read and path not in self.written:
+                real = os.path.realpath(path)
+                if not real.startswith(self.skip) and _PYCACHE not in real:
+                    self._add(real)
+        self.modules = len(sys.modules)
+        for path in self.elsewhere.files():
+            if path not in self.read:
                 self._add(path)
-        if len(sys.modules) != self.modules:
-            self.modules = len(sys.modules)
-            for name, module in list(sys.modules.items()):
-                if name in self.before:
-                    continue
-                path = _module_file(name, module, self.pinned)
-                if path is not None and path not in self.read:
-                    self._add(path)
 
     def _add(self, path: str) -> None:
-        real = os.path.realpath(path)
-        if real.startswith(self.skip) or f"{os.sep}__pycache__{os.sep}" in real:
-            return
-        found = digest(real)
+        found = digest(path)
         # None: no file there (an open that failed, a probe for an optional file: nothing was
         # read; one read and removed since is gone with what the point made); "": not a file
         # (a folder, a pipe), nothing of which was read as data.
         if found:
-            self.read[real] = found
+            self.read[path] = found
+
+
+_PYCACHE = f"{os.sep}__pycache__{os.sep}"
 
 
 def _writes(mode, flags) -> bool:
@@ -106,20 +102,48 @@ def _writes(mode, flags) -> bool:
     )
 
 
-def _module_file(name: str, module, pinned: frozenset[str]) -> str | None:
-    """The file a module runs from where that is not its snapshot's (its top-level name is
-    pinned) nor Python's own (none, or built in); known once per name and process."""
-    if name in _modules:
-        return _modules[name]
-    spec = getattr(module, "__spec__", None)
-    top = (getattr(spec, "name", None) or name).partition(".")[0]
-    path = getattr(module, "__file__", None)  # a module of its own making may give a bare name
-    found = None if top in pinned or not isinstance(path, str) or not os.path.isabs(path) else path
-    if found is not None and found.endswith((".pyc", ".pyo")):  # its source is what it runs
-        source = found.removesuffix("c").removesuffix("o")
-        found = source if os.path.exists(source) else found
-    _modules[name] = found
-    return found
+class Elsewhere:
+    """The files of the modules this process runs from elsewhere: not its snapshot's (their
+    top-level name is one of `pinned`), not imported before it entered the snapshot (`before`:
+    the harness's own), not Python's own or the installed packages'. Looked at again only
+    when sys.modules has grown or shrunk since (a point's imports), each module once."""
+
+    def __init__(self, pinned: frozenset[str], before: frozenset[str]):
+        self.pinned, self.before = pinned, before
+        self.known: dict[str, tuple[object, str | None]] = {}  # name -> (module, its file)
+        self.size, self.found = -1, []
+
+    def files(self) -> list[str]:
+        if len(sys.modules) != self.size:
+            known, self.size = self.known, len(sys.modules)
+            self.known = {}
+            for name, module in list(sys.modules.items()):
+                was = known.get(name)
+                file = was[1] if was and was[0] is module else self._file(name, module)
+                self.known[name] = (module, file)
+            self.found = [file for _, file in self.known.values() if file is not None]
+        return self.found
+
+    def _file(self, name: str, module) -> str | None:
+        spec = getattr(module, "__spec__", None)
+        top = (getattr(spec, "name", None) or name).partition(".")[0]
+        path = getattr(module, "__file__", None)  # one of a library's making may give a bare name
+        if name in self.before or top in self.pinned or not isinstance(path, str):
+            return None
+        if not os.path.isabs(path):
+            return None
+        if path.endswith((".pyc", ".pyo")) and os.path.exists(path[:-1]):  # its source runs
+            path = path[:-1]
+        if path.startswith(_roots()):  # most are: no need to resolve its links
+            return None
+        real = os.path.realpath(path)
+        return None if real.startswith(_roots()) or _PYCACHE in real else real
+
+
+@functools.lru_cache(maxsize=4)
+def elsewhere(pinned: frozenset[str], before: frozenset[str]) -> Elsewhere:
+    """The process's Elsewhere for a snapshot's `pinned` and `before` (one a command, mostly)."""
+    return Elsewhere(pinned, before)
 
 
 def digest(path: str) -> str | None:
@@ -167,7 +191,8 @@ def changed(files: dict) -> str | None:
 @functools.cache
 def _roots() -> tuple[str, ...]:
     """The folders whose files a point's reads never name: Python's own and the installed
-    packages', the system's and its time zones, and torch's compile caches."""
+    packages', the system's and its time zones, and torch's compile caches; each as given and
+    with its links resolved."""
     paths = sysconfig.get_paths()
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
              *(paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")),
@@ -176,8 +201,8 @@ def _roots() -> tuple[str, ...]:
              or os.path.join(tempfile.gettempdir(), f"torchinductor_{_user()}"),
              os.environ.get("TRITON_CACHE_DIR") or os.path.expanduser("~/.triton"),
              *zoneinfo.TZPATH}  # fmt: skip
-    real = {os.path.realpath(root) for root in roots if root}
-    return tuple(sorted(root.rstrip(os.sep) + os.sep for root in real if root != os.sep))
+    both = {way(root) for root in roots if root for way in (os.path.abspath, os.path.realpath)}
+    return tuple(sorted(root.rstrip(os.sep) + os.sep for root in both if root != os.sep))
 
 
 def _user() -> str:
@@ -188,11 +213,11 @@ def _user() -> str:
 
 
 class recorded:
-    """While the block runs, what this process reads is recorded (a Recording, as `as`; its
-    arguments as Recording's)."""
+    """While the block runs, what this process reads is recorded (a Recording, as `as`), but
+    under the folders `skip`; `pinned` and `before` as Elsewhere's."""
 
     def __init__(self, skip: tuple[str, ...], pinned: frozenset[str], before: frozenset[str]):
-        self.recording = Recording(skip, pinned, before)
+        self.recording = Recording(skip, elsewhere(pinned, before))
 
     def __enter__(self) -> Recording:
         global _recording

@@ -71,7 +71,8 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
         alone = trial is None and group is None  # a point whose answer may be reused
         if alone and not planned.get("decided"):  # its launcher left reuse to the point
             kind = reuse.kind(_device(params), _named_env(experiment), values.get("threads"))
-            summary = reused_answer(root, experiment, sweep, job, hashed, params, kind, values)
+            setting = values.get("reuse")
+            summary = reused_answer(root, experiment, sweep, job, hashed, params, kind, setting)
             if summary is not None:
                 return summary
         path = store.job_file(root, experiment.name, sweep, job)
@@ -153,21 +154,25 @@ def _reading(values: dict) -> reads.recorded:
     """What the point reads, recorded (harness.pinning.reads), but its out folder's, its
     snapshot's (whose top-level modules are pinned) and the harness's own modules."""
     pinned = boot.pinned_here()
-    skip = [Path(values["out"]).resolve()]
-    skip += [Path(pinned.store).resolve()] if pinned else []
     tops, before = (pinned.tops, pinned.before) if pinned else (frozenset(),) * 2
-    return reads.recorded(tuple(f"{folder}{os.sep}" for folder in skip), tops, before)
+    return reads.recorded(_folders(values["out"], pinned.store if pinned else None), tops, before)
+
+
+@per_command
+@functools.lru_cache(maxsize=4)
+def _folders(*folders) -> tuple[str, ...]:
+    """Each folder given, real and ending in a separator (None: left out)."""
+    return tuple(f"{os.path.realpath(folder)}{os.sep}" for folder in folders if folder)
 
 
 def reused_answer(root: Path, experiment: Experiment, sweep: str, job: int, config_hash: str,
-                  params: dict, kind: dict, values: dict) -> dict | None:  # fmt: skip
+                  params: dict, kind: dict, setting: bool | None) -> dict | None:  # fmt: skip
     """The summary of a point whose answer another sweep holds for a point of `kind` of machine
-    (harness.pinning.reuse), its rows copied into this sweep as the job's own; None where there
-    is none to reuse (or this process does not run a sweep's snapshot)."""
+    (harness.pinning.reuse; `setting`: the sweep's reuse), its rows copied into this sweep as
+    the job's own; None where there is none to reuse (or this process runs no snapshot)."""
     code = codestore.running_digest()
     if code is None:  # a process that did not start from its sweep's snapshot
         return None
-    setting = values.get("reuse")
     found = reuse.find(root, experiment.name, config_hash, code, kind, sweep, setting)
     if found is None:
         return None

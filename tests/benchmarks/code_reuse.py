@@ -21,6 +21,10 @@ measured through the real commands in a scratch directory with a code store of i
 4. The digest: harness.pinning.codestore.collect of exp014_tiled's experiment block in this process,
    cold (an empty code store: no stat cache) and warm (median of WARM calls), in ms, with the
    number of files and bytes it hashes.
+5. Planning a sweep of a package of 2,000 files (the most an experiment's folder may hold): a
+   one-point sweep of it, nothing reused, each command in a new out folder and its code store
+   warm (its first run, left out, kept the package), side by side with the harness of each
+   checkout AGAINST names (AGAINST=DIR, as harness_overhead.py), REPEATS times each.
 
 No assertion on time; a check that fails (a point computed that should have been reused, a
 claim that does not PASS) is printed, not raised.
@@ -44,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sweep_scale  # noqa: E402
+from harness_overhead import harnesses, side_by_side, wall_time  # noqa: E402
 
 from harness import store  # noqa: E402
 from harness.pinning import codestore, reuse  # noqa: E402
@@ -213,13 +218,13 @@ def stale_lookup(results: Path, sweep: "Sweep", stale: int) -> dict:
         old = f"20190101-000000-{i:04x}"
         other = {**entry, "sweep": old, "code_digest": f"{i:016x}"}
         (folder / f"{old}.0.json").write_text(json.dumps(other, indent=2) + "\n")
-    kind = reuse.machine("cpu")
+    kind = reuse.kind("cpu")
     timed = {}
     for name, code in (("matching", entry["code_digest"]), ("none matching", "0" * 16)):
         seconds = []
         for _ in range(5):
             started = time.perf_counter()
-            reuse.find(results, EXPERIMENT, config_hash, code, kind, "20991231-000000-0000")
+            reuse.find(results, EXPERIMENT, config_hash, code, kind, "20991231-000000-0000", True)
             seconds.append((time.perf_counter() - started) * 1000)
         timed[name] = median(seconds)
         print(f"  reuse.find among {len(real) + stale:,} answers of one config, {name}: "
@@ -236,7 +241,7 @@ def digest(scratch: Path, warm: int) -> dict:
     started = time.perf_counter()
     code = codestore.collect(node, out, code_store)
     cold = (time.perf_counter() - started) * 1000
-    paths = [path for part in code.parts for path in part.files.values()]
+    paths = [path for bundle in code.bundles for path in bundle.files.values()]
     size = sum(path.stat().st_size for path in paths)
     warms = []
     for _ in range(warm):
@@ -246,12 +251,40 @@ def digest(scratch: Path, warm: int) -> dict:
         assert again.digest == code.digest, "the digest changed between calls"
     cache = code_store / codestore.STAT_CACHE
     print(
-        f"  {len(code.parts)} part(s), {len(paths)} files, {size / 1024:,.0f} KiB hashed; "
+        f"  {len(code.bundles)} bundle(s), {len(paths)} files, {size / 1024:,.0f} KiB hashed; "
         f"digest {code.digest[:16]}; stat cache {cache.stat().st_size / 1024:,.0f} KiB"
     )
     print(f"  cold (empty stat cache): {cold:.1f} ms")
     print(f"  warm: {spread(warms, 'ms', 1)}")
     return {"files": len(paths), "bytes": size, "cold": cold, "warm": median(warms)}
+
+
+BIG_PACKAGE = 2000  # files: codestore.MAX_FILES
+
+
+def big_package(scratch: Path, repeats: int) -> dict:
+    print(f"5. a one-point sweep of a package of {BIG_PACKAGE:,} files, side by side", flush=True)
+    root = scratch / "bigpkg-root"
+    package = root / "bigpkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "kernel.py").write_text("def run(x: int = 1):\n    return [{'v': x}]\n")
+    for n in range(BIG_PACKAGE - 2):
+        (package / f"module_{n:04d}.py").write_text(f"VALUE = {n}\n" + "# a line\n" * 20)
+    conf = scratch / "bigpkg-conf"
+    (conf / "experiment").mkdir(parents=True)
+    (conf / "experiment" / "bigpkg.yaml").write_text(
+        "# @package _global_\nexperiment:\n  name: bigpkg\n  run: bigpkg.kernel.run\n"
+    )
+    arguments = ["--config-dir", str(conf), "+experiment=bigpkg", "+x=1", "reuse=false"]
+    commands = harnesses(arguments, [str(root)])
+    for command in commands.values():  # each code store keeps the package: warm from now on
+        wall_time(command)
+    medians = dict(zip(commands, side_by_side(commands, repeats), strict=True))
+    this = medians.pop("python -m harness")
+    for name, median_s in medians.items():
+        print(f"  python -m harness - {name}: {(this - median_s) * 1000:+.0f} ms a command")
+    return {"this": this, **medians}
 
 
 def main(repeats: int, sweeps: int, each: int, warm: int) -> None:
@@ -265,6 +298,7 @@ def main(repeats: int, sweeps: int, each: int, warm: int) -> None:
         wide = widening(scratch)
         big = big_store(scratch, sweeps, each, repeats)
         code = digest(scratch, warm)
+        package = big_package(scratch, repeats)
         total = time.perf_counter() - began
     print("summary:")
     print(f"  seeded grid: first run {grid['first']:.2f} s, rerun (all reused) "
@@ -279,6 +313,9 @@ def main(repeats: int, sweeps: int, each: int, warm: int) -> None:
           f"when none match, {big['lookup']['matching']:.1f} ms when the newest does")  # fmt: skip
     print(f"  the code digest: {code['files']} files, {code['bytes'] / 1024:,.0f} KiB; "
           f"{code['cold']:.0f} ms cold, {code['warm']:.1f} ms warm")  # fmt: skip
+    others = ", ".join(f"{name} {s:.2f} s" for name, s in package.items() if name != "this")
+    print(f"  a one-point sweep of a {BIG_PACKAGE:,}-file package: {package['this']:.2f} s"
+          f"{'; ' + others if others else ''}")  # fmt: skip
     print(f"  this script: {total:.0f} s; load average at its end {os.getloadavg()[0]:.1f} "
           f"(other processes' load makes every figure above noisier)")  # fmt: skip
 

@@ -46,13 +46,21 @@ def wall_time(command: list[str]) -> float:
         return time.perf_counter() - started
 
 
-def harnesses(arguments: list[str]) -> dict[str, list[str]]:
-    """`python -m harness ARGUMENTS`; and the same from each checkout AGAINST names, if any
-    (several joined by commas)."""
+def harnesses(arguments: list[str], paths: list[str] = ()) -> dict[str, list[str]]:
+    """`python -m harness ARGUMENTS` (`paths` on its PYTHONPATH); and the same from each checkout
+    AGAINST names, if any (several joined by commas). Each keeps its code in a code store of
+    its own (its XDG_CACHE_HOME, a folder of this run's): two harnesses sharing one would each
+    hash the other's files again, where their stat caches differ."""
     command = [sys.executable, "-m", "harness", *arguments]
     against = [folder for folder in os.environ.get("AGAINST", "").split(",") if folder]
-    others = {f"from {folder}": ["env", f"PYTHONPATH={folder}", *command] for folder in against}
-    return {"python -m harness": command, **others}
+    caches = tempfile.mkdtemp(prefix="harness-caches-")
+    found = {}
+    for n, folder in enumerate([None, *against]):
+        path = os.pathsep.join([*([folder] if folder else []), *paths])
+        name = f"from {folder}" if folder else "python -m harness"
+        pythonpath = [f"PYTHONPATH={path}"] if path else []
+        found[name] = ["env", f"XDG_CACHE_HOME={caches}/{n}", *pythonpath, *command]
+    return found
 
 
 def side_by_side(commands: dict[str, list[str]], repeats: int) -> list[float]:

@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 from harness import store  # noqa: E402
 from harness.command import cli, sweep  # noqa: E402
 from harness.launchers import dispatch, in_process  # noqa: E402
-from harness.pinning import provenance, reuse  # noqa: E402
+from harness.pinning import provenance, reads, reuse  # noqa: E402
 from harness.running import job  # noqa: E402
 
 STEPS = {  # what is timed: (where the function is looked up when called, its name)
@@ -28,13 +28,15 @@ STEPS = {  # what is timed: (where the function is looked up when called, its na
     " its config": (in_process.InProcess, "prepare"),
     " its folder and log": (in_process.InProcess, "_log_to"),
     " its .hydra files": (in_process.InProcess, "_save"),
-    " the point (run_point)": (job, "run_point"),
+    " the point (run_point)": (in_process, "run_point"),
     "  the experiment itself": (job, "measure"),
     "  its rows written": (store, "write_rows"),
     "  provenance": (provenance, "provenance"),
     "  the package list": (job, "_keep_package_list"),
-    "  reuse: looked up": (job, "_reused"),
+    "  what it read: its rows' files_read": (reads.Recording, "said"),
+    "  what it read: the answer's": (reads.Recording, "files_read"),
     "  reuse: answer recorded": (reuse, "record"),
+    "reuse: answers looked up before it ran": (dispatch, "reuse_answered"),
     "its progress line and checks": (dispatch, "finish"),
     "the compaction at the end": (sweep, "compact_if_finished"),
 }
