@@ -90,16 +90,8 @@ def reuse_answered(cfg: DictConfig, sweep, process, progress: "Progress") -> set
         if device.startswith("cuda") and not _one_kind_of_gpu():
             continue  # which GPU a point gets is the launcher's: its process decides
         kind = reuse.kind(device, named, cfg.get("threads") or process.threads, process.environ)
-        summary = reused_answer(
-            sweep.results,
-            sweep.experiment,
-            sweep.id,
-            point.job,
-            point.config_hash,
-            point.params,
-            kind,
-            {"reuse": setting},
-        )
+        summary = reused_answer(sweep.results, sweep.experiment, sweep.id, point.job,
+                                point.config_hash, point.params, kind, setting)  # fmt: skip
         if summary is not None:
             finish(sweep, point, summary, progress)
             reused.add(point.job)

@@ -20,6 +20,7 @@ A snapshot that is gone, does not hash to its digest or that others could have c
 line on stderr and exit code 3.
 """
 
+import errno
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -71,7 +72,10 @@ def record_path(store: Path, digest: str) -> Path:
 def check_private(path: Path, what: str) -> os.stat_result:
     """`path`'s own status (never a link's target), once it is this user's and no one else may
     write it, as ssh takes a key: Mismatch (one line) otherwise."""
-    found = os.lstat(path)
+    return _private(os.lstat(path), path, what)
+
+
+def _private(found: os.stat_result, path, what: str) -> os.stat_result:
     if stat.S_ISLNK(found.st_mode):
         raise Mismatch(f"{what} {path} is a symbolic link: the harness runs no code through one")
     if found.st_uid != os.geteuid():
@@ -86,18 +90,33 @@ def check_private(path: Path, what: str) -> os.stat_result:
 
 
 def bundle_hashes(folder: Path) -> dict[str, str]:
-    """Every file below a bundle's folder, by relative path, with its bytes' hash; each folder
-    and file checked private (check_private), anything but a folder or a file refused."""
-    hashes = {}
-    for where, _, names in os.walk(folder, onerror=_raise):
-        here = Path(where)
-        check_private(here, "the code store's folder")
+    """Every file below a bundle's folder, by relative path (posix), with its bytes' hash; each
+    folder and file checked private (check_private), anything but a folder or a file refused."""
+    hashes, top = {}, os.fspath(folder)
+    for where, _, names in os.walk(top, onerror=_raise):
+        check_private(where, "the code store's folder")
+        inside = os.path.relpath(where, top).replace(os.sep, "/")
         for name in names:
-            path = here / name
-            if not stat.S_ISREG(check_private(path, "the code store's file").st_mode):
-                raise Mismatch(f"{path} in the code store is no file: a snapshot holds files")
-            hashes[path.relative_to(folder).as_posix()] = file_hash(path.read_bytes())
+            path = os.path.join(where, name)
+            hashes[name if inside == "." else f"{inside}/{name}"] = _private_hash(path)
     return hashes
+
+
+def _private_hash(path: str) -> str:
+    """A bundle's file's hash, read through no link and once it is checked private, as it is
+    opened (one look: what is read is what was checked)."""
+    try:
+        opened = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise Mismatch(f"the code store's file {path} is a symbolic link: the harness runs "
+                           "no code through one") from None  # fmt: skip
+        raise
+    with os.fdopen(opened, "rb") as file:
+        found = _private(os.fstat(opened), path, "the code store's file")
+        if not stat.S_ISREG(found.st_mode):
+            raise Mismatch(f"{path} in the code store is no file: a snapshot holds files")
+        return file_hash(file.read())
 
 
 def _raise(error: OSError) -> None:
@@ -179,12 +198,16 @@ class PinnedFinder:
         self.pinned = pinned
         self.roots = tuple(os.path.realpath(f) + os.sep for f in pinned.folders)
         self.bytecode = _bytecode_folder(pinned.store)
+        self.real: dict[str, str] = {}  # a module's folder -> that folder, its links resolved
 
     def find_spec(self, name, path=None, target=None):
         spec = importlib.machinery.PathFinder.find_spec(name, path, target)
         if spec is None or not spec.has_location or not spec.origin:
             return spec  # not found, or a namespace package (its modules are found one by one)
-        origin = os.path.realpath(spec.origin)
+        folder, file = os.path.split(spec.origin)
+        if folder not in self.real:  # once a folder: a bundle holds no link to resolve
+            self.real[folder] = os.path.realpath(folder)
+        origin = os.path.join(self.real[folder], file)
         if not origin.startswith(self.roots):
             return spec
         expected = self.pinned.hashes.get(origin)

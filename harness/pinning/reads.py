@@ -74,6 +74,8 @@ class Recording:
                 self.written.add(path)
                 self.read.pop(path, None)
             elif path not in self.read and path not in self.written:
+                if path.startswith(self.skip) or _PYCACHE in path:
+                    continue  # most are (an import's bytecode): no need to resolve its links
                 real = os.path.realpath(path)
                 if not real.startswith(self.skip) and _PYCACHE not in real:
                     self._add(real)

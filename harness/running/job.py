@@ -161,8 +161,10 @@ def _reading(values: dict) -> reads.recorded:
 @per_command
 @functools.lru_cache(maxsize=4)
 def _folders(*folders) -> tuple[str, ...]:
-    """Each folder given, real and ending in a separator (None: left out)."""
-    return tuple(f"{os.path.realpath(folder)}{os.sep}" for folder in folders if folder)
+    """Each folder given (None: left out), as given and with its links resolved, ending in a
+    separator."""
+    ways = (os.path.abspath, os.path.realpath)
+    return tuple({f"{way(folder)}{os.sep}" for folder in folders if folder for way in ways})
 
 
 def reused_answer(root: Path, experiment: Experiment, sweep: str, job: int, config_hash: str,
