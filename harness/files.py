@@ -50,17 +50,18 @@ class DamagedFile(Exception):
 
 
 @contextmanager
-def hold(path: Path) -> Iterator[None]:
-    """An exclusive lock on the file `path` (made if missing) while the block runs, waiting
-    for another holder; it goes with the process, however that ends."""
-    opened = lock(path)
+def hold(path: Path, shared: bool = False) -> Iterator[None]:
+    """An exclusive lock on the file `path` (made if missing; `shared`: one that others may
+    share) while the block runs, waiting for another holder; it goes with the process, however
+    that ends."""
+    opened = lock(path, shared=shared)
     try:
         yield
     finally:
         unlock(opened)
 
 
-def lock(path: Path, wait: bool = True) -> int:
+def lock(path: Path, wait: bool = True, shared: bool = False) -> int:
     """An open file that holds an exclusive lock on `path` (made if missing; a symlink is
     refused, Linked), once another holder lets go (wait=False: BlockingIOError if one holds
     it): the kernel lets go of it when the process ends, however it ends, so a killed holder
@@ -72,7 +73,8 @@ def lock(path: Path, wait: bool = True) -> int:
             no_links(path)
         raise
     try:
-        fcntl.flock(opened, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        kind = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+        fcntl.flock(opened, kind if wait else kind | fcntl.LOCK_NB)
     except BaseException:
         os.close(opened)
         raise

@@ -374,7 +374,7 @@ def test_an_answers_hint_is_never_written_through_a_link_and_a_torn_one_reads_as
     hints.mkdir()
     (hints / "s1.0.json").write_text('{"sweep": "s1", "job": 0, "code_di')
     forget()
-    assert reuse.find(tmp_path / "results", "e", "h", "c", kind, "s2", None) is None
+    assert reuse.find(tmp_path / "results", "e", "h", "c", kind, "s2", None).rows is None
 
 
 def test_an_answers_hint_never_truncates_a_file_hard_linked_at_its_name(tmp_path):
@@ -546,8 +546,8 @@ def test_prune_keeps_the_code_of_the_sweeps_named_and_removes_the_rest(own, tmp_
     own.edit(7)
     assert own(f"out={tmp_path / 'gone'}", "x=-1,2").returncode == 1
     old = time.time() - 2 * codestore.RECENT_S
-    for record in own.codes.glob("snapshot-*.json"):
-        os.utime(record, (old, old))
+    for entry in own.codes.iterdir():  # all made over an hour ago
+        os.utime(entry, (old, old))
     pruned = own.harness("code", "prune", f"out={tmp_path / 'kept'}", f"code_store={own.codes}")
     assert pruned.returncode == 0, pruned.stderr
     assert "1 codes removed" in pruned.stdout
@@ -576,3 +576,54 @@ def test_a_snapshot_gone_before_a_process_starts_is_the_harness_line_and_exit_3(
                          text=True, timeout=120)  # fmt: skip
     assert ran.returncode == boot.FAILED, ran.stderr
     assert ran.stderr.startswith("harness error: the sweep's code") and ran.stderr.count("\n") == 1
+
+
+def test_a_link_to_a_folder_planted_in_a_snapshot_is_refused(own, tmp_path):
+    """A link among a bundle's folders (to a package outside it, which Python would import
+    in the kernel module's place): the snapshot no longer verifies."""
+    assert own("x=-1,1").returncode == 1
+    sweep = newest(own.harness)
+    outside = tmp_path / "planted"
+    outside.mkdir()
+    (outside / "__init__.py").write_text("def run(x: int = 1, gate: str = '', seed: int = 0):\n"
+                                         "    return [{'value': -999}]\n")  # fmt: skip
+    (bundle_of(own) / "minepkg" / "kernel").symlink_to(outside, target_is_directory=True)
+    resumed = own(f"resume={sweep}")
+    assert resumed.returncode == 2 and "is a symbolic link" in resumed.stderr, resumed.stderr
+    assert sweep_rows(own.harness, sweep)["status"].tolist() == ["failed", "ok"], "nothing ran"
+
+
+def test_a_pipe_in_the_experiments_folder_is_no_file_to_pin(own):
+    os.mkfifo(own.folder / "minepkg" / "feed")
+    assert own().returncode == 0
+
+
+def test_prune_keeps_the_code_that_a_resume_with_code_current_ran(own):
+    """A kept sweep whose failed point a code=current resume ran on edited code: its rows name
+    that code, which prune keeps with the sweep's own."""
+    assert own("x=-1,1").returncode == 1
+    sweep = newest(own.harness)
+    own.edit(5)  # x=-1 still fails: code=current runs it on the edited code
+    assert own(f"resume={sweep}", "code=current").returncode == 1
+    codes = set(sweep_rows(own.harness, sweep)["code_digest"])
+    assert len(codes) == 2
+    old = time.time() - 2 * codestore.RECENT_S
+    for entry in own.codes.iterdir():
+        os.utime(entry, (old, old))
+    pruned = own.harness("code", "prune", f"code_store={own.codes}")
+    assert pruned.returncode == 0 and "0 codes removed" in pruned.stdout, pruned.stdout
+
+
+def test_a_resume_takes_its_code_store_from_its_own_command_line(own):
+    """The manifest names the code store the sweep was planned with; a resume that names none
+    looks in the default one (a manifest names no folder to run code from), and says the
+    sweep's code is not there; with code_store= it resumes."""
+    assert own("x=-1,1").returncode == 1
+    sweep = newest(own.harness)
+    own.edit(1)
+    elsewhere = own.harness("--config-dir", str(own.folder), f"resume={sweep}",
+                            env={"PYTHONPATH": str(own.folder),
+                                 "XDG_CACHE_HOME": str(own.folder.parent / "cache")})  # fmt: skip
+    assert elsewhere.returncode == 2 and "has no snapshot" in elsewhere.stderr, elsewhere.stderr
+    assert str(own.folder.parent / "cache") in elsewhere.stderr
+    assert own(f"resume={sweep}").returncode == 1, "x=-1 fails again, on the sweep's own code"

@@ -7,8 +7,10 @@ import json
 import os
 import time
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
+from commands import call_command
 
 from harness import store
 
@@ -38,11 +40,12 @@ def mine(harness, tmp_path):
         touched(folder / "minepkg" / "kernel.py", kernel)
         (folder / "experiment" / "mine.yaml").write_text(YAML.format(run=run, extra=extra))
 
-    def run(*args: str, env: dict | None = None):
+    def run(*args: str, env: dict | None = None, cwd: Path | None = None, code: int = 0):
         given = {"PYTHONPATH": os.pathsep.join(paths), **(env or {})}
-        result = harness("--config-dir", str(folder), "+experiment=mine",
-                         f"code_store={tmp_path / 'codes'}", *args, env=given)  # fmt: skip
-        assert result.returncode == 0, result.stdout + result.stderr
+        stores = [f"code_store={tmp_path / 'codes'}", f"out={tmp_path / 'outputs'}"]
+        arguments = ["--config-dir", str(folder), "+experiment=mine", *stores, *args]
+        result = call_command("harness", *arguments, cwd=cwd or tmp_path, env=given)
+        assert result.returncode == code, result.stdout + result.stderr
         return result
 
     def rows():
@@ -200,3 +203,131 @@ def test_a_pipe_among_the_answers_is_skipped(mine):
     os.mkfifo(hint.with_name("20991231-000000-0000.0.json"))
     mine()
     assert reused(mine.rows()) == [True, True]
+
+
+def test_a_file_a_helper_reads_as_it_is_imported_is_read_again_before_a_copy(mine, tmp_path):
+    """A helper module on PYTHONPATH reads its data once, as it is imported (before any point
+    runs): that file is recorded for every point of the process, with the digest it had then."""
+    helpers, data = tmp_path / "helpers", tmp_path / "scale.txt"
+    helpers.mkdir()
+    touched(data, "3")
+    touched(
+        helpers / "loaded.py",
+        f"from pathlib import Path\nSCALE = int(Path({str(data)!r}).read_text())\n",
+    )
+    mine.paths.append(str(helpers))
+    mine.write("import loaded\n\ndef run(x: int = 1):\n    return [{'v': loaded.SCALE * x}]\n")
+    mine()
+    assert str(data.resolve()) in mine.rows()["files_read"][0]
+    mine()
+    assert reused(mine.rows()) == [True, True]
+    touched(data, "5")
+    mine()
+    rows = mine.rows()
+    assert rows["v"].tolist() == [5, 10] and reused(rows) == [False, False]
+
+
+def test_a_path_read_relative_to_the_working_directory_is_read_there(mine, tmp_path):
+    """rel.txt read from one folder, then the same sweep run from another, whose rel.txt
+    differs: the answer is not copied, as a fresh run there reads the other file."""
+    mine.write("from pathlib import Path\n\ndef run(x: int = 1):\n"
+               "    return [{'v': int(Path('rel.txt').read_text()) * x}]\n")  # fmt: skip
+    here, there = tmp_path / "here", tmp_path / "there"
+    for folder, value in ((here, "8"), (there, "100")):
+        folder.mkdir()
+        touched(folder / "rel.txt", value)
+    mine(cwd=here)
+    assert json.loads(mine.rows()["files_read"][0]) == {"rel.txt": ANY}
+    mine(cwd=here)
+    assert reused(mine.rows()) == [True, True]
+    mine(cwd=there)
+    rows = mine.rows()
+    assert rows["v"].tolist() == [100, 200] and reused(rows) == [False, False]
+
+
+def test_a_folder_a_point_listed_is_listed_again_before_a_copy(mine, tmp_path):
+    """A glob's folder: a file added to it runs the points again (a fresh run would see it)."""
+    folder = tmp_path / "inputs"
+    folder.mkdir()
+    touched(folder / "a.txt", "1")
+    mine.write(
+        "from pathlib import Path\n\ndef run(x: int = 1, inputs: str = ''):\n"
+        "    return [{'v': sum(int(p.read_text()) for p in Path(inputs).glob('*.txt'))}]\n"
+    )
+    mine(f"+inputs={folder}")
+    mine(f"+inputs={folder}")
+    assert reused(mine.rows()) == [True, True]
+    touched(folder / "b.txt", "2")
+    mine(f"+inputs={folder}")
+    rows = mine.rows()
+    assert rows["v"].tolist() == [3, 3] and reused(rows) == [False, False]
+
+
+def test_a_file_under_the_out_folder_that_the_harness_did_not_write_is_a_read(mine, tmp_path):
+    data = tmp_path / "outputs" / "data" / "n.txt"
+    data.parent.mkdir(parents=True)
+    touched(data, "2")
+    mine.write("from pathlib import Path\n\ndef run(x: int = 1, data: str = ''):\n"
+               "    return [{'v': int(Path(data).read_text()) * x}]\n")  # fmt: skip
+    mine(f"+data={data}")
+    touched(data, "4")
+    mine(f"+data={data}")
+    rows = mine.rows()
+    assert rows["v"].tolist() == [4, 8] and reused(rows) == [False, False]
+
+
+def test_a_pipe_a_point_reads_is_no_file_and_hangs_nothing(mine, tmp_path):
+    """A point that reads a named pipe (fed by a thread of its own): its reads are recorded
+    without opening the pipe again, and the sweep ends."""
+    pipe = tmp_path / "feed"
+    os.mkfifo(pipe)
+    mine.write("import threading\n\ndef run(x: int = 1, pipe: str = ''):\n"
+               "    def feed():\n        with open(pipe, 'w') as f:\n            f.write(str(x))\n"
+               "    threading.Thread(target=feed).start()\n"
+               "    with open(pipe) as f:\n        return [{'v': int(f.read())}]\n")  # fmt: skip
+    mine(f"+pipe={pipe}")
+    assert mine.rows()["v"].tolist() == [1, 2]
+
+
+def test_a_threads_setting_equal_to_the_default_reuses_its_answers(mine):
+    """threads is no key of the config's own: the count a point ran with is (its kind of
+    machine), so threads=N where N is what the point had anyway copies the answer."""
+    import torch
+
+    mine.write("def run(x: int = 1):\n    return [{'v': x}]\n")
+    mine()
+    mine(f"threads={torch.get_num_threads()}")
+    assert reused(mine.rows()) == [True, True]
+
+
+def test_a_resume_whose_config_decides_other_answers_than_planned_is_refused(mine):
+    """The YAML's seed changed before a resume: its points would run another seed under the
+    planned points' config_hash; one line, exit 2, nothing run."""
+    mine.write("def run(x: int = 1):\n    if x == 2:\n        raise ValueError('two')\n"
+               "    return [{'v': x}]\n", extra="seed: 0\n")  # fmt: skip
+    mine(code=1)
+    sweep = store.newest_sweep(mine.harness.results, "mine")
+    mine.write("def run(x: int = 1):\n    return [{'v': x}]\n", extra="seed: 1\n")
+    refused = mine(f"resume={sweep}", code=2)
+    assert refused.stderr.count("\n") == 1 and "seed is 1 in the config now" in refused.stderr
+
+
+@pytest.mark.parametrize("setting", ["reuse=0", "reuse=1", "seed=abc", "seed=1.5", "code=old"])
+def test_a_setting_of_the_wrong_kind_is_one_line(mine, setting):
+    mine.write("def run(x: int = 1):\n    return [{'v': x}]\n")
+    refused = mine(setting, code=2)
+    assert refused.stderr.count("\n") == 1, refused.stderr
+
+
+def test_a_file_looked_for_beside_the_code_but_not_pinned_says_why(mine, tmp_path):
+    """A module that reads ../data/p.txt from its own path: in the snapshot there is none; the
+    failed row says what the path is and what to do."""
+    (mine.folder / "data").mkdir()
+    touched(mine.folder / "data" / "p.txt", "9")
+    mine.write(
+        "from pathlib import Path\n\ndef run(x: int = 1):\n"
+        "    return [{'v': int((Path(__file__).parents[1] / 'data' / 'p.txt').read_text())}]\n"
+    )
+    mine(code=1)
+    error = mine.rows()["error"][0]
+    assert error.startswith("FileNotFoundError") and "the sweep pins the files of the" in error

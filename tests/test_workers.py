@@ -147,7 +147,7 @@ def test_fresh_and_a_grown_worker_give_points_processes_of_their_own(
     assert len(set(pids(gate))) == processes
 
 
-def test_a_snapshot_restores_what_a_unit_of_work_changed(tmp_path, monkeypatch):
+def test_a_process_state_restores_what_a_unit_of_work_changed(tmp_path, monkeypatch):
     """harness.launchers.fresh in this process: what a point may change, changed, and put back."""
     monkeypatch.setenv("KEPT", "yes")
     before = ProcessState()
@@ -175,7 +175,7 @@ def test_a_snapshot_restores_what_a_unit_of_work_changed(tmp_path, monkeypatch):
     assert (random.random(), torch.rand(1)) == draws, "the random states as they were"
 
 
-def test_a_snapshot_names_what_it_cannot_put_back(monkeypatch):
+def test_a_process_state_names_what_it_cannot_put_back(monkeypatch):
     """Settings set back and so not named, nor a library's own wrapper of its own function; a
     replaced function (however it names itself), an added method and a thread still running,
     named."""

@@ -1,5 +1,6 @@
 """resume=SWEEP_ID: the sweep's points without an answer, under the config they first ran with."""
 
+import json
 import re
 import tempfile
 from contextlib import ExitStack
@@ -15,7 +16,7 @@ from harness.errors import BadInput
 from harness.names import SET_BY_HARNESS, available_experiments, check_name, key_of
 from harness.pinning import codestore
 from harness.planning.config import command, compose_config, results_root
-from harness.planning.experiment import Experiment, config_values, hasher
+from harness.planning.experiment import Experiment, config_values, hasher, keyed_config
 from harness.planning.plan import Point, Sweep, sweep_of
 from harness.searching import search
 
@@ -50,7 +51,9 @@ def resumed(
     _check_config_dirs(manifest, experiment, sweep_id, config_dirs, results)
     resources = manifest.get("experiment_config", {}).get("resources") or []
     settings = _settings(overrides, sweep_id, resources)
-    replaced = {key_of(line) for line in settings} | {*SET_BY_HARNESS, "hydra.searchpath"}
+    # The code store and code are this command's own: a manifest names no folder to run from.
+    replaced = {key_of(line) for line in settings} | {*SET_BY_HARNESS, "hydra.searchpath",
+                                                      "code_store", "code"}  # fmt: skip
     original = [line for line in manifest["overrides"] if key_of(line) not in replaced]
     launcher = manifest.get("hydra_overrides", [])
     if any(key_of(line) == "hydra/launcher" for line in settings):  # another launcher: its own
@@ -63,6 +66,7 @@ def resumed(
     values = config_values(cfg)
     code_store, digest = _code(manifest, values, sweep_id, config_dirs)
     experiment_ = Experiment.load(values["experiment"])  # from the code's snapshot
+    _check_planned_config(manifest, keyed_config(values, experiment_.parameters), sweep_id)
     searched = search.of_manifest(manifest)
     if searched:  # the sweep's own search, as planned
         search.check_launcher(cfg.hydra.launcher)
@@ -115,6 +119,40 @@ def _code(manifest: dict, values: dict, sweep_id: str, config_dirs: list[Path]) 
         pinned = digest
     codestore.enter(code_store, pinned)
     return code_store, pinned
+
+
+def _check_planned_config(manifest: dict, now: dict, sweep_id: str) -> None:
+    """BadInput (one line) where a key that decides the points' answers (keyed_config: the
+    seed, the run target, ...) has another value in the config now than the sweep planned (its
+    experiment's YAML edited since): its points' rows would be of another config than its
+    planned points' config_hash."""
+    planned = manifest.get("keyed_config")
+    if not isinstance(planned, dict):
+        return
+    flat_now, flat_planned = _flat(now), _flat(planned)
+    differ = sorted(key for key in {*flat_now, *flat_planned}
+                    if _text(flat_now.get(key)) != _text(flat_planned.get(key)))  # fmt: skip
+    if differ:
+        key = differ[0]
+        raise BadInput(
+            f"{key} is {flat_now.get(key)!r} in the config now, where sweep {sweep_id} planned "
+            f"{flat_planned.get(key)!r}: a resume runs the sweep as it was planned; set it back "
+            "(the experiment's YAML), or run a new sweep"
+        )
+
+
+def _flat(node: dict, above: str = "") -> dict:
+    found = {}
+    for key, value in node.items():
+        if isinstance(value, dict):
+            found |= _flat(value, f"{above}{key}.")
+        else:
+            found[f"{above}{key}"] = value
+    return found
+
+
+def _text(value) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 def _settings(overrides: list[Override], sweep_id: str, resources: list[str]) -> list[str]:

@@ -36,10 +36,9 @@ def launch(cfg: DictConfig, sweep, launcher) -> bool:
         return True
     points = {point.job: point for point in sweep.points}
     progress = Progress(len(points))
-    process = launcher.point_process()
-    reused = reuse_answered(cfg, sweep, process, progress)
-    decided = {"decided": True} if process is not None and process.environ is not None else {}
-    jobs = [protocol.JobSpec(p.job, job_overrides(sweep, p), {**p.planned(), **decided})
+    reused, decided = reuse_answered(cfg, sweep, launcher.point_process(), progress)
+    jobs = [protocol.JobSpec(p.job, job_overrides(sweep, p),
+                             {**p.planned(), **({"decided": True} if p.job in decided else {})})
             for p in sweep.points if p.job not in reused]  # fmt: skip
     if not jobs:
         return True
@@ -66,44 +65,39 @@ def launch(cfg: DictConfig, sweep, launcher) -> bool:
     return True
 
 
-def reuse_answered(cfg: DictConfig, sweep, process, progress: "Progress") -> set[int]:
+def reuse_answered(cfg: DictConfig, sweep, process, progress: "Progress") -> tuple[set, set]:
     """The points whose answers another sweep holds, copied now (harness.pinning.reuse), each
-    with its progress line, where the launcher's `process` (protocol.PointProcess) says what
-    their processes would be; where it cannot, a line saying that each point's process decides.
-    A search's trials and points of several processes (process None) are never reused."""
+    with its progress line, and the points looked up here: those the launcher's `process`
+    (protocol.PointProcess) says what their processes would be (a point on a GPU: where it runs
+    in this process). Where some answered before are not copied, a line says why; where some
+    are left to their own processes, a line says so. A search's trials and points of several
+    processes (process None) are never reused."""
     name, setting = sweep.experiment.name, cfg.get("reuse")
     if process is None or setting is False or sweep.code is None:
-        return set()
+        return set(), set()
+    decided = {p.job for p in sweep.points if p.cell is None and process.environ is not None
+               and (process.here or str(p.params.get("device", "cpu")) == "cpu")}  # fmt: skip
     found = [p for p in sweep.points
              if p.cell is None and reuse.may_have(sweep.results, name, p.config_hash)]  # fmt: skip
-    if found and process.environ is None:
-        print(
-            f"{len(found)} points may be answered in the store already: each point's process "
-            "decides (this one cannot tell what machine its launcher gives it)",
-            flush=True,
-        )
-    if not found or process.environ is None:
-        return set()
-    named, reused = tuple(sweep.experiment.config.get("environment") or ()), set()
-    for point in found:
+    left = [p for p in found if p.job not in decided]
+    if left:
+        print(f"{len(left)} points may be answered in the store already: each point's process "
+              "decides (this one cannot tell what its launcher gives it)", flush=True)  # fmt: skip
+    named, reused, passed = tuple(sweep.experiment.config.get("environment") or ()), set(), []
+    for point in (p for p in found if p.job in decided):
         device = str(point.params.get("device", "cpu"))
-        if device.startswith("cuda") and not _one_kind_of_gpu():
-            continue  # which GPU a point gets is the launcher's: its process decides
         kind = reuse.kind(device, named, cfg.get("threads") or process.threads, process.environ)
         summary = reused_answer(sweep.results, sweep.experiment, sweep.id, point.job,
                                 point.config_hash, point.params, kind, setting)  # fmt: skip
-        if summary is not None:
+        if summary.get("reused_from"):
             finish(sweep, point, summary, progress)
             reused.add(point.job)
-    return reused
-
-
-def _one_kind_of_gpu() -> bool:
-    """Whether the GPUs this process sees are all of one name (a point gets one of them)."""
-    import torch
-
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return count > 0 and len({torch.cuda.get_device_name(i) for i in range(count)}) == 1
+        elif summary.get("passed"):
+            passed.append(summary["passed"])
+    if passed:
+        print(f"{len(passed)} points answered before run again: {passed[0]}"
+              f"{' (and others)' if len(passed) > 1 else ''}", flush=True)  # fmt: skip
+    return reused, decided
 
 
 class SameFailure:

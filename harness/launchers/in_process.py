@@ -313,7 +313,7 @@ class InProcessLauncher(Launcher):
 
     def point_process(self) -> PointProcess:
         """Its points run in this process, as it is."""
-        return PointProcess(dict(os.environ))
+        return PointProcess(dict(os.environ), here=True)
 
     def follow(self, jobs: list[JobSpec], placement: dict) -> Iterator[tuple[int, dict]]:
         yield from run_here(self.config, self.task_function, jobs)

@@ -53,10 +53,12 @@ class JobSpec:
 @dataclass(frozen=True)
 class PointProcess:
     """What a launcher's points run with: the environment of a point's process and torch's
-    threads in it (None: this process's); environ None where this process cannot tell."""
+    threads in it (None: this process's); environ None where this process cannot tell. `here`:
+    the points run in this very process (a GPU's name is then this process's to tell)."""
 
     environ: Mapping[str, str] | None = None
     threads: int | None = None
+    here: bool = False
 
 
 class Launcher:

@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 from submitit.core.utils import UncompletedJobError
 
 from harness.errors import with_type
-from harness.launchers.in_process import work
+from harness.launchers.in_process import InProcess, work
 from harness.launchers.protocol import JobSpec, Launcher, PointProcess, check_kinds
 from harness.pinning import codestore
 from harness.running import distributed
@@ -86,12 +86,15 @@ class SubmititLauncher(BaseSubmititLauncher, Launcher):
 
     def point_process(self) -> PointProcess | None:
         """A point's process: this machine's environment with its threads for OpenMP too (as
-        __call__ sets them), where this process can tell (runs_here) and no setup lines
-        change it; None for points of several processes."""
+        __call__ sets them), where this process can tell (runs_here) and neither setup lines
+        nor Hydra (its env_set, callbacks, chdir: in_process.InProcess.suits) change it; None
+        for points of several processes."""
         if self.params.get("tasks_per_node", 1) * self.params.get("nodes", 1) > 1:
             return None
         threads = self.params.get("cpus_per_task") or self.job_threads()
-        if not threads or self.params.get("setup") or not self.runs_here():
+        if not threads or self.params.get("setup") or not InProcess.suits(self.config):
+            return PointProcess()
+        if not self.runs_here():
             return PointProcess()
         return PointProcess({**os.environ, "OMP_NUM_THREADS": str(threads)}, threads)
 

@@ -93,8 +93,10 @@ def bundle_hashes(folder: Path) -> dict[str, str]:
     """Every file below a bundle's folder, by relative path (posix), with its bytes' hash; each
     folder and file checked private (check_private), anything but a folder or a file refused."""
     hashes, top = {}, os.fspath(folder)
-    for where, _, names in os.walk(top, onerror=_raise):
+    for where, folders, names in os.walk(top, onerror=_raise):
         check_private(where, "the code store's folder")
+        for name in folders:  # a link among them is listed here, and never walked into
+            check_private(os.path.join(where, name), "the code store's folder")
         inside = os.path.relpath(where, top).replace(os.sep, "/")
         for name in names:
             path = os.path.join(where, name)
@@ -267,8 +269,10 @@ def _bytecode_folder(store: Path) -> Path | None:
 
 def _compiled(source: bytes, path: str, hashed: str, folder: Path | None, compile_):
     """The code object of a checked source: from the bytecode folder where it holds one for
-    this path and these bytes, else compiled and kept there (written whole, then renamed)."""
-    key = hashlib.sha256(f"{path}\0{hashed}".encode()).hexdigest()[:32]
+    this path, these bytes and this interpreter's optimization level (-O), else compiled and
+    kept there (written whole, then renamed). The folder is this user's alone, as the bundles
+    are: what it holds is trusted as they are."""
+    key = hashlib.sha256(f"{path}\0{hashed}\0{sys.flags.optimize}".encode()).hexdigest()[:32]
     kept = folder / f"{key}.{sys.implementation.cache_tag}.pyc" if folder else None
     magic = importlib.util.MAGIC_NUMBER
     if kept is not None:

@@ -44,6 +44,7 @@ NAMED = ("run", "check", "derive", "report")  # the experiment's keys that name 
 MAX_FILES, MAX_BYTES = 2000, 32 << 20  # a folder of more is no experiment's
 SKIPPED = {"__pycache__", "node_modules", "site-packages", "outputs"}
 STAT_CACHE = "stat-cache.json"
+LOCK = "store.lock"  # held shared while a sweep pins its code, alone while prune removes any
 MAX_CACHED = 50_000  # files the stat cache remembers
 RECENT_S = 3600  # a code pinned this recently is kept by prune (a sweep being planned now)
 
@@ -183,9 +184,12 @@ def _sources(folder: Path, skip: set[Path]) -> dict[str, Path]:
             path = here / name
             rel = path.relative_to(folder).as_posix()
             try:
-                size = path.stat().st_size
+                status = path.stat()
             except OSError as error:
                 raise BadInput(f"cannot read {path}: {error.strerror or error}") from None
+            if not stat.S_ISREG(status.st_mode):  # a pipe, a socket: no file to keep
+                continue
+            size = status.st_size
             found[rel] = path
             sizes.append((size, rel))
             total += size
@@ -220,7 +224,7 @@ class _StatCache:
 
     def hash(self, path: Path) -> str:
         try:
-            with open(path, "rb") as file:
+            with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as file:
                 status = os.fstat(file.fileno())
                 stamp = [status.st_size, status.st_mtime_ns, status.st_ctime_ns,
                          status.st_dev, status.st_ino]  # fmt: skip
@@ -236,7 +240,7 @@ class _StatCache:
         return digest
 
     def save(self) -> None:
-        if not self.changed:
+        if not self.changed or not self.path.parent.is_dir():  # no store: none is made for it
             return
         if len(self.known) > MAX_CACHED:  # files hashed long ago, most of them gone: forgotten
             self.known = {path: self.known[path] for path in self.used}
@@ -251,22 +255,28 @@ def pin(node: dict, out: Path, store: Path, config_dirs=()) -> str:
     private_store(store)
     code = collect(node, out, store, config_dirs)
     try:
-        for bundle in code.bundles:
-            folder = boot.bundle_folder(store, bundle.digest)
-            if folder.is_dir() and not _checked(boot.intact, folder, bundle.digest):
-                _set_aside(folder)  # readable, private and not what its digest names: anew
-            if not folder.is_dir():
-                _write_bundle(bundle, folder)
-        record = boot.record_path(store, code.digest)
-        if not record.exists():
-            files.write_json(record, {"bundles": [bundle.digest for bundle in code.bundles]})
-        os.utime(record)  # pinned now: prune keeps it a while, for the sweep being planned
+        with files.hold(Path(store) / LOCK, shared=True):
+            return _keep(code, store)
     except OSError as error:
         raise BadInput(
             f"cannot keep the sweep's code in the code store {store} ({error.strerror or error}"
             f"{': ' + str(error.filename) if error.filename else ''}): set code_store= to a "
             "folder you may write"
         ) from None
+
+
+def _keep(code: Code, store: Path) -> str:
+    """The code's bundles kept in the store, each once per digest, and its record."""
+    for bundle in code.bundles:
+        folder = boot.bundle_folder(store, bundle.digest)
+        if folder.is_dir() and not _checked(boot.intact, folder, bundle.digest):
+            _set_aside(folder)  # readable, private and not what its digest names: anew
+        if not folder.is_dir():
+            _write_bundle(bundle, folder)
+    record = boot.record_path(store, code.digest)
+    if not record.exists():
+        files.write_json(record, {"bundles": [bundle.digest for bundle in code.bundles]})
+    os.utime(record)  # pinned now: prune keeps it a while, for the sweep being planned
     return code.digest
 
 
@@ -473,7 +483,14 @@ def prune(store: Path, kept: set[str]) -> tuple[list[str], int]:
     names, and all else in it but the stat cache and what was made in the last RECENT_S (the
     bytecode of modules is made again as they are imported); the codes removed, and the bytes
     freed."""
-    private_store(store)
+    if not Path(store).is_dir():
+        raise BadInput(f"there is no code store {store}: give code_store= the one to prune")
+    _checked(boot.check_private, Path(store), "the code store")
+    with files.hold(Path(store) / LOCK):  # no sweep pins its code meanwhile
+        return _prune(store, kept)
+
+
+def _prune(store: Path, kept: set[str]) -> tuple[list[str], int]:
     now, named, removed = time.time(), set(), []
     for record in sorted(Path(store).glob("snapshot-*.json")):
         digest = record.stem.removeprefix("snapshot-")
@@ -490,7 +507,7 @@ def prune(store: Path, kept: set[str]) -> tuple[list[str], int]:
     freed = 0
     for entry in os.scandir(store):
         young = now - entry.stat(follow_symlinks=False).st_mtime < RECENT_S
-        if entry.name in named or entry.name == STAT_CACHE or (young and entry.name[0] == "."):
+        if entry.name in named or entry.name in (STAT_CACHE, LOCK) or young:
             continue
         path = Path(entry.path)
         if entry.is_dir(follow_symlinks=False):

@@ -8,9 +8,11 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
+from harness.lifetime import per_command
 from harness.pinning.codestore import running_digest
 
 SOURCE = Path(__file__).resolve().parents[2]  # the checkout the harness runs from, if any
@@ -61,11 +63,30 @@ def _git(*args: str) -> str:
     return result.stdout.strip()
 
 
-@functools.cache
+@per_command
+@functools.lru_cache(maxsize=1)
 def packages() -> tuple[str, ...]:
     """Every installed distribution as name==version, sorted."""
-    found = dict(_name_and_version(d) for d in metadata.distributions())
-    return tuple(f"{name}=={version}" for name, version in sorted(found.items()) if name)
+    return tuple(listed for listed, _ in _installed())
+
+
+@per_command
+@functools.lru_cache(maxsize=1)
+def _installed() -> tuple[tuple[str, str], ...]:
+    """Every installed distribution as (name==version, where and when it was installed: its
+    metadata folder, that folder's inode and modification time), sorted: a package installed
+    again at the same version (an edit of one's own, reinstalled) is another install."""
+    found = {}
+    for distribution in metadata.distributions():
+        name, version = _name_and_version(distribution)
+        where = getattr(distribution, "_path", None)  # its .dist-info (or .egg-info) folder
+        try:
+            status = os.stat(where)
+            stamp = f"{where} {status.st_ino}:{status.st_mtime_ns}"
+        except (OSError, TypeError):
+            stamp = str(where)
+        found[name] = (f"{name}=={version}", stamp)
+    return tuple(found[name] for name in sorted(found) if name)
 
 
 def _name_and_version(distribution: metadata.Distribution) -> tuple[str, str | None]:
@@ -82,8 +103,13 @@ def _name_and_version(distribution: metadata.Distribution) -> tuple[str, str | N
     return fields.get("Name", "").lower(), fields.get("Version")
 
 
-def packages_digest(listing: tuple[str, ...]) -> str:
-    return hashlib.sha256("\n".join(listing).encode()).hexdigest()[:16]
+@per_command
+@functools.lru_cache(maxsize=1)
+def packages_digest() -> str:
+    """The digest of the installed packages: their names and versions, and each one's install
+    (_installed). The package list a sweep keeps (packages()) is named by it."""
+    text = "\n".join(f"{listed} {stamp}" for listed, stamp in _installed())
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def device_name(device: str) -> str:
@@ -138,9 +164,16 @@ def machine(device: str) -> dict:
         "cuda_version": torch.version.cuda,
         "cudnn_version": _cudnn(),
         "driver_version": _driver() if name != _cpu_name() else None,
-        "python_version": platform.python_version(),
-        "packages_digest": packages_digest(packages()),
+        "python_version": python_version(),
+        "packages_digest": packages_digest(),
     }
+
+
+def python_version() -> str:
+    """Python's version, with its optimization level where it has one (-O, -OO: asserts and
+    docstrings left out, which a computation may read)."""
+    optimized = sys.flags.optimize
+    return platform.python_version() + (f" -{'O' * optimized}" if optimized else "")
 
 
 def environment(named=(), environ=None) -> str:

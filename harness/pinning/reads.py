@@ -1,12 +1,17 @@
 """What a point read that its sweep did not pin, each file with the digest of its bytes: the files
-it opened for reading (a data file a parameter names, a user's shapes.json) and the modules it
-runs from elsewhere (a helper on PYTHONPATH), but its snapshot (the code store), the standard
-library, the installed packages, the out folder, the system's /proc, /sys and /dev, its time
-zones, torch's compile caches, and the files it wrote itself. Python's audit hook sees every
-open made through Python (open, io.open_code: imports too, os.open), in every thread; the
-modules are those in sys.modules whose files lie elsewhere, but the harness's own (imported
-before the process entered the sweep's snapshot). A row names them (files_read) and reuse
-copies an answer only while each still hashes as it did (harness.pinning.reuse).
+it opened for reading (a data file a parameter names, a user's shapes.json), the folders it
+listed (a glob: the digest of their names), and the modules it runs from elsewhere (a helper
+on PYTHONPATH), with what those read as they were imported; but its snapshot (the code store),
+the standard library, the installed packages, the folders the harness writes under the out
+folder, the system's /proc, /sys and /dev, its time zones, torch's compile caches, the harness's
+own files and what the point wrote itself. Python's audit hook sees every open made through
+Python (open, io.open_code: imports too, os.open) and every listing (os.listdir, os.scandir:
+but the import system's own), in every thread; the modules are those in sys.modules whose
+files lie elsewhere, but the harness's own (imported before the process entered the sweep's
+snapshot). A path opened relative to the working directory is named as it was opened, and
+read again relative to the working directory of the process that checks it. A row names them
+(files_read) and reuse copies an answer only while each still hashes as it did
+(harness.pinning.reuse).
 
 Not seen: what a library opens in C without Python's open (pyarrow's readers, say) and what a
 process the point starts reads.
@@ -26,13 +31,26 @@ import tempfile
 import zoneinfo
 from collections.abc import Iterator
 
-_recording = None  # the Recording of the point that runs in this process now, if any
+from harness.lifetime import per_command
+
+_recording = None  # the Recording that the audit hook feeds now, if any
+# What this process read as it imported an experiment's modules: kept while they are, for the
+# command (a warm worker's too), forgotten with them.
+_imported: dict[str, str] = per_command({})
 _digests: dict[str, tuple[tuple, str]] = {}  # path -> (its stat stamp, its digest)
+LISTED = "list"  # the mode of a listing among a Recording's `opened`
+IMPORTER = "<frozen importlib._bootstrap_external>"  # the import system's listings: not a point's
+SHOWN = 100  # files a row names (the answer's record holds every one)
 
 
 def _hook(event: str, args: tuple) -> None:
-    if event == "open" and _recording is not None:
+    if _recording is None:
+        return
+    if event == "open":
         _recording.opened.append(args)
+    elif event in ("os.listdir", "os.scandir") and sys._getframe(1).f_code.co_filename != IMPORTER:
+        listed = args[0] if args and args[0] is not None else "."
+        _recording.opened.append((listed, LISTED, 0))
 
 
 @functools.cache
@@ -42,55 +60,70 @@ def _hooked() -> None:
 
 class Recording:
     """What one point read, as it runs: `opened`, the audit hook's (path, mode, flags) of each
-    open; files_read() says it as files and digests, skipping `skip` (folders) too, with the
-    files of the modules it runs from elsewhere (Elsewhere)."""
+    open and listing; files_read() says it as files and digests, skipping `skip` (folders)
+    too, with the modules it runs from elsewhere (`elsewhere`, where given) and what the
+    experiment's modules read as they were imported."""
 
-    def __init__(self, skip: tuple[str, ...], elsewhere: "Elsewhere"):
+    def __init__(self, skip: tuple[str, ...], elsewhere: "Elsewhere | None"):
         self.skip, self.elsewhere = _roots() + skip, elsewhere
+        self.own = elsewhere.own if elsewhere else frozenset()
         self.opened: list[tuple] = []
         self.read: dict[str, str] = {}  # path -> digest
         self.written: set[str] = set()
-        self.taken, self.modules, self.text = 0, -1, "{}"
+        self.modules, self.text = -1, "{}"
 
     def files_read(self) -> dict[str, str]:
-        """Each file read so far, by its real path, with its digest."""
+        """Each file read so far, by its path (real, or relative as it was opened), with its
+        digest; and each folder listed (its path and a separator), with its names'."""
         self._take()
-        return dict(self.read)
+        return {**_imported, **self.read}
 
     def said(self) -> str:
-        """files_read as JSON text (sorted), for a row's files_read column; made again only
-        when something was opened or imported since it was last asked for."""
-        if len(self.opened) != self.taken or len(sys.modules) != self.modules:
-            self.text = json.dumps(self.files_read(), sort_keys=True)
+        """files_read as JSON text (sorted; at most SHOWN of them, and how many there are), for
+        a row's files_read column; made again only when something was opened, listed or
+        imported since it was last asked for."""
+        if self.opened or len(sys.modules) != self.modules:
+            read = self.files_read()
+            shown = dict(sorted(read.items())[:SHOWN])
+            if len(read) > SHOWN:
+                shown["(in all)"] = f"{len(read)} files; the answer's record names each"
+            self.text = json.dumps(shown, sort_keys=True)
         return self.text
 
     def _take(self) -> None:
-        opened, self.taken = self.opened[self.taken :], len(self.opened)
-        for path, mode, flags in opened:
+        taken = len(self.opened)
+        for path, mode, flags in self.opened[:taken]:
             if isinstance(path, int):  # an open file descriptor: not a file by name
                 continue
-            path = os.path.abspath(os.fsdecode(os.fspath(path)))
-            if _writes(mode, flags):
+            given = os.fsdecode(os.fspath(path))
+            path = os.path.abspath(given)
+            named = given if not os.path.isabs(given) else None
+            if mode == LISTED:
+                self._add(path.rstrip(os.sep) + os.sep, named and named.rstrip(os.sep) + os.sep)
+            elif _writes(mode, flags):
                 self.written.add(path)
-                self.read.pop(path, None)
-            elif path not in self.read and path not in self.written:
-                if path.startswith(self.skip) or _PYCACHE in path:
-                    continue  # most are (an import's bytecode): no need to resolve its links
-                real = os.path.realpath(path)
-                if not real.startswith(self.skip) and _PYCACHE not in real:
-                    self._add(real)
+                self.read.pop(named or path, None)
+            elif path not in self.written:
+                self._add(path, named)
+        del self.opened[:taken]  # what the hook appended meanwhile stays
         self.modules = len(sys.modules)
-        for path in self.elsewhere.files():
+        for path in self.elsewhere.files() if self.elsewhere else []:
             if path not in self.read:
                 self._add(path)
 
-    def _add(self, path: str) -> None:
-        found = digest(path)
-        # None: no file there (an open that failed, a probe for an optional file: nothing was
-        # read; one read and removed since is gone with what the point made); "": not a file
-        # (a folder, a pipe), nothing of which was read as data.
+    def _add(self, path: str, named: str | None = None) -> None:
+        if path.startswith(self.skip) or _PYCACHE in path or path in self.own:
+            return  # most are (an import's bytecode): no need to resolve the path's links
+        real = os.path.realpath(path) + (os.sep if path.endswith(os.sep) else "")
+        if real.startswith(self.skip) or _PYCACHE in real or (named or real) in self.read:
+            return
+        with paused():  # the digest's own opens and listings
+            found = digest(real)
+        # None: nothing there (an open that failed, a probe for an optional file: nothing was
+        # read; one read and removed since is gone with what the point made); "": no file (a
+        # pipe), nothing of which was read as data.
         if found:
-            self.read[path] = found
+            self.read[named or real] = found
 
 
 _PYCACHE = f"{os.sep}__pycache__{os.sep}"
@@ -107,13 +140,16 @@ def _writes(mode, flags) -> bool:
 class Elsewhere:
     """The files of the modules this process runs from elsewhere: not its snapshot's (their
     top-level name is one of `pinned`), not imported before it entered the snapshot (`before`:
-    the harness's own), not Python's own or the installed packages'. Looked at again only
-    when sys.modules has grown or shrunk since (a point's imports), each module once."""
+    the harness's own, whose files `own` holds as they were imported), not Python's own or the
+    installed packages'. Looked at again only when sys.modules has grown or shrunk since (a
+    point's imports), each module once."""
 
     def __init__(self, pinned: frozenset[str], before: frozenset[str]):
         self.pinned, self.before = pinned, before
         self.known: dict[str, tuple[object, str | None]] = {}  # name -> (module, its file)
         self.size, self.found = -1, []
+        modules = [sys.modules.get(name) for name in before]
+        self.own = frozenset(getattr(m, "__file__", None) or "" for m in modules) - {""}
 
     def files(self) -> list[str]:
         if len(sys.modules) != self.size:
@@ -149,24 +185,36 @@ def elsewhere(pinned: frozenset[str], before: frozenset[str]) -> Elsewhere:
 
 
 def digest(path: str) -> str | None:
-    """The sha256 (16 hex digits) of a file's bytes, made again only once its size,
-    modification or change time, device or inode differ; "" for what is not a regular file,
-    None for one that cannot be read."""
+    """The sha256 (16 hex digits) of a file's bytes, or of a folder's names (a path ending in a
+    separator), made again only once its size, modification or change time, device or inode
+    differ; "" for what is neither a regular file nor a folder, None for what cannot be read.
+    A relative path is read relative to the working directory."""
+    listing = path.endswith(os.sep)
     try:
-        with open(path, "rb", buffering=0) as file:
-            status = os.fstat(file.fileno())
-            if not stat.S_ISREG(status.st_mode):
-                return ""
-            stamp = (status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_dev,
-                     status.st_ino)  # fmt: skip
-            known = _digests.get(path)
-            if known is not None and known[0] == stamp:
-                return known[1]
-            found = hashlib.sha256(file.read()).hexdigest()[:16]
+        opened = os.open(path, os.O_RDONLY | os.O_NONBLOCK | (os.O_DIRECTORY * listing))
     except OSError:
         return None
-    _digests[path] = (stamp, found)
-    return found
+    try:
+        status = os.fstat(opened)
+        if not (stat.S_ISDIR if listing else stat.S_ISREG)(status.st_mode):
+            return ""
+        stamp = (status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_dev,
+                 status.st_ino)  # fmt: skip
+        key = os.path.abspath(path) + os.sep * listing
+        known = _digests.get(key)
+        if known is not None and known[0] == stamp:
+            return known[1]
+        if listing:
+            found = hashlib.sha256("\n".join(sorted(os.listdir(opened))).encode()).hexdigest()
+        else:
+            with os.fdopen(os.dup(opened), "rb") as file:
+                found = hashlib.file_digest(file, "sha256").hexdigest()
+    except OSError:
+        return None
+    finally:
+        os.close(opened)
+    _digests[key] = (stamp, found[:16])
+    return found[:16]
 
 
 @contextlib.contextmanager
@@ -181,9 +229,26 @@ def paused() -> Iterator[None]:
         _recording = before
 
 
+@contextlib.contextmanager
+def importing(skip: tuple[str, ...] = ()) -> Iterator[None]:
+    """While the block runs (an experiment's modules imported), what this process reads but
+    under the folders `skip` is kept, with the digests it had then, as read by every point this
+    process runs from now on (a helper that reads its data as it is imported does so once a
+    process; the modules' own files are each point's Elsewhere's)."""
+    global _recording
+    _hooked()
+    recording = Recording(skip, None)
+    before, _recording = _recording, recording
+    try:
+        yield
+    finally:
+        _recording = before
+        _imported.update(recording.files_read())
+
+
 def changed(files: dict) -> str | None:
-    """The first of `files` (path -> digest, as a point recorded them) whose bytes differ now,
-    or that cannot be read; None where every one hashes as it did."""
+    """The first of `files` (path -> digest, as a point recorded them) whose bytes (a folder's
+    names) differ now, or that cannot be read; None where every one hashes as it did."""
     for path, recorded in files.items():
         if recorded is None or digest(path) != recorded:
             return path

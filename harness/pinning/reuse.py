@@ -28,9 +28,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import logging
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness import files, store
@@ -42,8 +42,7 @@ ANSWERS = "_answers"
 KIND = ("device_name", "torch_version", "cuda_version", "cudnn_version", "driver_version",
         "python_version", "packages_digest", "threads", "environment")  # fmt: skip
 SHOWN = 3  # files read that a sweep's summary names
-HINT_BYTES = 1 << 20  # a hint is a few hundred bytes; one larger is no hint of the harness's
-log = logging.getLogger(__name__)
+HINT_BYTES = 64 << 20  # a hint is a few hundred bytes, or names the files its point read
 
 
 def kind(device: str, named_env=(), threads: int | None = None, environ=None) -> dict:
@@ -95,42 +94,57 @@ def may_have(root: Path, experiment: str, config_hash: str) -> bool:
     return config_hash in _answered(Path(root), experiment)
 
 
+@dataclass(frozen=True)
+class Found:
+    """What a lookup found: an answer's rows and where they came from ("SWEEP/JOB"); or, where
+    it copies none, why the newest answer on record for the config was passed over."""
+
+    rows: list[dict] | None = None
+    source: str | None = None
+    passed: str | None = None
+
+
 def find(root: Path, experiment: str, config_hash: str, code: str, kind: dict, sweep: str,
-         setting: bool | None):  # fmt: skip
-    """(rows, "SWEEP/JOB") of the newest reusable answer for this config, code and kind of
-    machine in another sweep, whose files read still hash as they did; None when there is
-    none (or `setting`, the sweep's reuse, is false). Each answer passed over for a reason a
-    user would ask about is a line in the point's log."""
+         setting: bool | None) -> Found:  # fmt: skip
+    """The newest reusable answer for this config, code and kind of machine in another sweep,
+    whose files read still hash as they did; none (and why not, where one is on record) where
+    there is none, or `setting`, the sweep's reuse, is false."""
     if setting is False or not may_have(root, experiment, config_hash):
-        return None
+        return Found()
     folder = _folder(root, experiment, config_hash)
     try:
         names = sorted(os.listdir(folder), reverse=True)  # sweep ids sort by time
     except OSError:
-        return None
-    wanted = {"code_digest": code, **kind}
+        return Found()
+    wanted, passed = {"code_digest": code, **kind}, None
     for name in names:
         entry = _hint(folder / name)
         if entry is None or entry.get("sweep") == sweep:
             continue
-        if any(entry.get(key) != value for key, value in wanted.items()):
-            continue
-        source = f"{entry['sweep']}/{entry.get('job')}"
-        if entry.get("measured") and setting is not True:
-            log.info("not reused: %s measured the moment (reuse=true copies it)", source)
-            continue
-        read = entry.get("files_read")
-        changed = reads.changed(read) if isinstance(read, dict) else "(no record)"
-        if changed is not None:
-            log.info("not reused: %s read %s, which has changed since", source, changed)
-            continue
-        rows = _answer(root, experiment, str(entry["sweep"]), entry.get("job"), config_hash)
-        if rows and all(
-            row.get("status") == "ok" and all(row.get(k) == v for k, v in wanted.items())
-            for row in rows
-        ):
-            return rows, source
-    return None
+        source = f"{entry.get('sweep')}/{entry.get('job')}"
+        why = _passed(entry, wanted, setting)
+        if why is None:
+            rows = _answer(root, experiment, str(entry["sweep"]), entry.get("job"), config_hash)
+            if rows and all(
+                row.get("status") == "ok" and all(row.get(k) == v for k, v in wanted.items())
+                for row in rows
+            ):
+                return Found(rows, source)
+            why = "its rows are gone or not what its record says"
+        passed = passed or f"{source} {why}"
+    return Found(passed=passed)
+
+
+def _passed(entry: dict, wanted: dict, setting: bool | None) -> str | None:
+    """Why an answer on record is not the one to copy (None: it may be)."""
+    differs = next((key for key, value in wanted.items() if entry.get(key) != value), None)
+    if differs is not None:
+        return f"has {differs} {entry.get(differs)!r}, where this point has {wanted[differs]!r}"
+    if entry.get("measured") and setting is not True:
+        return "measured the moment (reuse=true copies it)"
+    read = entry.get("files_read")
+    changed = reads.changed(read) if isinstance(read, dict) else "(no record of them)"
+    return None if changed is None else f"read {changed}, which has changed since"
 
 
 def _hint(path: Path) -> dict | None:

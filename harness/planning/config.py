@@ -156,13 +156,15 @@ def command(arguments: list[str], config_dirs: list[Path], out: Path) -> str:
 def resume_command(
     experiment: str, sweep_id: str, config_dirs: list[Path], out: Path, settings: list[str]
 ) -> str:
-    """The command that finishes a sweep: resume=ID with its --config-dir and out=, and the
+    """The command that finishes a sweep: resume=ID with its --config-dir and out=, the
     launcher settings of `settings` (the sweep's override lines) repeated, hydra/launcher,
     hydra.launcher.* and wait, so that what the resume runs with is in plain view (it takes
-    the sweep's own without them too)."""
+    the sweep's own without them too), and its code_store, which a resume takes from its own
+    command line only."""
+    own = ("hydra/launcher", "wait", "code_store")
     repeated = [
         line for line in settings
-        if key_of(line) in ("hydra/launcher", "wait") or key_of(line).startswith("hydra.launcher.")
+        if key_of(line) in own or key_of(line).startswith("hydra.launcher.")
     ]  # fmt: skip
     arguments = [f"+experiment={experiment}", f"resume={sweep_id}", *repeated]
     return command(arguments, config_dirs, out)

@@ -17,6 +17,7 @@ import hashlib
 import importlib
 import inspect
 import json
+import os
 import types
 import typing
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
 from harness.errors import BadInput, one_line, with_type
 from harness.lifetime import per_point
-from harness.pinning import codestore
+from harness.pinning import codestore, reads
 
 TRACKER = "tracker"  # the parameter through which a training experiment gets its Tracker
 
@@ -59,15 +60,16 @@ class Experiment:
     @classmethod
     def _load(cls, name: str, target: str, named: tuple[str, ...]) -> "Experiment":
         module_name, _, function_name = target.rpartition(".")
-        try:
-            module = importlib.import_module(module_name)
-            run = getattr(module, function_name)
-        except Exception as error:  # the module's own error too (a SyntaxError, say): one line
-            said = _said(error)
-            raise BadInput(f"{name}: cannot import experiment.run={target}: {said}") from None
+        with reads.importing(_snapshot_folder()):  # what its modules read as they are imported
+            try:
+                module = importlib.import_module(module_name)
+                run = getattr(module, function_name)
+            except Exception as error:  # the module's own error too (a SyntaxError): one line
+                said = _said(error)
+                raise BadInput(f"{name}: cannot import experiment.run={target}: {said}") from None
+            functions = [_imported(name, t) for t in named] or [getattr(module, "check", None)]
         parameters = dict(inspect.signature(run).parameters)
         tracked = parameters.pop(TRACKER, None) is not None
-        functions = [_imported(name, t) for t in named] or [getattr(module, "check", None)]
         return cls(
             name=name,
             run=run,
@@ -111,6 +113,13 @@ class Experiment:
 @functools.lru_cache(maxsize=64)
 def _loaded(cls, name: str, target: str, named: tuple[str, ...]) -> Experiment:
     return cls._load(name, target, named)
+
+
+def _snapshot_folder() -> tuple[str, ...]:
+    """The code store of the snapshot this process runs (its files are pinned), as reads skips
+    a folder."""
+    running = codestore.running()
+    return (f"{os.path.realpath(running[0])}{os.sep}",) if running else ()
 
 
 def _imported(name: str, target: str) -> Callable[..., None]:
@@ -160,34 +169,42 @@ def config_values(cfg: DictConfig) -> dict:
 
 
 # The config's keys that do not decide a point's answer: where its rows go, how its sweep is
-# run, followed and reused, how a training point's rows land, where else they go; and of its
-# experiment block, what the report makes of the rows.
+# run, followed and reused, how a training point's rows land, where else they go; threads,
+# whose count a point ran with is its kind of machine's (harness.pinning.reuse). And of its
+# experiment block, what the report makes of the rows, what checks them, how a launcher runs
+# them, and the environment variables it names (their values are the kind of machine's).
 NOT_IN_KEY = ("out", "resume", "wait", "max_points", "fail_fast", "stream_rows", "stream_s",
-              "reuse", "code", "code_store", "sinks", "search", "sweep_id", "job")  # fmt: skip
-NOT_IN_KEY_OF_EXPERIMENT = ("table", "plots", "claims", "derive", "report", "search")
+              "reuse", "code", "code_store", "sinks", "search", "sweep_id", "job",
+              "threads")  # fmt: skip
+NOT_IN_KEY_OF_EXPERIMENT = ("table", "plots", "claims", "derive", "report", "search", "check",
+                            "resources", "fresh", "environment")  # fmt: skip
+
+
+def keyed_config(values: dict, parameters) -> dict:
+    """The keys of the resolved config `values` that decide a point's answer besides its
+    `parameters` (names): every one but NOT_IN_KEY's, the seed and the experiment's `run`
+    target among them."""
+    node = values.get("experiment") or {}
+    rest = {key: value for key, value in values.items()
+            if key not in (*NOT_IN_KEY, "experiment") and key not in parameters}  # fmt: skip
+    return {**rest, "experiment": {k: v for k, v in node.items()
+                                   if k not in NOT_IN_KEY_OF_EXPERIMENT}}  # fmt: skip
 
 
 def config_hash(experiment: str, params: dict, values: dict) -> str:
-    """A short digest of what a point computes: the experiment, its parameters, and every other
-    key of the resolved config its job sees (`values`) but NOT_IN_KEY: its `run` target, the
-    seed, threads, the environment variables it names."""
+    """A short digest of what a point computes: the experiment, its parameters and the rest of
+    the resolved config its job sees (`values`: keyed_config)."""
     return hasher(experiment, values)(params)
 
 
 def hasher(experiment: str, values: dict) -> Callable[[dict], str]:
-    """config_hash of each point of one config `values`, its keys not of the point's own
-    parameters serialized once."""
-    node = values.get("experiment") or {}
-    rest = {key: value for key, value in values.items() if key not in (*NOT_IN_KEY, "experiment")}
-    rest["experiment"] = {k: v for k, v in node.items() if k not in NOT_IN_KEY_OF_EXPERIMENT}
-
-    texts: dict[frozenset, str] = {}  # the rest as text, by the names of the parameters
+    """config_hash of each point of one config `values`, the config serialized once."""
+    texts: dict[frozenset, str] = {}  # the keyed config as text, by the parameters' names
 
     def digest(params: dict) -> str:
         names = frozenset(params)
         if names not in texts:
-            config = {key: value for key, value in rest.items() if key not in names}
-            texts[names] = json.dumps(config, sort_keys=True, default=str)
+            texts[names] = json.dumps(keyed_config(values, names), sort_keys=True, default=str)
         text = json.dumps({"experiment": experiment, "params": params}, sort_keys=True,
                           default=str)  # fmt: skip
         return hashlib.sha256(f"{text}\n{texts[names]}".encode()).hexdigest()[:16]

@@ -23,7 +23,7 @@ from harness.errors import BadInput, one_line
 from harness.names import HARNESS_KEYS, SET_BY_HARNESS, check_name, key_of
 from harness.pinning import codestore
 from harness.planning.config import compose_config
-from harness.planning.experiment import Experiment, config_values, hasher
+from harness.planning.experiment import Experiment, config_values, hasher, keyed_config
 from harness.results.claims import validate as validate_claims
 from harness.results.tables import validate_plots, validate_table
 from harness.searching import search
@@ -59,6 +59,7 @@ class Sweep:
     command: str | None = None  # the command line that started the sweep
     code: str | None = None  # the digest of the code its points run (harness.pinning.codestore)
     code_store: Path | None = None  # where that code is kept
+    keyed: dict | None = None  # its config's keys in its points' config_hash beside their params
 
 
 class SweepExists(Exception):
@@ -108,8 +109,12 @@ def plan(
     _check_fail_fast(values.get("fail_fast", 0))
     if values.get("threads") is not None:
         _check_positive_int("threads", values["threads"])
-    if values.get("reuse") not in (True, False, None):
+    if not (values.get("reuse") is None or isinstance(values["reuse"], bool)):
         raise BadInput(f"reuse must be true, false or null, got {values['reuse']!r}")
+    if isinstance(values["seed"], bool) or not isinstance(values["seed"], int):
+        raise BadInput(f"seed must be a whole number, got {values['seed']!r}")
+    if values.get("code") not in (None, "current"):
+        raise BadInput(f"code must be current (this tree's code) or null, got {values['code']!r}")
     _check_environment(values["experiment"].get("environment"))
     digest, code_store = None, codestore.store_of(values.get("code_store"))
     if pin:
@@ -143,14 +148,16 @@ def plan(
                 "narrow the grid or search.trials"
             )
         experiment = replace(experiment, config={**experiment.config, "search": searched})
-    return replace(sweep_of(cfg, experiment, points), code=digest, code_store=code_store)
+    keyed = keyed_config(values, experiment.parameters)
+    return replace(sweep_of(cfg, experiment, points), code=digest, code_store=code_store,
+                   keyed=keyed)  # fmt: skip
 
 
 def _trial_point(point: Point, job: int, cell: int, slot: int) -> Point:
     """A search's trial of the cell `point`: its own job and config_hash (each trial's rows and
     checkpoint are its own)."""
-    digest = hasher("", {})({"cell_hash": point.config_hash, "slot": slot})
-    return Point(job, point.overrides, point.params, digest, cell, slot)
+    hashed = hasher("", {})({"cell_hash": point.config_hash, "slot": slot})
+    return Point(job, point.overrides, point.params, hashed, cell, slot)
 
 
 def _check_name(cfg: DictConfig, node: dict) -> None:
@@ -350,6 +357,7 @@ def record_plan(sweep: Sweep) -> None:
         "command": sweep.command,
         "code_digest": sweep.code,
         "code_store": str(sweep.code_store) if sweep.code_store else None,
+        "keyed_config": sweep.keyed,
         "config_dirs": [str(folder) for folder in sweep.config_dirs],
         "overrides": sweep.overrides,
         "hydra_overrides": sweep.hydra_overrides,

@@ -73,8 +73,10 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
             kind = reuse.kind(_device(params), _named_env(experiment), values.get("threads"))
             setting = values.get("reuse")
             summary = reused_answer(root, experiment, sweep, job, hashed, params, kind, setting)
-            if summary is not None:
+            if summary.get("reused_from"):
                 return summary
+            if summary.get("passed"):
+                log.info("not reused: %s", summary["passed"])
         path = store.job_file(root, experiment.name, sweep, job)
         extra = {"rank": group.rank, "world_size": group.world_size} if group else {}
         extra |= {"cell": trial.cell, "trial": trial.number} if trial else {}
@@ -86,10 +88,11 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
         tracker = _tracker(experiment, values, (sweep, job, path), prepare, params, hashed, sinks,
                            group, trial)  # fmt: skip
         measuring.start_point()
+        reading = _reading(values)
+        prepare.reading = reading.recording
         with torch_threads(values.get("threads")):  # its rows record them (provenance)
-            with _reading(values) as reading:
-                prepare.reading = reading
-                returned = measure(experiment, params, params.get("seed", values["seed"]), tracker)
+            seed = params.get("seed", values["seed"])
+            returned = measure(experiment, params, seed, tracker, reading)
             rows = [prepare(row) for row in returned]
         if trial is not None:  # told before the rows are written: a restart takes it back
             trial.tell(rows, next((row["status"] for row in rows if row["status"] != "ok"), "ok"))
@@ -103,7 +106,8 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
                 sinks.send(rows)
         if alone:
             measured = reuse.measures(measuring.taken(), rows)
-            reuse.record(root, experiment.name, sweep, job, rows, reading.files_read(), measured,
+            read = reading.recording.files_read()
+            reuse.record(root, experiment.name, sweep, job, rows, read, measured,
                          values.get("reuse"))  # fmt: skip
         _keep_package_list(store.sweep_dir(root, experiment.name, sweep))
         told = summarize(rows, params, last=tracker is not None)
@@ -151,11 +155,13 @@ def _tracker(experiment, values, where, prepare, params, hashed, sinks, group, t
 
 
 def _reading(values: dict) -> reads.recorded:
-    """What the point reads, recorded (harness.pinning.reads), but its out folder's, its
-    snapshot's (whose top-level modules are pinned) and the harness's own modules."""
+    """What the point reads, recorded (harness.pinning.reads), but what the harness writes
+    under its out folder, its snapshot's files (whose top-level modules are pinned) and the
+    harness's own modules."""
     pinned = boot.pinned_here()
     tops, before = (pinned.tops, pinned.before) if pinned else (frozenset(),) * 2
-    return reads.recorded(_folders(values["out"], pinned.store if pinned else None), tops, before)
+    folders = [os.path.join(values["out"], name) for name in store.GENERATED]
+    return reads.recorded(_folders(*folders, pinned.store if pinned else None), tops, before)
 
 
 @per_command
@@ -168,20 +174,20 @@ def _folders(*folders) -> tuple[str, ...]:
 
 
 def reused_answer(root: Path, experiment: Experiment, sweep: str, job: int, config_hash: str,
-                  params: dict, kind: dict, setting: bool | None) -> dict | None:  # fmt: skip
+                  params: dict, kind: dict, setting: bool | None) -> dict:  # fmt: skip
     """The summary of a point whose answer another sweep holds for a point of `kind` of machine
     (harness.pinning.reuse; `setting`: the sweep's reuse), its rows copied into this sweep as
-    the job's own; None where there is none to reuse (or this process runs no snapshot)."""
+    the job's own ("reused_from" names them); where there is none to copy, {} or, where one on
+    record was passed over, {"passed": why} (nothing where this process runs no snapshot)."""
     code = codestore.running_digest()
     if code is None:  # a process that did not start from its sweep's snapshot
-        return None
+        return {}
     found = reuse.find(root, experiment.name, config_hash, code, kind, sweep, setting)
-    if found is None:
-        return None
-    rows, source = found
-    rows = reuse.copied(rows, job, source)
+    if found.rows is None:
+        return {"passed": found.passed} if found.passed else {}
+    rows = reuse.copied(found.rows, job, found.source)
     store.write_rows(store.job_file(root, experiment.name, sweep, job), rows)
-    return {**summarize(rows, params), "reused_from": source}
+    return {**summarize(rows, params), "reused_from": found.source}
 
 
 def _say(job: int, text: str) -> None:
@@ -278,15 +284,20 @@ def _note_changes(params: dict, values: dict) -> None:
 
 
 def measure(
-    experiment: Experiment, params: dict, seed: int, tracker: Tracker | None = None
+    experiment: Experiment,
+    params: dict,
+    seed: int,
+    tracker: Tracker | None = None,
+    reading: contextlib.AbstractContextManager | None = None,
 ) -> list[dict]:
     """The experiment's rows for one point; a point that raises, or tries to end the process
     (sys.exit, os._exit), is one failed row. A training experiment gets the tracker, and may
     return no rows beyond those it logged. A store that cannot take the tracker's rows or
-    checkpoints (a full disk) is no failed row: its StoreUnwritable stops the sweep."""
+    checkpoints (a full disk) is no failed row: its StoreUnwritable stops the sweep. `reading`
+    is entered while the experiment runs (what it reads, recorded)."""
     _seed_everything(seed)
     try:
-        with _exits_refused():
+        with _exits_refused(), reading or contextlib.nullcontext():
             if tracker is None:
                 rows = _as_rows(experiment.run(**params))
             else:
@@ -312,7 +323,21 @@ def measure(
         if isinstance(error, SystemExit):  # which would end the sweep without a word
             called = error if isinstance(error, ProcessExit) else f"sys.exit({error.code!r})"
             return [{"status": "failed", "error": f"the experiment called {called}"}]
-        return [{"status": "failed", "error": f"{type(error).__name__}: {error}"}]
+        return [{"status": "failed", "error": f"{type(error).__name__}: {error}{_beside(error)}"}]
+
+
+def _beside(error: BaseException) -> str:
+    """What to do where the experiment looked for a file beside its code that its sweep did not
+    pin (a path in the sweep's snapshot, found from the module's own __file__); "" otherwise."""
+    pinned = codestore.running()
+    name = getattr(error, "filename", None)
+    if not isinstance(error, FileNotFoundError) or not pinned or not isinstance(name, str):
+        return ""
+    if not os.path.realpath(name).startswith(os.path.realpath(pinned[0]) + os.sep):
+        return ""
+    return (" (a path in the sweep's snapshot of its code, from its module's own path: the "
+            "sweep pins the files of the experiment's package or folder only; keep the file "
+            "there, or give its path as a parameter)")  # fmt: skip
 
 
 def _as_rows(returned) -> list[dict]:
@@ -443,7 +468,7 @@ def _row(row: dict, params: dict, harness_columns: dict) -> dict:
 def _keep_package_list(folder: Path) -> None:
     """Keep the full package list once per sweep, named by the digest that rows carry."""
     listing = provenance.packages()
-    path = folder / f"_packages-{provenance.packages_digest(listing)}.json"
+    path = folder / f"_packages-{provenance.packages_digest()}.json"
     if not path.exists():
         files.write_json(path, {"packages": list(listing)})
 

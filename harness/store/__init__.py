@@ -50,6 +50,7 @@ from harness.store.compaction import (  # noqa: F401
 from harness.store.layout import (  # noqa: F401
     COMPACTED,
     DONE,
+    GENERATED,
     HARNESS_COLUMNS,
     JOB,
     LOCK,

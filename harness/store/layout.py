@@ -22,6 +22,9 @@ from harness import files
 from harness.lifetime import per_command
 
 MANIFEST = "_sweep.json"
+# The folders the harness writes under an out folder (the report's too): rows, Hydra's and
+# submitit's run folders, checkpoints, the TensorBoard sink's, the report.
+GENERATED = ("results", "runs", "checkpoints", "tensorboard", "report")
 # The manifest's settings that commands read, and their kinds (a manifest is anyone's to edit).
 MANIFEST_KINDS = {"command": str, "overrides": list, "hydra_overrides": list,
                   "config_dirs": list, "launches": list}  # fmt: skip

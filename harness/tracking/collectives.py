@@ -28,7 +28,7 @@ def end(landing: Landing, group, table: pa.Table | None, raised: bool) -> list[d
     in a group that no longer meets, this rank's last segment; the rows it tells (store.telling).
     Its caller holds landing.writing."""
     if not group:
-        return store.end_segments(landing.path, landing.parts, table, landing.statuses)
+        return store.end_segments(landing.path, landing.segments, table, landing.statuses)
     if not raised:
         try:
             return _end_group(landing, group, table)
@@ -41,17 +41,17 @@ def end(landing: Landing, group, table: pa.Table | None, raised: bool) -> list[d
 def _end_group(landing: Landing, group, table: pa.Table | None) -> list[dict]:
     """end's job file in a group: rank 0 writes it from every rank's segments, in rank order,
     and its own returned rows; the rows it tells, on every rank."""
-    own = [[str(part) for part in landing.parts], landing.statuses, landing.landed]
+    own = [[str(segment) for segment in landing.segments], landing.statuses, landing.landed]
     ranks = group.gather(own)
     told = None
     if not group.rank:
-        parts, statuses, first = [], {}, 0
+        segments, statuses, first = [], {}, 0
         for listed, numbered, landed in ranks:
-            parts += [Path(part) for part in listed]
+            segments += [Path(segment) for segment in listed]
             statuses |= {first + number: status for number, status in numbered.items()}
             first += landed
         try:
-            told = store.end_segments(landing.path, parts, table, statuses)
+            told = store.end_segments(landing.path, segments, table, statuses)
         except OSError:
             group.first(None)
             raise
@@ -67,7 +67,7 @@ def _end_alone(landing: Landing, table: pa.Table | None) -> list[dict]:
     if table is None:
         return []
     landing.fresh_start()  # a run that restored nothing: its earlier rows go first
-    part = landing.segment_file(len(landing.parts) + 1)
-    store.write_file(part, table, sync=False)
-    landing.parts.append(part)
+    segment = landing.segment_file(len(landing.segments) + 1)
+    store.write_file(segment, table, sync=False)
+    landing.segments.append(segment)
     return store.telling(table)

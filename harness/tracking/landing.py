@@ -55,7 +55,7 @@ class Landing:
         self.times: list[float] = []  # when each was logged (time.perf_counter)
         self.landed = 0  # how many rows the job's segments hold
         self.logged = 0  # how many rows the point has: those landed, then those waiting
-        self.parts: list[Path] = []  # this run's segments (a restore's kept ones first)
+        self.segments: list[Path] = []  # this run's segments (a restore's kept ones first)
         self.statuses: dict[int, str] = {}  # row number -> a logged row's own status (not ok)
         self.fresh = True  # nothing restored: the first landing removes the job's earlier rows
         self.oldest: float | None = None  # when the oldest row not landed yet was logged
@@ -94,7 +94,7 @@ class Landing:
         """Land what waits; how many rows have landed, and in how many segments (read together:
         a checkpoint's counts)."""
         with self.writing:
-            return self.land_held(), len(self.parts)
+            return self.land_held(), len(self.segments)
 
     def land_held(self) -> int:
         """land(), its caller holding self.writing."""
@@ -106,13 +106,13 @@ class Landing:
         try:
             self.fresh_start()
             table = self._segment(rows, times)
-            part = self.segment_file(len(self.parts) + 1)
-            store.write_file(part, table, sync=False)
+            segment = self.segment_file(len(self.segments) + 1)
+            store.write_file(segment, table, sync=False)
         except OSError as error:
             with self.lock:  # they land with the next rows, if the store takes them then
                 self.waiting, self.times = rows + self.waiting, times + self.times
             raise self.unwritable(error) from error
-        self.parts.append(part)
+        self.segments.append(segment)
         self.landed += len(rows)
         self.on_landed(rows, table)
         return self.landed
@@ -157,7 +157,7 @@ class Landing:
     def start_over(self) -> None:
         """Count no row as landed: the point starts afresh (a group whose ranks could not all
         restore)."""
-        self.parts, self.landed, self.logged, self.fresh = [], 0, 0, True
+        self.segments, self.landed, self.logged, self.fresh = [], 0, 0, True
 
     def cut(self, count: int, numbered: int | None) -> pa.Table | None:
         """Keep the job's first `count` rows, a checkpoint's (`numbered`: the segments that
@@ -166,17 +166,17 @@ class Landing:
         with self.writing:
             if self.path.exists():  # the point ended since: its job file holds its rows
                 return self._cut_job_file(count)
-            parts = self.own(store.segments(self.path))
-            kept = parts[:numbered] if numbered is not None else []
-            if [store.segment_number(part) for part in kept] != list(range(1, len(kept) + 1)):
+            segments = self.own(store.segments(self.path))
+            kept = segments[:numbered] if numbered is not None else []
+            if [store.segment_number(segment) for segment in kept] != list(range(1, len(kept) + 1)):
                 kept = []
             tables = store.trusted_tables(kept)
             if numbered is None or len(tables) != numbered or sum(map(len, tables)) != count:
                 self.say(f"checkpoint at {count} rows, but not all of them landed: starting over")
                 return None
-            for part in reversed(parts[numbered:]):
-                part.unlink(missing_ok=True)
-            self.parts, self.landed, self.logged, self.fresh = kept, count, count, False
+            for segment in reversed(segments[numbered:]):
+                segment.unlink(missing_ok=True)
+            self.segments, self.landed, self.logged, self.fresh = kept, count, count, False
             return store.concat(tables)
 
     def _cut_job_file(self, count: int) -> pa.Table | None:
@@ -191,14 +191,14 @@ class Landing:
             return None
         kept = rows.slice(0, count)
         with files.uninterrupted():
-            for part in self.own(store.segments(self.path)):  # the job file replaced them
-                part.unlink()
-            parts = [self.segment_file(1)] if count else []
-            for part in parts:
-                store.write_file(part, store.as_running(kept), sync=False)
+            for segment in self.own(store.segments(self.path)):  # the job file replaced them
+                segment.unlink()
+            segments = [self.segment_file(1)] if count else []
+            for segment in segments:
+                store.write_file(segment, store.as_running(kept), sync=False)
             if self.rank_tag is None:
                 self.path.unlink(missing_ok=True)
-        self.parts, self.landed, self.logged, self.fresh = parts, count, count, False
+        self.segments, self.landed, self.logged, self.fresh = segments, count, count, False
         return kept
 
     def _segment(self, rows: list[dict], times: list[float]) -> pa.Table:
