@@ -89,11 +89,12 @@ def test_an_answered_grid_submits_nothing_and_a_widened_one_only_its_new_point(s
     assert first.returncode == 0 and "submitted as SLURM job" in first.stdout, first.stdout
     widened = sweep("length=64,96,128", "block=16")
     assert widened.returncode == 0, widened.stdout + widened.stderr
-    assert "2 points reused" in widened.stdout and "submitted as SLURM job" in widened.stdout
+    said = widened.stdout
+    assert "2 points reused" in said and "submitted as SLURM job" in said, said
     answered = sweep("length=64,96,128", "block=16")
     assert answered.returncode == 0, answered.stdout + answered.stderr
-    assert "3 points reused" in answered.stdout
-    assert "submitted as SLURM job" not in answered.stdout, "nothing to submit"
+    assert "3 points reused" in answered.stdout, answered.stdout
+    assert "submitted as SLURM job" not in answered.stdout, answered.stdout
     newest = store.newest_sweep(sweep.results, "exp014_tiled")
     assert "launches" not in store.read_manifest(sweep.results, "exp014_tiled", newest)
     rows = store.read(sweep.results, "exp014_tiled", newest).sort_values("job")
