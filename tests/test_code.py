@@ -627,3 +627,20 @@ def test_a_resume_takes_its_code_store_from_its_own_command_line(own):
     assert elsewhere.returncode == 2 and "has no snapshot" in elsewhere.stderr, elsewhere.stderr
     assert str(own.folder.parent / "cache") in elsewhere.stderr
     assert own(f"resume={sweep}").returncode == 1, "x=-1 fails again, on the sweep's own code"
+
+
+def test_a_modules_folder_that_is_its_config_dir_pins_the_module_not_the_yaml(tmp_path):
+    """A top-level module beside its configs (--config-dir mine, mine/experiment/NAME.yaml):
+    the YAML is the command's to read, no code: a claim edited in it is the same code."""
+    mine = tmp_path / "mine"
+    (mine / "experiment").mkdir(parents=True)
+    (mine / "topmod.py").write_text("def run(): ...\n")
+    (mine / "experiment" / "top.yaml").write_text("# @package _global_\n")
+    sys.path.insert(0, str(mine))
+    try:
+        node = {"name": "top", "run": "topmod.run"}
+        code = codestore.collect(node, tmp_path / "outputs", tmp_path / "codes", [mine])
+    finally:
+        sys.path.remove(str(mine))
+        sys.modules.pop("topmod", None)
+    assert set(code.bundles[0].files) == {"topmod.py"}

@@ -161,8 +161,9 @@ def _top_level(name: str, skip: set[Path]) -> dict[str, Path]:
 def _sources(folder: Path, skip: set[Path]) -> dict[str, Path]:
     """The files below `folder` by relative path: through links to folders, without hidden
     files and folders, caches, virtual environments, the harness's out folder and the config
-    dirs (`skip`). BadInput for a link loop, or for more files than an experiment has (naming
-    the largest)."""
+    dirs (`skip`; a config dir's YAML also where `folder` lies in it, as an experiment's
+    top-level module may, beside its configs). BadInput for a link loop, or for more files than
+    an experiment has (naming the largest)."""
     found: dict[str, Path] = {}
     sizes: list[tuple[int, str]] = []
     total = 0
@@ -178,8 +179,9 @@ def _sources(folder: Path, skip: set[Path]) -> dict[str, Path]:
             and not (here / name / "pyvenv.cfg").exists()
             and (here / name).resolve() not in skip
         )  # fmt: skip
+        configs = any(real.is_relative_to(folder) for folder in skip)  # a config dir's: its YAML
         for name in sorted(names):
-            if name.startswith("."):
+            if name.startswith(".") or (configs and name.endswith((".yaml", ".yml"))):
                 continue
             path = here / name
             rel = path.relative_to(folder).as_posix()

@@ -13,6 +13,7 @@ from importlib import metadata
 from pathlib import Path
 
 from harness.lifetime import per_command
+from harness.pinning import reads
 from harness.pinning.codestore import running_digest
 
 SOURCE = Path(__file__).resolve().parents[2]  # the checkout the harness runs from, if any
@@ -73,19 +74,22 @@ def packages() -> tuple[str, ...]:
 @per_command
 @functools.lru_cache(maxsize=1)
 def _installed() -> tuple[tuple[str, str], ...]:
-    """Every installed distribution as (name==version, where and when it was installed: its
-    metadata folder, that folder's inode and modification time), sorted: a package installed
-    again at the same version (an edit of one's own, reinstalled) is another install."""
+    """Every installed distribution (its metadata in Python's folders or the installed
+    packages': not one a checkout on the import path lists) as (name==version, where and when
+    it was installed: its metadata folder, that folder's inode and modification time), sorted:
+    a package installed again at the same version (an edit of one's own, reinstalled) is
+    another install."""
     found = {}
     for distribution in metadata.distributions():
+        where = os.path.abspath(getattr(distribution, "_path", "") or "")  # its .dist-info
+        if not where.startswith(reads.installed()):
+            continue
         name, version = _name_and_version(distribution)
-        where = getattr(distribution, "_path", None)  # its .dist-info (or .egg-info) folder
         try:
             status = os.stat(where)
-            stamp = f"{where} {status.st_ino}:{status.st_mtime_ns}"
-        except (OSError, TypeError):
-            stamp = str(where)
-        found[name] = (f"{name}=={version}", stamp)
+        except OSError:
+            continue
+        found[name] = (f"{name}=={version}", f"{where} {status.st_ino}:{status.st_mtime_ns}")
     return tuple(found[name] for name in sorted(found) if name)
 
 

@@ -256,19 +256,29 @@ def changed(files: dict) -> str | None:
 
 
 @functools.cache
+def installed() -> tuple[str, ...]:
+    """Python's own folders and the installed packages' (each ending in a separator, as given
+    and with its links resolved)."""
+    paths = sysconfig.get_paths()
+    return _folders({sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                     *(paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")),
+                     *site.getsitepackages(), site.getusersitepackages()})  # fmt: skip
+
+
+@functools.cache
 def _roots() -> tuple[str, ...]:
     """The folders whose files a point's reads never name: Python's own and the installed
-    packages', the system's and its time zones, and torch's compile caches; each as given and
-    with its links resolved."""
-    paths = sysconfig.get_paths()
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             *(paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")),
-             *site.getsitepackages(), site.getusersitepackages(), "/proc", "/sys", "/dev",
-             os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-             or os.path.join(tempfile.gettempdir(), f"torchinductor_{_user()}"),
-             os.environ.get("TRITON_CACHE_DIR") or os.path.expanduser("~/.triton"),
-             *zoneinfo.TZPATH}  # fmt: skip
-    both = {way(root) for root in roots if root for way in (os.path.abspath, os.path.realpath)}
+    packages', the system's and its time zones, and torch's compile caches."""
+    return installed() + _folders({
+        "/proc", "/sys", "/dev", *zoneinfo.TZPATH,
+        os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+        or os.path.join(tempfile.gettempdir(), f"torchinductor_{_user()}"),
+        os.environ.get("TRITON_CACHE_DIR") or os.path.expanduser("~/.triton"),
+    })  # fmt: skip
+
+
+def _folders(given: set) -> tuple[str, ...]:
+    both = {way(root) for root in given if root for way in (os.path.abspath, os.path.realpath)}
     return tuple(sorted(root.rstrip(os.sep) + os.sep for root in both if root != os.sep))
 
 

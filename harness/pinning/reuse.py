@@ -1,17 +1,17 @@
 """Reuse: a point whose answer the store holds already is copied, not computed again, where a
 fresh run would give the same rows.
 
-The key: the point's config_hash (its parameters and the whole resolved config it sees: the
-`run` target, the seed, threads; harness.planning.experiment.config_hash), the code it ran
+The key: the point's config_hash (its parameters and the rest of the resolved config it sees:
+the `run` target, the seed; harness.planning.experiment.config_hash), the code it ran
 (code_digest), the kind of machine (KIND: the device's name, the versions of torch, CUDA,
-cuDNN, the GPU's driver and Python, the installed packages, torch's threads, and the
-environment variables that change numerics; never the host or SLURM's ids), and every file the
-point read from outside its snapshot, the standard library and the installed packages, each
-with its digest (harness.pinning.reads), checked again before a copy. Rows copied become the
-new point's own job's rows, with `reused_from` naming the sweep and job they came from
-("SWEEP/JOB") and their original started_at, duration and host, so that every reader, claim and
-report sees a complete sweep. Failed, killed and not-run points, a search's trials and points
-of several processes are never reused.
+cuDNN, the GPU's driver and Python, the installed packages, the count of torch's threads it ran
+with, and the environment variables that change numerics; never the host or SLURM's ids), and
+every file the point read from outside its snapshot, the standard library and the installed
+packages, each with its digest (harness.pinning.reads), checked again before a copy. Rows
+copied become the new point's own job's rows, with `reused_from` naming the sweep and job they
+came from ("SWEEP/JOB") and their original started_at, duration and host, so that every reader,
+claim and report sees a complete sweep. Failed, killed and not-run points, a search's trials
+and points of several processes are never reused.
 
 Only answers: a point that timed calls or measured memory (harness.measuring), or whose rows
 hold timing samples (*_samples_ms), measures the moment, and is copied only where its sweep
@@ -50,9 +50,8 @@ def kind(device: str, named_env=(), threads: int | None = None, environ=None) ->
     `threads` (None: this process's now) and the environment `environ` (None: this one's)."""
     import torch
 
-    environment = provenance.environment(named_env, os.environ if environ is None else environ)
     return {**provenance.machine(device), "threads": threads or torch.get_num_threads(),
-            "environment": environment}  # fmt: skip
+            "environment": provenance.environment(named_env, environ)}  # fmt: skip
 
 
 def measures(taken: tuple[str, ...], rows: list[dict]) -> bool:
@@ -67,15 +66,13 @@ def _folder(root: Path, experiment: str, config_hash: str) -> Path:
 
 def record(root: Path, experiment: str, sweep: str, job: int, rows: list[dict],
            read: dict, measured: bool, setting: bool | None) -> None:  # fmt: skip
-    """Note a point's answer as reusable: rows all ok, of code the process ran from a snapshot,
-    every file it read hashed, and a sweep that reuses (`setting`: its reuse, which a point
-    that measured the moment needs true)."""
+    """Note a point's answer as reusable, with the files it `read` and their digests: rows all
+    ok, of code the process ran from a snapshot, and a sweep that reuses (`setting`: its
+    reuse, which a point that measured the moment needs true)."""
     first = rows[0] if rows else {}
     if setting is False or (measured and setting is not True):
         return
     if not first.get("code_digest") or any(row.get("status") != "ok" for row in rows):
-        return
-    if any(digest is None for digest in read.values()):  # a file it read cannot be hashed now
         return
     entry = {"sweep": sweep, "job": job, "code_digest": first["code_digest"],
              **{key: first.get(key) for key in KIND}, "files_read": read,
