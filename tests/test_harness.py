@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from importlib import metadata
 
 import duckdb
@@ -85,10 +86,18 @@ def test_the_seeded_sweep_end_to_end(harness):
     assert any(p.startswith("torch==") for p in packages)
 
 
-def test_the_package_list_is_what_importlib_metadata_reads():
-    parsed = {(d.metadata["Name"] or "").lower(): d.version for d in metadata.distributions()}
+def test_the_package_list_is_what_importlib_metadata_reads_in_the_installed_folders():
+    """Not a package that a checkout on the path or setuptools' vendored folder lists (which
+    setuptools puts on the path when it is imported): a process that imports it would count
+    other packages than one that does not."""
+    import setuptools  # noqa: F401 (its vendored folder on the path)
+
+    sites = provenance._site_folders()
+    parsed = {(d.metadata["Name"] or "").lower(): d.version for d in metadata.distributions()
+              if os.path.dirname(os.path.abspath(d._path)) in sites}  # fmt: skip
     listed = dict(p.split("==", 1) for p in provenance.packages())
     assert listed == {name: version for name, version in parsed.items() if name}
+    assert any("_vendor" in path for path in sys.path)
 
 
 def test_a_grid_from_the_command_line_read_back_by_duckdb(harness):
@@ -567,3 +576,27 @@ def test_threads_sets_each_points_torch_threads_and_its_rows_record_them(harness
     assert torch.get_num_threads() == before, "the process's own threads are given back"
     result = harness("+experiment=exp014_tiled", "threads=0")
     assert result.returncode == 2 and "threads must be a positive integer, got 0" in result.stderr
+
+
+def test_a_package_installed_again_at_the_same_version_is_another_install(tmp_path, monkeypatch):
+    """packages_digest covers each install (its metadata folder's inode and mtime), so that an
+    answer of a package of one's own, edited and installed again as 0.1.0, is not taken for
+    the new one's."""
+    from harness import lifetime
+
+    site = tmp_path / "site-packages"
+    info = site / "mylib-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mylib\nVersion: 0.1.0\n\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(provenance, "_site_folders", lambda: frozenset({str(site)}))
+    lifetime.forget()
+    before = provenance.packages_digest()
+    assert provenance.packages() == ("mylib==0.1.0",)
+    shutil.rmtree(info)  # reinstalled: its metadata written anew
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mylib\nVersion: 0.1.0\n\n")
+    os.utime(info, ns=(time.time_ns() + 10**9,) * 2)
+    lifetime.forget()
+    assert provenance.packages() == ("mylib==0.1.0",) and provenance.packages_digest() != before
+    lifetime.forget()

@@ -6,14 +6,15 @@ import hashlib
 import json
 import os
 import platform
+import site
 import socket
 import subprocess
 import sys
+import sysconfig
 from importlib import metadata
 from pathlib import Path
 
 from harness.lifetime import per_command
-from harness.pinning import reads
 from harness.pinning.codestore import running_digest
 
 SOURCE = Path(__file__).resolve().parents[2]  # the checkout the harness runs from, if any
@@ -74,15 +75,16 @@ def packages() -> tuple[str, ...]:
 @per_command
 @functools.lru_cache(maxsize=1)
 def _installed() -> tuple[tuple[str, str], ...]:
-    """Every installed distribution (its metadata in Python's folders or the installed
-    packages': not one a checkout on the import path lists) as (name==version, where and when
-    it was installed: its metadata folder, that folder's inode and modification time), sorted:
-    a package installed again at the same version (an edit of one's own, reinstalled) is
-    another install."""
-    found = {}
+    """Every installed distribution (its metadata in one of the installed packages' folders:
+    not one a checkout on the import path lists, nor one a package vendors and puts on the
+    path when it is imported, as setuptools does) as (name==version, where and when it was
+    installed: its metadata folder, that folder's inode and modification time), sorted: a
+    package installed again at the same version (an edit of one's own, reinstalled) is another
+    install."""
+    found, sites = {}, _site_folders()
     for distribution in metadata.distributions():
         where = os.path.abspath(getattr(distribution, "_path", "") or "")  # its .dist-info
-        if not where.startswith(reads.installed()):
+        if os.path.dirname(where) not in sites:
             continue
         name, version = _name_and_version(distribution)
         try:
@@ -105,6 +107,15 @@ def _name_and_version(distribution: metadata.Distribution) -> tuple[str, str | N
         key, _, value = line.partition(":")
         fields.setdefault(key, value.strip())
     return fields.get("Name", "").lower(), fields.get("Version")
+
+
+@functools.cache
+def _site_folders() -> frozenset[str]:
+    """The installed packages' folders (site-packages, the user's), as given and resolved."""
+    paths = sysconfig.get_paths()
+    given = {paths["purelib"], paths["platlib"], *site.getsitepackages(),
+             site.getusersitepackages()}  # fmt: skip
+    return frozenset(way(p) for p in given for way in (os.path.abspath, os.path.realpath))
 
 
 @per_command
