@@ -331,3 +331,75 @@ def test_a_file_looked_for_beside_the_code_but_not_pinned_says_why(mine, tmp_pat
     mine(code=1)
     error = mine.rows()["error"][0]
     assert error.startswith("FileNotFoundError") and "the sweep pins the files of the" in error
+
+
+def test_a_file_an_earlier_point_read_into_a_cache_counts_for_the_points_after(mine, tmp_path):
+    """The points of a sweep run one after another in one process: a loader cached by the
+    first point (functools.cache) serves the second without a read; an edit of the file runs
+    both again."""
+    data = tmp_path / "cached.txt"
+    touched(data, "4")
+    mine.write("import functools\nfrom pathlib import Path\n\n@functools.cache\n"
+               f"def load():\n    return int(Path({str(data)!r}).read_text())\n\n"
+               "def run(x: int = 1):\n    return [{'v': load() * x}]\n")  # fmt: skip
+    mine()
+    assert all(str(data.resolve()) in read for read in mine.rows()["files_read"])
+    touched(data, "6")
+    mine()
+    rows = mine.rows()
+    assert rows["v"].tolist() == [6, 12] and reused(rows) == [False, False]
+
+
+def test_an_optional_file_looked_for_and_absent_is_looked_for_again(mine, tmp_path):
+    """A point that reads a file where there is one: absent, that is recorded too, and the
+    answer is not copied once the file is there."""
+    extra = tmp_path / "extra.txt"
+    mine.write("def run(x: int = 1):\n    try:\n"
+               f"        with open({str(extra)!r}) as f:\n"
+               "            return [{'v': x + int(f.read())}]\n"
+               "    except FileNotFoundError:\n        return [{'v': x}]\n")  # fmt: skip
+    mine()
+    mine()
+    assert reused(mine.rows()) == [True, True]
+    touched(extra, "100")
+    mine()
+    rows = mine.rows()
+    assert rows["v"].tolist() == [101, 102] and reused(rows) == [False, False]
+
+
+def test_what_a_library_lists_on_the_import_path_is_no_read(mine, tmp_path):
+    """A library that looks a package's version up (importlib.metadata lists every folder on the
+    import path, the working directory among them) reads nothing of the point's: a file added
+    to the working directory since changes no answer."""
+    mine.write("from importlib import metadata\n\ndef run(x: int = 1):\n"
+               "    return [{'v': x, 'torch': metadata.version('torch')}]\n")  # fmt: skip
+    mine()
+    touched(tmp_path / "notes.txt", "a new file here")
+    mine()
+    assert reused(mine.rows()) == [True, True]
+
+
+def test_what_a_thread_reads_while_another_is_paused_is_recorded(tmp_path):
+    """reads.paused() keeps the harness's own reading out of a point's (a row landed by the
+    tracker's thread): another thread's reads meanwhile are the point's, and recorded."""
+    import threading
+
+    from harness.pinning import reads
+
+    data = tmp_path / "read.txt"
+    data.write_text("x")
+    inside, done = threading.Event(), threading.Event()
+
+    def harness_work():
+        with reads.paused():
+            inside.set()
+            done.wait(30)
+
+    with reads.recorded((), frozenset(), frozenset()) as recording:
+        worker = threading.Thread(target=harness_work)
+        worker.start()
+        inside.wait(30)
+        data.read_text()
+        done.set()
+        worker.join()
+    assert str(data.resolve()) in recording.files_read()

@@ -1,17 +1,18 @@
 """What a point read that its sweep did not pin, each file with the digest of its bytes: the files
-it opened for reading (a data file a parameter names, a user's shapes.json), the folders it
-listed (a glob: the digest of their names), and the modules it runs from elsewhere (a helper
-on PYTHONPATH), with what those read as they were imported; but its snapshot (the code store),
-the standard library, the installed packages, the folders the harness writes under the out
-folder, the system's /proc, /sys and /dev, its time zones, torch's compile caches, the harness's
-own files and what the point wrote itself. Python's audit hook sees every open made through
-Python (open, io.open_code: imports too, os.open) and every listing (os.listdir, os.scandir:
-but the import system's own), in every thread; the modules are those in sys.modules whose
-files lie elsewhere, but the harness's own (imported before the process entered the sweep's
-snapshot). A path opened relative to the working directory is named as it was opened, and
-read again relative to the working directory of the process that checks it. A row names them
-(files_read) and reuse copies an answer only while each still hashes as it did
-(harness.pinning.reuse).
+it opened for reading (a data file a parameter names, a user's shapes.json; one looked for and
+not there, as ABSENT), the folders it listed (a glob: the digest of their names), and the
+modules it runs from elsewhere (a helper on PYTHONPATH), with what those read as they were
+imported; but its snapshot (the code store), the standard library, the installed packages, the
+folders the harness writes under the out folder, the system's /proc, /sys and /dev, its time
+zones, torch's compile caches, the harness's own files and what the point wrote itself.
+Python's audit hook sees every open made through Python (open, io.open_code, os.open) and every
+listing (os.listdir, os.scandir), in every thread, but the import system's and the installed
+packages' metadata's; the modules are those in sys.modules whose files lie elsewhere, but the
+harness's own (imported before the process entered the sweep's snapshot). A path opened
+relative to the working directory is named as it was opened, and read again relative to the
+working directory of the process that checks it. What a process read for one point counts for
+the points it runs after (a cache of it may serve them). A row names them (files_read) and reuse
+copies an answer only while each still hashes as it did (harness.pinning.reuse).
 
 Not seen: what a library opens in C without Python's open (pyarrow's readers, say) and what a
 process the point starts reads.
@@ -21,6 +22,7 @@ import contextlib
 import functools
 import getpass
 import hashlib
+import importlib
 import json
 import os
 import site
@@ -29,28 +31,45 @@ import sys
 import sysconfig
 import tempfile
 import zoneinfo
+from _thread import get_ident
 from collections.abc import Iterator
 
 from harness.lifetime import per_command
 
 _recording = None  # the Recording that the audit hook feeds now, if any
-# What this process read as it imported an experiment's modules: kept while they are, for the
-# command (a warm worker's too), forgotten with them.
-_imported: dict[str, str] = per_command({})
+_paused: set[int] = set()  # the threads whose reads are the harness's own now (paused)
+# What this process read as it imported an experiment's modules, and what its points read
+# before: kept while the modules that may hold it are, for the command (a warm worker's too),
+# and counted for every point after (a helper that reads its data as it is imported, or into a
+# cache, does so once a process).
+_earlier: dict[str, str] = per_command({})
 _digests: dict[str, tuple[tuple, str]] = {}  # path -> (its stat stamp, its digest)
 LISTED = "list"  # the mode of a listing among a Recording's `opened`
-IMPORTER = "<frozen importlib._bootstrap_external>"  # the import system's listings: not a point's
+ABSENT = "absent"  # the digest of a file looked for and not there (an optional file)
+# What the import system opens and lists, and the installed packages' metadata (a library's
+# version looked up lists every folder on the path): not a point's reading (the modules it
+# imports are, as Elsewhere finds them).
+IMPORTERS = ("<frozen importlib", "<frozen zipimport",
+             os.path.join(os.path.dirname(importlib.__file__), ""),
+             os.path.join(os.path.dirname(os.__file__), "pkgutil.py"))  # fmt: skip
 SHOWN = 100  # files a row names (the answer's record holds every one)
 
 
 def _hook(event: str, args: tuple) -> None:
-    if _recording is None:
+    if _recording is None or get_ident() in _paused:
         return
     if event == "open":
-        _recording.opened.append(args)
-    elif event in ("os.listdir", "os.scandir") and sys._getframe(1).f_code.co_filename != IMPORTER:
+        if not _by_importer(sys._getframe(1)):
+            _recording.opened.append(args)
+    elif event in ("os.listdir", "os.scandir") and not _by_importer(sys._getframe(1)):
         listed = args[0] if args and args[0] is not None else "."
         _recording.opened.append((listed, LISTED, 0))
+
+
+def _by_importer(frame) -> bool:
+    """Whether an open's or a listing's caller (`frame`) is the import system or the packages'
+    metadata."""
+    return frame.f_code.co_filename.startswith(IMPORTERS)
 
 
 @functools.cache
@@ -64,19 +83,23 @@ class Recording:
     too, with the modules it runs from elsewhere (`elsewhere`, where given) and what the
     experiment's modules read as they were imported."""
 
-    def __init__(self, skip: tuple[str, ...], elsewhere: "Elsewhere | None"):
-        self.skip, self.elsewhere = _roots() + skip, elsewhere
-        self.own = elsewhere.own if elsewhere else frozenset()
+    def __init__(self, skip: tuple[str, ...], elsewhere: "Elsewhere"):
+        self.skip, self.elsewhere, self.own = _roots() + skip, elsewhere, elsewhere.own
         self.opened: list[tuple] = []
         self.read: dict[str, str] = {}  # path -> digest
         self.written: set[str] = set()
         self.modules, self.text = -1, "{}"
 
     def files_read(self) -> dict[str, str]:
-        """Each file read so far, by its path (real, or relative as it was opened), with its
-        digest; and each folder listed (its path and a separator), with its names'."""
+        """Each file read so far (in this process before too, _earlier), by its path (real, or
+        relative as it was opened), with its digest (ABSENT: looked for, not there); and each
+        folder listed (its path and a separator), with its names'."""
         self._take()
-        return {**_imported, **self.read}
+        return {**_earlier, **self.read}
+
+    def keep(self) -> None:
+        """What this point read, counted for every later point of this process (_earlier)."""
+        _earlier.update(self.files_read())
 
     def said(self) -> str:
         """files_read as JSON text (sorted; at most SHOWN of them, and how many there are), for
@@ -91,11 +114,13 @@ class Recording:
         return self.text
 
     def _take(self) -> None:
-        taken = len(self.opened)
+        taken, entries = len(self.opened), set(sys.path)
         for path, mode, flags in self.opened[:taken]:
             if isinstance(path, int):  # an open file descriptor: not a file by name
                 continue
             given = os.fsdecode(os.fspath(path))
+            if mode != LISTED and given in entries:  # the import path probed (as a zip file)
+                continue
             path = os.path.abspath(given)
             named = given if not os.path.isabs(given) else None
             if mode == LISTED:
@@ -107,7 +132,7 @@ class Recording:
                 self._add(path, named)
         del self.opened[:taken]  # what the hook appended meanwhile stays
         self.modules = len(sys.modules)
-        for path in self.elsewhere.files() if self.elsewhere else []:
+        for path in self.elsewhere.files():
             if path not in self.read:
                 self._add(path)
 
@@ -119,9 +144,8 @@ class Recording:
             return
         with paused():  # the digest's own opens and listings
             found = digest(real)
-        # None: nothing there (an open that failed, a probe for an optional file: nothing was
-        # read; one read and removed since is gone with what the point made); "": no file (a
-        # pipe), nothing of which was read as data.
+        # "": no file (a pipe, a folder opened), nothing of which was read as data; None: one
+        # that cannot be read now (the point's to have made unreadable: left out).
         if found:
             self.read[named or real] = found
 
@@ -144,15 +168,15 @@ class Elsewhere:
     installed packages'. Looked at again only when sys.modules has grown or shrunk since (a
     point's imports), each module once."""
 
-    def __init__(self, pinned: frozenset[str], before: frozenset[str]):
-        self.pinned, self.before = pinned, before
+    def __init__(self, pinned: frozenset[str] | None, before: frozenset[str]):
+        self.pinned, self.before = pinned, before  # pinned None: no module is looked at
         self.known: dict[str, tuple[object, str | None]] = {}  # name -> (module, its file)
         self.size, self.found = -1, []
         modules = [sys.modules.get(name) for name in before]
         self.own = frozenset(getattr(m, "__file__", None) or "" for m in modules) - {""}
 
     def files(self) -> list[str]:
-        if len(sys.modules) != self.size:
+        if self.pinned is not None and len(sys.modules) != self.size:
             known, self.size = self.known, len(sys.modules)
             self.known = {}
             for name, module in list(sys.modules.items()):
@@ -178,6 +202,7 @@ class Elsewhere:
         return None if real.startswith(_roots()) or _PYCACHE in real else real
 
 
+@per_command
 @functools.lru_cache(maxsize=4)
 def elsewhere(pinned: frozenset[str], before: frozenset[str]) -> Elsewhere:
     """The process's Elsewhere for a snapshot's `pinned` and `before` (one a command, mostly)."""
@@ -187,11 +212,13 @@ def elsewhere(pinned: frozenset[str], before: frozenset[str]) -> Elsewhere:
 def digest(path: str) -> str | None:
     """The sha256 (16 hex digits) of a file's bytes, or of a folder's names (a path ending in a
     separator), made again only once its size, modification or change time, device or inode
-    differ; "" for what is neither a regular file nor a folder, None for what cannot be read.
-    A relative path is read relative to the working directory."""
+    differ; ABSENT where there is none, "" for what is neither a regular file nor a folder,
+    None for what cannot be read. A relative path is read relative to the working directory."""
     listing = path.endswith(os.sep)
     try:
         opened = os.open(path, os.O_RDONLY | os.O_NONBLOCK | (os.O_DIRECTORY * listing))
+    except FileNotFoundError:
+        return ABSENT
     except OSError:
         return None
     try:
@@ -219,14 +246,18 @@ def digest(path: str) -> str | None:
 
 @contextlib.contextmanager
 def paused() -> Iterator[None]:
-    """While the block runs, nothing is recorded (the harness's own work inside a point: a
-    row's provenance reads the installed packages' metadata)."""
-    global _recording
-    before, _recording = _recording, None
+    """While the block runs, nothing this thread reads is recorded (the harness's own work
+    inside a point: a row's provenance reads the installed packages' metadata); what other
+    threads read still is."""
+    thread = get_ident()
+    if thread in _paused:
+        yield
+        return
+    _paused.add(thread)
     try:
         yield
     finally:
-        _recording = before
+        _paused.discard(thread)
 
 
 @contextlib.contextmanager
@@ -237,13 +268,13 @@ def importing(skip: tuple[str, ...] = ()) -> Iterator[None]:
     process; the modules' own files are each point's Elsewhere's)."""
     global _recording
     _hooked()
-    recording = Recording(skip, None)
+    recording = Recording(skip, Elsewhere(None, frozenset(sys.modules)))  # modules: a point's
     before, _recording = _recording, recording
     try:
         yield
     finally:
         _recording = before
-        _imported.update(recording.files_read())
+        recording.keep()
 
 
 def changed(files: dict) -> str | None:

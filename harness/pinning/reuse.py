@@ -234,10 +234,15 @@ def said(rows) -> list[str]:
 
 
 def _paths(files_read) -> list[str]:
+    """The files a row's files_read names as read (not those looked for and absent, nor its
+    count of them all)."""
     if not isinstance(files_read, str) or files_read in ("", "{}"):
         return []
     try:
         found = json.loads(files_read)
     except ValueError:
         return []
-    return list(found) if isinstance(found, dict) else []
+    if not isinstance(found, dict):
+        return []
+    return [path for path, digest in found.items()
+            if not path.startswith("(") and digest != reads.ABSENT]  # fmt: skip
