@@ -64,6 +64,18 @@ def touched(path: Path, text: str) -> None:
     os.utime(path, ns=(stamp, stamp))
 
 
+def copied_until(mine, change, values: list, *args: str):
+    """The sweep of `args` again: every answer copied; once change() is made, the next runs
+    every point again and gives `values`. That last sweep's result."""
+    mine(*args)
+    assert reused(mine.rows()) == [True, True]
+    change()
+    result = mine(*args)
+    rows = mine.rows()
+    assert rows["v"].tolist() == values and reused(rows) == [False, False]
+    return result
+
+
 def reused(rows) -> list[bool]:
     column = rows["reused_from"] if "reused_from" in rows else [None] * len(rows)
     return [isinstance(value, str) for value in column]
@@ -130,12 +142,7 @@ def test_a_file_a_parameter_names_is_read_again_before_a_copy(mine, tmp_path):
     first = mine.rows()
     assert json.loads(first["files_read"][0]) == {str(data.resolve()): json.loads(
         first["files_read"][0])[str(data.resolve())]}  # fmt: skip
-    mine(f"+data={data}")
-    assert reused(mine.rows()) == [True, True]
-    touched(data, "5")
-    result = mine(f"+data={data}")
-    rows = mine.rows()
-    assert rows["v"].tolist() == [5, 10] and reused(rows) == [False, False]
+    result = copied_until(mine, lambda: touched(data, "5"), [5, 10], f"+data={data}")
     assert f"{data.resolve()} (2 points)" in result.stdout
 
 
@@ -149,12 +156,7 @@ def test_a_helper_imported_from_another_folder_is_read_again_before_a_copy(mine,
     mine.write("import scale\n\ndef run(x: int = 1):\n    return [{'v': scale.FACTOR * x}]\n")
     mine()
     assert str((helpers / "scale.py").resolve()) in mine.rows()["files_read"][0]
-    mine()
-    assert reused(mine.rows()) == [True, True]
-    touched(helpers / "scale.py", "FACTOR = 7\n")
-    mine()
-    rows = mine.rows()
-    assert rows["v"].tolist() == [7, 14] and reused(rows) == [False, False]
+    copied_until(mine, lambda: touched(helpers / "scale.py", "FACTOR = 7\n"), [7, 14])
 
 
 def test_an_environment_variable_that_changes_numbers_is_recorded_and_in_the_key(mine):
@@ -219,12 +221,7 @@ def test_a_file_a_helper_reads_as_it_is_imported_is_read_again_before_a_copy(min
     mine.write("import loaded\n\ndef run(x: int = 1):\n    return [{'v': loaded.SCALE * x}]\n")
     mine()
     assert str(data.resolve()) in mine.rows()["files_read"][0]
-    mine()
-    assert reused(mine.rows()) == [True, True]
-    touched(data, "5")
-    mine()
-    rows = mine.rows()
-    assert rows["v"].tolist() == [5, 10] and reused(rows) == [False, False]
+    copied_until(mine, lambda: touched(data, "5"), [5, 10])
 
 
 def test_a_path_read_relative_to_the_working_directory_is_read_there(mine, tmp_path):
@@ -255,12 +252,7 @@ def test_a_folder_a_point_listed_is_listed_again_before_a_copy(mine, tmp_path):
         "    return [{'v': sum(int(p.read_text()) for p in Path(inputs).glob('*.txt'))}]\n"
     )
     mine(f"+inputs={folder}")
-    mine(f"+inputs={folder}")
-    assert reused(mine.rows()) == [True, True]
-    touched(folder / "b.txt", "2")
-    mine(f"+inputs={folder}")
-    rows = mine.rows()
-    assert rows["v"].tolist() == [3, 3] and reused(rows) == [False, False]
+    copied_until(mine, lambda: touched(folder / "b.txt", "2"), [3, 3], f"+inputs={folder}")
 
 
 def test_a_file_under_the_out_folder_that_the_harness_did_not_write_is_a_read(mine, tmp_path):
@@ -359,12 +351,7 @@ def test_an_optional_file_looked_for_and_absent_is_looked_for_again(mine, tmp_pa
                "            return [{'v': x + int(f.read())}]\n"
                "    except FileNotFoundError:\n        return [{'v': x}]\n")  # fmt: skip
     mine()
-    mine()
-    assert reused(mine.rows()) == [True, True]
-    touched(extra, "100")
-    mine()
-    rows = mine.rows()
-    assert rows["v"].tolist() == [101, 102] and reused(rows) == [False, False]
+    copied_until(mine, lambda: touched(extra, "100"), [101, 102])
 
 
 def test_what_a_library_lists_on_the_import_path_is_no_read(mine, tmp_path):

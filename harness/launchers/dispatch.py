@@ -75,8 +75,9 @@ def reuse_answered(cfg: DictConfig, sweep, process, progress: "Progress") -> tup
     name, setting = sweep.experiment.name, cfg.get("reuse")
     if process is None or setting is False or sweep.code is None:
         return set(), set()
+    devices = {p.job: str(p.params.get("device", "cpu")) for p in sweep.points}
     decided = {p.job for p in sweep.points if p.cell is None and process.environ is not None
-               and (process.here or str(p.params.get("device", "cpu")) == "cpu")}  # fmt: skip
+               and (process.here or devices[p.job] == "cpu")}  # fmt: skip
     found = [p for p in sweep.points
              if p.cell is None and reuse.may_have(sweep.results, name, p.config_hash)]  # fmt: skip
     left = [p for p in found if p.job not in decided]
@@ -84,9 +85,9 @@ def reuse_answered(cfg: DictConfig, sweep, process, progress: "Progress") -> tup
         print(f"{len(left)} points may be answered in the store already: each point's process "
               "decides (this one cannot tell what its launcher gives it)", flush=True)  # fmt: skip
     named, reused, passed = tuple(sweep.experiment.config.get("environment") or ()), set(), []
+    threads = cfg.get("threads") or process.threads
     for point in (p for p in found if p.job in decided):
-        device = str(point.params.get("device", "cpu"))
-        kind = reuse.kind(device, named, cfg.get("threads") or process.threads, process.environ)
+        kind = reuse.kind(devices[point.job], named, threads, process.environ)
         summary = reused_answer(sweep.results, sweep.experiment, sweep.id, point.job,
                                 point.config_hash, point.params, kind, setting)  # fmt: skip
         if summary.get("reused_from"):
