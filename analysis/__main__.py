@@ -160,12 +160,14 @@ def _main(argv: list[str] | None) -> int:
     path, claims = write_report(results, args.report, config_dirs, shown,
                                 page_dir=_page_dir(args),
                                 current_claims=args.current_claims)  # fmt: skip
-    pairs = claims[["experiment", "sweep"]].drop_duplicates() if len(claims) else claims
-    said = ", ".join(f"{e} {s}" for e, s in pairs.itertuples(index=False)) or "none"
+    pairs = claims.attrs["shown"]
+    said = ", ".join(f"{e} {s}" for e, s in pairs) or "none"
     print(f"sweeps shown{' and checked' if args.check else ''}: {said}")
     for claim in claims.itertuples():
-        print(f"{claim.result:10} {claim.experiment}: {claim.claim} ({outcome(claim)})")
-    for experiment, sweep in pairs.itertuples(index=False) if len(claims) else []:
+        print(
+            f"{claim.result:10} {claim.experiment} {claim.sweep}: {claim.claim} ({outcome(claim)})"
+        )
+    for experiment, sweep in pairs:
         manifest = store.read_manifest(results, experiment, sweep)
         if claims_changed(manifest, experiment, config_dirs):
             note = claims_note(args.current_claims).replace("**", "")
@@ -196,13 +198,26 @@ def _chosen(results: Path, sweeps: list[str], every: bool) -> dict[str, list[str
     if not sweeps:
         return None
     chosen: dict[str, list[str]] = {}
-    for sweep in dict.fromkeys(sweeps):
+    for sweep in dict.fromkeys(_last(results, sweeps)):
         check_name("--sweep", sweep)
         experiment = store.experiment_of(results, sweep)
         if experiment is None:
             raise BadInput(f"--sweep {sweep}: no such sweep in {results}")
         chosen.setdefault(experiment, []).append(sweep)
     return chosen
+
+
+def _last(results: Path, sweeps: list[str]) -> list[str]:
+    """The sweep ids with `last` as the newest sweep: of the experiment of the other ids given,
+    where they name one, else of any (BadInput in a store without one)."""
+
+    named = [s for s in sweeps if s != store.LAST]
+    experiments = {store.experiment_of(results, s) for s in named} - {None}
+    experiment = experiments.pop() if len(experiments) == 1 else None
+    newest = store.newest_sweep(results, experiment) if len(named) < len(sweeps) else None
+    if newest is None and len(named) < len(sweeps):
+        raise BadInput(f"no sweep in {results} yet, so none is the last")
+    return [newest if s == store.LAST else s for s in sweeps]
 
 
 def _compare(results: Path, args: argparse.Namespace) -> int:
@@ -214,6 +229,14 @@ def _compare(results: Path, args: argparse.Namespace) -> int:
     if factor is not None and not factor > 0:
         print(f"error: --fail-on-regression takes a factor above 0, got {factor}", file=sys.stderr)
         return 2
+    try:
+        given = args.sweep_a.split(",") + args.sweep_b.split(",")
+        resolved = iter(_last(results, given))
+    except BadInput as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    args.sweep_a = ",".join(next(resolved) for _ in args.sweep_a.split(","))
+    args.sweep_b = ",".join(next(resolved) for _ in args.sweep_b.split(","))
     both = set(args.sweep_a.split(",")) & set(args.sweep_b.split(","))
     if both:
         print(f"error: sweep {', '.join(sorted(both))} is on both sides: compare sweeps of A's "

@@ -104,6 +104,7 @@ def experiment_html(experiment: dict, figures: list[dict]) -> str:
     for shown in experiment["shown"]:
         parts.append(f'<div class="sweep" data-sweep="{html.escape(shown["sweep"])}">')
         parts.append(f'<p class="provenance">{_inline(shown["header"])}</p>')
+        parts.append(shown["html"])  # the experiment's own tables first, as REPORT.md has them
         parts.append(_plots(shown["figures"], figures))
         if not shown["claims"].empty:
             parts += ["<h3>Claims</h3>", claims_html(shown["claims"])]
@@ -113,8 +114,6 @@ def experiment_html(experiment: dict, figures: list[dict]) -> str:
             "<h3>Points</h3>",
             table_html(shown["points"].drop(columns=SWEEP_COLUMNS, errors="ignore")),
         ]
-        if shown["html"]:
-            parts += ["<details><summary>Tables</summary>", shown["html"], "</details>"]
         parts.append("</div>")
     parts.append(_picker(name, experiment["sweeps"], experiment["every"]))
     if experiment["history"]:
@@ -210,7 +209,8 @@ def reading_order(points: pd.DataFrame) -> pd.DataFrame:
 
 def claims_html(claims: pd.DataFrame) -> str:
     """The claims, each result as a coloured badge, its where and its missing points."""
-    columns = [c for c in ("claim", "result", "where", "worst", "points", "missing") if c in claims]
+    shown = ("claim", "result", "where", "worst", "points", "passes", "failing", "missing")
+    columns = [c for c in shown if c in claims]
     head = "".join(f"<th>{c}</th>" for c in columns)
     rows = []
     for claim in claims[columns].astype(object).itertuples(index=False):

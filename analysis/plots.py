@@ -161,27 +161,41 @@ def _listlike(value) -> bool:
     return isinstance(value, list | tuple | np.ndarray)
 
 
-def with_bounds(fig: dict, data: pd.DataFrame, x: str, bounds: dict[str, list]) -> dict:
-    """A claim's bounds drawn on its figure: a number as a dashed line across, an expression
-    (2 * sdpa_err64 + 1e-6) as a dashed line through its tightest value at each x among the
-    points of `data` (the least of upper bounds, the greatest of lower ones)."""
+def with_bounds(
+    fig: dict, data: pd.DataFrame, x: str, bounds: dict[str, list], series: list[str] = ()
+) -> dict:
+    """A claim's bounds drawn on its figure: a number as a dashed line across; an expression
+    (2 * sdpa_err64 + 1e-6) through its value at each point: one dashed line where it is the
+    same for every line at each x, else a dashed line per line of the figure (the `series`
+    that vary, as lines() draws them), each point's own bound beside its value."""
     xs = sorted(data[x].dropna().unique().tolist())
+    named = varying(data, list(series))
     for side, listed in bounds.items():
         for bound in listed:
-            if isinstance(bound, str):
-                values = pd.to_numeric(expressions.evaluate(bound, data), errors="coerce")
-                points = pd.DataFrame({x: data[x], "v": values}).groupby(x)["v"]
-                line = points.min() if side == "max" else points.max()
-                xs_here, ys = line.index.tolist(), line.astype(float).tolist()
-            else:
-                xs_here, ys = xs, [float(bound)] * len(xs)
-            fig["data"].append({"type": "scatter", "mode": "lines", "name": f"{side} {bound}",
-                                "x": xs_here, "y": ys, "line": {"dash": "dash", "color": "#c0392b"},
-                                "hovertemplate": f"{side} {bound}: %{{y:.3g}}<extra></extra>",
-                                })  # fmt: skip
+            if not isinstance(bound, str):
+                _bound_trace(fig, f"{side} {bound}", xs, [float(bound)] * len(xs))
+                continue
+            values = pd.to_numeric(expressions.evaluate(bound, data), errors="coerce")
+            drawn = data.assign(_bound=values.astype(float)).dropna(subset=[x, "_bound"])
+            per_x = drawn.groupby(x)["_bound"]
+            if not named or (per_x.nunique() <= 1).all():
+                _bound_trace(fig, f"{side} {bound}", per_x.first().index.tolist(),
+                             per_x.first().tolist())  # fmt: skip
+                continue
+            for key, line in drawn.groupby(named, dropna=False, sort=False):
+                line = line.sort_values(x)
+                which = label(dict(zip(named, _tuple(key), strict=True)), named)
+                _bound_trace(fig, f"{side} {bound} ({which})", line[x].tolist(),
+                             line["_bound"].tolist())  # fmt: skip
     every = [y for trace in fig["data"] for y in trace["y"]]
     fig["layout"]["yaxis"]["type"] = axis_type(every)
     return fig
+
+
+def _bound_trace(fig: dict, name: str, xs: list, ys: list) -> None:
+    fig["data"].append({"type": "scatter", "mode": "lines", "name": name, "x": xs, "y": ys,
+                        "line": {"dash": "dash", "color": "#c0392b"},
+                        "hovertemplate": f"{name}: %{{y:.3g}}<extra></extra>"})  # fmt: skip
 
 
 def downsample(steps: np.ndarray, values: np.ndarray, points: int = CURVE_POINTS):
@@ -382,7 +396,7 @@ def claim_figures(
             continue
         bounds = {side: _listed(claim[side]) for side in ("min", "max") if side in claim}
         try:
-            shown.append(with_bounds(fig, data, x, bounds))
+            shown.append(with_bounds(fig, data, x, bounds, settings))
         except Exception:  # a bound outside the grammar: the claim's own line says ERROR
             continue
     return shown

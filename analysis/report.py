@@ -8,9 +8,11 @@ harness.results.claims); and `claims` (harness.results.claims), checked over the
 points. Tables and claims see every planned point: one without rows is a "not run" row with its
 parameters, so that it shows as a gap rather than vanishing.
 
-The report shows each experiment's newest sweep by default, or the sweeps chosen (`shown`:
-`python -m analysis --sweep ID`, `--all`), each chosen one's plots in sweeps/ID/; every section
-lists all the sweeps of its experiment, with their points planned and landed.
+The report shows each experiment's newest sweep by default (a sweep `python -m harness again`
+made is a rerun: shown with its original, never taken as the newest), or the sweeps chosen
+(`shown`: `python -m analysis --sweep ID`, `--all`), each chosen one's plots in sweeps/ID/; every
+section lists all the sweeps of its experiment, with their points planned and landed and their
+claims' verdicts.
 """
 
 import importlib.util
@@ -29,18 +31,67 @@ from plotly.io.json import to_json_plotly
 from analysis import page, plots, point_lines, search
 from harness import files, store
 from harness.names import available_experiments, experiment_file
-from harness.results.claims import claims_of, claims_table, derived_tables
-from harness.results.tables import MISSING, markdown, planned, sweep_table
+from harness.results.claims import (
+    claims_of,
+    claims_table,
+    derived_tables,
+    outcome,
+    parameters,
+)
+from harness.results.tables import MISSING, absent_columns, markdown, planned, sweep_table
 
 
-def latest_sweep(root: Path, experiment: str) -> tuple[str | None, list[str]]:
-    """The newest sweep with rows (else the newest), and the newer ones with none landed yet.
-    A sweep folder that a kill left with nothing but an hour-old temporary file (a manifest
-    cut short) is no sweep: it goes."""
+def latest_sweep(
+    root: Path, experiment: str, rerun=lambda sweep: False
+) -> tuple[str | None, list[str]]:
+    """The newest sweep with rows (else the newest), and the newer ones with none landed yet,
+    of those that are no `rerun` (a sweep python -m harness again made). A sweep folder that a
+    kill left with nothing but an hour-old temporary file (a manifest cut short) is no sweep: it
+    goes."""
     sweeps = [s for s in store.sweeps(root, experiment) if not store.prune(root, experiment, s)]
+    sweeps = [sweep for sweep in sweeps if not rerun(sweep)]
     landed = [sweep for sweep in sweeps if store.result_files(root, experiment, sweep)]
     chosen = landed[-1] if landed else (sweeps[-1] if sweeps else None)
     return chosen, sweeps[sweeps.index(chosen) + 1 :] if chosen else []
+
+
+def judged(
+    root: Path, experiment: str, sweep: str, report_dir: Path, config_dirs, current_claims: bool,
+    claims: pd.DataFrame | None = None,
+) -> dict:  # fmt: skip
+    """A sweep's claims in a few words ("1 FAIL, 2 PASS"; "" without claims) and the sweep it
+    runs again ("again_of", None for an original), judged as its section would judge them (its
+    `claims`, where the section has); kept in the report folder's cache, as its points are."""
+    own = experiment_file(experiment, config_dirs) if experiment in available_experiments(
+        config_dirs) else None  # fmt: skip
+    derive = str((own_config(experiment, config_dirs) or {}).get("derive") or "").rpartition(".")
+    code = point_lines.file_version(_origin(derive[0]))  # a tables' function of one's own, edited
+    extra = [[str(f) for f in config_dirs], point_lines.file_version(own), code, current_claims]
+
+    def computed() -> dict:
+        manifest = store.read_manifest(root, experiment, sweep)
+        said = claims
+        if said is None and manifest:
+            config = trusted_config(manifest, experiment, config_dirs, current_claims)
+            try:
+                rows = store.as_planned(store.read(root, experiment, sweep), manifest, root)
+                said = claims_table(rows, config, manifest["points"])
+            except Exception:  # its own section says what went wrong
+                said = pd.DataFrame({"result": ["ERROR"]})
+        return {"again_of": (manifest or {}).get("again_of"), "claims": verdicts(said)}
+
+    path = report_dir / point_lines.CACHE / experiment / f"{sweep}.judged.json"
+    folder = store.sweep_dir(root, experiment, sweep)
+    return point_lines.cached(path, folder, computed, extra, fresh=claims is not None)
+
+
+def verdicts(claims: pd.DataFrame | None) -> str:
+    """Claims' results counted, the worst first: "1 FAIL, 2 PASS" ("" for none)."""
+    if claims is None or claims.empty:
+        return ""
+    counts = claims["result"].value_counts()
+    order = [r for r in ("ERROR", "FAIL", "INCOMPLETE", "N/A", "PASS") if r in counts]
+    return ", ".join(f"{counts[r]} {r}" for r in [*order, *counts.index.difference(order)])
 
 
 def sweep_header(rows: pd.DataFrame, manifest: dict | None, sweep: str) -> str:
@@ -51,8 +102,23 @@ def sweep_header(rows: pd.DataFrame, manifest: dict | None, sweep: str) -> str:
     if len(statuses):
         parts += _provenance(rows.iloc[0], rows)
     if manifest:
-        parts.append(f"`{manifest['command']}`")
+        parts.append(f"`{portable(manifest['command'])}`")
     return " · ".join(parts)
+
+
+def portable(text: str) -> str:
+    """A command line (or a path) without the absolute paths of the machine that ran it: each
+    one within this folder relative to it, any other as .../ and its last two parts (a report
+    is read elsewhere; where the sweep's out and code store lay is no result)."""
+    here = Path.cwd()
+
+    def shown(match: re.Match) -> str:
+        path = Path(match[0])
+        if path.is_relative_to(here):
+            return path.relative_to(here).as_posix() or "."
+        return ".../" + "/".join(path.parts[-2:])
+
+    return re.sub(r"(?<![\w.])/[^\s'\"=,]*", shown, text)
 
 
 def _provenance(first: pd.Series, rows: pd.DataFrame) -> list[str]:
@@ -142,9 +208,10 @@ def _untrusted_code(manifest: dict | None, config: dict) -> list[str]:
 
 
 def sweep_list(experiment: str, states: pd.DataFrame) -> str:
-    """Every sweep of an experiment, oldest first, with its state, points and whether this
-    report shows it (states: the page's sweep list, point_lines.sweep_states)."""
-    shown = states[["sweep", "started", "state", "points", "landed", "shown"]]
+    """Every sweep of an experiment, oldest first, with its state, points, its claims' verdicts,
+    the sweep it runs again (again_of) and whether this report shows it (states: the page's
+    sweep list, point_lines.sweep_states)."""
+    shown = states[["sweep", "started", "state", "points", "landed", "claims", "again_of", "shown"]]
     return f"Sweeps of {experiment} (`python -m analysis --sweep ID` shows others):\n\n" + markdown(
         shown.set_index("sweep")
     )
@@ -168,17 +235,22 @@ def section(
     plan = manifest["points"] if manifest else None
     every = planned(rows, plan)
     tables = derived_tables(every, config)
-    claims = claims_of(tables, config) if manifest else _unknown_plan(root, experiment, sweep)
+    params = parameters(plan)
+    claims = (
+        claims_of(tables, config, params) if manifest else _unknown_plan(root, experiment, sweep)
+    )
     header = sweep_header(rows, manifest, sweep)
     notes = _notes(root, experiment, sweep, manifest, config, claims)
     if claims_changed(manifest, experiment, config_dirs):
         notes.append(claims_note(current_claims))
     parts = [f"## {experiment}", header, *notes]
-    params = list(plan[0]["params"]) if plan else []
     table, module = sweep_table(every, config, params), report_module(config)
     module_parts = []
     if table is not None:
         module_parts.append(f"{table.attrs['caption']}:\n\n{markdown(table)}")
+    absent = absent_columns(rows, config.get("table"))
+    if absent:
+        parts.append(f"**No table:** {absent}.")
     if module is not None and not rows.empty:
         report_dir.mkdir(parents=True, exist_ok=True)
         module_parts += _linked(module.sections(every, tables, report_dir), report_dir)
@@ -254,13 +326,12 @@ def claims_note(current_claims: bool) -> str:
 
 
 def claims_list(claims: pd.DataFrame, config: dict) -> str:
-    """The claims as Markdown, a line each: result, statement, where, worst, points, missing."""
+    """The claims as Markdown, a line each: result, statement, where, and its outcome (the
+    worst value and how many have one; a FAIL's failing points, values and bounds)."""
     lines = []
     for claim in _with_wheres(claims, config).itertuples():
         where = f" where `{claim.where}`" if claim.where else ""
-        missing = f"; missing: {claim.missing}" if claim.missing else ""
-        lines.append(f"- **{claim.result}** {claim.claim}{where}: worst {claim.worst}, "
-                     f"{claim.points} points have a value{missing}")  # fmt: skip
+        lines.append(f"- **{claim.result}** {claim.claim}{where}: {outcome(claim)}")
     return "Claims:\n\n" + "\n".join(lines)
 
 
@@ -330,36 +401,53 @@ def write_report(
 ) -> tuple[Path, pd.DataFrame]:
     """REPORT.md and index.html (analysis.page) with the sweeps `shown` (experiment -> its
     sweeps), by default every experiment's latest; returns REPORT.md's path and the claims of
-    every sweep shown. `stamp`: the page is live (--watch), at this version. `page_dir`: where
+    every sweep shown (attrs["shown"]: each (experiment, sweep) shown, with claims or without).
+    `stamp`: the page is live (--watch), at this version. `page_dir`: where
     the two go (report_dir: the main ones), their plots and caches staying in report_dir.
     current_claims: judge each sweep by its experiment's claims today, not those it recorded."""
     report_dir.mkdir(parents=True, exist_ok=True)
     files.no_links_below(report_dir)  # before anything is written there (files.Linked)
     page_dir = page_dir or report_dir
     generated = f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
-    heading = f"Generated {generated} from `{root}`."
+    heading = f"Generated {generated} from `{portable(str(root))}`."
     parts = [f"# octlm-harness report\n\n{heading} The same with interactive plots: {page.PAGE}.\n"]
-    claims, experiments = [], []
+    claims, experiments, judged_sweeps = [], [], []
     for experiment in store.experiments(root) if shown is None else list(shown):
-        newer = []
+        newer, seen = [], {}
+
+        def judge(sweep: str, checked=None, experiment=experiment, seen=seen) -> dict:
+            if sweep not in seen or checked is not None:
+                seen[sweep] = judged(root, experiment, sweep, report_dir, config_dirs,
+                                     current_claims, checked)  # fmt: skip
+            return seen[sweep]
+
         if shown is None:
-            sweep, newer = latest_sweep(root, experiment)
+            sweep, newer = latest_sweep(root, experiment, lambda s: bool(judge(s)["again_of"]))
             chosen = [sweep] if sweep is not None else []
         else:
             chosen = shown[experiment]
+        every_sweep = store.sweeps(root, experiment)
         views = []
         for sweep in chosen:
             folder = report_dir if shown is None else report_dir / SWEEPS / sweep
             text, checked, view = _cached_section(
                 root, experiment, sweep, report_dir, folder, config_dirs, current_claims
             )
+            judge(sweep, checked)
             if newer:
                 text += f"\nNewer, with nothing landed yet: {', '.join(f'`{s}`' for s in newer)}.\n"
+            reruns = [s for s in every_sweep if s != sweep and judge(s)["again_of"] == sweep]
+            if reruns:
+                said = ", ".join(f"`{s}` ({judge(s)['claims'] or 'no claims'})" for s in reruns)
+                text += f"\nRun again (python -m harness again): {said}.\n"
             parts.append(text)
             claims.append(checked.assign(experiment=experiment, sweep=sweep))
+            judged_sweeps.append((experiment, sweep))
             views.append(view)
         points = point_lines.of_experiment(root, experiment, report_dir)  # the shown ones: kept
         states = point_lines.sweep_states(points)
+        states["claims"] = [judge(s)["claims"] for s in states["sweep"]]
+        states["again_of"] = [judge(s)["again_of"] or "" for s in states["sweep"]]
         states["shown"] = np.where(states["sweep"].isin(chosen), "yes", "")
         if chosen and not states.empty:
             parts.append(sweep_list(experiment, states) + "\n")
@@ -374,6 +462,7 @@ def write_report(
     all_claims = (
         pd.concat(claims, ignore_index=True) if claims else claims_table(pd.DataFrame(), {})
     )
+    all_claims.attrs["shown"] = judged_sweeps
     return path, all_claims
 
 

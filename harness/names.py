@@ -17,8 +17,9 @@ HERE = Path(__file__).resolve().parent
 CONF = (HERE / "conf").resolve()
 if not CONF.is_dir() and os.environ.get("HARNESS_CONF"):
     CONF = Path(os.environ["HARNESS_CONF"])
-USER_KEYS = ("out", "resume", "wait", "seed", "threads", "max_points", "fail_fast",
-             "stream_rows", "stream_s", "reuse", "code", "code_store")  # for users  # fmt: skip
+USER_KEYS = ("out", "resume", "wait", "seed", "threads", "max_points", "fail_fast", "check",
+             "stream_rows", "stream_s", "reuse", "code", "code_store",
+             "again_of")  # for users  # fmt: skip
 HARNESS_KEYS = (*USER_KEYS, "sinks", "search", "sweep_id", "job")  # config.yaml; conf/sinks/
 SET_BY_HARNESS = ("out", "sweep_id", "job")  # given to every job by the harness
 # What an experiment's name or a sweep id may be: it becomes a folder name and part of a glob.
@@ -120,6 +121,28 @@ def closest(name: str, names) -> str:
     three, the nearest first), else ""."""
     near = difflib.get_close_matches(name, [str(n) for n in names], n=3, cutoff=0.6)
     return f"; did you mean {' or '.join(near)}?" if near else ""
+
+
+def typo_of(name: str, names) -> str | None:
+    """The one name of `names` that `name` is a typo of: a letter left out, added, changed or
+    two swapped (lenght, scal, dtpye), the longer of the two at least 3 letters; None where
+    there is none or several. Stricter than closest(): what it finds is refused, and a metric
+    of one's own may well be near a parameter's name (value, scale)."""
+    found = [n for n in dict.fromkeys(map(str, names)) if n != name and _one_edit(name, n)]
+    return found[0] if len(found) == 1 and max(len(name), len(found[0])) >= 3 else None
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """Whether b is a one letter left out of, added to, changed in or swapped in a."""
+    if abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        differ = [i for i in range(len(a)) if a[i] != b[i]]
+        swapped = len(differ) == 2 and differ[1] == differ[0] + 1 and a[differ[0]] == b[
+            differ[1]] and a[differ[1]] == b[differ[0]]  # fmt: skip
+        return len(differ) == 1 or swapped
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
 
 
 def key_of(override: str) -> str:

@@ -115,14 +115,14 @@ def test_claims_pass_fail_or_are_incomplete(values, statuses, result, worst):
     assert claim["result"] == result and claim["worst"] == worst
     assert claim["claim"] == "tiled matches SDPA (max_abs_diff <= 1e-06)"
     if statuses and statuses[-1] != "ok":
-        assert claim["missing"].endswith(f"job 3 ({statuses[-1]})")
+        assert claim["missing"].endswith(f"length=512 block=128 ({statuses[-1]})")
 
 
 def test_a_claim_covers_the_planned_points_not_only_those_that_ran():
     points = [{"job": j, "params": {"length": 128 * (j + 1), "block": 64}} for j in range(4)]
     (claim,) = claims_table(rows([1e-7]), CONFIG, points).to_dict("records")
     assert (claim["result"], claim["points"]) == ("INCOMPLETE", "1 of 4")
-    assert claim["missing"] == "job 1 (not run), job 2 (not run), job 3 (not run)"
+    assert claim["missing"] == "length=256 (not run), length=384 (not run), length=512 (not run)"
     elsewhere = {**CONFIG, "claims": [{**CONFIG["claims"][0], "where": "length == 512"}]}
     (claim,) = claims_table(rows([1e-7]), elsewhere, points).to_dict("records")
     assert (claim["result"], claim["points"]) == ("INCOMPLETE", "0 of 1"), "selected by its plan"
@@ -266,7 +266,8 @@ def test_a_line_short_of_what_its_claim_needs_is_missing_and_says_what_it_has():
     (line,) = claims_table(table, {"claims": [claim]}).to_dict("records")
     assert line["claim"] == "agrees (max_abs_diff <= 1e-06; needs steps >= 100)"
     assert line["result"] == "INCOMPLETE" and line["points"] == "2 of 4", "9e-6: too short to fail"
-    assert line["missing"] == ("job 2 (ok), job 3 (ok) (steps=30, steps=12, where it needs "
+    assert line["missing"] == ("length=512 block=64 steps=30 (ok), length=512 block=128 steps=12 "
+                               "(ok) (steps=30, steps=12, where it needs "
                                "steps >= 100)")  # fmt: skip
     table["steps"] = 100
     assert claims_table(table, {"claims": [claim]})["result"].tolist() == ["FAIL"]
@@ -284,7 +285,7 @@ def test_check_fails_on_a_sweep_whose_claim_is_incomplete(tmp_path, analysis):
     write_sweep(results, [1e-7], total=4)
     checked = analysis("--check")
     assert checked.returncode == 1 and "INCOMPLETE" in checked.stdout
-    assert "1 of 4 points have a value; none for job 1 (not run)" in checked.stdout
+    assert "1 of 4 points have a value; none for length=128 block=128 (not run)" in checked.stdout
 
 
 def test_a_sweep_that_cannot_be_reported_is_an_error_line_not_a_lost_report(tmp_path, analysis):
@@ -428,3 +429,138 @@ def test_a_sweep_listed_started_when_it_was_planned_not_when_its_reused_rows_fir
     assert listed["20261128-090000-aaaa"].startswith("2026-11-28 09:00:00"), listed
     page = (tmp_path / "outputs" / "report" / "index.html").read_text()
     assert "sweep_planned_at" not in page, "a sweep's planning time is said once, not a column"
+
+
+PRECISION_GRID = [{"dtype": dtype, "length": length} for dtype in ("float32", "bfloat16")
+                  for length in (256, 4096)]  # fmt: skip
+
+
+def precision_rows(errors: list[float], references: list[float]) -> pd.DataFrame:
+    return pd.DataFrame([{"job": job, "status": "ok", **point, "err": err, "ref": ref}
+                         for job, (point, err, ref) in enumerate(zip(
+                             PRECISION_GRID, errors, references, strict=True))])  # fmt: skip
+
+
+def planned_points() -> list[dict]:
+    return [{"job": job, "params": point} for job, point in enumerate(PRECISION_GRID)]
+
+
+def test_a_failing_claim_names_each_failing_point_its_value_and_the_bound_it_breaks():
+    """Each point's own bound (twice its reference, plus 1e-6): the bfloat16 points break
+    theirs, the float32 ones pass; the line names the failing points by the parameters that
+    vary, with value and bound, and how many pass."""
+    claim = {"metric": "err", "max": "2 * ref + 1e-6", "text": "as accurate as the reference"}
+    table = precision_rows([1e-7, 2e-7, 3.2e-3, 5e-3], [1e-7, 1e-7, 5e-4, 2e-3])
+    (line,) = claims_table(table, {"claims": [claim]}, planned_points()).itertuples()
+    assert line.result == "FAIL" and line.passes == "2 of 4"
+    assert line.failing == ("at dtype=bfloat16 length=256: 0.0032 > 0.001, "
+                            "at dtype=bfloat16 length=4096: 0.005 > 0.004")  # fmt: skip
+    said = claims.outcome(line)
+    assert said.startswith("at dtype=bfloat16 length=256: 0.0032 > 0.001, at dtype=bfloat16")
+    assert said.endswith("; 2 of 4 pass")
+    # Selected by a where that fixes dtype: only what varies among the selected names them.
+    where = {**claim, "where": "dtype == 'bfloat16'"}
+    (line,) = claims_table(table, {"claims": [where]}, planned_points()).itertuples()
+    assert line.failing.startswith("at length=256: 0.0032 > 0.001, at length=4096")
+    # A value next to its bound is shown with the digits that tell them apart.
+    assert claims._versus(1.00002, ">", 1.0) == "1.00002 > 1"
+
+
+def test_a_claim_with_no_value_anywhere_is_incomplete_whatever_its_bound_names():
+    """Every point failed: no row has the metric nor the column its bound reads. Nothing is
+    judged: INCOMPLETE, naming the points, as a claim with a number bound says."""
+    failed = pd.DataFrame([{"job": job, "status": "failed", **point, "error": "boom"}
+                           for job, point in enumerate(PRECISION_GRID)])  # fmt: skip
+    for bound in (1e-5, "2 * ref + 1e-6", ["2 * ref", 1e-5]):
+        claim = {"metric": "err", "max": bound}
+        (line,) = claims_table(failed, {"claims": [claim]}, planned_points()).itertuples()
+        assert line.result == "INCOMPLETE", (bound, line)
+        assert line.missing.startswith("dtype=float32 length=256 (failed)")
+    # With values, a bound naming a column the rows lack is an error, its nearest named.
+    table = precision_rows([1e-7] * 4, [1e-7] * 4)
+    (line,) = claims_table(table, {"claims": [{"metric": "err", "max": "2 * reff"}]}).itertuples()
+    assert line.result == "ERROR" and "did you mean ref?" in line.worst
+
+
+def test_a_bound_that_compares_is_an_error_even_from_a_manifest_edited_past_validation():
+    claim = {"metric": "err", "min": "err > 3"}
+    (line,) = claims_table(precision_rows([1.0] * 4, [1.0] * 4), {"claims": [claim]}).itertuples()
+    assert line.result == "ERROR" and "has the comparison `err > 3`" in line.worst
+
+
+def test_the_report_names_a_failing_point_and_check_exits_1(tmp_path, analysis):
+    results = tmp_path / "outputs" / "results"
+    claim = {"metric": "err", "max": "2 * ref + 1e-6", "where": "length > 1",
+             "text": "as accurate as the reference"}  # fmt: skip
+    write_plan(results, "mine", "20261129-120000-aaaa", PRECISION_GRID, {"claims": [claim]})
+    write_jobs(results, "mine", "20261129-120000-aaaa",
+               precision_rows([1e-7, 2e-7, 3.2e-3, 1e-3], [1e-7, 1e-7, 5e-4, 2e-3]).to_dict(
+                   "records"))  # fmt: skip
+    checked = analysis("--check")
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    line = "FAIL       mine 20261129-120000-aaaa: as accurate as the reference"
+    assert line in checked.stdout
+    assert "(at dtype=bfloat16 length=256: 0.0032 > 0.001; 3 of 4 pass)" in checked.stdout
+    report = (tmp_path / "outputs" / "report" / "REPORT.md").read_text()
+    assert "where `length > 1`: at dtype=bfloat16 length=256: 0.0032 > 0.001; 3 of 4 pass" in (
+        report)  # fmt: skip
+    page = (tmp_path / "outputs" / "report" / "index.html").read_text()
+    assert "at dtype=bfloat16 length=256: 0.0032 &gt; 0.001" in page
+
+
+def test_a_rerun_by_again_is_shown_with_its_original_and_never_judged_as_the_newest(
+    tmp_path, analysis
+):
+    """An older sweep that fails, the newest original that passes, and a rerun of it by
+    `again` (newer still, failing): the report and --check judge the newest original, show
+    the rerun beside it, and the sweep list gives every sweep's verdicts."""
+    results = tmp_path / "outputs" / "results"
+    sweeps = {"20261129-110000-aaaa": 1e-5, "20261129-120000-bbbb": 1e-7,
+              "20261129-130000-cccc": 1e-5}  # fmt: skip
+    for sweep, value in sweeps.items():
+        write_sweep(results, [value] * 4, sweep=sweep)
+    rerun = store.read_manifest(results, "exp014_tiled", "20261129-130000-cccc")
+    store.write_manifest(results, {**rerun, "again_of": "20261129-120000-bbbb"})
+    checked = analysis("--check")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "sweeps shown and checked: exp014_tiled 20261129-120000-bbbb" in checked.stdout
+    report = (tmp_path / "outputs" / "report" / "REPORT.md").read_text()
+    assert "sweep `20261129-120000-bbbb`" in report
+    assert "Run again (python -m harness again): `20261129-130000-cccc` (1 FAIL)." in report
+    listed = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+              for line in report.splitlines() if line.startswith("| 2026")}  # fmt: skip
+    assert [listed[s][4:7] for s in sweeps] == [
+        ["1 FAIL", "", ""],
+        ["1 PASS", "", "yes"],
+        ["1 FAIL", "20261129-120000-bbbb", ""],
+    ]
+    # --sweep shows the rerun when asked for.
+    assert analysis("--check", "--sweep", "20261129-130000-cccc").returncode == 1
+
+
+def test_last_names_the_newest_sweep_in_compare_and_sweep_too(tmp_path, analysis):
+    results = tmp_path / "outputs" / "results"
+    for sweep in ("20261129-110000-aaaa", "20261129-120000-bbbb"):
+        write_sweep(results, [1e-7] * 4, sweep=sweep)
+    compared = analysis("compare", "20261129-110000-aaaa", "last")
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+    assert "compare-20261129-110000-aaaa-vs-20261129-120000-bbbb.md" in compared.stdout
+    shown = analysis("--sweep", "last")
+    assert "sweeps shown: exp014_tiled 20261129-120000-bbbb" in shown.stdout, shown.stderr
+
+
+def test_the_report_shows_no_absolute_path_of_the_machine_that_ran_it(tmp_path, analysis):
+    results = tmp_path / "outputs" / "results"
+    write_sweep(results, [1e-7] * 4)
+    manifest = store.read_manifest(results, "exp014_tiled", "20261129-120000-aaaa")
+    command = (f"python -m harness --config-dir {tmp_path}/conf +experiment=exp014_tiled "
+               f"reuse=false out={tmp_path}/outputs "
+               "code_store=/home/someone/.cache/codes")  # fmt: skip
+    store.write_manifest(results, {**manifest, "command": command})
+    assert analysis("--out", str(tmp_path / "outputs")).returncode == 0
+    for name in ("REPORT.md", "index.html"):
+        text = (tmp_path / "outputs" / "report" / name).read_text()
+        assert str(tmp_path) not in text and "/home/someone" not in text, name
+    report = (tmp_path / "outputs" / "report" / "REPORT.md").read_text()
+    assert ("`python -m harness --config-dir conf +experiment=exp014_tiled reuse=false "
+            "out=outputs code_store=.../.cache/codes`") in report  # fmt: skip

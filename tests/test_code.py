@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from commands import call_command
 
 from harness import store
 from harness.names import HERE
@@ -297,6 +298,13 @@ def test_again_runs_each_sweep_anew_on_its_own_code_in_turns(own):
         assert rows["value"].tolist() == values and reused(rows) == [None, None]
         assert rows["code_digest"].eq(sweep_rows(own.harness, old)["code_digest"][0]).all()
     assert f"compare {one},{made[0]} {two},{made[1]}" in ran.stdout
+    # Each rerun names its original; the report judges the newest original, the rerun beside it.
+    manifests = [store.read_manifest(own.harness.results, "own", s) for s in (one, two, *made)]
+    assert [m.get("again_of") for m in manifests] == [None, None, one, two]
+    report = call_command("analysis", cwd=own.harness.cwd)
+    assert f"sweeps shown: own {two}" in report.stdout, report.stdout + report.stderr
+    text = (own.harness.cwd / "outputs" / "report" / "REPORT.md").read_text()
+    assert f"Run again (python -m harness again): `{made[1]}`" in text
 
 
 def test_the_digest_covers_paths_and_bytes_and_the_stat_cache_sees_an_edit(tmp_path):

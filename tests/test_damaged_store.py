@@ -40,7 +40,7 @@ def test_every_command_names_a_damaged_job_file_and_resume_reruns_its_point(
     assert shown.stderr.count("\n") == 1 and "| not run" in shown.stdout
     checked = analysis("--check")
     assert checked.returncode == 1 and named_once(checked.stderr)
-    assert "INCOMPLETE" in checked.stdout and "none for job 1 (not run)" in checked.stdout
+    assert "INCOMPLETE" in checked.stdout and "none for length=80 (not run)" in checked.stdout
     report = (harness.cwd / "outputs" / "report" / "REPORT.md").read_text()
     assert "**Skipped** `job-000001.parquet`" in report and "3 points: 2 ok, 1 not run" in report
     compacted = harness("compact", swept)

@@ -480,7 +480,7 @@ def test_a_summary_is_a_line_per_planned_point_with_its_last_row(tmp_path):
     assert points.attrs["params"] == ["lr"]
 
 
-def test_error_bars_are_the_repeats_quartiles_and_a_bound_is_the_tightest_at_each_length():
+def test_error_bars_are_the_repeats_quartiles_and_a_bound_is_drawn_at_each_points_own_value():
     data = pd.DataFrame({
         "length": [64, 64, 128], "backend": ["math", "flash", "math"],
         "time_ms": [2.0, 1.0, 8.0], "time_iqr_ms": [2.0, 0.5, 1.0],
@@ -492,10 +492,19 @@ def test_error_bars_are_the_repeats_quartiles_and_a_bound_is_the_tightest_at_eac
     bars = math_["error_y"]
     assert bars["array"][0] == 5.0 - 2.0 and bars["arrayminus"][0] == 2.0 - 2.0, "quartiles"
     assert bars["array"][1] == bars["arrayminus"][1] == 0.5, "no repeats: half the IQR each way"
-    bounded = plots.with_bounds(figure, data, "length", {"max": ["bound"]})
-    line = bounded["data"][-1]
-    assert line["x"] == [64, 128] and line["y"] == [1.5, 9.0], "the least upper bound"
+    # A bound of each row's own (flash's 1.5 and math's 3.0 at 64) is a dashed line per line,
+    # never one line through the tightest, which would draw math's point above its bound.
+    bounded = plots.with_bounds(figure, data, "length", {"max": ["bound"]}, ["backend"])
+    drawn = {t["name"]: (t["x"], t["y"]) for t in bounded["data"] if t.get("line", {}).get("dash")}
+    assert drawn == {"max bound (backend=math)": ([64, 128], [3.0, 9.0]),
+                     "max bound (backend=flash)": ([64], [1.5])}  # fmt: skip
     go.Figure(bounded)
+    # The same bound for every line at each length: one line.
+    same = plots.with_bounds(plots.lines(data, "length", "time_ms", ["backend"], "time"),
+                             data.assign(bound=[3.0, 3.0, 9.0]), "length", {"max": ["bound"]},
+                             ["backend"])  # fmt: skip
+    drawn = [(t["name"], t["x"], t["y"]) for t in same["data"] if t.get("line", {}).get("dash")]
+    assert drawn == [("max bound", [64, 128], [3.0, 9.0])]
 
 
 def test_the_page_stands_for_odd_sweeps_and_shows_their_text_as_text(tmp_path, analysis):

@@ -8,12 +8,13 @@ from harness.pinning import reuse
 from harness.planning import config
 from harness.planning.config import command
 from harness.planning.plan import Sweep
-from harness.results.claims import claims_table, outcome
-from harness.results.tables import markdown, planned, sweep_table
+from harness.results.claims import FAILING, claims_table, outcome
+from harness.results.tables import absent_columns, markdown, planned, sweep_table
 
 
-def report(sweep: Sweep, manifest: dict, seconds: float) -> int:
-    """Print the sweep's table, claims and counts; the exit code says whether any point failed."""
+def report(sweep: Sweep, manifest: dict, seconds: float, check: bool = False) -> int:
+    """Print the sweep's table, claims and counts; the exit code says whether any point failed
+    (with `check`, the command line's check=true: or a claim FAILs, is INCOMPLETE or an ERROR)."""
     rows = store.read(sweep.results, sweep.experiment.name, sweep.id)
     rows = store.as_planned(rows, manifest, sweep.results)
     points = manifest["points"]
@@ -23,7 +24,11 @@ def report(sweep: Sweep, manifest: dict, seconds: float) -> int:
     table = sweep_table(planned(rows, points), sweep.experiment.config, params)
     if table is not None:
         print(f"{table.attrs['caption']}:\n{markdown(table)}")
-    for line in claims_table(rows, sweep.experiment.config, points).itertuples():
+    absent = absent_columns(rows, sweep.experiment.config.get("table"))
+    if absent:
+        print(f"no table: {absent}")
+    claims = claims_table(rows, sweep.experiment.config, points)
+    for line in claims.itertuples():
         print(f"claim {line.result}: {line.claim} ({outcome(line)})")
     for line in reuse.said(rows):
         print(line)
@@ -37,7 +42,10 @@ def report(sweep: Sweep, manifest: dict, seconds: float) -> int:
             f"{resume_command(sweep)}",
             file=sys.stderr,
         )
-    return 1 if unfinished else 0
+    failing = claims[claims["result"].isin(FAILING)] if check else claims.iloc[:0]
+    if len(failing):
+        print(f"check=true: {len(failing)} of {len(claims)} claims do not pass", file=sys.stderr)
+    return 1 if unfinished or len(failing) else 0
 
 
 def resume_command(sweep: Sweep) -> str:

@@ -315,7 +315,7 @@ def _pinned(results: Path, sweep_id: str) -> tuple[str, dict, str]:
     return sweep_id, manifest, digest
 
 
-AGAIN_REPLACED = ("out", "resume", "wait", "reuse", "code", "code_store")  # again= sets these
+AGAIN_REPLACED = ("out", "resume", "wait", "reuse", "code", "code_store", "again_of")  # again sets
 
 
 def again(ids: list[str], out: str, code_store: str | None, times: str) -> int:
@@ -344,8 +344,9 @@ def again(ids: list[str], out: str, code_store: str | None, times: str) -> int:
         folders = [
             arg for folder in manifest.get("config_dirs", []) for arg in ("--config-dir", folder)
         ]
+        original = manifest.get("again_of") or sweep_id  # a rerun's reruns are its original's
         arguments = [*folders, *kept_args, "reuse=false", f"out={Path(out).resolve()}",
-                     f"code_store={kept}"]  # fmt: skip
+                     f"code_store={kept}", f"again_of={original}"]  # fmt: skip
         commands.append((digest, *codestore.harness_from(kept, digest, arguments)))
         sides.append([sweep_id])
     for turn in range(1, int(times)):

@@ -90,7 +90,7 @@ def run(argv: list[str]) -> int:
     if not ended:
         print(f"sweep {sweep.id}: follow it with: {status_command(sweep)}")
         return 0
-    return report(sweep, manifest, time.perf_counter() - started)
+    return report(sweep, manifest, time.perf_counter() - started, bool(cfg.get("check")))
 
 
 def _new_sweep(argv: list[str], overrides: list, experiment: str, config_dirs: list) -> tuple:

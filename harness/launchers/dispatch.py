@@ -35,7 +35,7 @@ def launch(cfg: DictConfig, sweep, launcher) -> bool:
     if not sweep.points:
         return True
     points = {point.job: point for point in sweep.points}
-    progress = Progress(len(points))
+    progress = Progress(len(points), shown_first(sweep.experiment.config))
     reused, decided = reuse_answered(cfg, sweep, launcher.point_process(), progress)
     jobs = [protocol.JobSpec(p.job, job_overrides(sweep, p),
                              {**p.planned(), **({"decided": True} if p.job in decided else {})})
@@ -240,17 +240,29 @@ def record_launch(sweep, target: str, detached: bool, jobs: list, placement: dic
     store.write_manifest(sweep.results, manifest)
 
 
-class Progress:
-    """One line per finished point, with an estimate of the time left."""
+def shown_first(config: dict) -> list[str]:
+    """The metrics a point's progress line shows first: its table's values, then its claims'."""
+    table = config.get("table")
+    named = [table.get("values")] if isinstance(table, dict) else []
+    named += [c.get("metric") for c in config.get("claims") or [] if isinstance(c, dict)]
+    return [name for name in dict.fromkeys(named) if isinstance(name, str)]
 
-    def __init__(self, total: int):
+
+class Progress:
+    """One line per finished point, with an estimate of the time left: its first three numbers,
+    those of `first` (shown_first) before the rest."""
+
+    def __init__(self, total: int, first: list[str] = ()):
         self.total, self.done, self.started = total, 0, time.perf_counter()
+        self.first = list(first)
 
     def update(self, point, summary: dict) -> None:
         self.done += 1
         elapsed = time.perf_counter() - self.started
         left = elapsed / self.done * (self.total - self.done)
-        metrics = list((summary.get("metrics") or {}).items())[:3]
+        numbers = summary.get("metrics") or {}
+        order = dict.fromkeys([*(m for m in self.first if m in numbers), *numbers])
+        metrics = [(k, numbers[k]) for k in order][:3]
         detail = " ".join(f"{k}={v:.3g}" for k, v in metrics)
         if summary["status"] != "ok":
             detail = shorten(summary.get("error") or "")

@@ -24,10 +24,12 @@ from harness.names import (
     CONF,
     USER_KEYS,
     available_experiments,
+    closest,
     experiment_file,
     key_of,
     override,
 )
+from harness.planning.experiment import Experiment
 
 
 def parse(argv: list[str]) -> list[Override]:
@@ -84,8 +86,16 @@ def compose_config(overrides: list[str], experiment: str, config_dirs: list[Path
             key = cause.full_key or str(cause).split("'")[1]
             if key.startswith("hydra."):
                 raise BadInput(f"unknown key '{key}' (see conf/hydra/ and Hydra's own)") from None
-            keys = _keys(experiment, config_dirs)
-            raise BadInput(f"unknown key '{key}' for {experiment} ({keys})") from None
+            keys, parameters = _keys(experiment, config_dirs)
+            if key in parameters:
+                raise BadInput(
+                    f"{experiment}'s config does not set its parameter {key}: give it as "
+                    f"+{key}=VALUE"
+                ) from None
+            near = closest(key, [*keys, *parameters])
+            raise BadInput(
+                f"unknown key '{key}' for {experiment}{near} (its keys: {', '.join(keys)})"
+            ) from None
         raise BadInput(one_line(error)) from None
     except (HydraException, OmegaConfBaseException) as error:
         raise BadInput(one_line(error)) from None
@@ -139,10 +149,17 @@ def _parsed(text: str):
         return yaml.safe_load(text)
 
 
-def _keys(experiment: str, config_dirs: list[Path]) -> str:
+def _keys(experiment: str, config_dirs: list[Path]) -> tuple[list[str], list[str]]:
+    """The keys a command line may set: the experiment config's own, then the harness's (each
+    once: an experiment's config may set seed, say); and its function's parameters, where it
+    imports (for a message: [] where it does not)."""
     node = OmegaConf.load(experiment_file(experiment, config_dirs))
-    names = [k for k in node if k not in ("experiment", "hydra")]
-    return "its keys: " + ", ".join(sorted(names) + list(USER_KEYS))
+    names = [str(k) for k in node if k not in ("experiment", "hydra")]
+    try:
+        parameters = list(Experiment.load(OmegaConf.to_container(node.experiment)).parameters)
+    except Exception:  # its own error is said once the key is fixed
+        parameters = []
+    return list(dict.fromkeys([*sorted(names), *USER_KEYS])), parameters
 
 
 def command(arguments: list[str], config_dirs: list[Path], out: Path) -> str:

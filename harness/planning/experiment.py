@@ -173,9 +173,9 @@ def config_values(cfg: DictConfig) -> dict:
 # whose count a point ran with is its kind of machine's (harness.pinning.reuse). And of its
 # experiment block, what the report makes of the rows, what checks them, how a launcher runs
 # them, and the environment variables it names (their values are the kind of machine's).
-NOT_IN_KEY = ("out", "resume", "wait", "max_points", "fail_fast", "stream_rows", "stream_s",
-              "reuse", "code", "code_store", "sinks", "search", "sweep_id", "job",
-              "threads")  # fmt: skip
+NOT_IN_KEY = ("out", "resume", "wait", "max_points", "fail_fast", "check", "stream_rows",
+              "stream_s", "reuse", "code", "code_store", "sinks", "search", "sweep_id", "job",
+              "threads", "again_of")  # fmt: skip
 NOT_IN_KEY_OF_EXPERIMENT = ("table", "plots", "claims", "derive", "report", "search", "check",
                             "resources", "fresh", "environment")  # fmt: skip
 

@@ -20,12 +20,12 @@ from omegaconf.errors import OmegaConfBaseException
 
 from harness import store
 from harness.errors import BadInput, one_line
-from harness.names import HARNESS_KEYS, SET_BY_HARNESS, check_name, key_of
+from harness.names import HARNESS_KEYS, SET_BY_HARNESS, check_name, closest, key_of
 from harness.pinning import codestore
 from harness.planning.config import compose_config
 from harness.planning.experiment import Experiment, config_values, hasher, keyed_config
 from harness.results.claims import validate as validate_claims
-from harness.results.tables import validate_plots, validate_table
+from harness.results.tables import check_table_names, validate_plots, validate_table
 from harness.searching import search
 
 ABSENT = object()
@@ -60,6 +60,7 @@ class Sweep:
     code: str | None = None  # the digest of the code its points run (harness.pinning.codestore)
     code_store: Path | None = None  # where that code is kept
     keyed: dict | None = None  # its config's keys in its points' config_hash beside their params
+    again_of: str | None = None  # the sweep it runs again (python -m harness again), if it does
 
 
 class SweepExists(Exception):
@@ -189,9 +190,11 @@ def _check_report_spec(experiment: Experiment) -> None:
     """The experiment's table, plots and claims can be read (harness.results.tables,
     harness.results.claims): one line before anything runs, not a traceback after every sweep."""
     try:
+        names = list(experiment.parameters)
         validate_table(experiment.config.get("table"))
+        check_table_names(experiment.config.get("table"), [*names, *store.HARNESS_COLUMNS])
         validate_plots(experiment.config.get("plots"))
-        validate_claims(experiment.config)
+        validate_claims(experiment.config, names)
     except ValueError as error:
         raise BadInput(f"{experiment.name}: {error}") from None
 
@@ -205,7 +208,11 @@ def seeded_grid(cfg: DictConfig) -> dict:
 def sweep_of(cfg: DictConfig, experiment: Experiment, points: list[Point]) -> Sweep:
     task = [o for o in cfg.hydra.overrides.task if key_of(o) not in SET_BY_HARNESS]
     results = Path(cfg.out).resolve() / "results"
-    return Sweep(cfg.sweep_id, experiment, results, task, points, list(cfg.hydra.overrides.hydra))
+    again_of = cfg.get("again_of")
+    if again_of is not None:
+        check_name("again_of", str(again_of))
+    return Sweep(cfg.sweep_id, experiment, results, task, points, list(cfg.hydra.overrides.hydra),
+                 again_of=None if again_of is None else str(again_of))  # fmt: skip
 
 
 def _check_parameter_names(experiment: Experiment) -> None:
@@ -226,8 +233,10 @@ def _check_keys(experiment: Experiment, values: dict, sweeps: list[Override]) ->
     keys += [o.get_key_element().lstrip("+") for o in sweeps]
     unknown = sorted({k for k in keys if k not in experiment.parameters})
     if unknown:
-        names = ", ".join(experiment.parameters)
-        raise BadInput(f"{experiment.name} does not take {', '.join(unknown)} (it takes {names})")
+        names, near = ", ".join(experiment.parameters), closest(unknown[0], experiment.parameters)
+        raise BadInput(
+            f"{experiment.name} does not take {', '.join(unknown)}{near} (it takes {names})"
+        )
     for override in sweeps:
         if not override.is_discrete_sweep():
             raise BadInput(f"{override.input_line}: only lists, range() and choice() can be swept")
@@ -299,9 +308,36 @@ def _axes(chosen: dict[str, Override]) -> dict:
             texts = list(override.sweep_string_iterator())
             values = map(_plain, override.sweep_iterator())
             axes[key] = list(zip(texts, values, strict=True))
+            _check_distinct(key, axes[key])
         else:
             axes[key] = [(override.get_value_element_as_str(), override.value())]
     return axes
+
+
+def _check_distinct(key: str, values: list[tuple[str, object]]) -> None:
+    """BadInput where a key's grid gives a value twice (n=1,2,2 would run n=2 twice), or two
+    values of different types that are equal or read alike (1, '1' and 1.0: points of their
+    own, one cell of every table and one key of the store's lines)."""
+    for number, (text, value) in enumerate(values):
+        for earlier, before in values[:number]:
+            if _alike(before, value):
+                if type(before) is type(value):
+                    raise BadInput(f"{key} lists {text} twice: give each value once")
+                raise BadInput(
+                    f"{key}'s values {earlier} ({type(before).__name__}) and {text} "
+                    f"({type(value).__name__}) would share a cell of its tables: give them as "
+                    "one type"
+                )
+
+
+def _alike(a, b) -> bool:
+    """Whether two grid values are equal, or read alike as text (1 and '1')."""
+    try:
+        if a == b:
+            return True
+    except Exception:  # a comparison that cannot be made: they are told apart by their text
+        pass
+    return str(a) == str(b)
 
 
 def _plain(value):
@@ -358,6 +394,7 @@ def record_plan(sweep: Sweep) -> None:
         "code_digest": sweep.code,
         "code_store": str(sweep.code_store) if sweep.code_store else None,
         "keyed_config": sweep.keyed,
+        "again_of": sweep.again_of,
         "config_dirs": [str(folder) for folder in sweep.config_dirs],
         "overrides": sweep.overrides,
         "hydra_overrides": sweep.hydra_overrides,

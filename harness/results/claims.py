@@ -34,13 +34,14 @@ from collections.abc import Callable, Mapping
 
 import pandas as pd
 
-from harness.names import closest, setting
+from harness.names import closest, setting, typo_of
 from harness.results import expressions
 from harness.results.tables import MISSING, planned
 from harness.searching import search
+from harness.store import HARNESS_COLUMNS
 
 FAILING = ("FAIL", "INCOMPLETE", "ERROR")  # the results that make --check exit 1
-COLUMNS = ["claim", "result", "worst", "points", "missing"]
+COLUMNS = ["claim", "result", "worst", "points", "passes", "failing", "missing"]
 NAMED = 5  # missing points named in full, then a count
 MOST_BOUNDS = (
     16  # in one min or max: a claim's text is anyone's to edit (harness.results.expressions)
@@ -78,17 +79,26 @@ def claims_table(
     rows: pd.DataFrame, config: dict, points: list[dict] | None = None
 ) -> pd.DataFrame:
     """One line per claim of `config`, over the sweep's planned `points` (None: the rows are
-    the plan): result, the values' range, how many points have a value, the missing ones."""
-    return claims_of(derived_tables(planned(rows, points), config), config)
+    the plan): result, the values' range, how many points have a value and how many pass, the
+    failing points with their values and bounds, the missing ones."""
+    return claims_of(derived_tables(planned(rows, points), config), config, parameters(points))
 
 
-def claims_of(tables: dict[str, pd.DataFrame], config: dict) -> pd.DataFrame:
-    """claims_table's lines from tables already derived (derived_tables of the planned rows)."""
-    lines = [check(tables, claim) for claim in config.get("claims") or []]
+def parameters(points: list[dict] | None) -> list[str]:
+    """The parameters of a sweep's planned points (its manifest's), in order."""
+    return list(dict.fromkeys(k for point in points or [] for k in point.get("params", {})))
+
+
+def claims_of(
+    tables: dict[str, pd.DataFrame], config: dict, params: list[str] = ()
+) -> pd.DataFrame:
+    """claims_table's lines from tables already derived (derived_tables of the planned rows);
+    `params`: the sweep's parameters, which name a point of the rows."""
+    lines = [check(tables, claim, params) for claim in config.get("claims") or []]
     return pd.DataFrame(lines, columns=COLUMNS)
 
 
-def check(tables: dict[str, pd.DataFrame], claim: dict) -> dict:
+def check(tables: dict[str, pd.DataFrame], claim: dict, params: list[str] = ()) -> dict:
     """One claim against the tables: its line of claims_table."""
     text, name = statement(claim), claim.get("table", "rows")
     # The rows are there and the table is not (best, a search's, is N/A in a sweep without one).
@@ -97,6 +107,8 @@ def check(tables: dict[str, pd.DataFrame], claim: dict) -> dict:
         return _line(text, "ERROR", f"no table {name!r} (the tables are {names})", MISSING)
     table = tables.get(name, pd.DataFrame())
     try:
+        for bound in (*_listed(claim.get("min")), *_listed(claim.get("max"))):
+            _checked_bound(bound)
         where = claim.get("where")
         selected = expressions.select(table, where) if where and len(table) else table
         if selected.empty:
@@ -109,26 +121,65 @@ def check(tables: dict[str, pd.DataFrame], claim: dict) -> dict:
         values = _values(selected, claim["metric"])
         short = _short(selected, claim.get("needs")) & values.notna()
         values = values.mask(short)
-        low = _bound(selected, claim.get("min"), -math.inf, "max")
-        high = _bound(selected, claim.get("max"), math.inf, "min")
+        # No value anywhere: nothing to judge, whatever columns the bounds name (every point
+        # failed, say, and none has a column a bound reads): INCOMPLETE, never an ERROR.
+        judged = values.notna().any()
+        nothing = pd.Series(math.nan, index=selected.index)
+        low = _bound(selected, claim.get("min"), -math.inf, "max") if judged else nothing
+        high = _bound(selected, claim.get("max"), math.inf, "min") if judged else nothing
     except Exception as error:  # a where or bound outside the grammar, or naming no column
         reason = (str(error).splitlines() or [""])[0]
         return _line(text, "ERROR", f"{type(error).__name__}: {reason}", MISSING)
     known = values.notna() & low.notna() & high.notna()
-    broken = known & ~values.between(low, high)
+    above, below = known & (values > high), known & (values < low)
+    broken = above | below
     result = "FAIL" if broken.any() else ("INCOMPLETE" if not known.all() else "PASS")
     worst = _worst(values[broken] if broken.any() else values[known], claim)
-    points = f"{int(known.sum())} of {len(selected)}"
-    missing = _name(table, selected[~known]) + _lacking(selected[short], claim.get("needs"))
-    return _line(text, result, worst, points, missing)
+    names = pd.Series(_point_names(selected, params), index=selected.index)
+    failing = [
+        f"at {names[i]}: " + (_versus(v, ">", high[i]) if above[i] else _versus(v, "<", low[i]))
+        for i, v in values[broken].items()
+    ]
+    more = f" and {len(failing) - NAMED} more" if len(failing) > NAMED else ""
+    missing = _name(selected[~known], names) + _lacking(selected[short], claim.get("needs"))
+    return _line(
+        text, result, worst, f"{int(known.sum())} of {len(selected)}", missing,
+        passes=f"{int((known & ~broken).sum())} of {len(selected)}",
+        failing=", ".join(failing[:NAMED]) + more,
+    )  # fmt: skip
 
 
-def validate(config: dict) -> None:
+def _checked_bound(bound) -> None:
+    """A bound as validate reads it (a manifest's claims are anyone's to edit): a number, or
+    arithmetic of numbers and columns (harness.results.expressions.arithmetic); ValueError
+    otherwise."""
+    if isinstance(bound, str):
+        expressions.arithmetic(bound)
+    elif not _a_number(bound):
+        raise ValueError(
+            f"a bound is a number, arithmetic of columns (2 * sdpa_err64 + 1e-6) or a list of "
+            f"them, not {_what(bound)}"
+        )
+
+
+def _versus(value: float, op: str, bound: float) -> str:
+    """A value against the bound it breaks, with digits enough to tell them apart:
+    "0.00325 > 0.0011", "1.00002 > 1"."""
+    for digits in range(3, 10):
+        shown = f"{value:.{digits}g}", f"{bound:.{digits}g}"
+        if shown[0] != shown[1]:
+            break
+    return f"{shown[0]} {op} {shown[1]}"
+
+
+def validate(config: dict, names=()) -> None:
     """Refuse a claims spec that cannot work, with a ValueError of one line: a `derive` that does
     not import, `claims` not a list of mappings, each with a metric and no unknown keys, its
     bounds numbers or expressions (or lists of them), its where and bounds within
     harness.results.expressions' grammar, its table one there is (without a derive:
-    HARNESS_TABLES)."""
+    HARNESS_TABLES). `names`: the parameters and the harness's columns, which a claim on the rows
+    may name; a name it gives that is none of them but a typo of one is refused (others are
+    the experiment's metrics, known once it ran: a claim naming none is an ERROR then)."""
     deriving(config)
     claims = config.get("claims")
     if claims is None:
@@ -138,6 +189,8 @@ def validate(config: dict) -> None:
     for number, claim in enumerate(claims, 1):
         try:
             _validate_claim(claim)
+            if names and claim.get("table", "rows") in HARNESS_TABLES:
+                _check_names(claim, [*names, *HARNESS_COLUMNS])
             if claim.get("table") not in (None, *HARNESS_TABLES) and not config.get("derive"):
                 raise ValueError(
                     f"its table {claim['table']!r} is none the experiment derives: name the "
@@ -170,13 +223,25 @@ def _validate_claim(claim) -> None:
             raise ValueError(f"its {key} is an empty list")
         _count(claim.get(key), f"its {key}")
         for bound in _listed(claim.get(key)):
-            if isinstance(bound, str):
-                _parsed(key, bound)
-            elif not _a_number(bound):
-                raise ValueError(
-                    f"its {key} must be a number, an expression or a list of them, not "
-                    f"{_what(bound)}"
-                )
+            try:
+                _checked_bound(bound)
+            except ValueError as error:
+                raise ValueError(f"its {key}: {error}") from None
+
+
+def _check_names(claim: Mapping, names: list[str]) -> None:
+    """ValueError for a name in the claim's where, needs or bounds that is none of `names` but
+    a typo of one (harness.names.typo_of: `lenght` for length)."""
+    for key in ("where", "needs", "min", "max"):
+        for text in _listed(claim.get(key)):
+            if not isinstance(text, str):
+                continue
+            for name in sorted(expressions.parse(text).names - {*names, claim["metric"]}):
+                typo = typo_of(name, names)
+                if typo:
+                    raise ValueError(
+                        f"its {key} names {name!r}, no parameter or column; did you mean {typo}?"
+                    )
 
 
 def _parsed(key: str, text: str) -> None:
@@ -212,13 +277,16 @@ def statement(claim: dict) -> str:
 
 
 def outcome(line) -> str:
-    """A claims_table line's outcome in words: the worst value, how many points have a value,
-    and which lack one; for an ERROR, what went wrong."""
+    """A claims_table line's outcome in words: the worst value and how many points have a value
+    (a FAIL: each failing point, its value and the bound it breaks, and how many pass), and which
+    lack one; for an ERROR, what went wrong."""
     if line.result == "ERROR":
         return line.worst
     if line.result == "N/A":
         return "it selects no point of this sweep"
     said = f"worst {line.worst}, {line.points} points have a value"
+    if line.result == "FAIL":  # where, by how much, and how much of the sweep holds
+        said = f"{line.failing}; {line.passes} pass"
     return f"{said}; none for {line.missing}" if line.missing else said
 
 
@@ -289,28 +357,47 @@ def _worst(values: pd.Series, claim: dict) -> str:
     return f"{(values.max() if claim.get('max') is not None else values.min()):.3g}"
 
 
-def _name(table: pd.DataFrame, missing: pd.DataFrame) -> str:
-    """The points without a value: by job and status in the rows; in a derived table, by the
-    columns (not measurements) that tell the table's lines apart."""
+def _point_names(selected: pd.DataFrame, params: list[str]) -> list[str]:
+    """Each line's name: the sweep's parameters that vary among the selected lines (dtype=bfloat16
+    length=4096); without parameters (a derived table), the columns that are no measurement
+    (not floats) and tell its lines apart; where nothing varies, its job or "its only line"."""
+
+    def varies(column: str) -> bool:  # as text: a list parameter's values are no keys
+        return selected[column].astype(str).nunique() > 1
+
+    keys = [p for p in params if p in selected and varies(p)]
+    if not params:
+        keys = [c for c in selected if c not in HARNESS_COLUMNS and varies(c)
+                and not pd.api.types.is_float_dtype(selected[c])]  # fmt: skip
+    if keys:
+        return [" ".join(setting(k, row[k]) for k in keys) for _, row in selected.iterrows()]
+    if "job" in selected:
+        return [f"job {job}" for job in selected["job"]]
+    return [
+        "its only line" if len(selected) == 1 else f"line {i + 1}" for i in range(len(selected))
+    ]
+
+
+def _name(missing: pd.DataFrame, names: pd.Series) -> str:
+    """The points without a value, by name (_point_names), with their status where they have one:
+    "dtype=bfloat16 length=4096 (failed)"."""
     if missing.empty:
         return ""
-    if "job" in missing:
-        statuses = missing["status"] if "status" in missing else ["no value"] * len(missing)
-        names = [f"job {j} ({s})" for j, s in zip(missing["job"], statuses, strict=True)]
-    else:
-        keys = [
-            c for c in table if not pd.api.types.is_float_dtype(table[c]) and table[c].nunique() > 1
-        ]
-        names = [" ".join(f"{k}={row[k]}" for k in keys) for _, row in missing.iterrows()]
-        if not keys:  # nothing tells the lines apart: a table of one line, say
-            names = ["its only line" if len(table) == 1 else f"{len(missing)} of its lines"]
-    names = list(dict.fromkeys(names))
-    more = f" and {len(names) - NAMED} more" if len(names) > NAMED else ""
-    return ", ".join(names[:NAMED]) + more
+    statuses = missing.get("status")
+    listed = [
+        f"{names[i]} ({statuses[i]})" if statuses is not None else names[i] for i in missing.index
+    ]
+    listed = list(dict.fromkeys(listed))
+    more = f" and {len(listed) - NAMED} more" if len(listed) > NAMED else ""
+    return ", ".join(listed[:NAMED]) + more
 
 
-def _line(claim: str, result: str, worst: str, points: str, missing: str = "") -> dict:
-    return {"claim": claim, "result": result, "worst": worst, "points": points, "missing": missing}
+def _line(
+    claim: str, result: str, worst: str, points: str, missing: str = "", passes: str = "",
+    failing: str = "",
+) -> dict:  # fmt: skip
+    return {"claim": claim, "result": result, "worst": worst, "points": points, "passes": passes,
+            "failing": failing, "missing": missing}  # fmt: skip
 
 
 def _number(bound) -> str:

@@ -44,6 +44,8 @@ COMPARISONS = {
     ast.GtE: operator.ge,
 }
 MEMBERSHIP = (ast.In, ast.NotIn)
+# Words that read as a column in a bound but mean a value, written as text: refused there.
+WORDS = ("true", "false", "yes", "no", "on", "off", "none", "null", "nan", "inf", "infinity")
 LONGEST = 2000  # characters; the project's longest where is under 100
 SIGNS = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 REFUSED = {  # what the message calls a refused construct; others go by their node's name
@@ -120,6 +122,45 @@ def evaluate(text: str, table: pd.DataFrame) -> pd.Series:
     except RecursionError:
         raise ExpressionError(f"too deeply nested: {_quoted(text)}") from None
     return value if isinstance(value, pd.Series) else pd.Series(value, index=table.index)
+
+
+def arithmetic(text: str) -> Expression:
+    """A claim's bound: a number, or arithmetic (+ - * / ** %, signs, parentheses) over numbers
+    and column names (`2 * sdpa_err64 + 1e-6`). ExpressionError for anything else the grammar
+    has: a comparison (`value > 3` as a bound would be a truth value, never a number), and/or/not,
+    text, True or False."""
+    expression = parse(text)
+    offending = _not_arithmetic(expression.tree)
+    if offending:
+        raise ExpressionError(
+            f"a bound is a number or arithmetic of numbers and columns, and {_quoted(text)} "
+            f"has {offending}"
+        )
+    return expression
+
+
+def _not_arithmetic(node: ast.expr) -> str:
+    """What in a checked expression is not arithmetic, in words ("" where all of it is)."""
+    match node:
+        case ast.Constant(value=bool()):
+            return f"the truth value {node.value}"
+        case ast.Constant(value=str()):
+            return f"the text {_source(node)}"
+        case ast.Name() if node.id.lower() in WORDS:
+            return f"the word {node.id}, which is no number (YAML's own: .inf, .nan, true)"
+        case ast.Constant() | ast.Name():
+            return ""
+        case ast.UnaryOp(op=ast.Not()):
+            return "`not`"
+        case ast.UnaryOp():
+            return _not_arithmetic(node.operand)
+        case ast.BinOp():
+            return _not_arithmetic(node.left) or _not_arithmetic(node.right)
+        case ast.BoolOp():
+            return f"`{'and' if isinstance(node.op, ast.And) else 'or'}`"
+        case ast.Compare():
+            return f"the comparison `{_source(node)}`"
+    return _source(node)
 
 
 def holds(condition: str, table: pd.DataFrame, what: str = "a where") -> pd.Series:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from harness.names import setting
+from harness.names import closest, setting, typo_of
 
 MISSING = "—"
 TABLE_KEYS = ("index", "columns", "values")  # an experiment's `table`: column names
@@ -60,6 +60,38 @@ def validate_table(spec) -> None:
     twice = sorted({name for name in named if named.count(name) > 1})
     if twice:
         raise ValueError(f"table names {', '.join(twice)} twice: each column in one place")
+
+
+def check_table_names(spec, names: list[str]) -> None:
+    """ValueError for a valid `table` naming a column that is none of `names` (the parameters
+    and the harness's columns) but a typo of one (harness.names.typo_of), said before anything
+    runs (others are the
+    experiment's metrics, known once it ran: absent_columns says so then)."""
+    if not spec:
+        return
+    index, columns = table_axes(spec)
+    for name in [*index, *columns, spec["values"]]:
+        typo = typo_of(name, names) if name not in names else None
+        if typo:
+            raise ValueError(f"table names {name!r}, no parameter or column; did you mean {typo}?")
+
+
+def absent_columns(rows: pd.DataFrame, spec) -> str:
+    """What a `table` names that the sweep's rows lack, in a line ("" where they have it all, or
+    where no row has a measurement yet): `table names max_abs_dif, which no row has; did you
+    mean max_abs_diff?`."""
+    try:
+        validate_table(spec)
+    except ValueError as error:
+        return str(error)
+    if not spec or rows.empty or ("status" in rows and not (rows["status"] == "ok").any()):
+        return ""
+    index, columns = table_axes(spec)
+    absent = [name for name in [*index, *columns, spec["values"]] if name not in rows]
+    if not absent:
+        return ""
+    which = "which no row has" if len(absent) == 1 else "which no rows have"
+    return f"table names {', '.join(absent)}, {which}{closest(absent[0], rows.columns)}"
 
 
 def validate_plots(spec) -> None:

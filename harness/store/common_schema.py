@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from harness import files
 from harness.lifetime import per_command
-from harness.store.layout import PARTITIONS  # in the folders' names, not in the files
+from harness.store.layout import HARNESS_COLUMNS, PARTITIONS  # partitions: in folders' names
 
 NAME = "columns"
 LOCK = "_columns.lock"
@@ -35,7 +35,12 @@ def keep(root: Path, schema: pa.Schema) -> None:
     """Add `schema`'s columns to ROOT/columns where it lacks them (or holds them as another
     type, which both promote to)."""
     root = Path(root)
-    given = {f.name: f.type for f in schema if f.name not in PARTITIONS.names}
+    # Every column the harness may write, whether or not this table has it (reused_from where
+    # nothing was reused): a folder reader's frame has each of them on any store.
+    given = {
+        **HARNESS_COLUMNS,
+        **{f.name: f.type for f in schema if f.name not in PARTITIONS.names},
+    }
     if _holds(_held.get(root, {}), given):
         return
     root.mkdir(parents=True, exist_ok=True)

@@ -90,7 +90,19 @@ def read_table(
         table = _read_sweep(folder)
         if table.num_columns:
             tables.append(_with_partitions(table, folder) if partitions else table)
-    return concat(tables)
+    return _every_harness_column(concat(tables)) if partitions else concat(tables)
+
+
+def _every_harness_column(table: pa.Table) -> pa.Table:
+    """The table with each of the harness's columns, all null where no row has it (a store in
+    which nothing was reused has no `reused_from`): a notebook's rows["reused_from"] works on
+    any sweep. A table without columns (no rows) stays so."""
+    if not table.num_columns:
+        return table
+    for name, kind in HARNESS_COLUMNS.items():
+        if name not in table.column_names:
+            table = table.append_column(pa.field(name, kind), pa.nulls(len(table), kind))
+    return table
 
 
 def jobs_with_rows(root: Path, experiment: str, sweep: str) -> set[int]:

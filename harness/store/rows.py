@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -25,11 +26,15 @@ if TYPE_CHECKING:  # pandas loads where a frame is made: status and compact read
 
 
 def metrics(row: dict, params: dict) -> dict:
-    """A row's numbers: its columns that are neither parameters nor the harness's."""
+    """A row's numbers (NumPy's scalars as Python's; no truth values): its columns that are
+    neither parameters nor the harness's."""
     return {
-        k: v
+        k: v.item() if isinstance(v, np.generic) else v
         for k, v in row.items()
-        if k not in params and k not in HARNESS_COLUMNS and isinstance(v, int | float)
+        if k not in params
+        and k not in HARNESS_COLUMNS
+        and isinstance(v, int | float | np.integer | np.floating)
+        and not isinstance(v, bool)
     }
 
 
