@@ -25,7 +25,7 @@ SHELL := /bin/bash
 
 run: $(VENV)/.installed
 	$(BIN)/python -m harness +experiment=exp014_tiled
-	$(BIN)/python -m analysis
+	$(BIN)/python -m harness report
 
 test: $(VENV)/.installed
 	$(BIN)/ruff check .
@@ -46,7 +46,7 @@ gpu-check: $(VENV)/.installed
 		head_dim=64 length=1024,2048,4096,8192,16384 min_time_s=0.2
 	$(BIN)/python -m harness +experiment=exp019_precision device=cuda width=128,1024 \
 		length=256 heads=8 kv_heads=8 batch=64 steps=120
-	$(BIN)/python -m analysis --check
+	$(BIN)/python -m harness report --check
 
 setup: $(VENV)/.installed
 

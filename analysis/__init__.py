@@ -1,1 +1,1 @@
-"""python -m analysis: the Parquet store as Markdown tables, PNG plots and checked claims."""
+"""python -m harness report: the Parquet store as Markdown tables, PNG plots and checked claims."""

@@ -1,10 +1,10 @@
-"""python -m analysis [--check] [--sweep ID ...] [--all] [--watch]: regenerate
+"""python -m harness report [--check] [--sweep ID ...] [--all] [--watch]: regenerate
 outputs/report/REPORT.md and index.html (one page, interactive, with no server or network
 needed) from outputs/results: each experiment's newest sweep, or every sweep (--all); the
 sweeps --sweep chooses get a page of their own, outputs/report/sweeps/ID/.
 --watch keeps them up to date while sweeps run and serves the page on http://127.0.0.1:PORT
 (the page reloads itself when it changes); Ctrl-C stops it.
-python -m analysis compare SWEEP_A SWEEP_B [--fail-on-regression FACTOR]: two sweeps side by
+python -m harness report compare SWEEP_A SWEEP_B [--fail-on-regression FACTOR]: two sweeps side by
 side, written to outputs/report/compare-A-vs-B.md; a side may be several sweeps of one grid,
 A1,A2,A3, each a process of its own, judged by the spread between them. The gate exits 0 when
 it passes, 1 for a regression or an answer lost, 2 for bad input, 3 when it could judge no
@@ -14,12 +14,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from analysis.compare import RULE
-from analysis.report import claims_changed, claims_note, write_report
 from harness import files, store
 from harness.errors import BadInput, os_error, reader_gone
 from harness.results.claims import FAILING, outcome
 from harness.store import common_schema
+from octlm_analysis.compare import RULE
+from octlm_analysis.report import claims_changed, claims_note, write_report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,7 +48,7 @@ def _elsewhere(error: OSError) -> str:
 def _parser() -> argparse.ArgumentParser:
     """The command line's arguments: the report's, and compare's."""
     parser = argparse.ArgumentParser(
-        prog="python -m analysis",
+        prog="python -m harness report",
         description=__doc__,
         formatter_class=argparse.RawTextHelpFormatter,
     )
@@ -143,7 +143,7 @@ def _main(argv: list[str] | None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.watch:
-        from analysis.watch import watch
+        from octlm_analysis.watch import watch
 
         if not args.interval > 0:
             print(f"error: --interval takes seconds above 0, got {args.interval}", file=sys.stderr)
@@ -180,7 +180,7 @@ def _main(argv: list[str] | None) -> int:
 def _page_dir(args: argparse.Namespace) -> Path | None:
     """Where the page of the sweeps --sweep chose goes: a folder of its own, report/sweeps/ID
     (IDs joined by +), so that the main page keeps every experiment; None: the main page."""
-    from analysis.report import SWEEPS
+    from octlm_analysis.report import SWEEPS
 
     if not args.sweep:
         return None
@@ -221,9 +221,9 @@ def _last(results: Path, sweeps: list[str]) -> list[str]:
 
 
 def _compare(results: Path, args: argparse.Namespace) -> int:
-    from analysis.compare import CompareError, compare, in_common, nothing_in_common
-    from analysis.comparison import document
-    from analysis.sides import load
+    from octlm_analysis.compare import CompareError, compare, in_common, nothing_in_common
+    from octlm_analysis.comparison import document
+    from octlm_analysis.sides import load
 
     factor = args.fail_on_regression
     if factor is not None and not factor > 0:
@@ -264,7 +264,7 @@ def _compare(results: Path, args: argparse.Namespace) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except BrokenPipeError:  # the reader went away (python -m analysis | head)
+    except BrokenPipeError:  # the reader went away (python -m harness report | head)
         sys.exit(reader_gone())
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)

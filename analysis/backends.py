@@ -4,18 +4,18 @@ Memory is whichever column the device has, named as measured: rss_delta_mib (CPU
 memory over the baseline) or cuda_peak_mib (the CUDA allocator's peak over the baseline).
 
 The tables (measurements, speedup, growth, fused) are the experiment's own, which its claims
-read too: experiments.derived.backends.
+read too: octlm_experiments.derived.backends.
 """
 
 from pathlib import Path
 
 import pandas as pd
 
-from analysis.plots import lines
-from analysis.scaling import loglog
-from experiments.derived.backends import shape as shape_of
-from experiments.derived.scaling import with_memory
 from harness.results.tables import markdown
+from octlm_analysis.plots import lines
+from octlm_analysis.scaling import loglog
+from octlm_experiments.derived.backends import shape as shape_of
+from octlm_experiments.derived.scaling import with_memory
 
 
 def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:

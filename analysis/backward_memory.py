@@ -1,16 +1,16 @@
 """exp016_backward_memory in the report: forward + backward memory per method and length, its
-growth per doubling (4x is the square, 2x linear: experiments.derived.backward_memory's
+growth per doubling (4x is the square, 2x linear: octlm_experiments.derived.backward_memory's
 tables), and a log-log plot."""
 
 from pathlib import Path
 
 import pandas as pd
 
-from analysis import plots
-from analysis.scaling import loglog
-from experiments.derived.backward_memory import OTHERS, SHAPE
-from experiments.derived.scaling import keys
 from harness.results.tables import markdown
+from octlm_analysis import plots
+from octlm_analysis.scaling import loglog
+from octlm_experiments.derived.backward_memory import OTHERS, SHAPE
+from octlm_experiments.derived.scaling import keys
 
 
 def figures(rows: pd.DataFrame, derived: dict) -> list[dict]:

@@ -1,4 +1,4 @@
-"""python -m analysis compare SWEEP_A SWEEP_B: two sweeps of one experiment, point by point.
+"""python -m harness report compare SWEEP_A SWEEP_B: two sweeps of one experiment, point by point.
 
 Points match by their parameters (the manifest's points[i]["params"]): by those that vary
 within either sweep. A parameter fixed in both sweeps, to different values (dtype=float32 in
@@ -38,8 +38,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.sides import PROCESS, CompareError, Side, side_claims
 from harness import store
+from octlm_analysis.sides import PROCESS, CompareError, Side, side_claims
 
 ALPHA = 0.05
 RULE = (
@@ -268,7 +268,7 @@ def unmatched(matched: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 def claim_changes(a: Side, b: Side) -> pd.DataFrame:
     """Each claim's result in A and B (each sweep by its own manifest's claims; a side of
-    several, its sweeps' worst: analysis.sides); flipped."""
+    several, its sweeps' worst: octlm_analysis.sides); flipped."""
     results = [side_claims(side) for side in (a, b)]
     table = results[0][["result", "worst"]].merge(
         results[1][["result", "worst"]],

@@ -1,4 +1,4 @@
-"""A comparison of two sweeps (analysis.compare) as its Markdown page: the header (both sides'
+"""A comparison of two sweeps (octlm_analysis.compare) as its Markdown page: the header (both sides'
 provenance, what points match on, the noise rule, the loads), a summary line, a section per
 timing and per other metric that changed, the claims and statuses that differ, the points only
 one side has, and, under --fail-on-regression, the regressions, the answers lost and what the
@@ -7,7 +7,10 @@ gate could not judge."""
 import numpy as np
 import pandas as pd
 
-from analysis.compare import (
+from harness.names import setting
+from harness.pinning import codestore
+from harness.results.tables import markdown
+from octlm_analysis.compare import (
     ONE_PROCESS,
     RULE,
     Comparison,
@@ -21,10 +24,7 @@ from analysis.compare import (
     unmatched,
     worst_table,
 )
-from analysis.report import sweep_header
-from harness.names import setting
-from harness.pinning import codestore
-from harness.results.tables import markdown
+from octlm_analysis.report import sweep_header
 
 PASSED, FAILED, NOT_JUDGED = 0, 1, 3  # the gate's exit codes (2: bad input)
 JUDGED = ("faster", "slower", "same")  # a timing's changes that a gate can go by

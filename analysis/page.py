@@ -2,12 +2,12 @@
 
 plotly.js is its one sibling file (plotly.min.js, from the plotly package, written when it
 differs); everything else is in the page: the tables (sortable by a click on a column's head,
-filtered by the box above them), the claims, the interactive plots (analysis.plots: hover,
+filtered by the box above them), the claims, the interactive plots (octlm_analysis.plots: hover,
 a click on a legend entry hides or shows its series, zoom), each experiment's sweeps (one
 picked from the list shows its points), and the history of its metrics across sweeps. The
 page's data is one JSON block that its script reads.
 
-A page written by `python -m analysis --watch` is live: every POLL_MS it loads STAMP (a script
+A page written by `python -m harness report --watch` is live: every POLL_MS it loads STAMP (a script
 of one line, which works over file:// as well as http://, where fetch would not), and when the
 stamp differs from its own it reloads, keeping the reader's scroll position, picked sweeps and
 filters (sessionStorage). Once everything is drawn the page sets data-drawn="yes" on its body.
@@ -25,8 +25,8 @@ import pandas as pd
 from plotly.io.json import to_json_plotly
 from plotly.offline import get_plotlyjs
 
-from analysis.point_lines import PLANNED
 from harness import files, store
+from octlm_analysis.point_lines import PLANNED
 
 PAGE = "index.html"
 PLOTLY = "plotly.min.js"
@@ -139,7 +139,7 @@ def _picker(name: str, sweeps: pd.DataFrame, every: int) -> str:
         f"<h3>Sweeps ({_count(len(sweeps), every)})</h3>{table_html(sweeps)}"
         f'<p><label>Show a sweep\'s points: <select class="sweep-picker" data-experiment='
         f'"{html.escape(name)}"><option value="">pick a sweep</option>{options}</select></label>'
-        f" (<code>python -m analysis --sweep ID</code> for its claims and plots)</p>"
+        f" (<code>python -m harness report --sweep ID</code> for its claims and plots)</p>"
         f'<div class="picked" data-experiment="{html.escape(name)}"></div>'
     )
 
@@ -152,7 +152,8 @@ def _count(listed: int, every: int) -> str:
 
 def catalogs(points: pd.DataFrame, headers: dict[str, str]) -> dict[str, dict]:
     """Each sweep for the picker: its header, and its points as columns and rows of text (the
-    columns it has values in). `points`: every sweep's (analysis.point_lines), a column "sweep"."""
+    columns it has values in). `points`: every sweep's (octlm_analysis.point_lines), a column
+    "sweep"."""
     if points.empty:
         return {}
     shown = reading_order(points.drop(columns=SWEEP_COLUMNS, errors="ignore"))

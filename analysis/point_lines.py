@@ -8,7 +8,8 @@ The lines are cached in the report folder (CACHE/EXPERIMENT/SWEEP.json), each wi
 fingerprint (its files' names, sizes and modification times) and that of the code and configs
 that make it (`code_version`): a sweep whose files have not changed since is not read again,
 so the page of a store of thousands of finished sweeps reads one small JSON file per sweep
-(analysis.report caches each sweep's section so too). The cache is JSON, never pickle, and each
+(octlm_analysis.report caches each sweep's section so too). The cache is JSON, never pickle, and
+each
 file opens with a MAC of its JSON under a key kept outside outputs/ (KEY, made once, readable by
 its owner alone; one that is no key is replaced): a cache edited in the report folder (a claim
 turned to PASS, markup in a section) does not verify, so it is computed again, not believed.
@@ -19,6 +20,7 @@ import errno
 import functools
 import hashlib
 import hmac
+import importlib.util
 import json
 import os
 import secrets
@@ -32,7 +34,7 @@ import pandas as pd
 
 from harness import files, store
 from harness.errors import BadInput
-from harness.names import CONF
+from harness.names import CONF, HERE
 from harness.searching import search
 
 CACHE = ".cache"
@@ -194,7 +196,8 @@ def code_version() -> str:
     (the analysis and harness packages, the experiments' derived tables, conf/) and the versions
     of the libraries it uses, as a digest: an edit or an upgrade of any recomputes."""
     here = Path(__file__).resolve().parent
-    folders = (here, here.parent / "harness", here.parent / "experiments" / "derived", CONF)
+    derived = Path(importlib.util.find_spec("octlm_experiments.derived").origin).parent
+    folders = (here, HERE, derived, CONF)
     listed = [
         f"{path} {path.stat().st_size} {path.stat().st_mtime_ns}"
         for folder in folders

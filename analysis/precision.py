@@ -1,7 +1,7 @@
 """exp019_precision in the report: each point's final values (throughput, memory, the gradients'
 zero share, the scaler, the SDPA backends), each half-precision point against float32's point of
 the same shape and seed, and the loss curves. The tables, and what their ratios are, are the
-experiment's own (experiments.derived.precision).
+experiment's own (octlm_experiments.derived.precision).
 """
 
 from pathlib import Path
@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure  # drawn to a file: no pyplot, no backend to choose
 
-from analysis.recall import figures_of, training_lines, varied
-from experiments.derived.precision import AGREEMENT_STEPS, parameters
 from harness.results.tables import markdown
+from octlm_analysis.recall import figures_of, training_lines, varied
+from octlm_experiments.derived.precision import AGREEMENT_STEPS, parameters
 
 
 def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
@@ -44,7 +44,8 @@ def sections(rows: pd.DataFrame, derived: dict, folder: Path) -> list[str]:
 
 
 def figures(rows: pd.DataFrame, derived: dict) -> list[dict]:
-    """Loss, accuracy and tokens per second against step, a line per point (analysis.recall)."""
+    """Loss, accuracy and tokens per second against step, a line per point
+    (octlm_analysis.recall)."""
     final = derived["final"]
     varying = varied(final, parameters(rows))
     return figures_of(rows, derived, varying, None)

@@ -3,7 +3,7 @@ training throughput), the agreement of the attention paths' losses from the same
 a point trained across processes (ddp) with one process trained alone, and the curves of loss
 and accuracy per step (a plot per sweep, a line per point).
 
-The tables are the experiment's own, which its claims read too (experiments.derived.recall).
+The tables are the experiment's own, which its claims read too (octlm_experiments.derived.recall).
 A point's parameters are found in its rows, as the harness writes them: each row carries its
 point's parameters beside its measurements."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure  # drawn to a file: no pyplot, no backend to choose
 
-from analysis import plots
-from experiments.derived.recall import AGREEMENT_STEPS, REFERENCE, parameters
 from harness.results.tables import markdown
+from octlm_analysis import plots
+from octlm_experiments.derived.recall import AGREEMENT_STEPS, REFERENCE, parameters
 
 SMOOTHING = 25  # steps in the running mean the curves draw
 LEGEND = 12  # at most this many lines named in a PNG's legend
@@ -81,7 +81,7 @@ NAMED_BY = ["attention", "window"]  # a point's label when no parameter varies
 
 def figures_of(rows: pd.DataFrame, derived: dict, varied: list[str], held_out) -> list[dict]:
     """Loss, accuracy and tokens per second against step, a line per point (downsampled,
-    analysis.plots.curves), the held-out loss and accuracy marked."""
+    octlm_analysis.plots.curves), the held-out loss and accuracy marked."""
     if "phase" not in rows:
         return []
     train = _train(rows, ["loss", "accuracy", "tokens_per_s"])

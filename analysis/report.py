@@ -1,7 +1,7 @@
 """The store as report tables: one small function per table, Markdown written apart from them.
 
 An experiment's config declares its report: `table` (index, columns, values: a pivot of its
-rows), or `report`, a module of its own (e.g. analysis.backends) with `sections(rows, tables,
+rows), or `report`, a module of its own (e.g. octlm_analysis.backends) with `sections(rows, tables,
 folder)` (the section's Markdown parts, its plots written to folder) and `figures(rows, tables)`
 (the page's plots), the tables being those the experiment derives (`derive`,
 harness.results.claims); and `claims` (harness.results.claims), checked over the sweep's planned
@@ -10,7 +10,8 @@ parameters, so that it shows as a gap rather than vanishing.
 
 The report shows each experiment's newest sweep by default (a sweep `python -m harness again`
 made is a rerun: shown with its original, never taken as the newest), or the sweeps chosen
-(`shown`: `python -m analysis --sweep ID`, `--all`), each chosen one's plots in sweeps/ID/; every
+(`shown`: `python -m harness report --sweep ID`, `--all`), each chosen one's plots in sweeps/ID/;
+every
 section lists all the sweeps of its experiment, with their points planned and landed and their
 claims' verdicts.
 """
@@ -28,7 +29,6 @@ import pandas as pd
 import yaml
 from plotly.io.json import to_json_plotly
 
-from analysis import page, plots, point_lines, search
 from harness import files, store
 from harness.names import available_experiments, experiment_file
 from harness.results.claims import (
@@ -39,6 +39,7 @@ from harness.results.claims import (
     parameters,
 )
 from harness.results.tables import MISSING, absent_columns, markdown, planned, sweep_table
+from octlm_analysis import page, plots, point_lines, search
 
 
 def latest_sweep(
@@ -212,8 +213,9 @@ def sweep_list(experiment: str, states: pd.DataFrame) -> str:
     the sweep it runs again (again_of) and whether this report shows it (states: the page's
     sweep list, point_lines.sweep_states)."""
     shown = states[["sweep", "started", "state", "points", "landed", "claims", "again_of", "shown"]]
-    return f"Sweeps of {experiment} (`python -m analysis --sweep ID` shows others):\n\n" + markdown(
-        shown.set_index("sweep")
+    return (
+        f"Sweeps of {experiment} (`python -m harness report --sweep ID` shows others):\n\n"
+        + markdown(shown.set_index("sweep"))
     )
 
 
@@ -226,7 +228,8 @@ def section(
     current_claims: bool = False,
 ) -> tuple[str, pd.DataFrame, dict]:
     """An experiment's REPORT.md section for one sweep, its claims, and its part of the page
-    (analysis.page.experiment_html's `shown`, its points those of analysis.point_lines); its
+    (octlm_analysis.page.experiment_html's `shown`, its points those of
+    octlm_analysis.point_lines); its
     plots go to `report_dir` (their links are relative to the report's own folder, its parent
     if report_dir is a sweeps/ID/ one)."""
     manifest = store.read_manifest(root, experiment, sweep)
@@ -354,7 +357,7 @@ def _problems(points: pd.DataFrame, params: list[str]) -> pd.DataFrame:
 
 def _figures(module, every: pd.DataFrame, tables: dict, config: dict, params) -> list[dict]:
     """The sweep's plots on the page: the report module's own (its `figures`), then one per
-    claim on the rows (analysis.plots.claim_figures), against the experiment's axis
+    claim on the rows (octlm_analysis.plots.claim_figures), against the experiment's axis
     (plots.axis); without a module that draws its own, each other metric against it too."""
     drawing = module is not None and hasattr(module, "figures")
     own = module.figures(every, tables) if drawing else []
@@ -399,7 +402,7 @@ def write_report(
     page_dir: Path | None = None,
     current_claims: bool = False,
 ) -> tuple[Path, pd.DataFrame]:
-    """REPORT.md and index.html (analysis.page) with the sweeps `shown` (experiment -> its
+    """REPORT.md and index.html (octlm_analysis.page) with the sweeps `shown` (experiment -> its
     sweeps), by default every experiment's latest; returns REPORT.md's path and the claims of
     every sweep shown (attrs["shown"]: each (experiment, sweep) shown, with claims or without).
     `stamp`: the page is live (--watch), at this version. `page_dir`: where
@@ -478,7 +481,7 @@ def _html_from(up: str, part: dict) -> dict:
 
 
 def _page_part(experiment: str, points: pd.DataFrame, states: pd.DataFrame, views: list) -> dict:
-    """An experiment on the page (analysis.page.experiment_html): its sweeps, the ones shown,
+    """An experiment on the page (octlm_analysis.page.experiment_html): its sweeps, the ones shown,
     the history of its metrics across sweeps, and the sweeps' points for the picker: of its
     newest PAGE_SWEEPS sweeps and those shown (REPORT.md lists every one), so that the page
     stays the same size however many sweeps the store keeps."""
@@ -532,7 +535,7 @@ def _origin(module: str | None) -> Path | None:
 
 
 def _cached_section(root, experiment, sweep, report_dir, folder, config_dirs, current_claims):
-    """_reported(), kept in the report folder's cache (analysis.point_lines.cached) while the
+    """_reported(), kept in the report folder's cache (octlm_analysis.point_lines.cached) while the
     sweep's files, the code and the experiment's config are as they were, and the plots its
     text links to are still there; a sweep that could not be reported is not kept."""
     manifest = store.read_manifest(root, experiment, sweep)

@@ -1,5 +1,5 @@
 """How measurements scale with length, drawn: log-log plots of a column against length (the
-tables are experiments.derived.scaling's). Shared by the reports that compare methods (SDPA
+tables are octlm_experiments.derived.scaling's). Shared by the reports that compare methods (SDPA
 backends, attention paths) across lengths."""
 
 from pathlib import Path

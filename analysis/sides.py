@@ -1,4 +1,4 @@
-"""A side of a comparison (analysis.compare): one sweep, or several sweeps of one grid, each
+"""A side of a comparison (octlm_analysis.compare): one sweep, or several sweeps of one grid, each
 made by a command of its own and so in processes of its own (`compare A1,A2,A3 B1,B2,B3`),
 whose rows say which sweep each came from (PROCESS), and the side's claims: of several sweeps,
 each claim's worst result among them.
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.report import trusted_config
 from harness import store
 from harness.errors import one_line
 from harness.results.claims import claims_table
+from octlm_analysis.report import trusted_config
 
 PROCESS = "process"  # the row's sweep among its side's (0, 1, ...): a process of its own
 

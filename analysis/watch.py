@@ -1,10 +1,10 @@
-"""python -m analysis --watch: the report rewritten whenever the store changes, and served.
+"""python -m harness report --watch: the report rewritten whenever the store changes, and served.
 
 Every `interval` seconds it lists the store (each sweep's row files and manifest, their sizes
 and modification times: what a landing row, a new sweep or a compaction changes) and, when that
-differs, rewrites REPORT.md and index.html with a stamp of the listing (analysis.page: the
+differs, rewrites REPORT.md and index.html with a stamp of the listing (octlm_analysis.page: the
 page loads stamp.js every few seconds and reloads itself when the stamp changes, keeping the
-reader's place). A sweep whose files did not change is not read again (analysis.point_lines).
+reader's place). A sweep whose files did not change is not read again (octlm_analysis.point_lines).
 The report folder is served on http://127.0.0.1:PORT meanwhile (a thread of http.server;
 port 0: any free one); the page works as well opened from the disk. Ctrl-C stops it between
 two writes or during one, whose files are written whole or not at all (harness.files).
@@ -17,11 +17,11 @@ import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from analysis.page import PAGE, stamp_of
-from analysis.point_lines import fingerprint
-from analysis.report import write_report
 from harness import files, store
 from harness.errors import BadInput
+from octlm_analysis.page import PAGE, stamp_of
+from octlm_analysis.point_lines import fingerprint
+from octlm_analysis.report import write_report
 
 
 def watch(
@@ -72,7 +72,7 @@ def watch(
 
 def listed(results: Path) -> list[str]:
     """Every sweep's row files and manifest with their sizes and modification times
-    (analysis.point_lines.fingerprint: what a report reads), sorted."""
+    (octlm_analysis.point_lines.fingerprint: what a report reads), sorted."""
     return [
         f"{experiment}/{sweep}/{name} {size} {mtime}"
         for experiment in store.experiments(results)

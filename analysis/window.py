@@ -3,19 +3,19 @@ sdpa with a mask, growth per doubling, accuracy and throughput, flex's compile t
 plots of time and memory (a panel per window, a line per method).
 
 speedup_over_sdpa and time_growth are the points' own where their rows carry them (timed in
-turns in the point's process: experiments.window), not two points' medians from two processes
-at two moments; rows of older sweeps fall back to those (experiments.derived.window's tables,
-experiments.derived.scaling.paired_first)."""
+turns in the point's process: octlm_experiments.window), not two points' medians from two processes
+at two moments; rows of older sweeps fall back to those (octlm_experiments.derived.window's tables,
+octlm_experiments.derived.scaling.paired_first)."""
 
 from pathlib import Path
 
 import pandas as pd
 
-from analysis.backends import by_length, time_and_memory
-from analysis.scaling import loglog
-from experiments.derived.scaling import keys
-from experiments.derived.window import OTHERS, SHAPE
 from harness.results.tables import markdown
+from octlm_analysis.backends import by_length, time_and_memory
+from octlm_analysis.scaling import loglog
+from octlm_experiments.derived.scaling import keys
+from octlm_experiments.derived.window import OTHERS, SHAPE
 
 FIGURES = ["err64", "gflops", "pct_of_peak", "compile_s"]  # per point, beside time and memory
 

@@ -1,5 +1,5 @@
 """Attention four ways: the naive reference, FlashAttention's tiling, PyTorch's fused SDPA,
-and PyTorch's FlexAttention, which experiments.paths registers as the paths that the model and
+and PyTorch's FlexAttention, which octlm_experiments.paths registers as the paths that the model and
 the experiments choose from by name.
 
 Shapes, here and in the model: B batch, H query heads, H_kv key/value heads (H_kv divides H),
@@ -14,7 +14,7 @@ which keys a query sees (visible):
 - A query row that sees no key at all (more queries than keys, with a window) gets output 0 and
   zero gradients, in every path: the convention of SDPA and FlashAttention.
 
-A new path is one experiments.paths.register(name, function, ...) call, with what it can do.
+A new path is one octlm_experiments.paths.register(name, function, ...) call, with what it can do.
 The tests check every registered path against the float64 reference as its capabilities allow;
 `pytest -p MODULE` runs them on a path that MODULE registers (README.md, Tests).
 
@@ -33,7 +33,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 from torch.nn.attention import flex_attention as flex
 
-from experiments import checks
+from octlm_experiments import checks
 
 
 def attention_mask(

@@ -10,7 +10,7 @@ the dtype the backend computes in, compute_dtype) and, last, asks the profiler w
 SDPA picks when left to choose.
 
 For the same reason the ratios of times are the point's own: its repeats are timed in turns
-(time_call's beside, see experiments.measuring) with the backend at half the length
+(time_call's beside, see octlm_experiments.measuring) with the backend at half the length
 (time_growth, from HALF_LENGTH_FLOOR positions at half) and, for a backend other than math,
 with math at the same shape (speedup_over_math), each the median of the rounds' ratios, not
 two points' medians taken in two processes at two moments.
@@ -32,17 +32,17 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from experiments import checks
-from experiments.attention import sdpa_refusal
-from experiments.measuring import (
+from harness.measuring.memory import default_memory_cap_mib, measure_memory
+from harness.measuring.timing import gflops, peak_gflops
+from octlm_experiments import checks
+from octlm_experiments.attention import sdpa_refusal
+from octlm_experiments.measuring import (
     half_length_inputs,
     inputs,
     isolated_row,
     own_ratios,
     timed_beside,
 )
-from harness.measuring.memory import default_memory_cap_mib, measure_memory
-from harness.measuring.timing import gflops, peak_gflops
 
 Backend = Literal["math", "flash", "efficient", "cudnn"]
 

@@ -6,7 +6,8 @@ how far apart the parameter gradients of one next-token cross-entropy step are. 
 float64 with attention="naive", is the independent reference: each of the two paths' errors
 against it (path_err64, naive_err64; path_grad_err64, naive_grad_err64) tells which one drifted.
 A path without a backward on the device (flex on the CPU in torch 2.13) has its logits compared
-and no gradient figures: grad_unsupported says why (experiments.paths.unsupported). A path that
+and no gradient figures: grad_unsupported says why (octlm_experiments.paths.unsupported). A path
+that
 does not run on the device or in the dtype at all is an unsupported row saying so.
 """
 
@@ -16,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from experiments import checks, paths
-from experiments.model import ModelConfig, OctLM
+from octlm_experiments import checks, paths
+from octlm_experiments.model import ModelConfig, OctLM
 
 
 def check(

@@ -16,9 +16,9 @@ import importlib
 
 import torch
 
-from experiments.paths import registering_modules
 from harness.measuring.memory import MIB, is_out_of_memory, run_isolated
 from harness.measuring.timing import paired_ratio, time_call
+from octlm_experiments.paths import registering_modules
 
 HALF_LENGTH_FLOOR = 128  # shorter halves time call overheads more than attention: no growth
 

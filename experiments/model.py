@@ -2,11 +2,12 @@
 
 Token embedding, then n_layers blocks of (RMSNorm, causal self-attention with rotary position
 embeddings and grouped-query attention, RMSNorm, MLP), each around a residual connection, then a
-final RMSNorm and the output head. The attention path (any that experiments.paths registers,
+final RMSNorm and the output head. The attention path (any that octlm_experiments.paths registers,
 or "auto", the default, see auto_path) is chosen by the config alone; the parameters are the same
 for all of them, so weights move freely between them.
 
-Shapes follow experiments.attention: B batch, H query heads, H_kv key/value heads, L length, D head
+Shapes follow octlm_experiments.attention: B batch, H query heads, H_kv key/value heads, L length,
+D head
 width; W is the model width and V the vocabulary size.
 """
 
@@ -18,8 +19,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from experiments import checks
-from experiments.paths import CAPABILITIES, attend, check_path, unsupported
+from octlm_experiments import checks
+from octlm_experiments.paths import CAPABILITIES, attend, check_path, unsupported
 
 AUTO = "auto"  # attention=AUTO: the path auto_path picks, call by call
 DEFAULT = "sdpa"  # what auto takes where no path declares itself faster
@@ -92,7 +93,7 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 class ModelConfig:
     """Everything that shapes an OctLM; checked on construction.
 
-    attention picks the attention path (experiments.paths.PATHS, or auto), window > 0 makes it
+    attention picks the attention path (octlm_experiments.paths.PATHS, or auto), window > 0 makes it
     a sliding window (a query sees at most `window` keys, itself included), tiled_block is the
     block size of a path that tiles (tiled's).
     """

@@ -11,7 +11,8 @@ exp014's path, exp016's memory methods, exp017's attention and exp018's method t
 name, and refuse a name never registered with one line that lists the registered ones
 (check_path). Make the call in a module that the experiment imports; the measuring children of
 exp016 and exp018 import the modules of every path registered in their parent first
-(registering_modules). The built-in paths (experiments.attention's) register at the end of this
+(registering_modules). The built-in paths (octlm_experiments.attention's) register at the end of
+this
 module.
 """
 
@@ -23,7 +24,7 @@ from types import MappingProxyType
 import torch
 from torch import Tensor
 
-from experiments import attention
+from octlm_experiments import attention
 
 PATHS: dict[str, Callable[..., Tensor]] = {}
 CAPABILITIES: dict[str, "Capabilities"] = {}
@@ -102,7 +103,7 @@ def unregister(name: str) -> None:
 
 def registering_modules() -> list[str]:
     """The modules beside these whose functions are registered paths: what a measuring child
-    imports first, so that it knows every path this process knows (experiments.measuring)."""
+    imports first, so that it knows every path this process knows (octlm_experiments.measuring)."""
     here = {__name__, attention.__name__, "__main__"}
     return sorted({module for module in _REGISTERED_IN.values() if module not in here})
 

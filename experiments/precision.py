@@ -7,8 +7,10 @@ has five exponent bits, so small gradients underflow to zero unless the loss is 
 runs slower, not faster. Day 2's note found bfloat16 slower than float32 on its CPU; this
 experiment measures it as the subject: the same model, task and seed trained in each precision.
 
-A point trains octlm (experiments.model, SDPA attention) for `steps` steps on exp017_recall's task
-(experiments.tasks.Recall: 8 key-value pairs, 4 queries, the gap of filler making up `length`), from
+A point trains octlm (octlm_experiments.model, SDPA attention) for `steps` steps on exp017_recall's
+task
+(octlm_experiments.tasks.Recall: 8 key-value pairs, 4 queries, the gap of filler making up
+`length`), from
 `seed`, in `precision`:
 
 - float32: no autocast;
@@ -40,11 +42,12 @@ from typing import Literal
 
 import torch
 
-from experiments import checks
-from experiments.backends import default_backend
-from experiments.model import ModelConfig, OctLM
-from experiments.tasks import Recall
-from experiments.training import (
+from harness.measuring.memory import measure_memory, run_isolated
+from octlm_experiments import checks
+from octlm_experiments.backends import default_backend
+from octlm_experiments.model import ModelConfig, OctLM
+from octlm_experiments.tasks import Recall
+from octlm_experiments.training import (
     WARMUP,
     Observer,
     Plan,
@@ -54,7 +57,6 @@ from experiments.training import (
     train,
     train_step,
 )
-from harness.measuring.memory import measure_memory, run_isolated
 
 Precision = Literal["float32", "bfloat16", "float16", "float16_unscaled"]
 PRECISIONS = {  # the autocast dtype (None: no autocast) and whether a GradScaler scales the loss
@@ -277,7 +279,7 @@ def measured_step(*, batch: int, num_threads: int, device: str, **shape) -> dict
 
 def profiled_step(training: Training, tokens: torch.Tensor, targets: torch.Tensor) -> dict:
     """One training step under the profiler: sdpa_forward and sdpa_backward (the backend each
-    direction ran, from the profiler's op names, by experiments.backends' default_backend; a
+    direction ran, from the profiler's op names, by octlm_experiments.backends' default_backend; a
     backward op's name says so), sdpa_fused_ops (how many of the step's SDPA ops ran a fused
     kernel: 2 * layers when both directions did), matmul_ms (time in matrix multiplies: the
     CPU's on the CPU, the GPU's on CUDA) and matmul_share, that over the step's time (the

@@ -1,5 +1,6 @@
 """exp017_recall: octlm trained on multi-query associative recall, or on the characters of a text
-(experiments.tasks: Recall, Text), through the shared training loop (experiments.training).
+(octlm_experiments.tasks: Recall, Text), through the shared training loop
+(octlm_experiments.training).
 
 One row per training step (phase "train": step, loss, accuracy, tokens_per_s, lr), then one row
 for the held-out evaluation (phase "eval"). Under the harness they land as the run goes, and the
@@ -19,9 +20,9 @@ from typing import Literal
 
 import torch
 
-from experiments import checks, paths, training
-from experiments.model import AUTO, ModelConfig, OctLM, check_attention
-from experiments.tasks import Recall, Text
+from octlm_experiments import checks, paths, training
+from octlm_experiments.model import AUTO, ModelConfig, OctLM, check_attention
+from octlm_experiments.tasks import Recall, Text
 
 
 def check(

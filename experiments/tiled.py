@@ -6,8 +6,8 @@ float64 copies of the same inputs), so that an error both share, or SDPA's own, 
 
 import torch
 
-from experiments import checks
-from experiments.attention import reference_attention, sdpa_attention, tiled_attention
+from octlm_experiments import checks
+from octlm_experiments.attention import reference_attention, sdpa_attention, tiled_attention
 
 
 def check(*, length: int, block: int, batch: int, heads: int, head_dim: int, device: str) -> None:

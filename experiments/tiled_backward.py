@@ -6,9 +6,10 @@ gradients of query, key and value are, and how far each is from the float64 refe
 attention in float64 on float64 copies of the same inputs and upstream gradient).
 
 memory (exp016_backward_memory): the peak memory of one forward + backward through one method
-(an attention path of experiments.attention's registry: naive, tiled, ...; or SDPA forced onto
+(an attention path of octlm_experiments.attention's registry: naive, tiled, ...; or SDPA forced onto
 its math or flash backend, sdpa_math and sdpa_flash), measured in a fresh child process
-(experiments.measuring.isolated_row) with the inputs and upstream gradient allocated before the
+(octlm_experiments.measuring.isolated_row) with the inputs and upstream gradient allocated before
+the
 baseline. Running out of memory is a row with status "oom", a backend that cannot run these
 inputs a row with status "unsupported" and PyTorch's reason; every row names the device used
 (device_used), as exp015's and exp018's do.
@@ -23,15 +24,15 @@ import torch
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from experiments import checks, measuring, paths
-from experiments.attention import (
+from harness.measuring.memory import MIB, default_memory_cap_mib, measure_memory
+from octlm_experiments import checks, measuring, paths
+from octlm_experiments.attention import (
     reference_attention,
     sdpa_attention,
     sdpa_refusal,
     tiled_attention,
 )
-from experiments.paths import attend, check_path
-from harness.measuring.memory import MIB, default_memory_cap_mib, measure_memory
+from octlm_experiments.paths import attend, check_path
 
 # memory's methods beside the registered attention paths: SDPA forced onto one backend.
 SDPA_BACKENDS = {"sdpa_math": SDPBackend.MATH, "sdpa_flash": SDPBackend.FLASH_ATTENTION}

@@ -7,7 +7,8 @@ training across a point's processes (DistributedDataParallel) where it runs as s
 An experiment builds its Training (the task's data, the model, its optimizer, the autocast and
 scaler of its precision, the device) and calls train(training, Plan(...), tracker); what is its
 own beside the loop (columns of a step's row, state of its own in the checkpoint) is an Observer
-it passes. The task (experiments.tasks) gives batches as (tokens, targets), targets IGNORE where
+it passes. The task (octlm_experiments.tasks) gives batches as (tokens, targets), targets IGNORE
+where
 a position has none.
 
 Across processes: every process draws the same batch of `batch` sequences and trains on its
@@ -23,7 +24,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from experiments.tasks import IGNORE
+from octlm_experiments.tasks import IGNORE
 
 EVAL_SEED = 1_000_003  # the held-out set's generator: seed + this
 EVAL_BATCHES = 8
@@ -35,7 +36,7 @@ class Training:
     """What a run trains with: the task, the model, its optimizer, the precision's autocast and
     scaler (disabled where the precision has none), and the device."""
 
-    data: object  # a task of experiments.tasks: batch(generator, size, held_out), length, chance
+    data: object  # a task (octlm_experiments.tasks): batch(generator, size, held_out), length
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     autocast: torch.autocast

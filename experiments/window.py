@@ -32,10 +32,10 @@ import time
 
 import torch
 
-from experiments import backends, checks, measuring, paths
-from experiments.attention import reference_attention, sdpa_attention
 from harness.measuring.memory import measure_memory
 from harness.measuring.timing import gflops, peak_gflops
+from octlm_experiments import backends, checks, measuring, paths
+from octlm_experiments.attention import reference_attention, sdpa_attention
 
 REFERENCE_ROWS = 128  # the output rows checked against float64: the last ones, which see most
 WARMUP_LENGTH = 16

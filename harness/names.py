@@ -159,6 +159,8 @@ USAGE = """usage: python -m harness [--config-dir DIR] +experiment=NAME [key=val
        python -m harness compact SWEEP_ID [out=DIR] [+experiment=NAME]
        python -m harness code SWEEP_ID [OTHER_SWEEP_ID] [out=DIR] [code_store=DIR]
        python -m harness again SWEEP_ID [SWEEP_ID ...] [times=N] [out=DIR] [code_store=DIR]
+       python -m harness report [--check] [--sweep ID ...] [--all] [--watch] [--out DIR]
+       python -m harness report compare SWEEP_A SWEEP_B [--fail-on-regression FACTOR]
 
 Runs the experiment's grid (its hydra.sweeper.params; key=a,b,c on the command line replaces
 a key's values, key=value fixes it) and writes one Parquet row per measurement under
@@ -166,7 +168,8 @@ outputs/results. hydra/launcher=local runs points in parallel here, hydra/launch
 SLURM job arrays (wait=false: submit and return). compact merges a finished sweep's job files
 into one Parquet file. code lists the files of the code a sweep pinned, or diffs two sweeps'
 code; again runs sweeps again, each on its own code, in turns, until each has N sweeps (3),
-for a timing gate that compares processes. SWEEP_ID may be last: the newest sweep (of
+for a timing gate that compares processes. report writes outputs/report/REPORT.md and its
+page from the store (report --help: its options). SWEEP_ID may be last: the newest sweep (of
 +experiment=NAME, if given). --config-dir DIR also finds experiments of your own in
 DIR/experiment/NAME.yaml. --help with +experiment=NAME lists its parameters; --cfg prints the
 config of the sweep's first point and the grid, --info Hydra's information (TOPIC: all,

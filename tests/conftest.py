@@ -171,7 +171,7 @@ def gate(tmp_path):
 
 @pytest.fixture
 def analysis(tmp_path):
-    """`python -m analysis ...` in the same working directory as the `harness` fixture, called
+    """`python -m harness report ...` in the same working directory as the `harness` fixture, called
     in this process."""
 
     def run(*args: str, **kwargs):

@@ -1,4 +1,5 @@
-"""python -m analysis: tables and claims from the store, REPORT.md, and --check's exit code."""
+"""python -m harness report: tables and claims from the store, REPORT.md, and --check's exit
+code."""
 
 import re
 from datetime import UTC, datetime
@@ -8,11 +9,11 @@ import pytest
 from commands import SUPPORT
 from sweeps import write_jobs, write_plan
 
-from analysis import plots
 from harness import store
 from harness.results import claims
 from harness.results.claims import claims_table
 from harness.results.tables import markdown, sweep_table
+from octlm_analysis import plots
 
 CONFIG = {
     "name": "exp014_tiled",
@@ -205,7 +206,7 @@ def test_a_sweep_not_in_the_store_is_one_line_and_exit_code_2(tmp_path, analysis
 
 
 def test_the_plots_of_a_chosen_sweep_are_linked_from_its_subfolder(tmp_path):
-    from analysis.report import SWEEPS, _linked
+    from octlm_analysis.report import SWEEPS, _linked
 
     parts = ["text ![loss](exp017_recall-curves.png) and ![x](https://e.org/a.png)"]
     assert _linked(parts, tmp_path) == parts  # the report's own folder: as it is
@@ -308,7 +309,7 @@ def test_a_legend_or_a_point_prints_a_float_to_four_digits():
 def test_an_experiment_of_ones_own_is_plotted_against_its_widest_swept_parameter():
     """No `length`, no report module, no claims: its metrics against the parameter with the
     most values, a line per value of the other."""
-    from analysis.report import _figures
+    from octlm_analysis.report import _figures
 
     grid = [(width, seed) for width in (8, 16, 32) for seed in (0, 1)]
     rows = pd.DataFrame({"job": range(6), "status": "ok", "width": [w for w, _ in grid],
@@ -329,7 +330,7 @@ def test_the_watch_server_serves_the_reports_own_files_to_this_host_only(tmp_pat
     name resolves here (DNS rebinding) sends its own Host: neither is answered."""
     import http.client
 
-    from analysis.watch import _serve
+    from octlm_analysis.watch import _serve
 
     folder = tmp_path / "report"
     (folder / "sweeps").mkdir(parents=True)

@@ -16,9 +16,11 @@ import yaml
 from shapes import SHAPES
 from torch.testing import assert_close
 
-from experiments import equivalence, recall, tiled_backward
-from experiments import window as sliding
-from experiments.attention import (
+from harness.errors import BadInput
+from harness.planning.experiment import Experiment
+from octlm_experiments import equivalence, recall, tiled_backward
+from octlm_experiments import window as sliding
+from octlm_experiments.attention import (
     TiledAttention,
     Tiling,
     attention_mask,
@@ -30,10 +32,8 @@ from experiments.attention import (
     tiled_attention,
     visible,
 )
-from experiments.model import ModelConfig, OctLM, auto_path
-from experiments.paths import PATHS, attend, register, unregister, unsupported
-from harness.errors import BadInput
-from harness.planning.experiment import Experiment
+from octlm_experiments.model import ModelConfig, OctLM, auto_path
+from octlm_experiments.paths import PATHS, attend, register, unregister, unsupported
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "experiment"
 
@@ -363,7 +363,7 @@ def test_what_a_path_cannot_do_is_declared_once_and_an_unsupported_row_says_it(n
 
 def test_a_path_that_raises_not_implemented_at_the_first_step_trains_to_an_unsupported_row():
     """What a path does not declare, the first step finds: its NotImplementedError is the
-    unsupported row's reason (experiments.training.not_implemented), not a failed point."""
+    unsupported row's reason (octlm_experiments.training.not_implemented), not a failed point."""
 
     def lacking(query, key, value, *, causal=True, window=0):
         raise NotImplementedError("no kernel for this here")

@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from experiments import backends, checks, measuring
-from experiments.attention import naive_attention, sdpa_refusal
 from harness.measuring.timing import paired_ratio
+from octlm_experiments import backends, checks, measuring
+from octlm_experiments.attention import naive_attention, sdpa_refusal
 
 DEFAULTS = {
     name: parameter.default

@@ -1,14 +1,14 @@
-"""python -m analysis compare: two synthetic sweeps with known differences, point by point."""
+"""python -m harness report compare: two synthetic sweeps with known differences, point by point."""
 
 import re
 
 import numpy as np
 import pytest
 
-from analysis.compare import change, compare, metric_table
-from analysis.comparison import document
-from analysis.sides import load
 from harness import store
+from octlm_analysis.compare import change, compare, metric_table
+from octlm_analysis.comparison import document
+from octlm_analysis.sides import load
 
 EXPERIMENT = "exp_timed"
 A, B = "20261129-100000-aaaa", "20261129-110000-bbbb"
@@ -355,7 +355,7 @@ def test_a_side_of_several_sweeps_has_each_claims_worst_result_and_names_its_swe
 def test_a_sweep_whose_claims_cannot_be_checked_is_an_error_line_not_a_traceback(
     results, monkeypatch
 ):
-    import analysis.sides as sides_module
+    import octlm_analysis.sides as sides_module
 
     def broken(rows, config, points):
         raise ValueError("two measurements share length\nand more")

@@ -6,7 +6,7 @@ import pytest
 import registry
 import torch
 
-from experiments import checks, equivalence
+from octlm_experiments import checks, equivalence
 
 SMALL = dict(kv_heads=2, heads=4, width=32, layers=2, vocab_size=64, length=19, batch=2, block=8)
 DEFAULTS = {

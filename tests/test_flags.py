@@ -77,7 +77,7 @@ def test_help_lists_the_experiments_and_an_experiments_parameters(harness):
     described = harness("+experiment=exp015_backends", "--help")
     assert described.returncode == 0, described.stderr
     lines = described.stdout.splitlines()
-    assert lines[0] == "exp015_backends: experiments.backends.run"
+    assert lines[0] == "exp015_backends: octlm_experiments.backends.run"
     (backend,) = [line.split() for line in lines if line.strip().startswith("backend ")]
     assert backend == ["backend", "math", "|", "flash", "|", "efficient", "|", "cudnn",
                        "(required)", "math", "math,flash,efficient,cudnn"]  # fmt: skip

@@ -239,7 +239,7 @@ def test_nothing_is_written_through_a_link_under_the_out_dir(harness, tmp_path, 
 
 LEAVES = """
 import json, logging, os, sys
-import torch, pandas, pyarrow, hydra, numpy, experiments.tiled, probes  # what a sweep imports
+import torch, pandas, pyarrow, hydra, numpy, octlm_experiments.tiled, probes  # what a sweep imports
 import harness.command.cli, harness.running.job, harness.command.sweep
 from harness.launchers import fresh
 before = fresh.ProcessState()

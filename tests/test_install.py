@@ -18,7 +18,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 NOT_SOURCE = (".git", ".venv", "outputs", "build", "*.egg-info", "__pycache__", ".*_cache")
-PACKAGES = ("harness", "experiments", "analysis")
+# Each folder of the project and the name it installs as (pyproject.toml's package-dir).
+PACKAGES = {"harness": "harness", "experiments": "octlm_experiments", "analysis": "octlm_analysis"}
 
 OWN_EXPERIMENT = '''
 """Softcapped attention (scores through cap * tanh(s / cap)) in float32 against float64."""
@@ -98,11 +99,13 @@ def venv(wheel, tmp_path_factory) -> Path:
 @pytest.mark.process
 def test_the_wheel_holds_every_module_and_config_of_the_source_tree(wheel):
     held = set(zipfile.ZipFile(wheel).namelist())
-    modules = [p.relative_to(ROOT) for top in PACKAGES for p in (ROOT / top).rglob("*.py")]
+    modules = [Path(name) / p.relative_to(ROOT / top) for top, name in PACKAGES.items()
+               for p in (ROOT / top).rglob("*.py")]  # fmt: skip
     configs = [Path("harness") / p.relative_to(ROOT) for p in (ROOT / "conf").rglob("*.yaml")]
     missing = sorted(str(path) for path in [*modules, *configs] if str(path) not in held)
     assert not missing, f"the wheel lacks {len(missing)} files: {', '.join(missing[:20])}"
-    assert not [name for name in held if name.startswith(("tests/", "conf/"))]
+    assert not [name for name in held if name.startswith(("tests/", "conf/", "experiments/",
+                                                           "analysis/"))]  # fmt: skip
 
 
 @pytest.mark.slow
@@ -131,7 +134,7 @@ def test_an_installed_harness_runs_a_researchers_own_experiment_from_an_empty_fo
                               capture_output=True, text=True, timeout=600)  # fmt: skip
 
     mine = ("-m", "harness", "--config-dir", str(tmp_path / "mine" / "conf"), "+experiment=softcap")
-    where = run("-c", "import harness, experiments, analysis; print(harness.__file__)")
+    where = run("-c", "import harness, octlm_experiments, octlm_analysis; print(harness.__file__)")
     assert Path(where.stdout.strip()).is_relative_to(venv), where.stdout + where.stderr
 
     helped = run(*mine, "--help")
@@ -157,13 +160,50 @@ def test_an_installed_harness_runs_a_researchers_own_experiment_from_an_empty_fo
     assert "2 ok" in built_in.stdout and "claim PASS" in built_in.stdout
 
     config_dir = str(tmp_path / "mine" / "conf")
-    report = run("-m", "analysis", "--check", "--config-dir", config_dir)
+    report = run("-m", "harness", "report", "--check", "--config-dir", config_dir)
     assert report.returncode == 0, report.stdout + report.stderr
     page = (work / "outputs" / "report" / "index.html").read_text()
     assert "softcap" in page and "exp014_tiled" in page
     assert "err64 by length" in (work / "outputs" / "report" / "REPORT.md").read_text()
     assert not (work / "harness").exists() and not list(work.glob("*.py"))
     assert os.listdir(work) == ["outputs"], "everything it wrote is under outputs/"
+
+
+@pytest.mark.slow
+@pytest.mark.process
+def test_a_research_folder_with_its_own_experiments_and_analysis_runs_the_harnesss(venv, tmp_path):
+    """A research repository's own experiments/ and analysis/ packages in the working folder
+    (the first on the path of python -m): the harness still runs, pins and reports its own. The
+    user's packages fail loudly if imported (their __init__ raises), as python -m analysis,
+    the user's own, does."""
+    work = tmp_path / "research"
+    for package in ("experiments", "analysis"):
+        (work / package).mkdir(parents=True)
+        (work / package / "__init__.py").write_text(
+            f"raise RuntimeError('the research folder's own {package} was imported')\n"
+        )
+        (work / package / "tiled.py").write_text("def run(**kwargs):\n    return []\n")
+    (work / "analysis" / "__main__.py").write_text("print('the research folder's analysis')\n")
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([venv / "bin" / "python", "-m", *args], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+
+    swept = run("harness", "+experiment=exp014_tiled", "length=64,128", "block=32")
+    assert swept.returncode == 0, swept.stdout + swept.stderr
+    assert "2 ok" in swept.stdout and "claim PASS" in swept.stdout
+    pinned = run("harness", "code", "last")
+    assert pinned.returncode == 0, pinned.stdout + pinned.stderr
+    assert "octlm_experiments/tiled.py" in pinned.stdout
+    listed = [line.split()[0] for line in pinned.stdout.splitlines()[1:]]
+    assert not [path for path in listed if path.startswith(("experiments/", "analysis/"))]
+    assert "the research folder" not in swept.stdout + swept.stderr + pinned.stdout
+    reported = run("harness", "report", "--check")
+    assert reported.returncode == 0, reported.stdout + reported.stderr
+    assert "PASS       exp014_tiled" in reported.stdout
+    assert "exp014_tiled" in (work / "outputs" / "report" / "REPORT.md").read_text()
+    assert "the research folder's own analysis was imported" in run("analysis").stderr
 
 
 FAKE_PIP = """#!/bin/sh

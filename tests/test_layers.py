@@ -1,7 +1,7 @@
 """The layers, beside import-linter's contracts (pyproject.toml; make test runs lint-imports:
 harness's stages in order, no cycle, the harness below the experiments and the report): the
 report imports none of the experiments' code (it reads their rows, and the tables they derive
-from them: experiments.derived, pandas alone); harness modules share no private names; and at
+from them: octlm_experiments.derived, pandas alone); harness modules share no private names; and at
 run time, a sweep loads no report module, a report none of the launchers, the tracker, torch or
 the code that measures."""
 
@@ -17,8 +17,9 @@ import yaml
 from harness import store
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("harness", "experiments", "analysis")
-DERIVED = "experiments.derived"  # the experiments' tables, which the report reads too
+# Each folder of the project and the package it installs as (pyproject.toml's package-dir).
+PACKAGES = {"harness": "harness", "experiments": "octlm_experiments", "analysis": "octlm_analysis"}
+DERIVED = "octlm_experiments.derived"  # the experiments' tables, which the report reads too
 
 
 def imports(path: Path) -> set[str]:
@@ -36,15 +37,17 @@ def imports(path: Path) -> set[str]:
 def test_the_report_imports_of_the_experiments_only_their_derived_tables():
     """The rest of the layers (harness's stages, the harness below the experiments and the
     report) are import-linter's contracts in pyproject.toml, checked by make test."""
-    offending = {m: sorted(names & {"experiments"}) for m, names in top_levels("analysis").items()}
+    offending = {
+        m: sorted(names & {"octlm_experiments"}) for m, names in top_levels("analysis").items()
+    }
     assert not {m: names for m, names in offending.items() if names}
 
 
 def top_levels(package: str) -> dict[str, set[str]]:
-    """module -> the top-level packages of this project it imports (experiments.derived's
+    """module -> the top-level packages of this project it imports (octlm_experiments.derived's
     tables counted apart, as DERIVED)."""
     return {
-        module_name(path): {_layer(name) for name in imports(path)} & {*PACKAGES, DERIVED}
+        module_name(path): {_layer(name) for name in imports(path)} & {*PACKAGES.values(), DERIVED}
         for path in sorted((ROOT / package).rglob("*.py"))
     }
 
@@ -54,8 +57,8 @@ def _layer(name: str) -> str:
 
 
 def test_the_derived_tables_import_pandas_and_the_harness_alone():
-    """experiments.derived is read by the report as well as by the sweep: none of the code that
-    measures (torch, the subjects), so that a report loads it in a moment."""
+    """octlm_experiments.derived is read by the report as well as by the sweep: none of the code
+    that measures (torch, the subjects), so that a report loads it in a moment."""
     allowed = {"pandas", "numpy", "harness", *sys.stdlib_module_names}
     for path in sorted((ROOT / "experiments" / "derived").rglob("*.py")):
         found = {n for n in imports(path) if _layer(n) != DERIVED and _layer(n) not in allowed}
@@ -65,12 +68,13 @@ def test_the_derived_tables_import_pandas_and_the_harness_alone():
 @pytest.mark.process
 def test_the_command_line_loads_no_report_or_experiment_module():
     """What the static check cannot see: nothing the harness's entry points import at load time
-    pulls analysis or experiments in."""
+    pulls the report (octlm_analysis) or the experiments (octlm_experiments) in."""
     code = (
         "import sys, harness.command.cli, harness.command.sweep, harness.running.job;"
         "import harness.launchers.dispatch, harness.command.status;"
         "import harness.launchers.local, harness.launchers.slurm;"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('analysis', 'experiments')))"
+        "print(sorted(m for m in sys.modules"
+        " if m.split('.')[0] in ('octlm_analysis', 'octlm_experiments')))"
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert loaded.returncode == 0, loaded.stderr
@@ -78,8 +82,10 @@ def test_the_command_line_loads_no_report_or_experiment_module():
 
 
 def module_name(path: Path) -> str:
-    """harness/launchers/local.py -> harness.launchers.local; a package's __init__ -> it."""
-    parts = path.relative_to(ROOT).with_suffix("").parts
+    """harness/launchers/local.py -> harness.launchers.local, experiments/tiled.py ->
+    octlm_experiments.tiled (its installed name); a package's __init__ -> it."""
+    folder, *parts = path.relative_to(ROOT).with_suffix("").parts
+    parts = [PACKAGES[folder], *parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -115,10 +121,10 @@ def test_harness_root_holds_a_handful_of_modules():
 
 
 CONFIG_TARGETS = [  # what a config may name for the harness to import at run time
-    ("experiment/*.yaml", ("experiment", "run"), "experiments."),
-    ("experiment/*.yaml", ("experiment", "check"), "experiments."),
-    ("experiment/*.yaml", ("experiment", "derive"), "experiments.derived."),
-    ("experiment/*.yaml", ("experiment", "report"), "analysis."),
+    ("experiment/*.yaml", ("experiment", "run"), "octlm_experiments."),
+    ("experiment/*.yaml", ("experiment", "check"), "octlm_experiments."),
+    ("experiment/*.yaml", ("experiment", "derive"), "octlm_experiments.derived."),
+    ("experiment/*.yaml", ("experiment", "report"), "octlm_analysis."),
     ("hydra/launcher/*.yaml", ("_target_",), "harness.launchers."),
     ("sinks/*.yaml", (None, "_target_"), "harness.running.sinks."),
 ]
@@ -160,9 +166,9 @@ NEVER = {"torch", "hydra", "omegaconf", "optuna", "submitit"}  # what no command
         (["harness", "--help"], {*NEVER, "pandas", "pyarrow"}),
         (["harness", "status", "SWEEP"], {*NEVER, "pandas"}),
         (["harness", "compact", "SWEEP"], {*NEVER, "pandas"}),
-        (["analysis"], NEVER),
+        (["harness", "report"], NEVER),
     ],
-    ids=["help", "status", "compact", "analysis"],
+    ids=["help", "status", "compact", "report"],
 )
 def test_a_command_loads_only_what_it_needs(harness, tmp_path, command, absent):
     """What python -X importtime shows, kept: --help loads neither Hydra, pandas nor torch;
@@ -181,7 +187,7 @@ def test_a_command_loads_only_what_it_needs(harness, tmp_path, command, absent):
     loaded = {name.split(".")[0] for name in modules}
     assert not loaded & absent, f"{' '.join(command)} loaded {sorted(loaded & absent)}"
     assert "harness" in loaded
-    if command == ["analysis"]:  # a report only reads: no launcher, job, tracker or scheduler
+    if command == ["harness", "report"]:  # a report only reads: no launcher, job or tracker
         running = [m for m in modules if m.startswith(RUNS)]
         assert not running, f"the report loaded {running}"
 
@@ -189,26 +195,28 @@ def test_a_command_loads_only_what_it_needs(harness, tmp_path, command, absent):
 @pytest.mark.process
 def test_a_sweep_loads_no_report_module_and_a_report_no_code_that_runs_or_measures(tmp_path):
     """The layers at run time (python -c LOADS): a sweep whose claims read derived tables checks
-    them with the experiment's own (experiments.derived) and loads no module of analysis; the
-    report of it loads neither the launchers, the tracker, the job, torch nor any experiment's
-    code but the tables it derives."""
+    them with the experiment's own (octlm_experiments.derived) and loads no module of the
+    report; the report of it loads neither the launchers, the tracker, the job, torch nor any
+    experiment's code but the tables it derives."""
     sweep_modules, report_modules = tmp_path / "sweep.json", tmp_path / "report.json"
     grid = ["backend=math,flash", "length=64,128", "dtype=float32", "device=cpu",
             "min_repeats=2", "min_time_s=0", "num_threads=1"]  # fmt: skip
     for command, listed in (
         (["harness", "+experiment=exp015_backends", *grid], sweep_modules),
-        (["analysis"], report_modules),
+        (["harness", "report"], report_modules),
     ):
         ran = subprocess.run([sys.executable, "-c", LOADS, *command, str(listed)], cwd=tmp_path,
                              capture_output=True, text=True, timeout=300)  # fmt: skip
         assert ran.returncode == 0, ran.stdout + ran.stderr
-        if command[0] == "harness":  # every claim's verdict at the sweep's end
+        if command[1] != "report":  # every claim's verdict at the sweep's end
             assert ran.stdout.count("claim ") == 7, ran.stdout
     swept = json.loads(sweep_modules.read_text())
-    assert "experiments.derived.backends" in swept  # the claims' tables were derived here
-    assert not [m for m in swept if m.split(".")[0] == "analysis"]
+    assert "octlm_experiments.derived.backends" in swept  # the claims' tables were derived here
+    assert not [m for m in swept if m.split(".")[0] == "octlm_analysis"]
     reported = json.loads(report_modules.read_text())
-    assert "experiments.derived.backends" in reported and "analysis.backends" in reported
-    code = [m for m in reported if _layer(m) == "experiments"]
-    assert code == ["experiments"], f"the report loaded {code}"  # the package, for derived/
+    assert (
+        "octlm_experiments.derived.backends" in reported and "octlm_analysis.backends" in reported
+    )
+    code = [m for m in reported if _layer(m) == "octlm_experiments"]
+    assert code == ["octlm_experiments"], f"the report loaded {code}"  # the package: derived/
     assert not [m for m in reported if m.startswith(RUNS) or m.split(".")[0] in NEVER]

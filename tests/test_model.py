@@ -5,10 +5,10 @@ import registry
 import torch
 import torch.nn.functional as F
 
-import experiments.model
-from experiments.attention import tiled_attention
-from experiments.model import ModelConfig, OctLM, apply_rotary, rotary_angles
-from experiments.paths import PATHS
+import octlm_experiments.model
+from octlm_experiments.attention import tiled_attention
+from octlm_experiments.model import ModelConfig, OctLM, apply_rotary, rotary_angles
+from octlm_experiments.paths import PATHS
 
 LAYOUTS = {"multi-head": (8, 8), "grouped": (8, 2), "multi-query": (8, 1)}
 # float64 is tight: the paths differ by reordered sums only, about 1e-16 on logits of about 1.
@@ -237,7 +237,7 @@ def test_sdpa_dropout_only_in_training(sdpa_calls):
      (0, 8192, "cuda", 0.0, "sdpa"), (4, 8192, "cuda", 0.1, "sdpa")],
 )  # fmt: skip
 def test_auto_takes_tiled_or_flex_for_long_windows(window, length, device, dropout, path):
-    assert experiments.model.auto_path(window, length, torch.device(device), dropout) == path
+    assert octlm_experiments.model.auto_path(window, length, torch.device(device), dropout) == path
 
 
 def test_the_default_path_runs_tiled_from_2048_positions_with_a_window(monkeypatch, sdpa_calls):

@@ -1,6 +1,7 @@
-"""The report page (analysis.page): index.html from real sweeps, opened in headless Chromium
-(tests/support/browser.py) from the disk and through --watch; its plots (analysis.plots)
-checked by Plotly's own validator; its cache of each sweep's point lines (analysis.point_lines)."""
+"""The report page (octlm_analysis.page): index.html from real sweeps, opened in headless Chromium
+(tests/support/browser.py) from the disk and through --watch; its plots (octlm_analysis.plots)
+checked by Plotly's own validator; its cache of each sweep's point lines
+(octlm_analysis.point_lines)."""
 
 import base64
 import hashlib
@@ -23,8 +24,8 @@ from commands import SUPPORT, call_command, start_command
 from plotly.offline import get_plotlyjs
 from sweeps import write_jobs, write_plan
 
-from analysis import page, plots, point_lines
 from harness import store
+from octlm_analysis import page, plots, point_lines
 
 if chromium() is None and os.environ.get("HARNESS_REQUIRE_CHROMIUM") != "1":
     needs_browser = pytest.mark.skip(reason="no chromium (Debian: apt-get install chromium)")
@@ -509,7 +510,7 @@ def test_error_bars_are_the_repeats_quartiles_and_a_bound_is_drawn_at_each_point
 
 def test_the_page_stands_for_odd_sweeps_and_shows_their_text_as_text(tmp_path, analysis):
     results = tmp_path / "outputs" / "results"
-    recall = {"name": "exp017_recall", "report": "analysis.recall",
+    recall = {"name": "exp017_recall", "report": "octlm_analysis.recall",
               "claims": [{"table": "final", "metric": "accuracy", "min": 0.95}]}  # fmt: skip
     # A training sweep whose every point failed before its first step, a list parameter in
     # two sweeps, and an error that is markup.

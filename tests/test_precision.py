@@ -12,11 +12,11 @@ import torch
 import yaml
 from test_recall import Dying, tracker  # the killed-and-resumed trainer's tracker, as exp017's
 
-from analysis import precision as report
-from experiments import attention, paths, precision
-from experiments.derived import precision as deriving
 from harness import store
 from harness.results import claims
+from octlm_analysis import precision as report
+from octlm_experiments import attention, paths, precision
+from octlm_experiments.derived import precision as deriving
 
 TINY = {"width": 16, "length": 16, "steps": 6, "batch": 2, "warmup_steps": 2, "device": "cpu"}
 # The tiny runs the module shares: 12 steps, checkpoints at 5 and 10 (none taken without a

@@ -9,14 +9,14 @@ import pytest
 import torch
 import yaml
 
-from analysis import recall as report
-from experiments import recall, tasks
-from experiments.attention import naive_attention
-from experiments.derived import recall as deriving
-from experiments.model import ModelConfig, OctLM
-from experiments.paths import PATHS
 from harness import store, tracking
 from harness.results import claims
+from octlm_analysis import recall as report
+from octlm_experiments import recall, tasks
+from octlm_experiments.attention import naive_attention
+from octlm_experiments.derived import recall as deriving
+from octlm_experiments.model import ModelConfig, OctLM
+from octlm_experiments.paths import PATHS
 
 SHORT = {"steps": 12, "batch": 8, "device": "cpu", "checkpoint_every": 5}
 CONFIG = Path(__file__).resolve().parent.parent / "conf" / "experiment" / "exp017_recall.yaml"

@@ -5,12 +5,12 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from analysis import backends, backward_memory
-from experiments.derived import backends as backends_tables
-from experiments.derived import backward_memory as backward_memory_tables
-from experiments.derived.scaling import with_memory
 from harness.names import CONF
 from harness.results.claims import claims_table
+from octlm_analysis import backends, backward_memory
+from octlm_experiments.derived import backends as backends_tables
+from octlm_experiments.derived import backward_memory as backward_memory_tables
+from octlm_experiments.derived.scaling import with_memory
 
 
 def experiment_config(name: str) -> dict:

@@ -11,10 +11,10 @@ import pytest
 from commands import ROOT, SUPPORT, call_command
 from probes import held, wait_for
 
-from analysis import point_lines
 from harness import files, store
 from harness.names import setting
 from harness.searching import search
+from octlm_analysis import point_lines
 
 SEARCH = [
     "search.params.lr=tag(log, interval(1e-4, 1))",

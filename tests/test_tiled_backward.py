@@ -8,16 +8,16 @@ import torch
 from shapes import SHAPES as ATTENTION_SHAPES
 from torch.testing import assert_close
 
-from experiments import checks, tiled_backward
-from experiments.attention import (
+from harness import store
+from octlm_experiments import checks, tiled_backward
+from octlm_experiments.attention import (
     TiledAttention,
     Tiling,
     naive_attention,
     sdpa_attention,
     tiled_attention,
 )
-from experiments.model import ModelConfig, OctLM
-from harness import store
+from octlm_experiments.model import ModelConfig, OctLM
 
 # (B, H, H_kv, L, D, block, causal, window)
 GRADCHECK_POINTS = {

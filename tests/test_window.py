@@ -6,14 +6,14 @@ import pytest
 import registry
 from omegaconf import OmegaConf
 
-from analysis import window as report
-from experiments import window
-from experiments.attention import attention_mask
-from experiments.derived import window as deriving
-from experiments.paths import CAPABILITIES
 from harness.measuring.timing import paired_ratio
 from harness.names import CONF
 from harness.results.claims import claims_table
+from octlm_analysis import window as report
+from octlm_experiments import window
+from octlm_experiments.attention import attention_mask
+from octlm_experiments.derived import window as deriving
+from octlm_experiments.paths import CAPABILITIES
 
 CONFIG = OmegaConf.to_container(OmegaConf.load(CONF / "experiment" / "exp018_window.yaml"))
 CLAIMS = CONFIG["experiment"]

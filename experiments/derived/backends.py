@@ -3,15 +3,21 @@ memory (measurements), the speedup of each backend over math, growth per doublin
 and the better fused backend's speedup.
 
 Ratios of times are the points' own where their rows carry them (speedup_over_math,
-time_growth: timed in turns in the point's process, see experiments.backends), since two
+time_growth: timed in turns in the point's process, see octlm_experiments.backends), since two
 points' medians come from two processes at two moments, under whatever load each met; rows of
 older sweeps, which lack them, fall back to the two points' medians, and COLUMN_paired says
-which (experiments.derived.scaling.paired_first).
+which (octlm_experiments.derived.scaling.paired_first).
 """
 
 import pandas as pd
 
-from experiments.derived.scaling import keys, paired_first, per_doubling, speedup_over, with_memory
+from octlm_experiments.derived.scaling import (
+    keys,
+    paired_first,
+    per_doubling,
+    speedup_over,
+    with_memory,
+)
 
 SHAPE = ["device_used", "dtype", "batch", "heads", "head_dim", "causal"]  # one table each
 OTHERS = ["device", "seed", "num_threads", "warmup", "min_repeats", "min_time_s",
@@ -19,7 +25,8 @@ OTHERS = ["device", "seed", "num_threads", "warmup", "min_repeats", "min_time_s"
 
 
 def measurements(rows: pd.DataFrame) -> pd.DataFrame:
-    """Every planned point with its memory (experiments.derived.scaling.with_memory). A point that
+    """Every planned point with its memory (octlm_experiments.derived.scaling.with_memory). A point
+    that
     has not run has no device_used yet: it gets the one device its sweep's other points used (a
     sweep with device=auto runs on one kind of machine), else its device parameter."""
     data = with_memory(rows)
@@ -74,5 +81,5 @@ def tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 def shape(rows: pd.DataFrame) -> list[str]:
     """What tells a point's measurements apart besides length and backend
-    (experiments.derived.scaling.keys)."""
+    (octlm_experiments.derived.scaling.keys)."""
     return keys(rows, SHAPE, OTHERS)

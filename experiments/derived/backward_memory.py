@@ -3,7 +3,7 @@ doubling of length (4x is the square, 2x linear)."""
 
 import pandas as pd
 
-from experiments.derived.scaling import keys, per_doubling, with_memory
+from octlm_experiments.derived.scaling import keys, per_doubling, with_memory
 
 SHAPE = ["device", "dtype", "batch", "heads", "kv_heads", "head_dim", "causal", "window"]
 OTHERS = ["block", "seed", "warmup_length", "memory_cap_mib", "timeout_s"]

@@ -12,8 +12,8 @@ over the baseline, CPU) and cuda_peak_ratio (the CUDA allocator's peak, CUDA).
 
 import pandas as pd
 
-from experiments.derived.pairs import early_losses, loss_gap, with_reference
 from harness import store
+from octlm_experiments.derived.pairs import early_losses, loss_gap, with_reference
 
 REFERENCE = "float32"
 AGREEMENT_STEPS = 100  # a precision's loss is compared with float32's over the first steps, this

@@ -7,8 +7,8 @@ point's parameters beside its measurements."""
 
 import pandas as pd
 
-from experiments.derived.pairs import early_losses, loss_gap, with_reference
 from harness import store
+from octlm_experiments.derived.pairs import early_losses, loss_gap, with_reference
 
 MEASURED = ["phase", "step", "loss", "accuracy", "tokens_per_s", "learning_rate", "chance",
             "single_loss_diff"]  # fmt: skip

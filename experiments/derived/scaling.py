@@ -1,7 +1,7 @@
 """How a sweep's measurements scale with length, as tables: memory named for what it is, ratios
 per doubling, speedups over a baseline, and the ratios a point timed in its own process.
 
-The tables that experiments derive for their claims (experiments.derived) and the report's
+The tables that experiments derive for their claims (octlm_experiments.derived) and the report's
 sections (analysis) are built of these; pandas only.
 """
 

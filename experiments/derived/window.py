@@ -1,11 +1,11 @@
 """exp018_window's derived tables: every point with its memory, the speedup of each method over
 sdpa with a mask, and growth per doubling of length; the ratios are the points' own where their
-rows carry them (timed in turns in the point's process: experiments.window)."""
+rows carry them (timed in turns in the point's process: octlm_experiments.window)."""
 
 import pandas as pd
 
-from experiments.derived.backends import measurements
-from experiments.derived.scaling import keys, paired_first, per_doubling, speedup_over
+from octlm_experiments.derived.backends import measurements
+from octlm_experiments.derived.scaling import keys, paired_first, per_doubling, speedup_over
 
 SHAPE = ["device_used", "dtype", "batch", "heads", "head_dim", "window"]
 OTHERS = ["device", "block", "seed", "num_threads", "warmup", "min_repeats", "min_time_s",

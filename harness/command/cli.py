@@ -1,5 +1,6 @@
-"""The command line: a sweep from Hydra overrides, a sweep's status, or its compaction; bad
-input is one line on stderr and exit code 2."""
+"""The command line: a sweep from Hydra overrides, a sweep's status, its compaction, its code,
+its runs again, or the report (octlm_analysis's command line); bad input is one line on stderr
+and exit code 2."""
 
 import os
 import sys
@@ -7,7 +8,6 @@ import time
 from pathlib import Path
 
 from harness.errors import BadInput, os_error, reader_gone
-from harness.launchers import warm
 from harness.names import PLAIN, check_name, key_of, split_flags, usage
 
 
@@ -44,6 +44,8 @@ def _sweep(argv: list[str]) -> int:
     if flags.help and not any(key_of(argument) == "experiment" for argument in arguments):
         print(usage(flags.config_dirs))
         return 0
+    from harness.launchers import warm
+
     if warm.wanted(arguments):  # its imports run beside Hydra's and the experiment's
         warm.warm_up()
     from harness.command import sweep
@@ -123,7 +125,16 @@ def _again(argv: list[str]) -> int:
     return again(ids, _out(options), options.get("code_store"), options.get("times", "3"))
 
 
+def _report(argv: list[str]) -> int:
+    """python -m harness report ARGS: the report's own command line (octlm_analysis), which only
+    reads the store; the harness's layers below the command line never import it."""
+    from octlm_analysis.__main__ import main
+
+    return main(argv[1:])
+
+
 COMMANDS = {
+    "report": _report,
     "status": lambda argv: _status(*_sweep_and_out(argv)),
     "compact": lambda argv: _compact(*_sweep_and_out(argv)),
     "code": _code,

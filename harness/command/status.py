@@ -322,7 +322,7 @@ def again(ids: list[str], out: str, code_store: str | None, times: str) -> int:
     """python -m harness again SWEEP [SWEEP ...] [times=3]: each sweep run again, as a new
     sweep of its own command on its own code (its snapshot, hashed first: harness.pinning.boot) with
     nothing reused, one after another in turns, until each has `times` sweeps: the processes
-    apart that a timing gate judges by (python -m analysis compare A1,A2,A3 B1,B2,B3), run
+    apart that a timing gate judges by (python -m harness report compare A1,A2,A3 B1,B2,B3), run
     interleaved so that a drift of the machine reaches both sides alike. Its command runs from
     this folder, its config dirs as the sweep recorded them."""
     import re
@@ -362,5 +362,5 @@ def again(ids: list[str], out: str, code_store: str | None, times: str) -> int:
                 return ran.returncode or 1
             side.append(made[1])
     joined = " ".join(",".join(side) for side in sides)
-    print(f"compare them with: python -m analysis compare {joined} --fail-on-regression 1.10")
+    print(f"compare them with: python -m harness report compare {joined} --fail-on-regression 1.10")
     return 0

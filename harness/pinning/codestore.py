@@ -38,7 +38,7 @@ from harness import files
 from harness.errors import BadInput, os_error
 from harness.pinning import boot
 
-PROJECT = ("harness", "experiments")  # the project's packages: every sweep's last bundle
+PROJECT = ("harness", "octlm_experiments")  # the project's packages: every sweep's last bundle
 NOT_CODE = ("harness/conf",)  # of the project: its configs, which the command reads, not a point
 NAMED = ("run", "check", "derive", "report")  # the experiment's keys that name its modules
 MAX_FILES, MAX_BYTES = 2000, 32 << 20  # a folder of more is no experiment's
@@ -93,7 +93,9 @@ def collect(node: dict, out: Path, store: Path, config_dirs=()) -> Code:
 
 
 def _project() -> dict[str, Path]:
-    """The project's files as this process imports them, but its configs."""
+    """The project's files as this process imports them, but its configs. Its packages have
+    names of their own (octlm_experiments, not experiments), so that a folder of the user's own
+    on the path is never taken for them."""
     found: dict[str, Path] = {}
     for name in PROJECT:
         found |= _package(name)

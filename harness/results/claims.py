@@ -4,7 +4,8 @@ A claim (an experiment config's `claims`) is {metric, min and/or max, where, nee
 text}. `where` (a condition such as `dtype == 'float32' and length > 1`) selects among the
 sweep's PLANNED points (its manifest), not only the ones with rows, in the rows or in a table
 the experiment derives from them (`table`; the default is the rows): its config's `derive` names
-a function of the rows that returns its tables by name (experiments.derived.backends.tables), of
+a function of the rows that returns its tables by name (octlm_experiments.derived.backends.tables),
+of
 the experiments' layer and pandas only, so that the harness checks the claims at a sweep's end
 and the report shows them without the harness importing the report's code or the report the code
 that measures. A bound is a number, or an expression over the table's columns evaluated row by

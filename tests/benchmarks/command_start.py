@@ -1,6 +1,6 @@
 """What a command costs to start: the CPU time (user + system, of the process and its children)
 of `python -m harness --help`, of `python -m harness status ID` on a finished sweep, and of
-`python -m analysis` on a store of that one sweep, each against `python -c "import torch"`,
+`python -m harness report` on a store of that one sweep, each against `python -c "import torch"`,
 measured side by side: the commands alternate, REPEATS times, and the medians are compared.
 `python -X importtime -m harness --help` shows where a start goes.
 
@@ -39,7 +39,7 @@ def main(repeats: int) -> None:
             'python -c "import torch"': ["-c", "import torch"],
             "python -m harness --help": ["-m", "harness", "--help"],
             "python -m harness status ID": ["-m", "harness", "status", sweep],
-            "python -m analysis": ["-m", "analysis"],
+            "python -m harness report": ["-m", "harness", "report"],
         }
         taken = {name: [] for name in commands}
         for _ in range(repeats):

@@ -1,7 +1,7 @@
 """What the harness costs: `python -m harness +experiment=exp014_tiled` against a bare script.
 
 Both start a fresh interpreter and compute the same nine points (length 128, 512, 1024 x
-block 64, 128, 256); the bare script calls experiments.tiled.run in a loop and writes the rows
+block 64, 128, 256); the bare script calls octlm_experiments.tiled.run in a loop and writes the rows
 to one Parquet file. A third command is the bare script that also imports what the harness is
 built on (pandas, Hydra, submitit) and has Hydra compose the experiment's config once: the
 least any harness on these libraries could cost. They run alternately, REPEATS times each, in
@@ -21,7 +21,7 @@ import time
 BARE = """
 import pyarrow as pa
 import pyarrow.parquet as pq
-from experiments.tiled import run
+from octlm_experiments.tiled import run
 rows = []
 for length in (128, 512, 1024):
     for block in (64, 128, 256):

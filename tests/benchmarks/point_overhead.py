@@ -2,7 +2,7 @@
 
 Both start a fresh interpreter and compute the same points: exp014_tiled at length 16, block 16,
 one head, seeds 0 to POINTS-1 (each a fraction of a millisecond of attention). The bare loop
-calls experiments.tiled.run and writes all rows to one Parquet file at the end; the harness
+calls octlm_experiments.tiled.run and writes all rows to one Parquet file at the end; the harness
 plans, checks, runs each point in this process (harness.launchers.in_process), writes each point's
 rows to its own file as it ends, and prints a progress line per point. They run alternately, REPEATS
 times each, in scratch directories; the medians, their difference per point and their ratio
@@ -21,7 +21,7 @@ BARE = """
 import sys
 import pyarrow as pa
 import pyarrow.parquet as pq
-from experiments.tiled import run
+from octlm_experiments.tiled import run
 rows = []
 for seed in range(int(sys.argv[1])):
     params = dict(length=16, block=16, heads=1, seed=seed)

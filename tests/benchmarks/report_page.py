@@ -1,11 +1,12 @@
 """The report page at scale: a store of SWEEPS small sweeps plus one training sweep of POINTS
-points of STEPS steps each, then `python -m analysis` over it and the page in headless Chromium.
+points of STEPS steps each, then `python -m harness report` over it and the page in headless
+Chromium.
 
 The store is synthetic but shaped as the harness writes it: exp014_tiled sweeps (its own config,
 claims and 3 x 3 grid, plausible errors, a commit and a start time per sweep, each sweep's rows in
 one compacted file as a finished sweep leaves them) and an exp017_recall sweep whose points have a
 train row per step and an eval row (its own columns, in one job file per point). Then, each
-REPEATS times (medians, with the range): `python -m analysis` as a subprocess (wall time), the
+REPEATS times (medians, with the range): `python -m harness report` as a subprocess (wall time), the
 page's size with its sibling script, and the time headless Chromium takes from navigation to the
 load event with every plot drawn (tests/support/browser.py).
 Run: python tests/benchmarks/report_page.py [--sweeps 1000] [--points 100] [--steps 100000]
@@ -103,8 +104,8 @@ def measure(out: Path, repeats: int) -> None:
     with Browser() as browser:
         for _ in range(repeats):
             began = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "analysis", "--out", str(out)], check=True,
-                           cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
+            subprocess.run([sys.executable, "-m", "harness", "report", "--out", str(out)],
+                           check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
             writes.append(time.perf_counter() - began)
             loads.append(browser.open(page.as_uri())["drawn_s"])
     size = sum(p.stat().st_size for p in page.parent.iterdir() if p.is_file())

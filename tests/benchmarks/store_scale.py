@@ -5,7 +5,7 @@ parameters, five metrics and the repeats' timings, 1% failed points) and a manif
 point (and one more, not run: an unfinished sweep, which the report does not compact by
 itself), in a scratch directory. Then times, each REPEATS times (medians, with the range):
 - store.read over 1,000, 3,000 and 10,000 job files (is reading linear in the files?);
-- the report: `python -m analysis` as a subprocess, and write_report (the function it calls)
+- the report: `python -m harness report` as a subprocess, and write_report (the function it calls)
   in this process, over the store as written and after compaction;
 - the compaction of the 10,000 files (on hard-linked copies of the sweep, then on the sweep).
 Run: python tests/benchmarks/store_scale.py [POINTS] [REPEATS]
@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from analysis.report import write_report  # noqa: E402
 from harness import store  # noqa: E402
+from octlm_analysis.report import write_report  # noqa: E402
 
 EXPERIMENT, SWEEP = "exp900_scale", "20261129-120000-5ca1"
 CONFIG = {
@@ -144,7 +144,7 @@ def show(name: str, seconds: list[float], per: int | None = None) -> None:
 
 
 def analysis_command(out: Path) -> None:
-    command = [sys.executable, "-m", "analysis", "--out", str(out)]
+    command = [sys.executable, "-m", "harness", "report", "--out", str(out)]
     subprocess.run(command, check=True, capture_output=True, cwd=ROOT)
 
 
@@ -162,12 +162,12 @@ def main(points: int, repeats: int) -> None:
             linked_copy(results, subsets, f"files-{files}", files)
             read = lambda f=files: store.read(subsets, EXPERIMENT, f"files-{f}")  # noqa: E731
             show(f"store.read, {files} job files", timed(read, repeats), per=files)
-        startup = [sys.executable, "-c", "import analysis.report, harness.store"]
+        startup = [sys.executable, "-c", "import octlm_analysis.report, harness.store"]
         show(
             "python start and imports alone",
             timed(lambda: subprocess.run(startup, cwd=ROOT), repeats),
         )
-        show("python -m analysis, job files", timed(lambda: analysis_command(out), repeats))
+        show("python -m harness report, job files", timed(lambda: analysis_command(out), repeats))
         report = lambda: write_report(results, out / "report")  # noqa: E731
         show("write_report in process, job files", timed(report, repeats))
         copies = scratch / "copies"
@@ -183,7 +183,7 @@ def main(points: int, repeats: int) -> None:
         show(f"store.compact, {points} job files into one", compactions)
         read = lambda: store.read(results, EXPERIMENT, SWEEP)  # noqa: E731
         show("store.read, compacted", timed(read, repeats))
-        show("python -m analysis, compacted", timed(lambda: analysis_command(out), repeats))
+        show("python -m harness report, compacted", timed(lambda: analysis_command(out), repeats))
         show("write_report in process, compacted", timed(report, repeats))
 
 

@@ -4,8 +4,8 @@
   three blocks): seconds and peak resident memory until it prints "N points to run" (the grid
   expanded, every point checked, the manifest written), then it is stopped;
 - a real sweep of SWEEP trivial points (length 16, block 16, one head, seeds 0 to SWEEP-1),
-  then `python -m harness status ID` and `python -m analysis` right after it;
-- `python -m analysis` over MANY sweeps of EACH points (a real sweep of EACH trivial points,
+  then `python -m harness status ID` and `python -m harness report` right after it;
+- `python -m harness report` over MANY sweeps of EACH points (a real sweep of EACH trivial points,
   its compacted file and manifest copied under MANY-1 older ids).
 
 Commands that do not change the store run REPEATS times (medians, with the range).
@@ -71,7 +71,7 @@ def trivial(points: int) -> list[str]:
 
 
 def main(plan_points: int, sweep_points: int, many: int, each: int, repeats: int) -> None:
-    analysis = [sys.executable, "-m", "analysis"]
+    analysis = [sys.executable, "-m", "harness", "report"]
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
         print(f"in {scratch}", flush=True)
@@ -89,14 +89,14 @@ def main(plan_points: int, sweep_points: int, many: int, each: int, repeats: int
         files = len(store.result_files(results, "exp014_tiled", sweep))
         status = [sys.executable, "-m", "harness", "status", sweep]
         show(f"status of it ({files} file)", [run(status, scratch / "one") for _ in range(repeats)])
-        show("python -m analysis right after it",
+        show("python -m harness report right after it",
              [run(analysis, scratch / "one") for _ in range(repeats)])  # fmt: skip
         (scratch / "many").mkdir()
         run(trivial(each), scratch / "many")
         results = scratch / "many" / "outputs" / "results"
         (sweep,) = store.sweeps(results, "exp014_tiled")
         copies(results, sweep, many - 1)
-        show(f"python -m analysis over {many} sweeps of {each:,} points",
+        show(f"python -m harness report over {many} sweeps of {each:,} points",
              [run(analysis, scratch / "many") for _ in range(repeats)])  # fmt: skip
 
 

@@ -8,7 +8,7 @@ min_time_s=0.2: the sweep whose same-code gate failed 2 of 5 idle runs with one 
 side), three of the code as it is and three more of it; and six of the probe experiment `spin`
 (tests/support: ten products of size x size matrices a call, one thread, sizes 128 to 256),
 three as it is and three with 1.3x its work (work=1.3: 13 products a call). Then four gates,
-`python -m analysis compare X Y --fail-on-regression 1.10`: the first sweep of exp018's one
+`python -m harness report compare X Y --fail-on-regression 1.10`: the first sweep of exp018's one
 side against the first of its other (one process a side), then each side's three against the
 other's; spin's first against its first slowed one, then its three against the three slowed.
 Printed: each gate's exit code (0 passed, 1 a regression) and its timings' verdicts, then how
@@ -49,7 +49,7 @@ def sweep(out: Path, args: list[str]) -> str:
 
 def gate(out: Path, a: list[str], b: list[str]) -> str:
     """The gate's exit code for sides a and b (0 passed, 1 a regression), and its verdicts."""
-    command = [sys.executable, "-m", "analysis", "compare", ",".join(a), ",".join(b),
+    command = [sys.executable, "-m", "harness", "report", "compare", ",".join(a), ",".join(b),
                "--fail-on-regression", FACTOR, "--out", str(out)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, env=ENV, cwd=out)
     if done.returncode not in (0, 1) or done.stderr:  # 1 is a regression, and says nothing more

@@ -3,8 +3,8 @@ compare gate, on the machine as it is and beside two busy processes.
 
 A run is two sweeps of one grid (method=tiled,sdpa length=4096,8192,16384 window=256 on the CPU;
 --quick: length=1024,2048 window=64 min_time_s=0.2) into a scratch out dir, made and read as a
-user does: `python -m harness ... out=DIR`, then `python -m analysis --out DIR` for sweep B's
-claims and `python -m analysis compare A B --fail-on-regression 1.10 --out DIR` for the gate's
+user does: `python -m harness ... out=DIR`, then `python -m harness report --out DIR` for sweep B's
+claims and `python -m harness report compare A B --fail-on-regression 1.10 --out DIR` for the gate's
 exit code. An idle run makes both sweeps on the machine as it is. A loaded run starts two
 processes that spin (`python -c "while True: pass"`) after sweep A and kills them after sweep B:
 A is idle, B under load, as when other work comes to the machine between two sweeps of the same
@@ -41,10 +41,12 @@ def sweep(out: Path, grid: list[str]) -> str:
 
 
 def claims(out: Path) -> dict[str, tuple[str, str]]:
-    """The newest sweep's claims in out, as python -m analysis prints them ("RESULT
+    """The newest sweep's claims in out, as python -m harness report prints them ("RESULT
     exp018_window: TEXT (BOUNDS) (worst W, ...)"): TEXT -> (result, worst value)."""
     done = subprocess.run(
-        [sys.executable, "-m", "analysis", "--out", str(out)], capture_output=True, text=True
+        [sys.executable, "-m", "harness", "report", "--out", str(out)],
+        capture_output=True,
+        text=True,
     )
     found = {}
     for line in done.stdout.splitlines():
@@ -58,10 +60,10 @@ def claims(out: Path) -> dict[str, tuple[str, str]]:
 
 
 def gate(out: Path, a: str, b: str) -> tuple[int, list[str], str]:
-    """python -m analysis compare A B --fail-on-regression FACTOR: its exit code, the timings
+    """python -m harness report compare A B --fail-on-regression FACTOR: its exit code, the timings
     it called regressions (from its table: the metric at its point, and B/A), and its line on
     the machine's load ("" without one)."""
-    command = [sys.executable, "-m", "analysis", "compare", a, b, "--out", str(out)]
+    command = [sys.executable, "-m", "harness", "report", "compare", a, b, "--out", str(out)]
     done = subprocess.run(
         [*command, "--fail-on-regression", FACTOR], capture_output=True, text=True
     )

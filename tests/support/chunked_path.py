@@ -10,8 +10,8 @@ import os
 import torch
 from torch import Tensor
 
-from experiments.attention import repeat_kv, visible
-from experiments.paths import register
+from octlm_experiments.attention import repeat_kv, visible
+from octlm_experiments.paths import register
 
 CHUNK = 5  # query rows at a time: lengths the tests use are rarely a multiple
 OFF_BY = os.environ.get("CHUNKED_PATH_OFF_BY")

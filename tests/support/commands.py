@@ -17,14 +17,16 @@ from harness.launchers.fresh import ProcessState
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = ROOT / "tests" / "support"  # the test probes: a user's own experiment, on its own path
-MAINS = {"harness": "harness.command.cli", "analysis": "analysis.__main__"}  # module -> its main's
+# The commands the tests call, by the name a test gives: each one's module and its arguments.
+# The report is the harness's: python -m harness report.
+COMMANDS = {"harness": ("harness", []), "analysis": ("harness", ["report"])}
 
 
 def start_command(module: str, *args: str, cwd: Path, env: dict | None = None):
     """`python -m module args...` in `cwd`, started in its own session as from a terminal
     (Ctrl-C's SIGINT not ignored, even when the tests run in the background); the Popen."""
     return subprocess.Popen(
-        [sys.executable, "-m", module, *args],
+        [sys.executable, "-m", COMMANDS[module][0], *COMMANDS[module][1], *args],
         cwd=cwd,
         env=_environment(env),
         stdout=subprocess.PIPE,
@@ -45,12 +47,13 @@ def call_command(module: str, *args: str, cwd: Path, env: dict | None = None, ti
     edited between two calls, is read anew), and Hydra's global state cleared. A call still running
     after `timeout` seconds has every thread's stack written to the test's stderr
     (faulthandler), saying where it hangs."""
-    argv = [sys.executable, "-m", module, *args]
+    top, first = COMMANDS[module]
+    argv = [sys.executable, "-m", top, *first, *args]
     if timeout:
         faulthandler.dump_traceback_later(timeout, file=sys.__stderr__)
     with _as_a_fresh_process(cwd, env or {}), _captured() as (out, err):
         try:
-            code = importlib.import_module(MAINS[module]).main(list(args))
+            code = importlib.import_module("harness.command.cli").main([*first, *args])
         except SystemExit as stop:
             code = stop.code
         except BaseException:  # noqa: BLE001 - what an uncaught exception does to a process

@@ -1,4 +1,4 @@
-"""What the oracle tests run on: every registered attention path (experiments.paths'
+"""What the oracle tests run on: every registered attention path (octlm_experiments.paths'
 registry, with any path that a plugin registers first: `pytest -p MODULE`), as its declared
 capabilities allow, read when the tests are collected. A path registered in the registry is then
 checked against the float64 reference forward and backward, with and without a window, in the
@@ -11,7 +11,7 @@ tests (make test); in float32, where it compiles, it is checked at one shape eac
 import pytest
 import torch
 
-from experiments.paths import CAPABILITIES
+from octlm_experiments.paths import CAPABILITIES
 
 REFERENCE = "naive"  # the eager oracle itself: compared with the float64 reference, not with it
 
