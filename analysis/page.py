@@ -197,13 +197,15 @@ LONG_TEXT = 40  # characters: a longer text in a table is cut to the cell (same 
 
 def reading_order(points: pd.DataFrame) -> pd.DataFrame:
     """A table of points, its columns in the order a reader looks for them: the job, the
-    parameters that vary, the status, the measurements, the error; then the parameters every
+    parameters that vary, the status, where it was reused from (where any point was), the
+    measurements, the error; then the parameters every
     point shares, and the harness's columns (provenance, ...). `attrs["params"]`: the
     parameters' names."""
     params = [p for p in points.attrs.get("params", []) if p in points]
     varying = [p for p in params if points[p].astype(str).nunique() > 1]
     measured = [c for c in points if c not in (*params, *store.HARNESS_COLUMNS)]
-    first = ["job", *varying, "status", "reused_from", *measured, "error"]
+    reused = ["reused_from"] if points.get("reused_from", pd.Series()).notna().any() else []
+    first = ["job", *varying, "status", *reused, *measured, "error"]
     order = [c for c in first if c in points]
     return points[[*order, *(c for c in points if c not in order)]]
 

@@ -92,6 +92,10 @@ def test_the_page_is_self_contained_and_its_figures_are_valid_plotly(store_dir):
         t["name"] for f in figures for t in f["data"] if "per step" in f["layout"]["title"]["text"]
     }
     assert {"attention=sdpa", "attention=tiled"} <= names, "a line per point, by its settings"
+    # The experiment's own table first, as REPORT.md has it: before its plots and claims.
+    tiled = text[text.index('id="exp-exp014_tiled"') :]
+    table = tiled.index("max_abs_diff, length (rows) by block (columns)")
+    assert table < tiled.index('class="plot"') < tiled.index("<h3>Claims</h3>")
 
 
 @needs_browser
@@ -126,8 +130,10 @@ def test_the_page_in_chromium_draws_hovers_toggles_sorts_filters_and_picks(store
         )
         assert hidden == 1
         # Sorting by a column's head, descending on a second click; filtering by a word.
-        column = "[...document.querySelectorAll('section table.data')].find(t => t.rows[0]" \
-                 ".textContent.includes('length'))"  # fmt: skip
+        column = (
+            "[...document.querySelectorAll('section table.data')].find(t => ["
+            "'length', 'status'].every(n => t.rows[0].textContent.includes(n)))"
+        )  # points
         at = browser.evaluate(f"[...{column}.rows[0].cells].findIndex(c => c.textContent === "
                               "'length')")  # fmt: skip
         lengths = (f"[...{column}.tBodies[0].rows].filter(r => !r.hidden).map(r => +r.cells[{at}]"
