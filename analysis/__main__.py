@@ -138,6 +138,7 @@ def _main(argv: list[str] | None) -> int:
         return _compare(results, args)
     config_dirs = [folder.resolve() for folder in args.config_dir]
     try:
+        args.sweep = _last(results, args.sweep)  # sweeps/ID/, not sweeps/last/
         shown = _chosen(results, args.sweep, args.all)
     except BadInput as error:
         print(f"error: {error}", file=sys.stderr)
@@ -198,7 +199,7 @@ def _chosen(results: Path, sweeps: list[str], every: bool) -> dict[str, list[str
     if not sweeps:
         return None
     chosen: dict[str, list[str]] = {}
-    for sweep in dict.fromkeys(_last(results, sweeps)):
+    for sweep in dict.fromkeys(sweeps):
         check_name("--sweep", sweep)
         experiment = store.experiment_of(results, sweep)
         if experiment is None:
@@ -211,13 +212,9 @@ def _last(results: Path, sweeps: list[str]) -> list[str]:
     """The sweep ids with `last` as the newest sweep: of the experiment of the other ids given,
     where they name one, else of any (BadInput in a store without one)."""
 
-    named = [s for s in sweeps if s != store.LAST]
-    experiments = {store.experiment_of(results, s) for s in named} - {None}
+    experiments = {store.experiment_of(results, s) for s in sweeps if s != store.LAST} - {None}
     experiment = experiments.pop() if len(experiments) == 1 else None
-    newest = store.newest_sweep(results, experiment) if len(named) < len(sweeps) else None
-    if newest is None and len(named) < len(sweeps):
-        raise BadInput(f"no sweep in {results} yet, so none is the last")
-    return [newest if s == store.LAST else s for s in sweeps]
+    return [store.named_sweep(results, sweep, experiment) for sweep in sweeps]
 
 
 def _compare(results: Path, args: argparse.Namespace) -> int:

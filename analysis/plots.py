@@ -178,9 +178,9 @@ def with_bounds(
             values = pd.to_numeric(expressions.evaluate(bound, data), errors="coerce")
             drawn = data.assign(_bound=values.astype(float)).dropna(subset=[x, "_bound"])
             per_x = drawn.groupby(x)["_bound"]
-            if not named or (per_x.nunique() <= 1).all():
-                _bound_trace(fig, f"{side} {bound}", per_x.first().index.tolist(),
-                             per_x.first().tolist())  # fmt: skip
+            if not named or (per_x.nunique() <= 1).all():  # one line: the tightest at each x
+                tightest = per_x.min() if side == "max" else per_x.max()
+                _bound_trace(fig, f"{side} {bound}", tightest.index.tolist(), tightest.tolist())
                 continue
             for key, line in drawn.groupby(named, dropna=False, sort=False):
                 line = line.sort_values(x)

@@ -42,32 +42,42 @@ from harness.results.tables import MISSING, absent_columns, markdown, planned, s
 from octlm_analysis import page, plots, point_lines, search
 
 
-def latest_sweep(
-    root: Path, experiment: str, rerun=lambda sweep: False
-) -> tuple[str | None, list[str]]:
+def latest_sweep(root: Path, experiment: str) -> tuple[str | None, list[str]]:
     """The newest sweep with rows (else the newest), and the newer ones with none landed yet,
-    of those that are no `rerun` (a sweep python -m harness again made). A sweep folder that a
-    kill left with nothing but an hour-old temporary file (a manifest cut short) is no sweep: it
-    goes."""
+    of those python -m harness again did not make (its reruns, whose manifests name their
+    original as again_of: all of them where there is no other). A sweep folder that a kill left
+    with nothing but an hour-old temporary file (a manifest cut short) is no sweep: it goes."""
     sweeps = [s for s in store.sweeps(root, experiment) if not store.prune(root, experiment, s)]
-    sweeps = [sweep for sweep in sweeps if not rerun(sweep)]
+    originals = []
+    for sweep in reversed(sweeps):  # the newest first: the chosen one is near the end
+        if not (store.read_manifest(root, experiment, sweep) or {}).get("again_of"):
+            originals.insert(0, sweep)
+            if store.result_files(root, experiment, sweep):
+                break
+    sweeps = originals or sweeps
     landed = [sweep for sweep in sweeps if store.result_files(root, experiment, sweep)]
     chosen = landed[-1] if landed else (sweeps[-1] if sweeps else None)
     return chosen, sweeps[sweeps.index(chosen) + 1 :] if chosen else []
 
 
-def judged(
-    root: Path, experiment: str, sweep: str, report_dir: Path, config_dirs, current_claims: bool,
-    claims: pd.DataFrame | None = None,
-) -> dict:  # fmt: skip
-    """A sweep's claims in a few words ("1 FAIL, 2 PASS"; "" without claims) and the sweep it
-    runs again ("again_of", None for an original), judged as its section would judge them (its
-    `claims`, where the section has); kept in the report folder's cache, as its points are."""
+def judging(experiment: str, config_dirs, current_claims: bool) -> list:
+    """What an experiment's sweeps' verdicts are judged by, besides the code and their files:
+    the config dirs, its YAML's and its tables' function's files, and current_claims."""
     own = experiment_file(experiment, config_dirs) if experiment in available_experiments(
         config_dirs) else None  # fmt: skip
     derive = str((own_config(experiment, config_dirs) or {}).get("derive") or "").rpartition(".")
     code = point_lines.file_version(_origin(derive[0]))  # a tables' function of one's own, edited
-    extra = [[str(f) for f in config_dirs], point_lines.file_version(own), code, current_claims]
+    return [[str(f) for f in config_dirs], point_lines.file_version(own), code, current_claims]
+
+
+def judged(
+    root: Path, experiment: str, sweep: str, report_dir: Path, config_dirs, current_claims: bool,
+    by: list, claims: pd.DataFrame | None = None,
+) -> dict:  # fmt: skip
+    """A sweep's claims in a few words ("1 FAIL, 2 PASS"; "" without claims) and the sweep it
+    runs again ("again_of", None for an original), judged as its section would judge them (its
+    `claims`, where the section has); kept in the report folder's cache, as its points are,
+    while what it was judged `by` (judging) holds."""
 
     def computed() -> dict:
         manifest = store.read_manifest(root, experiment, sweep)
@@ -83,7 +93,7 @@ def judged(
 
     path = report_dir / point_lines.CACHE / experiment / f"{sweep}.judged.json"
     folder = store.sweep_dir(root, experiment, sweep)
-    return point_lines.cached(path, folder, computed, extra, fresh=claims is not None)
+    return point_lines.cached(path, folder, computed, by, fresh=claims is not None)
 
 
 def verdicts(claims: pd.DataFrame | None) -> str:
@@ -130,8 +140,9 @@ def _provenance(first: pd.Series, rows: pd.DataFrame) -> list[str]:
         parts.append(f"commit `{first['git_commit'][:10]}`{dirty}")
     if pd.notna(first.get("torch_version")):
         parts.append(f"torch {first['torch_version']}")
-    if "device_name" in rows:
-        parts.append(", ".join(sorted(rows["device_name"].dropna().unique())))
+    devices = sorted(rows["device_name"].dropna().unique()) if "device_name" in rows else []
+    if devices:
+        parts.append(", ".join(devices))
     return parts
 
 
@@ -416,16 +427,16 @@ def write_report(
     parts = [f"# octlm-harness report\n\n{heading} The same with interactive plots: {page.PAGE}.\n"]
     claims, experiments, judged_sweeps = [], [], []
     for experiment in store.experiments(root) if shown is None else list(shown):
-        newer, seen = [], {}
+        newer, seen, by = [], {}, judging(experiment, config_dirs, current_claims)
 
-        def judge(sweep: str, checked=None, experiment=experiment, seen=seen) -> dict:
+        def judge(sweep: str, checked=None, experiment=experiment, seen=seen, by=by) -> dict:
             if sweep not in seen or checked is not None:
                 seen[sweep] = judged(root, experiment, sweep, report_dir, config_dirs,
-                                     current_claims, checked)  # fmt: skip
+                                     current_claims, by, checked)  # fmt: skip
             return seen[sweep]
 
         if shown is None:
-            sweep, newer = latest_sweep(root, experiment, lambda s: bool(judge(s)["again_of"]))
+            sweep, newer = latest_sweep(root, experiment)
             chosen = [sweep] if sweep is not None else []
         else:
             chosen = shown[experiment]

@@ -125,10 +125,12 @@ def closest(name: str, names) -> str:
 
 def typo_of(name: str, names) -> str | None:
     """The one name of `names` that `name` is a typo of: a letter left out, added, changed or
-    two swapped (lenght, scal, dtpye), the longer of the two at least 3 letters; None where
-    there is none or several. Stricter than closest(): what it finds is refused, and a metric
-    of one's own may well be near a parameter's name (value, scale)."""
-    found = [n for n in dict.fromkeys(map(str, names)) if n != name and _one_edit(name, n)]
+    two swapped (lenght, scal, dtpye), the longer of the two at least 3 letters, and not a
+    plural of the other (step and steps are often a column and a parameter); None where there
+    is none or several. Stricter than closest(): what it finds is refused, and a metric of
+    one's own may well be near a parameter's name (value, scale)."""
+    found = [n for n in dict.fromkeys(map(str, names)) if n != name and _one_edit(name, n)
+             and name.rstrip("s") != n.rstrip("s")]  # fmt: skip
     return found[0] if len(found) == 1 and max(len(name), len(found[0])) >= 3 else None
 
 
@@ -143,6 +145,14 @@ def _one_edit(a: str, b: str) -> bool:
         return len(differ) == 1 or swapped
     short, long = (a, b) if len(a) < len(b) else (b, a)
     return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
+
+
+def refuse_typo(what: str, name: str, names) -> None:
+    """ValueError where `name` is a typo of one of `names` (typo_of): "WHAT names 'lenght', no
+    parameter; did you mean length?"."""
+    typo = typo_of(name, names)
+    if typo:
+        raise ValueError(f"{what} names {name!r}, no parameter; did you mean {typo}?")
 
 
 def key_of(override: str) -> str:

@@ -12,7 +12,7 @@ from sweeps import write_jobs, write_plan
 from harness import store
 from harness.results import claims
 from harness.results.claims import claims_table
-from harness.results.tables import markdown, sweep_table
+from harness.results.tables import check_table_names, markdown, sweep_table
 from octlm_analysis import plots
 
 CONFIG = {
@@ -565,3 +565,58 @@ def test_the_report_shows_no_absolute_path_of_the_machine_that_ran_it(tmp_path, 
     report = (tmp_path / "outputs" / "report" / "REPORT.md").read_text()
     assert ("`python -m harness --config-dir conf +experiment=exp014_tiled reuse=false "
             "out=outputs code_store=.../.cache/codes`") in report  # fmt: skip
+
+
+def test_a_point_of_several_rows_fails_once_and_counts_once():
+    """A training point's rows (a step each): the failing point is named once, and how many
+    pass counts points, not rows."""
+    table = pd.DataFrame([{"job": job, "status": "ok", "lr": lr, "step": step, "loss": loss}
+                          for job, lr, losses in ((0, 0.1, [1.0, 2.0, 3.0]), (1, 0.2, [1.0] * 3))
+                          for step, loss in enumerate(losses, 1)])  # fmt: skip
+    points = [{"job": 0, "params": {"lr": 0.1}}, {"job": 1, "params": {"lr": 0.2}}]
+    claim = {"metric": "loss", "max": 1.5}
+    (line,) = claims_table(table, {"claims": [claim]}, points).itertuples()
+    assert line.failing == "at lr=0.1: 3 > 1.5" and line.passes == "1 of 2"
+
+
+def test_a_derived_table_names_its_lines_by_what_tells_them_apart_whatever_its_labels():
+    """A derived table without the sweep's parameters, made by pd.concat without
+    ignore_index (its labels repeat): its lines are named by its own columns, and nothing
+    breaks."""
+    derived = pd.concat([pd.DataFrame({"method": [m], "length": [2], "ratio": [r]})
+                         for m, r in (("a", 0.5), ("b", 0.95))])  # fmt: skip
+    claim = {"metric": "ratio", "min": 0.9, "table": "growth"}
+    tables = {"rows": rows([1e-7] * 4), "growth": derived}
+    (line,) = claims.claims_of(tables, {"claims": [claim]}, ["length", "block"]).itertuples()
+    assert line.result == "FAIL" and line.failing == "at method=a: 0.5 < 0.9"
+    assert line.passes == "1 of 2"
+
+
+def test_names_one_letter_from_a_parameter_that_are_columns_of_their_own_are_not_refused():
+    """step beside a parameter steps, errors beside the harness's error, speed as a table's
+    values beside a parameter seed: the experiment's own columns, not typos."""
+    where = "step > 10 and errors == 0"
+    config = {"table": {"index": "step", "values": "speed"},
+              "claims": [{"metric": "loss", "max": 1.0, "where": where}]}  # fmt: skip
+    claims.validate(config, ["steps", "seed", "lr"])
+    check_table_names(config["table"], ["steps", "seed", "lr"])
+
+
+def test_an_experiment_whose_every_sweep_is_a_rerun_is_still_reported(tmp_path, analysis):
+    results = tmp_path / "outputs" / "results"
+    write_sweep(results, [1e-5] * 4, sweep="20261129-130000-cccc")
+    rerun = store.read_manifest(results, "exp014_tiled", "20261129-130000-cccc")
+    store.write_manifest(results, {**rerun, "again_of": "20261129-120000-gone"})
+    checked = analysis("--check")
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "FAIL       exp014_tiled 20261129-130000-cccc" in checked.stdout
+
+
+def test_sweep_last_writes_the_page_of_the_sweep_it_names(tmp_path, analysis):
+    results = tmp_path / "outputs" / "results"
+    write_sweep(results, [1e-7] * 4, sweep="20261129-130000-cccc")
+    assert analysis("--sweep", "last").returncode == 0
+    assert (
+        tmp_path / "outputs" / "report" / "sweeps" / "20261129-130000-cccc" / "REPORT.md"
+    ).exists()
+    assert not (tmp_path / "outputs" / "report" / "sweeps" / "last").exists()

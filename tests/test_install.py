@@ -180,10 +180,9 @@ def test_a_research_folder_with_its_own_experiments_and_analysis_runs_the_harnes
     for package in ("experiments", "analysis"):
         (work / package).mkdir(parents=True)
         (work / package / "__init__.py").write_text(
-            f"raise RuntimeError('the research folder's own {package} was imported')\n"
+            f"raise RuntimeError('the research folder has its own {package}')\n"
         )
         (work / package / "tiled.py").write_text("def run(**kwargs):\n    return []\n")
-    (work / "analysis" / "__main__.py").write_text("print('the research folder's analysis')\n")
     env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
 
     def run(*args: str) -> subprocess.CompletedProcess:
@@ -203,7 +202,7 @@ def test_a_research_folder_with_its_own_experiments_and_analysis_runs_the_harnes
     assert reported.returncode == 0, reported.stdout + reported.stderr
     assert "PASS       exp014_tiled" in reported.stdout
     assert "exp014_tiled" in (work / "outputs" / "report" / "REPORT.md").read_text()
-    assert "the research folder's own analysis was imported" in run("analysis").stderr
+    assert "the research folder has its own analysis" in run("analysis").stderr
 
 
 FAKE_PIP = """#!/bin/sh

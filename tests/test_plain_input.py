@@ -57,15 +57,15 @@ def refused(result, said: str) -> None:
         ("claims: [{metric: value, max: \"'ten'\"}]", "has the text 'ten'"),
         (
             "claims: [{metric: value, max: 10, where: 'scael > 1'}]",
-            "its where names 'scael', no parameter or column; did you mean scale?",
+            "its where names 'scael', no parameter; did you mean scale?",
         ),
         (
             "claims: [{metric: value, max: 2 * scal}]",
-            "its max names 'scal', no parameter or column; did you mean scale?",
+            "its max names 'scal', no parameter; did you mean scale?",
         ),
         (
             "table: {index: scal, values: value}",
-            "table names 'scal', no parameter or column; did you mean scale?",
+            "table names 'scal', no parameter; did you mean scale?",
         ),
     ],
 )
@@ -130,3 +130,9 @@ def test_every_harness_column_is_read_before_anything_was_reused(mine):
     import pandas as pd
 
     assert "reused_from" in pd.read_parquet(mine.results)
+
+
+def test_a_truth_value_beside_a_number_is_a_cell_of_its_own(mine):
+    result = mine("", "n=1,true")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 points: 2 ok" in result.stdout

@@ -113,15 +113,7 @@ def pipe_table(lines: list[dict]) -> str:
     return "\n".join(padded)
 
 
-def named_sweep(results: Path, sweep_id: str, experiment: str | None = None) -> str:
-    """The sweep id itself, or for LAST the newest sweep's (of `experiment`, if given)."""
-    if sweep_id != LAST:
-        return sweep_id
-    newest = store.newest_sweep(results, experiment)
-    if newest is None:
-        of = f" of {experiment}" if experiment else ""
-        raise BadInput(f"no sweep{of} in {results} yet, so none is the last")
-    return newest
+named_sweep = store.named_sweep  # the sweep id, or for LAST the newest sweep's
 
 
 def find_experiment(results: Path, sweep_id: str) -> str:

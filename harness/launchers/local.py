@@ -18,7 +18,6 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -145,7 +144,7 @@ class LocalLauncher(SubmititLauncher):
         """Each job a process of its own (submitit's local executor), cancelled if the sweep
         stops."""
         executor, free, waiting = self.executor(), list(self.gpus), list(jobs)
-        running: dict[int, tuple[submitit.Job, str | None, Path]] = {}
+        running: dict[int, tuple[submitit.Job, str | None]] = {}
         try:
             while waiting or running:
                 while waiting and len(running) < self.max_parallel:
@@ -153,26 +152,23 @@ class LocalLauncher(SubmititLauncher):
                     taken = [free.pop(0) for _ in range(self.tasks)] if self.gpus else []
                     gpu = ",".join(taken) or None
                     own = os.environ.get("CUDA_VISIBLE_DEVICES", UNSET)
-                    meeting = self.controller_log().with_name(f"group-{uuid.uuid4().hex}")
                     with (
                         _output_to(self.controller_log()),
                         _environment(GPU_ENV, gpu or own),
                         _environment(SWEEP_ENV, process_identity(os.getpid())),
-                        _environment(distributed.MEETING_ENV, str(meeting)),
+                        _environment(distributed.PORT_ENV, distributed.free_port()),
                     ):
-                        handle = executor.submit(self, *self.job_arguments([spec]))
-                        running[spec.job] = handle, gpu, meeting
-                done = [job for job, (handle, _, _) in running.items() if handle.done()]
+                        running[spec.job] = executor.submit(self, *self.job_arguments([spec])), gpu
+                done = [job for job, (handle, _) in running.items() if handle.done()]
                 for job in done:
-                    handle, gpu, meeting = running.pop(job)
-                    meeting.unlink(missing_ok=True)  # its group's file, where it had one
+                    handle, gpu = running.pop(job)
                     if gpu is not None:
                         free += gpu.split(",")
                     yield job, outcome(handle, None, 0)
                 if not done:
                     time.sleep(POLL_S)
         finally:
-            for handle, _, _ in running.values():
+            for handle, _ in running.values():
                 handle.cancel(check=False)  # its controller stops the point's process
 
     def controller_log(self) -> Path:

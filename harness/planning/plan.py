@@ -192,7 +192,7 @@ def _check_report_spec(experiment: Experiment) -> None:
     try:
         names = list(experiment.parameters)
         validate_table(experiment.config.get("table"))
-        check_table_names(experiment.config.get("table"), [*names, *store.HARNESS_COLUMNS])
+        check_table_names(experiment.config.get("table"), names)
         validate_plots(experiment.config.get("plots"))
         validate_claims(experiment.config, names)
     except ValueError as error:
@@ -318,9 +318,16 @@ def _check_distinct(key: str, values: list[tuple[str, object]]) -> None:
     """BadInput where a key's grid gives a value twice (n=1,2,2 would run n=2 twice), or two
     values of different types that are equal or read alike (1, '1' and 1.0: points of their
     own, one cell of every table and one key of the store's lines)."""
-    for number, (text, value) in enumerate(values):
-        for earlier, before in values[:number]:
-            if _alike(before, value):
+    seen: dict = {}
+    for text, value in values:
+        number = (
+            float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+        )
+        for alike in (("text", str(value)), ("number", number)):
+            if alike[1] is None:
+                continue
+            if alike in seen:
+                earlier, before = seen[alike]
                 if type(before) is type(value):
                     raise BadInput(f"{key} lists {text} twice: give each value once")
                 raise BadInput(
@@ -328,16 +335,7 @@ def _check_distinct(key: str, values: list[tuple[str, object]]) -> None:
                     f"({type(value).__name__}) would share a cell of its tables: give them as "
                     "one type"
                 )
-
-
-def _alike(a, b) -> bool:
-    """Whether two grid values are equal, or read alike as text (1 and '1')."""
-    try:
-        if a == b:
-            return True
-    except Exception:  # a comparison that cannot be made: they are told apart by their text
-        pass
-    return str(a) == str(b)
+            seen[alike] = text, value
 
 
 def _plain(value):

@@ -35,11 +35,11 @@ from collections.abc import Callable, Mapping
 
 import pandas as pd
 
-from harness.names import closest, setting, typo_of
+from harness.names import closest, refuse_typo, setting
 from harness.results import expressions
 from harness.results.tables import MISSING, planned
 from harness.searching import search
-from harness.store import HARNESS_COLUMNS
+from harness.store import HARNESS_COLUMNS, parameter_columns
 
 FAILING = ("FAIL", "INCOMPLETE", "ERROR")  # the results that make --check exit 1
 COLUMNS = ["claim", "result", "worst", "points", "passes", "failing", "missing"]
@@ -112,6 +112,7 @@ def check(tables: dict[str, pd.DataFrame], claim: dict, params: list[str] = ()) 
             _checked_bound(bound)
         where = claim.get("where")
         selected = expressions.select(table, where) if where and len(table) else table
+        selected = selected.reset_index(drop=True)  # a derived table's labels may repeat
         if selected.empty:
             return _line(text, "N/A", MISSING, "0 of 0")
         if claim["metric"] not in table and _answered(table):
@@ -136,18 +137,34 @@ def check(tables: dict[str, pd.DataFrame], claim: dict, params: list[str] = ()) 
     broken = above | below
     result = "FAIL" if broken.any() else ("INCOMPLETE" if not known.all() else "PASS")
     worst = _worst(values[broken] if broken.any() else values[known], claim)
-    names = pd.Series(_point_names(selected, params), index=selected.index)
-    failing = [
-        f"at {names[i]}: " + (_versus(v, ">", high[i]) if above[i] else _versus(v, "<", low[i]))
-        for i, v in values[broken].items()
-    ]
+    rows = name in HARNESS_TABLES
+    if rows and not params:  # no plan: its parameters read from the rows, less what it judges
+        judged = [claim["metric"], *(n for b in _listed(claim.get("min")) + _listed(claim.get(
+            "max")) if isinstance(b, str) for n in expressions.parse(b).names)]  # fmt: skip
+        params = parameter_columns(table, judged)
+    names = pd.Series(_point_names(selected, params, rows), index=selected.index)
+    worst_of: dict[str, tuple[float, str]] = {}  # a point of several rows named once, its worst
+    for i, v in values[broken].items():
+        bound, op = (high[i], ">") if above[i] else (low[i], "<")
+        beyond = abs(v - bound) / (abs(bound) or 1.0)
+        if beyond >= worst_of.get(names[i], (-1.0, ""))[0]:
+            worst_of[names[i]] = beyond, f"at {names[i]}: {_versus(v, op, bound)}"
+    failing = [said for _, said in worst_of.values()]
     more = f" and {len(failing) - NAMED} more" if len(failing) > NAMED else ""
     missing = _name(selected[~known], names) + _lacking(selected[short], claim.get("needs"))
     return _line(
         text, result, worst, f"{int(known.sum())} of {len(selected)}", missing,
-        passes=f"{int((known & ~broken).sum())} of {len(selected)}",
-        failing=", ".join(failing[:NAMED]) + more,
+        passes=_passing(selected, known & ~broken), failing=", ".join(failing[:NAMED]) + more,
     )  # fmt: skip
+
+
+def _passing(selected: pd.DataFrame, passed: pd.Series) -> str:
+    """How many selected points pass: each a job of the rows (all its rows passing), each a
+    line of a derived table."""
+    if "job" not in selected:
+        return f"{int(passed.sum())} of {len(selected)}"
+    failed = set(selected["job"][~passed])
+    return f"{len(set(selected['job']) - failed)} of {selected['job'].nunique()}"
 
 
 def _checked_bound(bound) -> None:
@@ -169,8 +186,8 @@ def _versus(value: float, op: str, bound: float) -> str:
     for digits in range(3, 10):
         shown = f"{value:.{digits}g}", f"{bound:.{digits}g}"
         if shown[0] != shown[1]:
-            break
-    return f"{shown[0]} {op} {shown[1]}"
+            return f"{shown[0]} {op} {shown[1]}"
+    return f"{value!r} {op} {bound!r}"
 
 
 def validate(config: dict, names=()) -> None:
@@ -191,7 +208,7 @@ def validate(config: dict, names=()) -> None:
         try:
             _validate_claim(claim)
             if names and claim.get("table", "rows") in HARNESS_TABLES:
-                _check_names(claim, [*names, *HARNESS_COLUMNS])
+                _check_names(claim, names)
             if claim.get("table") not in (None, *HARNESS_TABLES) and not config.get("derive"):
                 raise ValueError(
                     f"its table {claim['table']!r} is none the experiment derives: name the "
@@ -238,11 +255,7 @@ def _check_names(claim: Mapping, names: list[str]) -> None:
             if not isinstance(text, str):
                 continue
             for name in sorted(expressions.parse(text).names - {*names, claim["metric"]}):
-                typo = typo_of(name, names)
-                if typo:
-                    raise ValueError(
-                        f"its {key} names {name!r}, no parameter or column; did you mean {typo}?"
-                    )
+                refuse_typo(f"its {key}", name, names)
 
 
 def _parsed(key: str, text: str) -> None:
@@ -358,18 +371,19 @@ def _worst(values: pd.Series, claim: dict) -> str:
     return f"{(values.max() if claim.get('max') is not None else values.min()):.3g}"
 
 
-def _point_names(selected: pd.DataFrame, params: list[str]) -> list[str]:
+def _point_names(selected: pd.DataFrame, params: list[str], rows: bool) -> list[str]:
     """Each line's name: the sweep's parameters that vary among the selected lines (dtype=bfloat16
-    length=4096); without parameters (a derived table), the columns that are no measurement
-    (not floats) and tell its lines apart; where nothing varies, its job or "its only line"."""
+    length=4096); in a derived table (not `rows`), also its other columns that are no
+    measurement (not floats) and tell its lines apart; where nothing varies, its job or "its
+    only line"."""
 
     def varies(column: str) -> bool:  # as text: a list parameter's values are no keys
         return selected[column].astype(str).nunique() > 1
 
     keys = [p for p in params if p in selected and varies(p)]
-    if not params:
-        keys = [c for c in selected if c not in HARNESS_COLUMNS and varies(c)
-                and not pd.api.types.is_float_dtype(selected[c])]  # fmt: skip
+    if not rows:
+        keys += [c for c in selected if c not in (*keys, *HARNESS_COLUMNS) and varies(c)
+                 and not pd.api.types.is_float_dtype(selected[c])]  # fmt: skip
     if keys:
         return [" ".join(setting(k, row[k]) for k in keys) for _, row in selected.iterrows()]
     if "job" in selected:

@@ -147,7 +147,7 @@ def _not_arithmetic(node: ast.expr) -> str:
         case ast.Constant(value=str()):
             return f"the text {_source(node)}"
         case ast.Name() if node.id.lower() in WORDS:
-            return f"the word {node.id}, which is no number (YAML's own: .inf, .nan, true)"
+            return f"the word {node.id}, which is no number (YAML's .inf is one; or leave it out)"
         case ast.Constant() | ast.Name():
             return ""
         case ast.UnaryOp(op=ast.Not()):

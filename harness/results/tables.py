@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from harness.names import closest, setting, typo_of
+from harness.names import closest, refuse_typo, setting
 
 MISSING = "—"
 TABLE_KEYS = ("index", "columns", "values")  # an experiment's `table`: column names
@@ -63,17 +63,15 @@ def validate_table(spec) -> None:
 
 
 def check_table_names(spec, names: list[str]) -> None:
-    """ValueError for a valid `table` naming a column that is none of `names` (the parameters
-    and the harness's columns) but a typo of one (harness.names.typo_of), said before anything
-    runs (others are the
+    """ValueError for a valid `table` whose index or columns name what is no parameter of
+    `names` but a typo of one (harness.names.typo_of), said before anything runs (others are the
     experiment's metrics, known once it ran: absent_columns says so then)."""
     if not spec:
         return
     index, columns = table_axes(spec)
-    for name in [*index, *columns, spec["values"]]:
-        typo = typo_of(name, names) if name not in names else None
-        if typo:
-            raise ValueError(f"table names {name!r}, no parameter or column; did you mean {typo}?")
+    for name in [*index, *columns]:  # its values are a metric, whatever their name is near
+        if name not in names:
+            refuse_typo("table", name, names)
 
 
 def absent_columns(rows: pd.DataFrame, spec) -> str:

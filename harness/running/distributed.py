@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 LOCAL_HOST = "127.0.0.1"  # the local launcher's processes meet here, whatever the host's name
 TIMEOUT_S = 60  # how long a group's process waits for the others (launchers: group_timeout_s)
-# The local launcher's groups meet in a file of their own (a new one for each start of a point's
-# processes) rather than at a TCP port drawn at random from the job's id: such a port may be any
-# other process's, and a rank that cannot reach rank 0 there waits out the whole timeout.
-MEETING_ENV = "HARNESS_GROUP_FILE"
+# The local launcher's groups meet at a port the launcher found free on this machine (the
+# kernel's choice of port 0) rather than one drawn at random from the job's id: such a port may
+# be any other process's, and a rank that cannot reach rank 0 there waits out the whole timeout.
+PORT_ENV = "HARNESS_GROUP_PORT"
 
 
 @dataclass(frozen=True)
@@ -84,24 +84,23 @@ def start(local: bool, timeout_s: float = TIMEOUT_S) -> Group | None:
     if environment.num_tasks <= 1:
         return None
     os.environ.pop("MASTER_PORT", None)  # an inherited one: each job draws its own from its id
+    if local and os.environ.get(PORT_ENV):
+        os.environ["MASTER_PORT"] = os.environ[PORT_ENV]  # the launcher's free port
     exported = submitit.helpers.TorchDistributedEnvironment()
     exported.export(set_cuda_visible_devices=False, overwrite=True)
     if local:
         os.environ["MASTER_ADDR"] = LOCAL_HOST
     _own_gpu(exported.local_rank)
-    meeting = os.environ.get(MEETING_ENV) if local else None
-    join(
-        timeout_s, f"file://{meeting}" if meeting else "env://", exported.rank, exported.world_size
-    )
+    join(timeout_s)
     _group = Group(exported.rank, exported.world_size, exported.local_rank)
     return _group
 
 
-def join(timeout_s: float, meeting: str, rank: int, world_size: int) -> None:
-    """init_process_group where the ranks meet (`meeting`: env://, from MASTER_ADDR and
-    MASTER_PORT, or file://PATH): gloo, and NCCL for CUDA tensors where there is CUDA. A rank
-    that never comes (it died before it got here) or a collective a rank never joins fails after
-    `timeout_s`, not after torch's default of 30 minutes."""
+def join(timeout_s: float) -> None:
+    """init_process_group from the environment (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE):
+    gloo, and NCCL for CUDA tensors where there is CUDA. A rank that never comes (it died
+    before it got here) or a collective a rank never joins fails after `timeout_s`, not after
+    torch's default of 30 minutes."""
     from datetime import timedelta
 
     import torch
@@ -109,15 +108,18 @@ def join(timeout_s: float, meeting: str, rank: int, world_size: int) -> None:
 
     cuda = torch.cuda.is_available()
     backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
-    dist.init_process_group(
-        backend=backend,
-        init_method=meeting,
-        rank=rank,
-        world_size=world_size,
-        timeout=timedelta(seconds=timeout_s),
-    )
+    dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
     if cuda:
         torch.cuda.set_device(0)
+
+
+def free_port() -> str:
+    """A TCP port no process listens on now, on this machine's loopback (the kernel's pick)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind((LOCAL_HOST, 0))
+        return str(probe.getsockname()[1])
 
 
 def end() -> None:

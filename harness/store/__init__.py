@@ -84,6 +84,7 @@ from harness.store.layout import (  # noqa: F401
 from harness.store.manifest import (  # noqa: F401
     experiment_of,
     experiments,
+    named_sweep,
     newest_sweep,
     read_manifest,
     sweeps,

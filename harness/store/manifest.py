@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from harness import files
+from harness.errors import BadInput
 from harness.store.layout import MANIFEST, MANIFEST_KINDS, name_once, sweep_dir
 from harness.store.search_settings import shape_fault
 
@@ -116,6 +117,21 @@ def newest_sweep(root: Path, experiment: str | None = None) -> str | None:
     """The newest sweep's id, of the experiment or of any; None in a store without one."""
     names = [experiment] if experiment else experiments(root)
     return max((s for name in names for s in sweeps(root, name)), default=None)
+
+
+LAST = "last"  # a sweep's name for the newest, as the command line takes it
+
+
+def named_sweep(root: Path, sweep_id: str, experiment: str | None = None) -> str:
+    """The sweep id itself, or for "last" the newest sweep's (of `experiment`, if given);
+    BadInput where there is none."""
+    if sweep_id != LAST:
+        return sweep_id
+    newest = newest_sweep(root, experiment)
+    if newest is None:
+        of = f" of {experiment}" if experiment else ""
+        raise BadInput(f"no sweep{of} in {root} yet, so none is the last")
+    return newest
 
 
 def experiments(root: Path) -> list[str]:

@@ -30,10 +30,8 @@ from harness.store.layout import (
     sweep_dir,
     sweep_dirs,
 )
-from harness.store.manifest import newest_sweep
+from harness.store.manifest import LAST, newest_sweep
 from harness.store.rows import concat, job_hashes, trusted
-
-LAST = "last"  # a sweep's name for the newest, as the command line takes it
 
 if TYPE_CHECKING:  # pandas loads where a frame is made: status and compact read Arrow alone
     import pandas as pd
