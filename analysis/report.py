@@ -16,6 +16,8 @@ section lists all the sweeps of its experiment, with their points planned and la
 claims' verdicts.
 """
 
+import copy
+import functools
 import importlib.util
 import json
 import os
@@ -86,6 +88,9 @@ def judged(
             config = trusted_config(manifest, experiment, config_dirs, current_claims)
             try:
                 rows = store.as_planned(store.read(root, experiment, sweep), manifest, root)
+                # Its points from the same read, kept as the page's sweep list reads them.
+                point_lines.keep(root, experiment, sweep, report_dir,
+                                 point_lines.of_rows(rows, manifest, sweep))  # fmt: skip
                 said = claims_table(rows, config, manifest["points"])
             except Exception:  # its own section says what went wrong
                 said = pd.DataFrame({"result": ["ERROR"]})
@@ -173,8 +178,14 @@ def own_config(experiment: str, config_dirs: list[Path]) -> dict | None:
     --config-dir's), read as YAML, nothing imported; None where there is none here."""
     if experiment not in available_experiments(config_dirs):
         return None
-    own = yaml.safe_load(experiment_file(experiment, config_dirs).read_text()) or {}
-    return own.get("experiment") or {}
+    path = experiment_file(experiment, config_dirs)
+    return copy.deepcopy(_yaml_experiment(str(path), path.stat().st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=64)
+def _yaml_experiment(path: str, version: int) -> dict:
+    """A YAML file's experiment node, read once for each version of the file (its mtime)."""
+    return (yaml.safe_load(Path(path).read_text()) or {}).get("experiment") or {}
 
 
 def claims_changed(manifest: dict | None, experiment: str, config_dirs: list[Path]) -> bool:
@@ -441,6 +452,8 @@ def write_report(
         else:
             chosen = shown[experiment]
         every_sweep = store.sweeps(root, experiment)
+        for sweep in every_sweep:  # before the points: a verdict's read keeps them too
+            judge(sweep)
         views = []
         for sweep in chosen:
             folder = report_dir if shown is None else report_dir / SWEEPS / sweep
