@@ -133,32 +133,37 @@ def check(tables: dict[str, pd.DataFrame], claim: dict, params: list[str] = ()) 
         reason = (str(error).splitlines() or [""])[0]
         return _line(text, "ERROR", f"{type(error).__name__}: {reason}", MISSING)
     known = values.notna() & low.notna() & high.notna()
-    above, below = known & (values > high), known & (values < low)
-    broken = above | below
+    above = known & (values > high)
+    broken = above | (known & (values < low))
     result = "FAIL" if broken.any() else ("INCOMPLETE" if not known.all() else "PASS")
     worst = _worst(values[broken] if broken.any() else values[known], claim)
+    points, passes = f"{int(known.sum())} of {len(selected)}", _passing(selected, known & ~broken)
+    if result == "PASS":  # nothing to name
+        return _line(text, result, worst, points, passes=passes)
     rows = name in HARNESS_TABLES
-    if not (broken.any() or not known.all()):  # nothing to name
-        return _line(text, result, worst, f"{int(known.sum())} of {len(selected)}",
-                     passes=_passing(selected, known), failing="")  # fmt: skip
     if rows and not params:  # no plan: its parameters read from the rows, less what it judges
-        judged = [claim["metric"], *(n for b in _listed(claim.get("min")) + _listed(claim.get(
-            "max")) if isinstance(b, str) for n in expressions.parse(b).names)]  # fmt: skip
-        params = parameter_columns(table, judged)
+        bounds = [b for b in (*_listed(claim.get("min")), *_listed(claim.get("max")))
+                  if isinstance(b, str)]  # fmt: skip
+        judging = {claim["metric"], *(n for b in bounds for n in expressions.parse(b).names)}
+        params = parameter_columns(table, judging)
     names = pd.Series(_point_names(selected, params, rows), index=selected.index)
-    worst_of: dict[str, tuple[float, str]] = {}  # a point of several rows named once, its worst
-    for i, v in values[broken].items():
+    failing = _failing(values[broken], above, low, high, names)
+    missing = _name(selected[~known], names) + _lacking(selected[short], claim.get("needs"))
+    return _line(text, result, worst, points, missing, passes, failing)
+
+
+def _failing(broken: pd.Series, above, low, high, names: pd.Series) -> str:
+    """The failing points, each once (at its worst row, where it has several), with its value
+    and the bound it breaks: "at dtype=bfloat16 length=4096: 0.0032 > 0.0011, ..."."""
+    worst_of: dict[str, tuple[float, str]] = {}
+    for i, value in broken.items():
         bound, op = (high[i], ">") if above[i] else (low[i], "<")
-        beyond = abs(v - bound) / (abs(bound) or 1.0)
+        beyond = abs(value - bound) / (abs(bound) or 1.0)
         if beyond >= worst_of.get(names[i], (-1.0, ""))[0]:
-            worst_of[names[i]] = beyond, f"at {names[i]}: {_versus(v, op, bound)}"
+            worst_of[names[i]] = beyond, f"at {names[i]}: {_versus(value, op, bound)}"
     failing = [said for _, said in worst_of.values()]
     more = f" and {len(failing) - NAMED} more" if len(failing) > NAMED else ""
-    missing = _name(selected[~known], names) + _lacking(selected[short], claim.get("needs"))
-    return _line(
-        text, result, worst, f"{int(known.sum())} of {len(selected)}", missing,
-        passes=_passing(selected, known & ~broken), failing=", ".join(failing[:NAMED]) + more,
-    )  # fmt: skip
+    return ", ".join(failing[:NAMED]) + more
 
 
 def _passing(selected: pd.DataFrame, passed: pd.Series) -> str:
