@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from harness import store
+from octlm_analysis.plots import housekeeping
 from octlm_analysis.sides import PROCESS, CompareError, Side, side_claims
 
 ALPHA = 0.05
@@ -150,8 +151,8 @@ def _pooled(lines: pd.DataFrame, timings: list[str]) -> pd.DataFrame:
         pooled[timing + PER_PROCESS] = values.groupby([lines["job"], lines["row"]]).agg(
             lambda v: [float(x) for x in v.dropna()]
         )
-    if LOAD in lines:
-        pooled[LOAD] = pd.to_numeric(lines[LOAD], errors="coerce").groupby(
+    for load in [c for c in lines if _is_load(c)]:  # each timing's: the largest
+        pooled[load] = pd.to_numeric(lines[load], errors="coerce").groupby(
             [lines["job"], lines["row"]]).max()  # fmt: skip
     return pooled.drop(columns=[PROCESS]).reset_index()
 
@@ -172,15 +173,16 @@ def match(a: pd.DataFrame, b: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def metrics(frames: list[pd.DataFrame], params: set[str]) -> tuple[list[str], list[str]]:
     """The numeric columns that are neither parameters nor the harness's: (timings, others).
 
-    A timing's name ends in _ms or _s; its spread (X_iqr_ms), repeats and samples are not
-    metrics of their own.
+    A timing's name ends in _ms or _s; how it was taken (its spread X_iqr_ms, samples, repeats,
+    the load beside it, its threads, its GPU's clocks: octlm_analysis.plots.housekeeping, with
+    or without a prefix) is no metric of its own.
     """
     columns = list(dict.fromkeys(c for frame in frames for c in frame.columns))
     numeric = [
         c
         for c in columns
         if c not in params | NOT_METRICS
-        and not c.endswith(("_samples_ms", "_iqr_ms"))
+        and not housekeeping(c)
         and any(_is_number(frame, c) for frame in frames)
     ]
     timings = [c for c in numeric if c.endswith(("_ms", "_s"))]
@@ -199,7 +201,8 @@ def metric_table(matched: pd.DataFrame, metric: str, keys: list[str]) -> pd.Data
     if metric.endswith(("_ms", "_s")):
         pairs = zip(_column(both, f"{samples} A"), _column(both, f"{samples} B"), strict=True)
         processes = zip(*(_column(both, f"{metric}{PER_PROCESS} {s}") for s in "AB"), strict=True)
-        busy = np.fmax(*(_numbers(both, LOAD, side) for side in "AB")) > BUSY
+        own = load_of(metric, {c.rsplit(" ", 1)[0] for c in both.columns})
+        busy = np.fmax(*(_numbers(both, own, side) for side in "AB")) > BUSY
         valued = np.isfinite(table["A"]) & np.isfinite(table["B"])
         table["change"] = [
             "no value" if not has_values else "busy machine" if busy_here
@@ -211,10 +214,26 @@ def metric_table(matched: pd.DataFrame, metric: str, keys: list[str]) -> pd.Data
     return table[table[["A", "B"]].notna().any(axis=1)]
 
 
+def load_of(timing: str, columns) -> str:
+    """The column of the load beside a timing, among `columns`: its own, named with its prefix
+    as harness.measuring.timing.time_call's columns are prefixed (sdpa_time_ms:
+    sdpa_cpu_load_beside), else the unprefixed LOAD."""
+    prefix = timing.removesuffix("time_ms") if timing.endswith("time_ms") else ""
+    own = f"{prefix}{LOAD}"
+    return own if own in columns else LOAD
+
+
+def _is_load(column: str) -> bool:
+    return column == LOAD or column.endswith(f"_{LOAD}")
+
+
 def load_line(matched: pd.DataFrame) -> str | None:
-    """Each sweep's LOAD over the points both have (median, largest), or None without it."""
+    """Each sweep's LOAD columns (each timing's, prefixed or not) over the points both have
+    (median, largest), or None without any."""
     both = matched[matched["side"] == "both"]
-    loads = {side: _numbers(both, LOAD, side).dropna() for side in "AB"}
+    names = sorted({n for n in (c.rsplit(" ", 1)[0] for c in both.columns) if _is_load(n)})
+    loads = {side: pd.concat([_numbers(both, n, side) for n in names], ignore_index=True).dropna()
+             if names else pd.Series(dtype=float) for side in "AB"}  # fmt: skip
     if all(load.empty for load in loads.values()):
         return None
     said = [
@@ -223,7 +242,8 @@ def load_line(matched: pd.DataFrame) -> str | None:
     ]
     busy = sum(int((load > BUSY).sum()) for load in loads.values())
     return (
-        f"Other processes' share of the CPUs while CPU timings ran ({LOAD}): {'; '.join(said)}; "
+        f"Other processes' share of the CPUs while CPU timings ran ({', '.join(names)}): "
+        f"{'; '.join(said)}; "
         f"{busy} of them over {BUSY:g}, whose timings are not judged."
     )
 

@@ -363,7 +363,11 @@ HOUSEKEEPING = {"repeats", "cpu_load_beside", "threads_used", "gpu_sm_clock_mhz"
 
 
 def housekeeping(column: str) -> bool:
-    return column in HOUSEKEEPING or column.endswith("_iqr_ms")
+    """Whether a column says how a time was taken, with or without a timing's prefix (an
+    experiment that times two calls names them sdpa_repeats, sdpa_cpu_load_beside, ...)."""
+    return column.endswith(("_iqr_ms", "_samples_ms")) or any(
+        column == name or column.endswith(f"_{name}") for name in HOUSEKEEPING
+    )
 
 
 def _numeric(column: pd.Series) -> bool:

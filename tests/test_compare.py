@@ -364,3 +364,28 @@ def test_a_sweep_whose_claims_cannot_be_checked_is_an_error_line_not_a_traceback
     text, _ = document(compare(load(results, A), load(results, B)), factor=None)
     claim = next(line for line in text.splitlines() if "the sweep's claims can be checked" in line)
     assert claim.count("ERROR") == 2 and "ValueError: two measurements share length" in claim
+
+
+def test_each_prefixed_timing_is_judged_with_its_own_load_and_its_housekeeping_is_no_metric(
+    tmp_path,
+):
+    """Two timings in a row, prefixed as docs/own-experiments.md says (sdpa_, naive_): naive's
+    was taken beside a busy machine and is not judged, sdpa's on an idle one is; neither's
+    repeats, load or threads is a metric of the comparison."""
+    results = tmp_path / "results"
+    for sweep, slower, naive_load in ((A, 1.0, 0.02), (B, 1.4, 0.66)):
+        row = {}
+        for prefix, load_beside in (("sdpa_", 0.02), ("naive_", naive_load)):
+            samples = [t * slower for t in TIMES]
+            row |= {f"{prefix}time_ms": float(np.median(samples)),
+                    f"{prefix}time_samples_ms": samples, f"{prefix}repeats": len(samples),
+                    f"{prefix}cpu_load_beside": load_beside,
+                    f"{prefix}threads_used": 2}  # fmt: skip
+        write_timed(results, sweep, row)
+    comparison = compare(load(results, A), load(results, B))
+    assert comparison.timings == ["sdpa_time_ms", "naive_time_ms"] and comparison.others == []
+    changes = {t: metric_table(comparison.matched, t, comparison.keys)["change"].tolist()
+               for t in comparison.timings}  # fmt: skip
+    assert changes == {"sdpa_time_ms": ["slower"], "naive_time_ms": ["busy machine"]}
+    text, _ = document(comparison, factor=1.10)
+    assert "naive_cpu_load_beside, sdpa_cpu_load_beside" in text.split("## ")[0]
