@@ -211,7 +211,6 @@ def _chosen(results: Path, sweeps: list[str], every: bool) -> dict[str, list[str
 def _last(results: Path, sweeps: list[str]) -> list[str]:
     """The sweep ids with `last` as the newest sweep: of the experiment of the other ids given,
     where they name one, else of any (BadInput in a store without one)."""
-
     experiments = {store.experiment_of(results, s) for s in sweeps if s != store.LAST} - {None}
     experiment = experiments.pop() if len(experiments) == 1 else None
     return [store.named_sweep(results, sweep, experiment) for sweep in sweeps]

@@ -11,9 +11,8 @@ parameters, so that it shows as a gap rather than vanishing.
 The report shows each experiment's newest sweep by default (a sweep `python -m harness again`
 made is a rerun: shown with its original, never taken as the newest), or the sweeps chosen
 (`shown`: `python -m harness report --sweep ID`, `--all`), each chosen one's plots in sweeps/ID/;
-every
-section lists all the sweeps of its experiment, with their points planned and landed and their
-claims' verdicts.
+every section lists all the sweeps of its experiment, with their points planned and landed and
+their claims' verdicts.
 """
 
 import copy
@@ -251,9 +250,8 @@ def section(
 ) -> tuple[str, pd.DataFrame, dict]:
     """An experiment's REPORT.md section for one sweep, its claims, and its part of the page
     (octlm_analysis.page.experiment_html's `shown`, its points those of
-    octlm_analysis.point_lines); its
-    plots go to `report_dir` (their links are relative to the report's own folder, its parent
-    if report_dir is a sweeps/ID/ one)."""
+    octlm_analysis.point_lines); its plots go to `report_dir` (their links are relative to the
+    report's own folder, its parent if report_dir is a sweeps/ID/ one)."""
     manifest = store.read_manifest(root, experiment, sweep)
     rows = store.as_planned(store.read(root, experiment, sweep), manifest, root)
     config = trusted_config(manifest, experiment, config_dirs, current_claims)
@@ -452,8 +450,8 @@ def write_report(
         else:
             chosen = shown[experiment]
         every_sweep = store.sweeps(root, experiment)
-        for sweep in every_sweep:  # before the points: a verdict's read keeps them too
-            judge(sweep)
+        for sweep in set(every_sweep) - set(chosen):  # before the points: a verdict's read
+            judge(sweep)  # keeps them too; a shown sweep's are its section's (below)
         views = []
         for sweep in chosen:
             folder = report_dir if shown is None else report_dir / SWEEPS / sweep

@@ -70,10 +70,10 @@ def _status(sweep_id: str, out: str, experiment: str | None) -> int:
 def _compact(sweep_id: str, out: str, experiment: str | None) -> int:
     """Merge the sweep's job files into one (store.compact); refused while SLURM runs points."""
     from harness import store
-    from harness.command.status import find_experiment, named_sweep, still_scheduled
+    from harness.command.status import find_experiment, still_scheduled
 
     results = Path(out).resolve() / "results"
-    sweep_id = named_sweep(results, sweep_id, experiment)
+    sweep_id = store.named_sweep(results, sweep_id, experiment)
     experiment = find_experiment(results, sweep_id)
     running = still_scheduled(store.read_manifest(results, experiment, sweep_id) or {})
     if running:

@@ -11,13 +11,13 @@ from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig
 
 from harness import files, store
-from harness.command.status import named_sweep, still_scheduled
+from harness.command.status import still_scheduled
 from harness.errors import BadInput
 from harness.names import SET_BY_HARNESS, available_experiments, check_name, key_of
 from harness.pinning import codestore
 from harness.planning.config import command, compose_config, results_root
 from harness.planning.experiment import Experiment, config_values, hasher, keyed_config
-from harness.planning.plan import Point, Sweep, sweep_of
+from harness.planning.plan import Point, Sweep, check_code, sweep_of
 from harness.searching import search
 
 # What a resume may set besides Hydra's.
@@ -40,7 +40,7 @@ def resumed(
     """
     results = results_root(overrides)
     given = next((str(o.value()) for o in overrides if key_of(o.input_line) == "experiment"), None)
-    sweep_id = named_sweep(results, check_name("sweep id", sweep_id), given)
+    sweep_id = store.named_sweep(results, check_name("sweep id", sweep_id), given)
     experiment = _experiment_to_resume(results, sweep_id, given)
     _check_writable(store.sweep_dir(results, experiment, sweep_id))
     try:  # before the manifest is read: what it says now is what this command goes on
@@ -93,9 +93,7 @@ def _code(manifest: dict, values: dict, sweep_id: str, config_dirs: list[Path]) 
     (its manifest's code_digest, from this command's code store, never a folder the manifest
     names), or with code=current this tree's, pinned now."""
     choice, pinned = values.get("code"), manifest.get("code_digest")
-    if choice not in (None, "current"):
-        raise BadInput(f"code must be current (this tree's code) or null (the sweep's own), "
-                       f"got {choice!r}")  # fmt: skip
+    check_code(choice, " (the sweep's own)")
     if choice is None and not isinstance(pinned, str):
         raise BadInput(f"sweep {sweep_id}'s manifest names no code (code_digest): resume it with "
                        "code=current to run this tree's")  # fmt: skip

@@ -20,7 +20,6 @@ from harness.pinning import reuse
 from harness.searching import search
 from harness.store import common_schema
 
-LAST = store.LAST  # the sweep id that names the newest sweep (status last, resume=last)
 HELD = ("pending", "running")  # the states of a point that a launcher still holds
 
 
@@ -28,7 +27,7 @@ def status(sweep_id: str, out: str = "outputs", experiment: str | None = None) -
     """Print the sweep's points with their states; the exit code is 0 (2 for an unknown id).
     `last` names the newest sweep (of `experiment`, if given)."""
     results = Path(out).resolve() / "results"
-    sweep_id = named_sweep(results, sweep_id, experiment)
+    sweep_id = store.named_sweep(results, sweep_id, experiment)
     experiment = find_experiment(results, sweep_id)
     manifest = store.read_manifest(results, experiment, sweep_id)
     if manifest is None:
@@ -111,9 +110,6 @@ def pipe_table(lines: list[dict]) -> str:
               for row in cells]  # fmt: skip
     padded.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(padded)
-
-
-named_sweep = store.named_sweep  # the sweep id, or for LAST the newest sweep's
 
 
 def find_experiment(results: Path, sweep_id: str) -> str:
@@ -299,7 +295,7 @@ def _codes_of(results: Path, experiment: str, sweep: str) -> set[str]:
 def _pinned(results: Path, sweep_id: str) -> tuple[str, dict, str]:
     """The sweep (`last` named), its manifest and the digest of the code it pinned; BadInput
     where its manifest names none."""
-    sweep_id = named_sweep(results, sweep_id)
+    sweep_id = store.named_sweep(results, sweep_id)
     manifest = store.read_manifest(results, find_experiment(results, sweep_id), sweep_id) or {}
     digest = manifest.get("code_digest")
     if not isinstance(digest, str):

@@ -92,9 +92,8 @@ class SubmititLauncher(BaseSubmititLauncher, Launcher):
         if self.params.get("tasks_per_node", 1) * self.params.get("nodes", 1) > 1:
             return None
         threads = self.params.get("cpus_per_task") or self.job_threads()
-        if not threads or self.params.get("setup") or not InProcess.suits(self.config):
-            return PointProcess()
-        if not self.runs_here():
+        setup = self.params.get("setup")
+        if not threads or setup or not InProcess.suits(self.config) or not self.runs_here():
             return PointProcess()
         return PointProcess({**os.environ, "OMP_NUM_THREADS": str(threads)}, threads)
 

@@ -93,8 +93,8 @@ def bundle_hashes(folder: Path) -> dict[str, str]:
     """Every file below a bundle's folder, by relative path (posix), with its bytes' hash; each
     folder and file checked private (check_private), anything but a folder or a file refused."""
     hashes, top = {}, os.fspath(folder)
+    check_private(top, "the code store's folder")  # each folder below: as its parent lists it
     for where, folders, names in os.walk(top, onerror=_raise):
-        check_private(where, "the code store's folder")
         for name in folders:  # a link among them is listed here, and never walked into
             check_private(os.path.join(where, name), "the code store's folder")
         inside = os.path.relpath(where, top).replace(os.sep, "/")

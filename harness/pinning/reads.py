@@ -97,9 +97,12 @@ class Recording:
         self._take()
         return {**_earlier, **self.read}
 
-    def keep(self) -> None:
-        """What this point read, counted for every later point of this process (_earlier)."""
-        _earlier.update(self.files_read())
+    def keep(self) -> dict[str, str]:
+        """What this point read (files_read), counted for every later point of this process
+        (_earlier); returned."""
+        read = self.files_read()
+        _earlier.update(read)
+        return read
 
     def said(self) -> str:
         """files_read as JSON text (sorted; at most SHOWN of them, and how many there are), for

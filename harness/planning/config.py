@@ -29,7 +29,6 @@ from harness.names import (
     key_of,
     override,
 )
-from harness.planning.experiment import Experiment
 
 
 def parse(argv: list[str]) -> list[Override]:
@@ -155,6 +154,8 @@ def _keys(experiment: str, config_dirs: list[Path]) -> tuple[list[str], list[str
     imports (for a message: [] where it does not)."""
     node = OmegaConf.load(experiment_file(experiment, config_dirs))
     names = [str(k) for k in node if k not in ("experiment", "hydra")]
+    from harness.planning.experiment import Experiment  # an error's message: off the hot path
+
     try:
         parameters = list(Experiment.load(OmegaConf.to_container(node.experiment)).parameters)
     except Exception:  # its own error is said once the key is fixed

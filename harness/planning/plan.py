@@ -114,8 +114,7 @@ def plan(
         raise BadInput(f"reuse must be true, false or null, got {values['reuse']!r}")
     if isinstance(values["seed"], bool) or not isinstance(values["seed"], int):
         raise BadInput(f"seed must be a whole number, got {values['seed']!r}")
-    if values.get("code") not in (None, "current"):
-        raise BadInput(f"code must be current (this tree's code) or null, got {values['code']!r}")
+    check_code(values.get("code"))
     _check_environment(values["experiment"].get("environment"))
     digest, code_store = None, codestore.store_of(values.get("code_store"))
     if pin:
@@ -159,6 +158,13 @@ def _trial_point(point: Point, job: int, cell: int, slot: int) -> Point:
     checkpoint are its own)."""
     hashed = hasher("", {})({"cell_hash": point.config_hash, "slot": slot})
     return Point(job, point.overrides, point.params, hashed, cell, slot)
+
+
+def check_code(choice, null: str = "") -> None:
+    """code= is current (this tree's code) or null (`null`: what that runs, said in the
+    message); BadInput otherwise."""
+    if choice not in (None, "current"):
+        raise BadInput(f"code must be current (this tree's code) or null{null}, got {choice!r}")
 
 
 def _check_name(cfg: DictConfig, node: dict) -> None:

@@ -104,8 +104,7 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
             store.write_rows(path, rows)
             if sinks is not None:  # a point without a tracker: its rows once they are stored
                 sinks.send(rows)
-        read = reading.recording.files_read()
-        reading.recording.keep()  # what it read, in a cache say, counts for the points after
+        read = reading.recording.keep()  # what it read, in a cache say, counts for those after
         if alone:
             measured = reuse.measures(measuring.taken(), rows)
             reuse.record(root, experiment.name, sweep, job, rows, read, measured,
