@@ -114,7 +114,16 @@ def _parser() -> argparse.ArgumentParser:
         "--fail-on-regression",
         type=float,
         metavar="FACTOR",
-        help="exit 1 when a timing in B is slower than FACTOR x A (e.g. 1.10), outside the noise",
+        help="exit 1 when a timing in B is slower than FACTOR x A (e.g. 1.10) by the rule, or an "
+        "answer of A is lost in B; 3 when a timing is not decided; else 0",
+    )
+    compare.add_argument(
+        "--looks",
+        type=int,
+        default=1,
+        metavar="N",
+        help="the processes were judged N times while they were gathered, stopping once decided "
+        "(python -m harness again): each look is judged at 5%% / N",
     )
     compare.add_argument("--out", type=Path, default=argparse.SUPPRESS, help="as above")
     compare.add_argument("--report", type=Path, default=argparse.SUPPRESS, help="as above")
@@ -219,11 +228,15 @@ def _last(results: Path, sweeps: list[str]) -> list[str]:
 def _compare(results: Path, args: argparse.Namespace) -> int:
     from octlm_analysis.compare import CompareError, compare, in_common, nothing_in_common
     from octlm_analysis.comparison import document
-    from octlm_analysis.sides import load
+    from octlm_analysis.sides import DamagedSide, load
 
     factor = args.fail_on_regression
-    if factor is not None and not factor > 0:
-        print(f"error: --fail-on-regression takes a factor above 0, got {factor}", file=sys.stderr)
+    if factor is not None and not factor > 1:
+        print(f"error: --fail-on-regression takes a factor above 1, got {factor}", file=sys.stderr)
+        return 2
+    if args.looks < 1:
+        print(f"error: --looks takes a whole number of 1 or more, got {args.looks}",
+              file=sys.stderr)  # fmt: skip
         return 2
     try:
         given = args.sweep_a.split(",") + args.sweep_b.split(",")
@@ -241,13 +254,15 @@ def _compare(results: Path, args: argparse.Namespace) -> int:
     try:
         folders = [folder.resolve() for folder in args.config_dir]
         comparison = compare(*(load(results, s, folders) for s in (args.sweep_a, args.sweep_b)))
+    except DamagedSide as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     except CompareError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    text, verdict = document(comparison, factor)
+    text, verdict = document(comparison, factor, args.looks)
     files.no_links_below(args.report)
-    named = (side.replace(",", "+") for side in (args.sweep_a, args.sweep_b))
-    path = args.report / "compare-{}-vs-{}.md".format(*named)
+    path = args.report / _comparison_name(args.sweep_a, args.sweep_b)
     files.write_text(path, text)
     print(text, end="")
     print(f"comparison: {path}")
@@ -255,6 +270,20 @@ def _compare(results: Path, args: argparse.Namespace) -> int:
         print(f"error: {nothing_in_common(comparison)}", file=sys.stderr)
         return 1
     return verdict
+
+
+def _comparison_name(a: str, b: str) -> str:
+    """The comparison's file: compare-A-vs-B.md, each side's sweeps joined by +; where that
+    would be too long a name for a file system (255 bytes), each side's first sweep and how
+    many more, and a digest of the whole that tells two such apart."""
+    import hashlib
+
+    name = "compare-{}-vs-{}.md".format(*(side.replace(",", "+") for side in (a, b)))
+    if len(name) <= 200:
+        return name
+    short = [f"{side.split(',')[0]}+{side.count(',')}more" for side in (a, b)]
+    digest = hashlib.sha256(f"{a} {b}".encode()).hexdigest()[:12]
+    return f"compare-{short[0]}-vs-{short[1]}-{digest}.md"
 
 
 if __name__ == "__main__":

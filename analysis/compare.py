@@ -6,30 +6,19 @@ A, float64 in B), is what the comparison is about: the header shows it and point
 match on it. Each metric is shown for A and B with the ratio B/A; points that only one sweep
 has, statuses that differ and claims whose result differs are listed.
 
-The noise rule for a timing (a metric X_ms whose repeats are in X_samples_ms): B is faster or
-slower than A only when (1) each sweep's median lies outside the other's interquartile range
-and (2) a two-sided Mann-Whitney U test on the two sets of repeats (scipy.stats.mannwhitneyu:
-exact p for small samples without ties) gives p < 0.05; otherwise "same". (1) asks for a
-change bigger than the spread of the repeats, (2) guards against deciding on a few repeats
-(three against three can never be told apart: their smallest p is 0.1).
-
-Repeats of one process do not show how much a timing moves between processes (where its memory
-lies, which core it runs on, the clock's state): the same code, timed in two processes, differs
-by more than either's repeats say. So a side may be several sweeps of one grid, each run by its
-own command and so in processes of its own (`compare A1,A2,A3 B1,B2,B3`). A timing is then each
-sweep's median, a value per process, and its A and B the medians of those; B is faster or
-slower only when the two sides' values do not overlap (every process of B slower than every
-process of A, or faster). Two sides of the same code fail that, with three processes a side,
-one time in ten either way by chance alone, and a gate asks for its factor as well
-(--fail-on-regression 1.10): a timing regresses only when it is slower by the rule and by more
-than the factor.
-
-Two sweeps run at different moments, and other work on the machine slows a CPU timing by as
-much as a change in the code could (two busy processes on two cores: 2x to 4x). A CPU
-timing's row says how busy the machine was while it ran (cpu_load_beside, harness.measuring.timing:
-the share of its CPUs other processes used); a timing during which others used more than
-BUSY of them, in either sweep, is not judged ("busy machine"), neither faster, slower nor
-the same, and no gate counts it. The header gives both sweeps' loads.
+A timing (a metric whose name ends in _ms or _s) is judged over processes. A side may be
+several sweeps of one grid, each run by a command of its own and so in processes of its own
+(`compare A1,A2,A3 B1,B2,B3`; `python -m harness again A B` makes them): each sweep's value of
+a timing (the median of its repeats) is one process's, and the processes are the unit, since
+the same code timed in two processes differs by more than either's repeats show. Its verdict
+is octlm_analysis.verdicts': B/A with its interval over the processes, and slower only by a
+rule that holds for all of a gate's timings together. Only measurements count:
+- a process during which other processes used more than BUSY of the CPUs beside the timing
+  (its own X_cpu_load_beside, else cpu_load_beside: harness.measuring.timing) is set aside;
+- a value that is another's copy (a row reused from another sweep, on either side: the same
+  start and the same value) counts once, as the one measurement it is;
+- a CUDA timing is judged only where both sides' SM clocks agree within CLOCKS.
+A timing left with fewer than two processes a side is not judged, and says why.
 """
 
 import math
@@ -41,26 +30,35 @@ import pandas as pd
 from harness import store
 from octlm_analysis.plots import housekeeping
 from octlm_analysis.sides import PROCESS, CompareError, Side, side_claims
+from octlm_analysis.verdicts import ALPHA, estimate, holm, verdict
 
-ALPHA = 0.05
 RULE = (
-    "A timing is faster or slower only when each sweep's median lies outside the other's "
-    f"interquartile range and a Mann-Whitney U test on the repeats gives p < {ALPHA}; "
-    "otherwise it is the same (no samples, or no value on a side: not judged). Where each side "
-    "is several sweeps "
-    "(A1,A2,... each in processes of its own), it is faster or slower only when the sweeps' "
-    "medians on one side all lie beyond those on the other. A CPU timing during which other "
-    "processes used over a quarter of its CPUs, in either sweep, is not judged (busy machine)."
+    "A timing is judged over processes: each sweep's value (the median of its repeats) is one "
+    "process's, and a side of several sweeps of one grid (A1,A2,A3) has several. B/A is the "
+    "ratio of the sides' geometric means, with Welch's t interval over the processes; a timing "
+    "is slower only where its test of B/A <= the factor passes Holm's rule over all the "
+    "timings judged (at most 5% of gates of identical code fail), the same where the "
+    "interval lies within the factor both ways, faster where it lies below 1/factor, and "
+    "ambiguous where it reaches beyond the factor (the factor: the gate's, 1.10 without one). "
+    "A process during which others used over a quarter of the CPUs beside a timing is set "
+    "aside, a value copied from another measurement (reuse) counts once, and a CUDA timing is "
+    "judged only where the SM clocks agree; a timing left with fewer than two processes a "
+    "side is not judged."
 )
 ONE_PROCESS = (
     "Each side is one sweep, and so its timings' repeats come from one process, which do not "
     "show how much a timing moves between processes: give each side as several sweeps of one "
     "grid (SWEEP_A1,SWEEP_A2,SWEEP_A3) for a gate that judges by that spread."
 )
-PER_PROCESS = " per process"  # "X per process A": a timing's median in each of A's sweeps
 LOAD = "cpu_load_beside"  # the share of a CPU timing's CPUs others used (harness.measuring.timing)
-BUSY = 0.25  # a timing with more than this LOAD on either side is not judged
+BUSY = 0.25  # a process whose timing had more than this LOAD beside it is set aside
+CLOCK = "gpu_sm_clock_mhz"  # the SM clock a CUDA timing ran at (harness.measuring.timing)
+CLOCKS = 1.10  # a CUDA timing is judged where the sides' SM clocks are within this factor
 NOT_METRICS = {"experiment", "sweep", "repeats", LOAD, PROCESS, *store.HARNESS_COLUMNS}
+# A timing X's processes, on the line of its point (octlm_analysis.compare._processes):
+VALUES, IDS = " values", " ids"  # the values that count, and each one's measurement
+BUSY_SET, COPIES, CLOCKS_SEEN = " busy", " copies", " clocks"  # set aside; the SM clocks
+UNDECIDED = ("ambiguous", "one process", "busy machine", "copies", "clocks differ")
 
 
 @dataclass
@@ -85,7 +83,7 @@ def compare(a: Side, b: Side) -> Comparison:
     keys, settings = split_parameters(params_a, params_b)
     names = set(params_a) | set(params_b)
     timings, others = metrics([a.rows, b.rows], names)
-    sides = [_pooled(measurements(s, keys, names), timings) for s in (a, b)]
+    sides = [_processes(measurements(s, keys, names), timings) for s in (a, b)]
     matched = match(*sides, keys)
     return Comparison(a, b, keys, settings, matched, timings, others)
 
@@ -132,29 +130,60 @@ def measurements(sweep: Side, keys: list[str], params: set[str]) -> pd.DataFrame
     return lines
 
 
-def _pooled(lines: pd.DataFrame, timings: list[str]) -> pd.DataFrame:
-    """A side of several sweeps (measurements' lines with PROCESS) as one line per point and
-    row: each timing the median of its sweeps' values, which "X per process" lists; the status
-    ok only where every sweep's is (else the first that is not, its error with it); the load
-    the largest; the rest the first sweep's. A side of one sweep, as it is."""
-    if PROCESS not in lines or lines[PROCESS].isna().all():
-        return lines.drop(columns=[PROCESS], errors="ignore")
-    lines = lines.sort_values(PROCESS, kind="stable")
+def _processes(lines: pd.DataFrame, timings: list[str]) -> pd.DataFrame:
+    """A side's measurements' lines as one line per point and row, each timing X with its
+    processes (a side of one sweep has one): X VALUES, the value of each process that counts,
+    in the order of the side's sweeps; X IDS, each one's measurement (its job's start and its
+    value: a row reused from another sweep keeps both); X BUSY_SET, how many were set aside
+    for a busy machine (LOAD over BUSY); X COPIES, how many were another process's copy; X
+    CLOCKS_SEEN, the SM clocks of those that count, where the timing is a GPU's; and X the
+    median of all its processes' values. The status is ok only where every sweep's is (else
+    the first that is not, its error with it); the load is the largest; the rest the first
+    sweep's."""
+    if PROCESS not in lines:
+        lines = lines.assign(**{PROCESS: 0})
+    lines = lines.sort_values(PROCESS, kind="stable").reset_index(drop=True)
     groups = lines.groupby(["job", "row"], sort=True)
     pooled = groups.first()
-    answered = lines["status"].eq("ok")
-    failed = lines[~answered].groupby(["job", "row"]).first()
+    failed = lines[~lines["status"].eq("ok")].groupby(["job", "row"]).first()
     pooled.loc[failed.index, ["status", "error"]] = failed.reindex(columns=["status", "error"])
+    at = list(groups.indices.values())  # each point and row's lines, in pooled's order
+    columns = {}
+    ok = lines["status"].eq("ok").to_numpy()
+    started = _column(lines, "started_at")
     for timing in [t for t in timings if t in lines]:
-        values = pd.to_numeric(lines[timing], errors="coerce")
-        pooled[timing] = values.groupby([lines["job"], lines["row"]]).median()
-        pooled[timing + PER_PROCESS] = values.groupby([lines["job"], lines["row"]]).agg(
-            lambda v: [float(x) for x in v.dropna()]
-        )
+        values = pd.to_numeric(lines[timing], errors="coerce").astype(float).to_numpy()
+        columns[timing] = [np.nanmedian(values[i]) if np.isfinite(values[i]).any() else np.nan
+                          for i in at]  # fmt: skip
+        load = _numbers(lines, load_of(timing, lines.columns)).to_numpy()
+        clock = _numbers(lines, clock_of(timing, lines.columns)).to_numpy()
+        counted = ok & np.isfinite(values) & (values > 0)
+        busy = counted & (load > BUSY)
+        ids = [None if pd.isna(when) else f"{pd.Timestamp(when).value}:{value!r}"
+               for when, value in zip(started, values, strict=True)]  # fmt: skip
+        kept = {VALUES: [], IDS: [], BUSY_SET: [], COPIES: [], CLOCKS_SEEN: []}
+        for lines_at in at:
+            seen, taken, copies = [], set(), 0
+            for i in lines_at:
+                if not counted[i] or busy[i]:
+                    continue
+                if ids[i] is not None and ids[i] in taken:
+                    copies += 1
+                    continue
+                seen.append(i)
+                taken.add(ids[i])
+            kept[VALUES].append([float(values[i]) for i in seen])
+            kept[IDS].append([ids[i] for i in seen])
+            kept[CLOCKS_SEEN].append([float(clock[i]) for i in seen if np.isfinite(clock[i])])
+            kept[BUSY_SET].append(int(busy[lines_at].sum()))
+            kept[COPIES].append(copies)
+        columns |= {timing + part: pd.Series(column, index=pooled.index, dtype=object)
+                    for part, column in kept.items()}  # fmt: skip
     for load in [c for c in lines if _is_load(c)]:  # each timing's: the largest
-        pooled[load] = pd.to_numeric(lines[load], errors="coerce").groupby(
-            [lines["job"], lines["row"]]).max()  # fmt: skip
-    return pooled.drop(columns=[PROCESS]).reset_index()
+        columns[load] = _numbers(lines, load).groupby([lines["job"], lines["row"]]).max()
+    pooled = pd.concat([pooled.drop(columns=[PROCESS, *columns], errors="ignore"),
+                        pd.DataFrame(columns, index=pooled.index)], axis=1)  # fmt: skip
+    return pooled.reset_index()
 
 
 def match(a: pd.DataFrame, b: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -190,28 +219,91 @@ def metrics(frames: list[pd.DataFrame], params: set[str]) -> tuple[list[str], li
 
 
 def metric_table(matched: pd.DataFrame, metric: str, keys: list[str]) -> pd.DataFrame:
-    """A metric at each point both sweeps have: A, B, B/A, and for a timing its change (busy
-    machine where either side's LOAD exceeds BUSY)."""
+    """A metric other than a timing at each point both sweeps have: A, B and B/A."""
     both = matched[matched["side"] == "both"]
-    a, b = (_numbers(both, metric, side) for side in "AB")
-    table = pd.DataFrame({"A": a, "B": b})
+    table = pd.DataFrame({"A": _numbers(both, metric, "A"), "B": _numbers(both, metric, "B")})
     with np.errstate(divide="ignore", invalid="ignore"):
         table["B/A"] = table["B"] / table["A"]
-    samples = metric.removesuffix("_ms") + "_samples_ms"
-    if metric.endswith(("_ms", "_s")):
-        pairs = zip(_column(both, f"{samples} A"), _column(both, f"{samples} B"), strict=True)
-        processes = zip(*(_column(both, f"{metric}{PER_PROCESS} {s}") for s in "AB"), strict=True)
-        own = load_of(metric, {c.rsplit(" ", 1)[0] for c in both.columns})
-        busy = np.fmax(*(_numbers(both, own, side) for side in "AB")) > BUSY
-        valued = np.isfinite(table["A"]) & np.isfinite(table["B"])
-        table["change"] = [
-            "no value" if not has_values else "busy machine" if busy_here
-            else change(a, b, *per_process)
-            for (a, b), per_process, busy_here, has_values
-            in zip(pairs, processes, busy, valued, strict=True)
-        ]  # fmt: skip
     table.index = _index(both, keys)
     return table[table[["A", "B"]].notna().any(axis=1)]
+
+
+def timing_tables(c: "Comparison", factor: float, looks: int = 1) -> dict[str, pd.DataFrame]:
+    """Each timing at each point both sweeps have, judged (octlm_analysis.verdicts): A and B
+    (the geometric means of the processes that count), B/A, its interval (low, high: one-sided
+    bounds at 1 - ALPHA / looks each), the processes that count a side, those set aside, and
+    its change: a verdict, or why it has none. The family Holm's rule runs over is every
+    timing line of every table with an interval. `looks`: how many times the processes were
+    judged while they were gathered (python -m harness again stops once decided), each at
+    ALPHA / looks, so that stopping when decided keeps the rate of false alarms."""
+    tail = ALPHA / looks
+    tables = {metric: _timing_table(c.matched, metric, c.keys, factor, tail)
+              for metric in c.timings}  # fmt: skip
+    found = [(metric, at) for metric, table in tables.items()
+             for at, e in enumerate(table["_estimate"]) if e is not None]  # fmt: skip
+    slower = holm([tables[m]["_estimate"].iloc[at].p_slower for m, at in found], tail)
+    for (metric, at), is_slower in zip(found, slower, strict=True):
+        table = tables[metric]
+        table.iloc[at, table.columns.get_loc("change")] = verdict(
+            table["_estimate"].iloc[at], is_slower, factor
+        )
+    return tables
+
+
+def _timing_table(matched: pd.DataFrame, metric: str, keys: list[str], factor: float,
+                  tail: float) -> pd.DataFrame:  # fmt: skip
+    """A timing's lines (timing_tables), their change why none where there is no estimate."""
+    both = matched[matched["side"] == "both"]
+    lines = []
+    for _, line in both.iterrows():
+        a, b = (line.get(f"{metric}{VALUES} {s}") for s in "AB")
+        a, b = (v if isinstance(v, list) else [] for v in (a, b))
+        ids_a = {i for i in line.get(f"{metric}{IDS} A") or [] if i is not None}
+        ids_b = line.get(f"{metric}{IDS} B") or [None] * len(b)
+        own = [value for value, i in zip(b, ids_b, strict=True) if i is None or i not in ids_a]
+        busy = [int(line.get(f"{metric}{BUSY_SET} {s}") or 0) for s in "AB"]
+        copies = [int(line.get(f"{metric}{COPIES} {s}") or 0) for s in "AB"]
+        copies[1] += len(b) - len(own)
+        b = own
+        clocks = [line.get(f"{metric}{CLOCKS_SEEN} {s}") or [] for s in "AB"]
+        values = [_number(line.get(f"{metric} {s}")) for s in "AB"]
+        e, why = None, None
+        if not all(np.isfinite(values)):
+            why = "no value"
+        elif min(len(a), len(b)) < 2:
+            why = ("busy machine" if any(busy) else "copies" if any(copies)
+                   else "one process")  # fmt: skip
+        elif all(clocks) and not _within(np.median(clocks[0]), np.median(clocks[1]), CLOCKS):
+            why = "clocks differ"
+        else:
+            e = estimate(a, b, factor, tail)
+        means = [math.exp(np.mean(np.log(v))) for v in (a, b)] if e else values
+        lines.append({
+            "A": means[0], "B": means[1], "B/A": e.ratio if e else _ratio(values[1], values[0]),
+            "low": e.low if e else math.nan, "high": e.high if e else math.nan,
+            "processes": f"{len(a)}+{len(b)}",
+            "set aside": _set_aside(busy, copies),
+            "change": why or "", "_estimate": e,
+        })  # fmt: skip
+    columns = ["A", "B", "B/A", "low", "high", "processes", "set aside", "change", "_estimate"]
+    table = pd.DataFrame(lines, columns=columns, index=_index(both, keys))
+    return table[table[["A", "B"]].notna().any(axis=1)]
+
+
+def _set_aside(busy: list[int], copies: list[int]) -> str:
+    """What was set aside of a timing's processes, by side ("A 1 busy, B 2 copies"), or ""."""
+    said = [f"{side} " + ", ".join([f"{n} busy"] * bool(n) + [f"{k} copies"] * bool(k))
+            for side, n, k in zip("AB", busy, copies, strict=True) if n or k]  # fmt: skip
+    return "; ".join(said)
+
+
+def _within(a: float, b: float, factor: float) -> bool:
+    return a > 0 and b > 0 and 1 / factor <= b / a <= factor
+
+
+def _number(value) -> float:
+    number = pd.to_numeric(value, errors="coerce")
+    return float(number) if number is not None and not pd.isna(number) else math.nan
 
 
 def load_of(timing: str, columns) -> str:
@@ -221,6 +313,13 @@ def load_of(timing: str, columns) -> str:
     prefix = timing.removesuffix("time_ms") if timing.endswith("time_ms") else ""
     own = f"{prefix}{LOAD}"
     return own if own in columns else LOAD
+
+
+def clock_of(timing: str, columns) -> str:
+    """The column of the SM clock a CUDA timing ran at, among `columns`: its own, prefixed as
+    load_of's, else the unprefixed CLOCK."""
+    prefix = timing.removesuffix("time_ms") if timing.endswith("time_ms") else ""
+    return f"{prefix}{CLOCK}" if f"{prefix}{CLOCK}" in columns else CLOCK
 
 
 def _is_load(column: str) -> bool:
@@ -244,13 +343,14 @@ def load_line(matched: pd.DataFrame) -> str | None:
     return (
         f"Other processes' share of the CPUs while CPU timings ran ({', '.join(names)}): "
         f"{'; '.join(said)}; "
-        f"{busy} of them over {BUSY:g}, whose timings are not judged."
+        f"{busy} of them over {BUSY:g} (a process beside such a load is set aside)."
     )
 
 
-def _numbers(both: pd.DataFrame, column: str, side: str) -> pd.Series:
-    """A side's column as floats, NaN where it is missing or not a number."""
-    return pd.to_numeric(_column(both, f"{column} {side}"), errors="coerce").astype(float)
+def _numbers(frame: pd.DataFrame, column: str, side: str | None = None) -> pd.Series:
+    """A column (a side's: "column A") as floats, NaN where it is missing or not a number."""
+    name = f"{column} {side}" if side else column
+    return pd.to_numeric(_column(frame, name), errors="coerce").astype(float)
 
 
 def worst_table(matched: pd.DataFrame, others: list[str]) -> pd.DataFrame:
@@ -301,10 +401,10 @@ def claim_changes(a: Side, b: Side) -> pd.DataFrame:
     return table[["result A", "result B", "worst A", "worst B", "flipped"]]
 
 
-def regressions(timing_tables: dict[str, pd.DataFrame], factor: float) -> pd.DataFrame:
-    """The timings slower than A by more than `factor` and outside the noise."""
+def regressions(timing_tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The timings judged slower (beyond the factor, by the family rule: timing_tables)."""
     slower = [
-        table[(table["change"] == "slower") & (table["B/A"] > factor)].assign(metric=metric)
+        table[table["change"] == "slower"].assign(metric=metric)
         for metric, table in timing_tables.items()
     ]
     slower = [table for table in slower if not table.empty]
@@ -324,31 +424,6 @@ def lost_timings(c: Comparison) -> pd.DataFrame:
                                   "B": _column(both, f"{metric} B")[gone].to_numpy()},
                                  index=_index(both[gone], c.keys)))  # fmt: skip
     return pd.concat(lost) if lost else pd.DataFrame(columns=["metric", "A", "B"])
-
-
-def change(a, b, processes_a=None, processes_b=None) -> str:
-    """faster, slower or same for B against A by the noise rule: by the repeats `a` and `b` of
-    one process each, or, where each side has several, by their values per process (each
-    sweep's median): slower only if every one of B's lies above every one of A's, faster
-    likewise. "no samples" without either."""
-    if _samples(processes_a) and _samples(processes_b):
-        if min(processes_b) > max(processes_a):
-            return "slower"
-        return "faster" if max(processes_b) < min(processes_a) else "same"
-    if not (_samples(a) and _samples(b)):
-        return "no samples"
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    low_a, median_a, high_a = np.percentile(a, [25, 50, 75])
-    low_b, median_b, high_b = np.percentile(b, [25, 50, 75])
-    if median_b < low_a and median_a > high_b:
-        verdict = "faster"
-    elif median_b > high_a and median_a < low_b:
-        verdict = "slower"
-    else:
-        return "same"
-    from scipy.stats import mannwhitneyu  # here: importing scipy.stats takes a second
-
-    return verdict if mannwhitneyu(a, b, alternative="two-sided").pvalue < ALPHA else "same"
 
 
 def in_common(c: Comparison) -> int:

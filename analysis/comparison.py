@@ -13,6 +13,7 @@ from harness.results.tables import markdown
 from octlm_analysis.compare import (
     ONE_PROCESS,
     RULE,
+    UNDECIDED,
     Comparison,
     claim_changes,
     load_line,
@@ -21,69 +22,93 @@ from octlm_analysis.compare import (
     metric_table,
     regressions,
     status_changes,
+    timing_tables,
     unmatched,
     worst_table,
 )
 from octlm_analysis.report import sweep_header
+from octlm_analysis.verdicts import ALPHA, TOLERANCE, processes_to_decide
 
 PASSED, FAILED, NOT_JUDGED = 0, 1, 3  # the gate's exit codes (2: bad input)
-JUDGED = ("faster", "slower", "same")  # a timing's changes that a gate can go by
+MOST_SAID = 100  # processes a side beyond which "what would decide it" says "more than"
+WHY_UNDECIDED = {
+    "one process": "a side has fewer than two processes for them (each side one sweep, whose "
+                   "repeats come from one process and cannot tell code from process)",
+    "busy machine": "other processes used over a quarter of the CPUs beside them in so many of "
+                    "a side's processes that fewer than two are left: run them again on a "
+                    "machine that is otherwise idle",
+    "copies": "a side's values are copies of other measurements (rows reused from another "
+              "sweep, counted once), leaving it fewer than two of its own",
+    "clocks differ": "the GPU's SM clock differed by more than 10% between the sides: run them "
+                     "again where the clocks agree (a GPU that no power or heat cap holds down)",
+}  # fmt: skip
 
 
-def document(c: Comparison, factor: float | None) -> tuple[str, int]:
+def document(c: Comparison, factor: float | None, looks: int = 1) -> tuple[str, int]:
     """The comparison as Markdown, and the gate's verdict under --fail-on-regression `factor`
-    (PASSED without one): FAILED where a timing is slower by the rule and by more than the
-    factor, or an answer of A is lost in B (a point's, or a timing's on an ok row); else
-    NOT_JUDGED where the gate could judge none of its timings (each one busy machine, no
-    samples, no value) or each side is one sweep (whose repeats come from one process: the
-    same code, timed in two processes, differs by more than they show, so no factor tells code
-    from process there)."""
-    timing_tables = {metric: metric_table(c.matched, metric, c.keys) for metric in c.timings}
+    (PASSED without one): FAILED where a timing is slower (beyond the factor, by the family
+    rule: octlm_analysis.verdicts), or an answer of A is lost in B (a point's, or a timing's on
+    an ok row); else NOT_JUDGED where a timing is not decided (ambiguous, or not judged: one
+    process a side, a busy machine, copies, clocks that differ), saying what would decide it;
+    else PASSED. `looks`: timing_tables' (python -m harness again judges as it goes)."""
+    tables = timing_tables(c, factor or TOLERANCE, looks)
     other_tables = {metric: metric_table(c.matched, metric, c.keys) for metric in c.others}
     claims = claim_changes(c.a, c.b)
     parts = [
-        *_header(c),
-        _summary(c, timing_tables, claims),
-        *_timing_sections(timing_tables),
+        *_header(c, tables),
+        _summary(c, tables, claims),
+        *_timing_sections(tables, factor or TOLERANCE),
         *_other_sections(c, other_tables),
         *_listed(c, claims),
     ]
     if factor is None:
         return "\n\n".join(parts) + "\n", PASSED
-    one_process = c.a.parts is None or c.b.parts is None
-    regressed, lost = regressions(timing_tables, factor), lost_answers(c)
-    lost_values = lost_timings(c)
-    unjudged = _unjudged(c, timing_tables, factor, one_process)
+    regressed, lost, lost_values = regressions(tables), lost_answers(c), lost_timings(c)
+    undecided = _undecided(c, tables, factor, looks)
     parts += [
-        *_regression_section(regressed, factor, counted=not one_process),
+        *_regression_section(regressed, factor),
         *_lost_section(lost),
         *_lost_timing_section(lost_values),
+        *undecided,
     ]
-    if unjudged:
-        parts.append(f"## Not judged\n\n{unjudged}")
-    failed = len(lost) + len(lost_values) + (0 if one_process else len(regressed))
-    verdict = FAILED if failed else NOT_JUDGED if unjudged else PASSED
+    failed = len(regressed) + len(lost) + len(lost_values)
+    verdict = FAILED if failed else NOT_JUDGED if undecided else PASSED
     return "\n\n".join(parts) + "\n", verdict
 
 
-def _unjudged(c: Comparison, tables: dict[str, pd.DataFrame], factor: float,
-              one_process: bool) -> str | None:  # fmt: skip
-    """Why the gate could not judge the timings, or None where it could."""
-    if not c.timings:
-        return None
-    if one_process:
-        return (f"The gate cannot tell code from process at {factor:g}x: each side is one "
-                f"sweep, so its timings' repeats come from one process, and the same code "
-                f"timed in two processes differs by more than they show (see docs/"
-                f"performance.md). Run each side as three sweeps, interleaved (python -m harness "
-                f"again {c.a.id.split(',')[0]} {c.b.id.split(',')[0]} times=3 does), and "
-                f"compare A1,A2,A3 B1,B2,B3.")  # fmt: skip
-    changes = pd.concat([table["change"] for table in tables.values()])
-    if changes.isin(JUDGED).any():
-        return None
-    counts = ", ".join(f"{n} {why}" for why, n in changes.value_counts().items())
-    return (f"The gate judged none of its {len(changes)} timings ({counts or 'no points'}): "
-            f"run the sweeps again on a machine that is otherwise idle.")  # fmt: skip
+def _undecided(c: Comparison, tables: dict[str, pd.DataFrame], factor: float,
+               looks: int) -> list[str]:  # fmt: skip
+    """The section on the timings the gate could not decide and what would decide them, or
+    none where it decided all."""
+    lines = pd.concat([t.assign(metric=m) for m, t in tables.items()]) if tables else None
+    if lines is None or not lines["change"].isin(UNDECIDED).any():
+        return []
+    again = (f"python -m harness again {c.a.id.split(',')[0]} {c.b.id.split(',')[0]} "
+             f"factor={factor:g}")  # fmt: skip
+    said = []
+    for why, count in lines["change"].value_counts().items():
+        if why in WHY_UNDECIDED:
+            said.append(f"- {count} {why}: {WHY_UNDECIDED[why]}.")
+    ambiguous = lines[lines["change"] == "ambiguous"]
+    if len(ambiguous):
+        tail = ALPHA / looks
+        needed = [processes_to_decide(e, factor, tail) for e in ambiguous["_estimate"]]
+        known = [n for n in needed if n is not None]
+        most = max(known) if known else None
+        reach = ("no number of processes decides one whose ratio is the factor itself"
+                 if most is None else f"more than {MOST_SAID} processes a side"
+                 if most > MOST_SAID else f"about {most} processes a side")  # fmt: skip
+        said.append(f"- {len(ambiguous)} ambiguous: the interval reaches beyond {factor:g}x "
+                    f"and not surely past it; at the ratios and spreads seen, {reach} would "
+                    "decide them.")  # fmt: skip
+        shown = ambiguous.assign(**{"to decide": [n or "never" for n in needed]})
+        said.append(_by_point(shown[["metric", "A", "B", "B/A", "low", "high", "processes",
+                                     "to decide"]]))  # fmt: skip
+    said.append(
+        f"{again} gathers processes a side, A and B in turns, until each timing is "
+        "decided or its cap is reached, then prints the comparison to run."
+    )
+    return [f"## Not decided: {int(lines['change'].isin(UNDECIDED).sum())} timings", *said]
 
 
 def _lost_timing_section(lost: pd.DataFrame) -> list[str]:
@@ -93,7 +118,7 @@ def _lost_timing_section(lost: pd.DataFrame) -> list[str]:
             f"broken timer's)", _by_point(lost)]  # fmt: skip
 
 
-def _header(c: Comparison) -> list[str]:
+def _header(c: Comparison, tables: dict[str, pd.DataFrame]) -> list[str]:
     parts = [f"# {c.a.experiment}: sweep {c.a.id} (A) vs {c.b.id} (B)"]
     for name, side in (("A", c.a), ("B", c.b)):
         parts += [f"{name}{'' if side.parts is None else n + 1}: "
@@ -103,6 +128,9 @@ def _header(c: Comparison) -> list[str]:
     parts.append(f"Points match on: {', '.join(c.keys)}. {RULE}")
     if c.timings and (c.a.parts is None or c.b.parts is None):
         parts.append(ONE_PROCESS)
+    counted = _processes_line(c, tables)
+    if counted:
+        parts.append(counted)
     load = load_line(c.matched)
     if load:
         parts.append(load)
@@ -129,11 +157,35 @@ def _code_line(c: Comparison) -> str:
     )
 
 
-def _timing_sections(tables: dict[str, pd.DataFrame]) -> list[str]:
+def _processes_line(c: Comparison, tables: dict[str, pd.DataFrame]) -> str | None:
+    """How many processes each side really had for its timings (those that count: not set
+    aside for a busy machine, not another's copy), and what was set aside, or None without
+    timings."""
+    lines = pd.concat(tables.values()) if tables else pd.DataFrame()
+    if lines.empty:
+        return None
+    counts = lines["processes"].str.split("+", expand=True).astype(int)
+    said = []
+    for n, (name, side) in enumerate((("A", c.a), ("B", c.b))):
+        fewest, most = counts[n].min(), counts[n].max()
+        had = f"{fewest}" if fewest == most else f"{fewest} to {most}"
+        said.append(f"{name} {had} of its {len(side.parts or [side])} sweeps")
+    aside = [t for t in lines["set aside"] if t]
+    tail = f"; set aside at {len(aside)} timings (see each timing's table)" if aside else ""
+    return f"Processes that count, a side, for each timing: {', '.join(said)}{tail}."
+
+
+def _timing_sections(tables: dict[str, pd.DataFrame], factor: float) -> list[str]:
     parts = []
     for metric, table in tables.items():
         tally = ", ".join(f"{n} {change}" for change, n in table["change"].value_counts().items())
         parts += [f"## {metric} ({tally or 'no points'})", _by_point(table)]
+    if parts:
+        parts.insert(
+            0,
+            f"Timings: low and high are the interval of B/A (each end a one-sided "
+            f"{1 - ALPHA:.0%} bound); within {factor:g}x either way is the same.",
+        )
     return parts
 
 
@@ -163,12 +215,11 @@ def _lost_section(lost: pd.DataFrame) -> list[str]:
     ]
 
 
-def _regression_section(regressed: pd.DataFrame, factor: float, counted: bool) -> list[str]:
-    title = f"## Regressions: {len(regressed)} timings slower than {factor:g}x A, outside the noise"
-    if not counted:
-        title = (f"## Slower than {factor:g}x A by the rule, not judged: {len(regressed)} "
-                 "timings")  # fmt: skip
-    return [title, _by_point(regressed[["metric", "A", "B", "B/A"]])] if len(regressed) else [title]
+def _regression_section(regressed: pd.DataFrame, factor: float) -> list[str]:
+    title = f"## Regressions: {len(regressed)} timings slower than {factor:g}x A, by the rule"
+    if not len(regressed):
+        return [title]
+    return [title, _by_point(regressed[["metric", "A", "B", "B/A", "low", "high", "processes"]])]
 
 
 def _summary(c: Comparison, timing_tables: dict[str, pd.DataFrame], claims: pd.DataFrame) -> str:
@@ -201,6 +252,7 @@ def _listed(c: Comparison, claims: pd.DataFrame) -> list[str]:
 
 def _by_point(table: pd.DataFrame) -> str:
     """A table of points as Markdown, a point named as on the command line: length=64 block=16."""
+    table = table[[c for c in table.columns if not c.startswith("_")]]
     keys = table.index.names
     values = table.index if isinstance(table.index, pd.MultiIndex) else [(v,) for v in table.index]
     names = [" ".join(setting(k, v) for k, v in zip(keys, key, strict=True)) for key in values]

@@ -359,7 +359,7 @@ def metric_figures(
 # How a time was taken rather than what was measured (harness.measuring.timing's columns beside each
 # timing): drawn as error bars or not at all, never as a plot of its own.
 HOUSEKEEPING = {"repeats", "cpu_load_beside", "threads_used", "gpu_sm_clock_mhz",
-                "gpu_mem_clock_mhz"}  # fmt: skip
+                "gpu_mem_clock_mhz", "gpu_default_sm_clock_mhz", "clock_low_samples"}  # fmt: skip
 
 
 def housekeeping(column: str) -> bool:

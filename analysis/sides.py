@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import store
+from harness import files, store
 from harness.errors import one_line
 from harness.results.claims import claims_table
 from octlm_analysis.report import trusted_config
@@ -20,6 +20,10 @@ PROCESS = "process"  # the row's sweep among its side's (0, 1, ...): a process o
 
 class CompareError(Exception):
     """A comparison that cannot be made: one line for the user."""
+
+
+class DamagedSide(CompareError):
+    """A side whose rows cannot all be trusted: nothing is judged from it (exit 1)."""
 
 
 @dataclass
@@ -67,9 +71,25 @@ def _sweep(results: Path, sweep_id: str, config_dirs: list[Path]) -> Side:
     manifest = store.read_manifest(results, experiment, sweep_id)
     if manifest is None:
         raise CompareError(f"sweep {sweep_id} has no manifest ({store.MANIFEST}) in {results}")
+    _check_files(results, experiment, sweep_id)
     rows = store.as_planned(store.read(results, experiment, sweep_id), manifest, results)
     config = trusted_config(manifest, experiment, config_dirs)
     return Side(sweep_id, experiment, manifest, rows, config)
+
+
+def _check_files(results: Path, experiment: str, sweep_id: str) -> None:
+    """DamagedSide where a row file of the sweep is damaged (a flipped byte, a cut file): every
+    other reader skips it, naming it, but a gate that judged what is left would judge a sweep
+    with points or rows missing as if it were whole."""
+    for path in store.result_files(results, experiment, sweep_id):
+        try:
+            store.read_job_file(path)
+        except files.DamagedFile as damaged:
+            raise DamagedSide(
+                f"sweep {sweep_id}'s {path.name} ({path.parent}) is damaged: {damaged.reason}; "
+                f"nothing is judged from it (python -m harness resume={sweep_id} runs its "
+                "point again)"
+            ) from None
 
 
 def _grid(manifest: dict) -> list[str]:

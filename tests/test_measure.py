@@ -5,6 +5,7 @@ The children run stdlib and torch functions only, so they unpickle whatever pyte
 """
 
 import functools
+import itertools
 import os
 import signal
 import statistics
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable
 
 import pytest
 import torch
@@ -197,6 +199,17 @@ def test_cpu_load_counts_other_processes_on_this_processs_cpus_not_its_own():
         os.sched_setaffinity(0, cpus)
 
 
+def test_a_cpu_timing_keeps_its_columns_and_its_minimum(one_thread):
+    """The CUDA timing's stop rule and clock columns are CUDA's only: on the CPU the minimum
+    ends the sampling (however short max_time_s) and the columns are those they always were."""
+    result = clock.time_call(lambda: None, min_repeats=7, min_time_s=0, max_time_s=0)
+    assert result["repeats"] == 7
+    assert set(result) - {"cpu_load_beside"} == {
+        "time_ms", "time_iqr_ms", "repeats", "time_samples_ms", "timing_method",
+        "threads_used", "cpu_time_samples_ms",
+    }  # fmt: skip
+
+
 def test_calls_beside_are_timed_in_turns_and_named(one_thread):
     calls = []
     result = clock.time_call(
@@ -282,24 +295,72 @@ class RecordingTimer(clock.CudaTimer):
         self.stream, self.start, self.end = None, Event("start"), Event("end")
 
 
-class RecordingClocks:
+class RecordingClocks(clock.GpuClocks):
+    """GpuClocks with NVML stood in for (no GPU here): each read is an entry of the timer's
+    log, its SM clock the next of `script`, then `steady` once the script has run out, with
+    `default` the GPU's default SM clock."""
+
+    script: list[int] = []
+    steady, default = 1980, 1980
+
     def __init__(self, device) -> None:
-        pass
+        import pynvml
+
+        self.sm, self.memory, self.reasons = [], [], 0
+        self.nvml, self.handle, self.default_sm = pynvml, "a GPU", self.default
+        self.reads = iter(self.script)
 
     def read(self) -> None:
         RecordingTimer.log.append("clocks")
+        self.sm.append(next(self.reads, self.steady))
+        self.memory.append(2619)
 
-    def columns(self) -> dict:
-        return {"gpu_sm_clock_mhz": 1980}
+
+class StandInTime:
+    """The time a CUDA timing reads: perf_counter is the stand-in clock's `now` (in seconds),
+    and sleep is a pause in the log that moves `now` on, so that no test waits."""
+
+    @staticmethod
+    def perf_counter() -> float:
+        return RecordingTimer.now[0] / 1000
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        RecordingTimer.log.append("pause")
+        RecordingTimer.now[0] += seconds * 1000
 
 
-def test_a_cuda_timing_flushes_the_l2_before_each_call_and_times_it_alone(monkeypatch):
+@pytest.fixture
+def stand_ins(monkeypatch):
+    """The CUDA timing's device, NVML and time stood in for: the log and the clock (ms)."""
+    RecordingTimer.log, RecordingTimer.now = [], [0.0]
+    monkeypatch.setattr(clock, "CudaTimer", RecordingTimer)
+    monkeypatch.setattr(clock, "GpuClocks", RecordingClocks)
+    monkeypatch.setattr(clock, "time", StandInTime)
+    return RecordingTimer.log, RecordingTimer.now
+
+
+def lasting(name: str, durations: Iterable[float]) -> Callable[[], None]:
+    """A stand-in call: an entry of the log, lasting the next of durations (ms) on the
+    stand-in clock."""
+    durations = iter(durations)
+
+    def call():
+        RecordingTimer.log.append(f"call {name}")
+        RecordingTimer.now[0] += next(durations)
+
+    return call
+
+
+def one_sample(name: str) -> list[str]:
+    return ["flush", "start", f"call {name}", "end", "clocks", "wait"]
+
+
+def test_a_cuda_timing_flushes_the_l2_before_each_call_and_times_it_alone(stand_ins):
     """time_call on CUDA, its device stood in for by a log: each sample is the L2 flushed,
     then one call between its own pair of events, the clocks read while it runs, then the
     wait for its end (as triton's do_bench), for fn and the call beside it in turns."""
-    RecordingTimer.log, RecordingTimer.now = (log := []), (now := [0.0])
-    monkeypatch.setattr(clock, "CudaTimer", RecordingTimer)
-    monkeypatch.setattr(clock, "GpuClocks", RecordingClocks)
+    log, now = stand_ins
 
     def call(name):
         return lambda: log.append(f"call {name}") or now.__setitem__(0, now[0] + 0.25)
@@ -315,6 +376,80 @@ def test_a_cuda_timing_flushes_the_l2_before_each_call_and_times_it_alone(monkey
     assert result["time_samples_ms"] == result["half_time_samples_ms"] == [0.25] * 3
     assert result["time_ms"] == 0.25 and result["timing_method"] == clock.CUDA_METHOD
     assert result["gpu_sm_clock_mhz"] == 1980 and "cpu_time_samples_ms" not in result
+    assert result["stopped_by"] == "spread", "identical samples: no more than the minimum"
+    assert result["clock_low_samples"] == result["half_clock_low_samples"] == 0
+
+
+def test_a_sample_at_a_low_clock_is_set_aside_after_a_pause(stand_ins, monkeypatch):
+    """The first sample of fn and of the call beside it read the SM clock below 75% of the
+    default (1,000 of 1,980 MHz) and last 9 ms, the rest 1 ms: each low one is followed by a
+    pause and taken again, is none of the samples, and is counted; the clock is the median
+    of the kept samples' reads, not the lowest."""
+    log, _ = stand_ins
+    monkeypatch.setattr(RecordingClocks, "script", [1000, 1900, 1000, 1800])
+    result = clock.time_call(
+        lasting("fn", itertools.chain([9.0], itertools.repeat(1.0))), device="cuda",
+        beside={"half": lasting("half", itertools.chain([9.0], itertools.repeat(0.5)))},
+        warmup=0, min_repeats=3, min_time_s=0,
+    )  # fmt: skip
+    fn, half = one_sample("fn"), one_sample("half")
+    assert log == fn + ["pause"] + fn + half + ["pause"] + half + (fn + half) * 2
+    assert result["time_samples_ms"] == [1.0] * 3 and result["half_time_samples_ms"] == [0.5] * 3
+    assert result["clock_low_samples"] == result["half_clock_low_samples"] == 1
+    assert result["gpu_sm_clock_mhz"] == 1980, "the median of 1900, 1800 and four of 1980"
+    assert result["gpu_default_sm_clock_mhz"] == 1980 and result["stopped_by"] == "spread"
+
+
+@pytest.mark.parametrize(
+    ("durations", "max_repeats", "stopped_by", "repeats"),
+    [
+        (itertools.cycle([1.0, 1.01, 0.99]), 1000, "spread", 5),  # tight: the minimum
+        (itertools.cycle([1.0, 1.5]), 1000, "settled", 8),  # the same median at 4 and 8
+        ((10.0 * k for k in itertools.count(1)), 1000, "budget", 20),  # 2.1 s at the 20th
+        ((10.0 * k for k in itertools.count(1)), 6, "repeats", 6),
+    ],
+)
+def test_cuda_sampling_goes_on_until_it_has_settled(
+    stand_ins, durations, max_repeats, stopped_by, repeats
+):
+    """Past the minimum (5 samples), fn is sampled until its samples' IQR is at most 2% of
+    their median, or their median has not moved since the count was half, or the budget (2 s
+    on the stand-in clock) is spent, or max_repeats is reached; stopped_by says which."""
+    result = clock.time_call(
+        lasting("fn", durations), device="cuda", warmup=0, min_repeats=5, min_time_s=0,
+        max_repeats=max_repeats,
+    )  # fmt: skip
+    assert (result["stopped_by"], result["repeats"]) == (stopped_by, repeats)
+
+
+def test_a_gpu_stuck_at_a_low_clock_is_still_timed_and_says_so(stand_ins, monkeypatch):
+    """Every read at 1,000 of 1,980 MHz: samples are set aside, each with its pause, until the
+    budget is spent; then the low samples are kept, and the row's median clock is low."""
+    log, now = stand_ins
+    monkeypatch.setattr(RecordingClocks, "steady", 1000)
+    result = clock.time_call(
+        lasting("fn", itertools.repeat(1.0)), device="cuda", warmup=0, min_repeats=3,
+        min_time_s=0,
+    )  # fmt: skip
+    assert result["time_samples_ms"] == [1.0] * 3
+    assert result["clock_low_samples"] == log.count("pause") > 0
+    assert now[0] >= 2000, "set aside until the budget was spent"
+    assert result["gpu_sm_clock_mhz"] < clock.LOW_CLOCK_SHARE * result["gpu_default_sm_clock_mhz"]
+
+
+def test_the_default_sm_clock_is_the_maximum_where_nvml_has_no_default():
+    import pynvml
+
+    class Nvml:
+        NVMLError, NVML_CLOCK_SM = pynvml.NVMLError, pynvml.NVML_CLOCK_SM
+
+        def nvmlDeviceGetDefaultApplicationsClock(self, handle, kind):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+        def nvmlDeviceGetMaxClockInfo(self, handle, kind):
+            return 1980 if kind == pynvml.NVML_CLOCK_SM else 0
+
+    assert clock.default_sm_clock(Nvml(), "a GPU") == 1980
 
 
 def test_clock_limits_are_named_as_nvml_names_them_and_idleness_is_none():
@@ -331,7 +466,7 @@ def test_clock_limits_are_named_as_nvml_names_them_and_idleness_is_none():
 def test_without_nvml_a_timing_has_no_clock_columns():
     clocks = clock.GpuClocks(torch.device("cuda"))  # no GPU here: NVML cannot be reached
     clocks.read()
-    assert clocks.columns() == {}
+    assert clocks.columns() == {} and not clocks.low(), "nothing set aside without NVML"
 
 
 def test_summary_of_known_samples():
@@ -379,3 +514,17 @@ def test_cuda_timing_agrees_with_torch_benchmark_timer():
     assert timing["gpu_sm_clock_mhz"] > 0 and timing["gpu_mem_clock_mhz"] > 0
     assert isinstance(timing["gpu_clock_limits"], str)
     assert clock.peak_gflops("cuda", torch.bfloat16) > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_real_cuda_timing_says_its_clocks_and_why_it_stopped():
+    """On a real GPU: samples at a low clock are counted, the stop rule is named, and the
+    median SM clock of the samples kept is at least LOW_CLOCK_SHARE of the default."""
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    timing = clock.time_call(lambda: a @ a, device="cuda", min_time_s=0.1)
+    assert timing["clock_low_samples"] >= 0
+    assert timing["stopped_by"] in ("spread", "settled", "budget", "repeats")
+    if "gpu_default_sm_clock_mhz" in timing:  # NVML reached the device
+        floor = clock.LOW_CLOCK_SHARE * timing["gpu_default_sm_clock_mhz"]
+        assert timing["gpu_sm_clock_mhz"] >= floor

@@ -136,3 +136,15 @@ def test_a_truth_value_beside_a_number_is_a_cell_of_its_own(mine):
     result = mine("", "n=1,true")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 points: 2 ok" in result.stdout
+
+
+def test_a_config_group_given_a_number_is_one_line(harness):
+    """`size` is a config group of the test configs (size/small.yaml, size/large.yaml): size=128
+    is no file of it, said in one line, exit 2, not Hydra's traceback."""
+    from tests.support.probes import PROBE_PATH, SUPPORT
+
+    given = ["--config-dir", str(SUPPORT / "conf"), "+experiment=sized", "size=128"]
+    refused = harness(*given, env={"PYTHONPATH": PROBE_PATH})
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "a config group takes the name of one of its files" in refused.stderr
+    assert "Traceback" not in refused.stderr and not harness.results.exists()

@@ -120,9 +120,11 @@ def _again(argv: list[str]) -> int:
     """Sweeps run again, each on its own code, in turns (a timing gate's processes apart)."""
     from harness.command.status import again
 
-    keys = {"out", "code_store", "times"}
-    options, ids = _options(argv, keys, "SWEEP_ID [SWEEP_ID ...]", (1, 16))
-    return again(ids, _out(options), options.get("code_store"), options.get("times", "3"))
+    settings = ("times", "most", "factor", "budget_s")
+    options, ids = _options(argv, {"out", "code_store", *settings}, "SWEEP_ID [SWEEP_ID ...]",
+                            (1, 16))  # fmt: skip
+    settings = {key: options[key] for key in settings if key in options}
+    return again(ids, _out(options), options.get("code_store"), **settings)
 
 
 def _report(argv: list[str]) -> int:

@@ -8,6 +8,11 @@ rounds' ratios, so that both sides of each ratio saw the same moment. Times that
 compared across processes (two sweeps, run hours apart) say how busy the machine was: a CPU
 timing's cpu_load_beside is the share of the process's CPUs that other processes used while
 it ran (from /proc/stat), so that a comparison can tell a slower machine from slower code.
+
+A GPU's speed moves with its clock, which power and heat hold down: on CUDA a sample taken while
+the SM clock read below LOW_CLOCK_SHARE of the GPU's default is set aside and taken again after a
+pause, and sampling past the minimum goes on until the samples have settled (Settling), within a
+time budget, so that a timing is of the GPU at speed and says how it ended.
 """
 
 import functools
@@ -27,6 +32,10 @@ from harness.measuring.memory import MIB
 FLUSH_FALLBACK_BYTES = 256 * MIB  # when the device does not say its L2's size
 CUDA_METHOD = "CUDA events around each call, L2 flushed before it (triton's do_bench)"
 CPU_METHOD = "perf_counter around each call"
+LOW_CLOCK_SHARE = 0.75  # a CUDA sample read below this share of the default SM clock is set aside
+LOW_CLOCK_PAUSE_S = 0.05  # the pause after a sample set aside, for the GPU's clock to come back up
+SETTLED_SPREAD = 0.02  # CUDA samples have settled: IQR at most this share of their median, or
+SETTLED_SHIFT = 0.005  # their median moved less than this share since their count was half
 
 
 def time_call(
@@ -37,10 +46,11 @@ def time_call(
     min_repeats: int = 5,
     min_time_s: float = 0.5,
     max_repeats: int = 1000,
+    max_time_s: float = 2.0,
     beside: Mapping[str, Callable[[], object]] | None = None,
 ) -> dict[str, Any]:
     """Warm up, then time calls of fn, a sample each, until min_repeats and min_time_s are
-    both reached (at most max_repeats).
+    both reached (at most max_repeats); on CUDA on past them until the samples have settled.
 
     Returns time_ms (the median call), time_iqr_ms, repeats (samples), time_samples_ms (each
     call's time), timing_method (in words) and threads_used (torch's threads while it timed;
@@ -51,9 +61,20 @@ def time_call(
     with the flush while the call is queued, does not time its launch. A kernel shorter than
     the events' resolution (about a microsecond) is timed at that resolution. Each CUDA timing
     also says what the GPU ran at (GpuClocks, through NVML where nvidia-ml-py can reach the
-    device): gpu_sm_clock_mhz and gpu_mem_clock_mhz, the lowest seen during the calls, and
-    gpu_clock_limits, the reasons other than idleness that held the clocks down (`none`, or
-    e.g. `sw_power_cap, hw_thermal_slowdown`), so that timings of two nodes can be compared.
+    device): gpu_sm_clock_mhz, the median SM clock read during the samples kept (it was the
+    lowest seen, which one slow moment decided), gpu_default_sm_clock_mhz, the GPU's default
+    SM clock, gpu_mem_clock_mhz, the lowest memory clock seen, and gpu_clock_limits, the
+    reasons other than idleness that held the clocks down (`none`, or e.g. `sw_power_cap,
+    hw_thermal_slowdown`), so that timings of two nodes can be compared.
+
+    On CUDA a sample whose SM clock read below LOW_CLOCK_SHARE of the default is set aside:
+    not among the samples, counted in clock_low_samples (NAME_clock_low_samples for a call
+    beside), and followed by a pause of LOW_CLOCK_PAUSE_S before the call is sampled again.
+    Only within max_time_s of the first sample: a GPU held low longer is timed as it runs,
+    and gpu_sm_clock_mhz below LOW_CLOCK_SHARE of gpu_default_sm_clock_mhz says so. Without
+    NVML nothing is set aside. Past the minimum, fn is sampled on until a rule of Settling
+    holds or max_repeats is reached; stopped_by names which: "spread", "settled", "budget"
+    (max_time_s since the first sample) or "repeats". The CPU keeps to the minimum.
 
     beside: other calls, by name, timed in turns with fn in this process (each warmed up as fn
     is; a round is one sample of fn, then one of each in order), so that a ratio of their times
@@ -82,11 +103,8 @@ def time_call(
             call()
     threads = {"threads_used": torch.get_num_threads()}
     if device.type == "cuda":
-        gpu, clocks = CudaTimer(device), GpuClocks(device)
-        samplers = {name: gpu.sampler(call, clocks.read) for name, call in calls.items()}
-        samples = sample_rounds(samplers, min_repeats, min_time_s, max_repeats)
-        result = {**summarize_ms(samples[""]), "timing_method": CUDA_METHOD, **clocks.columns()}
-        return result | threads | _beside(samples)
+        timing = (min_repeats, min_time_s, max_repeats, max_time_s)
+        return _cuda_time_call(calls, device, *timing) | threads
     cpu_ms = {name: [] for name in calls}
     samplers = {name: _cpu_sampler(call, cpu_ms[name]) for name, call in calls.items()}
     load = CpuLoad()
@@ -99,6 +117,31 @@ def time_call(
     return result | _beside(samples) | cpu_columns
 
 
+def _cuda_time_call(
+    calls: Mapping[str, Callable[[], object]],
+    device: torch.device,
+    min_repeats: int,
+    min_time_s: float,
+    max_repeats: int,
+    max_time_s: float,
+) -> dict[str, Any]:
+    """time_call's samples on CUDA (calls: fn by the name "", then those beside it) and the
+    columns that say how they were taken: each sample at speed (_at_speed), fn's sampled on
+    until they have settled (Settling)."""
+    gpu, clocks, settling = CudaTimer(device), GpuClocks(device), Settling(max_time_s)
+    set_aside: dict[str, list[float]] = {name: [] for name in calls}
+    samplers = {
+        name: _at_speed(gpu.sampler(call, clocks.read), clocks, settling.spent, set_aside[name])
+        for name, call in calls.items()
+    }
+    samples = sample_rounds(samplers, min_repeats, min_time_s, max_repeats, settling.enough)
+    low = {f"{name}_clock_low_samples" if name else "clock_low_samples": len(aside)
+           for name, aside in set_aside.items()}  # fmt: skip
+    result = {**summarize_ms(samples[""]), "timing_method": CUDA_METHOD}
+    result |= {"stopped_by": settling.stopped_by, **clocks.columns()}
+    return result | low | _beside(samples)
+
+
 def _beside(samples: dict[str, list[float]]) -> dict[str, list[float]]:
     """NAME_time_samples_ms of each call timed beside fn (fn's own are its time_samples_ms)."""
     return {f"{name}_time_samples_ms": taken for name, taken in samples.items() if name}
@@ -109,18 +152,23 @@ def sample_rounds(
     min_repeats: int,
     min_time_s: float,
     max_repeats: int = 1000,
+    enough: Callable[[list[float]], bool] | None = None,
 ) -> dict[str, list[float]]:
     """Rounds of one sample of each call in turn (sampler() times one call and returns its
     ms): each is sampled from the first round on until it has min_repeats samples and
     min_time_s of calls of its own, as if timed alone, so its sample i is round i's and a slow
     one costs no more than that; rounds go on while one wants samples, at most max_repeats of
-    them. Returns each call's samples by name."""
+    them. Where `enough` is given, the first call is sampled on past that minimum until
+    enough(its samples) (CUDA's Settling). Returns each call's samples by name."""
     took("time")
     samples: dict[str, list[float]] = {name: [] for name in samplers}
+    first = next(iter(samplers), None)
 
     def wanted(name: str) -> bool:
         taken = samples[name]
-        return len(taken) < min_repeats or sum(taken) < min_time_s * 1000
+        if len(taken) < min_repeats or sum(taken) < min_time_s * 1000:
+            return True
+        return name == first and enough is not None and not enough(taken)
 
     rounds = 0
     while rounds < max_repeats and any(wanted(name) for name in samplers):
@@ -238,22 +286,76 @@ class CudaTimer:
         return sample
 
 
+class Settling:
+    """When fn's CUDA samples have had enough, past min_repeats and min_time_s (enough(), for
+    sample_rounds): where their interquartile range is at most SETTLED_SPREAD of their median
+    ("spread"), where the count has just doubled (a power of two) and their median moved less
+    than SETTLED_SHIFT since it was half ("settled": more samples would not move it), or where
+    max_time_s has passed since sampling began ("budget"), checked in that order after each
+    sample. stopped_by names the rule that held, "repeats" while none has (max_repeats then
+    ends the sampling). The budget counts the minimum's time too."""
+
+    def __init__(self, max_time_s: float) -> None:
+        self.deadline, self.stopped_by = time.perf_counter() + max_time_s, "repeats"
+
+    def spent(self) -> bool:
+        return time.perf_counter() >= self.deadline
+
+    def enough(self, samples: list[float]) -> bool:
+        summary, count = summarize_ms(samples), len(samples)
+        median, half = summary["time_ms"], count // 2
+        doubled = count > 1 and count & (count - 1) == 0
+        if summary["time_iqr_ms"] <= SETTLED_SPREAD * median:
+            self.stopped_by = "spread"
+        elif doubled and abs(median - statistics.median(samples[:half])) < SETTLED_SHIFT * median:
+            self.stopped_by = "settled"
+        elif self.spent():
+            self.stopped_by = "budget"
+        return self.stopped_by != "repeats"
+
+
+def _at_speed(
+    sample: Callable[[], float],
+    clocks: "GpuClocks",
+    spent: Callable[[], bool],
+    set_aside: list[float],
+) -> Callable[[], float]:
+    """take(): sample() until one ran at speed. A sample during which the SM clock read low
+    (clocks.low()) goes to set_aside, and the GPU has LOW_CLOCK_PAUSE_S to come back up before
+    the call is sampled again; once spent(), a sample is kept whatever its clock, so that a GPU
+    stuck at a low clock is still timed."""
+
+    def take() -> float:
+        taken = sample()
+        while clocks.low() and not spent():
+            clocks.set_aside()
+            set_aside.append(taken)
+            time.sleep(LOW_CLOCK_PAUSE_S)
+            taken = sample()
+        return taken
+
+    return take
+
+
 class GpuClocks:
     """The clocks a GPU ran at while calls were timed on it, read through NVML (nvidia-ml-py)
-    between the calls: the lowest SM and memory clocks seen, and every reason NVML gave for
-    holding the clocks down (power or thermal caps, slowdowns, application clock settings),
-    idleness aside. Reads nothing, and gives no columns, where NVML or the device cannot be
-    reached (no driver, a MIG slice, nvidia-ml-py not installed)."""
+    while the calls ran: the median SM clock of the samples kept (a sample set aside takes its
+    reading with it: set_aside), the GPU's default SM clock, the lowest memory clock seen, and
+    every reason NVML gave for holding the clocks down (power or thermal caps, slowdowns,
+    application clock settings), idleness aside. Reads nothing, finds no clock low, and gives
+    no columns, where NVML or the device cannot be reached (no driver, a MIG slice,
+    nvidia-ml-py not installed)."""
 
     def __init__(self, device: torch.device) -> None:
         self.sm, self.memory, self.reasons = [], [], 0
-        self.nvml, self.handle = None, None
+        self.nvml, self.handle, self.default_sm = None, None, None
         try:
             import pynvml
 
             pynvml.nvmlInit()
             uuid = torch.cuda.get_device_properties(device).uuid
             self.nvml, self.handle = pynvml, pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+            self.default_sm = default_sm_clock(pynvml, self.handle)
         except Exception:  # no NVML here: the timing stands without the clocks
             pass
 
@@ -268,14 +370,40 @@ class GpuClocks:
         except nvml.NVMLError:  # a query this GPU does not support: no clocks from it
             self.handle = None
 
+    def low(self) -> bool:
+        """Whether the last SM clock read is below LOW_CLOCK_SHARE of the default."""
+        if self.handle is None or self.default_sm is None or not self.sm:
+            return False
+        return self.sm[-1] < LOW_CLOCK_SHARE * self.default_sm
+
+    def set_aside(self) -> None:
+        """The last SM clock read is of a sample set aside: not counted in the median."""
+        self.sm.pop()
+
     def columns(self) -> dict[str, Any]:
         if self.handle is None or not self.sm:
             return {}
-        return {
-            "gpu_sm_clock_mhz": min(self.sm),
+        columns = {
+            "gpu_sm_clock_mhz": statistics.median(self.sm),
             "gpu_mem_clock_mhz": min(self.memory),
             "gpu_clock_limits": clock_limits(self.reasons, _nvml_reasons(self.nvml)),
         }
+        if self.default_sm is not None:
+            columns["gpu_default_sm_clock_mhz"] = self.default_sm
+        return columns
+
+
+def default_sm_clock(nvml, handle) -> int | None:
+    """The SM clock a GPU runs at by default (MHz): its default applications clock, or where
+    NVML does not give that, its maximum; None where neither can be read."""
+    try:
+        return nvml.nvmlDeviceGetDefaultApplicationsClock(handle, nvml.NVML_CLOCK_SM)
+    except nvml.NVMLError:
+        pass
+    try:
+        return nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM)
+    except nvml.NVMLError:
+        return None
 
 
 def _nvml_reasons(nvml) -> dict[int, str]:

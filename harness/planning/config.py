@@ -98,6 +98,11 @@ def compose_config(overrides: list[str], experiment: str, config_dirs: list[Path
         raise BadInput(one_line(error)) from None
     except (HydraException, OmegaConfBaseException) as error:
         raise BadInput(one_line(error)) from None
+    except ValueError as error:  # a config group given a number (size=128 where size/ is a group)
+        raise BadInput(
+            f"{one_line(error)}: a config group takes the name of one of its "
+            "files (GROUP=NAME for GROUP/NAME.yaml)"
+        ) from None
     with open_dict(cfg):  # jobs elsewhere (SLURM) and run dirs get it absolute
         cfg.out = str(Path(cfg.out).resolve())
     return cfg

@@ -70,6 +70,7 @@ from harness.store.layout import (  # noqa: F401
     claim,
     hold_running,
     job_file,
+    read_job_file,
     release_running,
     run_by,
     runs_dir,

@@ -5,6 +5,7 @@ without resting on timing."""
 import base64
 import decimal
 import importlib
+import json
 import logging
 import math
 import os
@@ -329,21 +330,39 @@ class BrokenSink:
         pass
 
 
-def spin(*, size: int, work: float = 1.0, min_time_s: float = 0.2) -> list[dict]:
-    """A timing whose work is `work` times ten products of size x size matrices (work=1.3: a
-    real 1.3x slowdown of the code, for a timing gate to catch), on one thread."""
+def scripted(*, side: str, folder: str) -> list[dict]:
+    """A timing whose value is a script's: the next of FOLDER/SIDE.json's "values" (its "next"
+    says which), one a process, so that a test knows what each process of a gate measures."""
+    path = Path(folder) / f"{side}.json"
+    script = json.loads(path.read_text())
+    value = script["values"][script["next"]]
+    path.write_text(json.dumps({**script, "next": script["next"] + 1}))
+    return [{"time_ms": float(value)}]
+
+
+def pair(*, slower: float = 1.0, products: int = 20, width: int = 128,
+         min_time_s: float = 0.2) -> list[dict]:  # fmt: skip
+    """Two timings in a row, prefixed as docs/own-experiments.md says: `first` and `second`,
+    each `products` products of width x width matrices a call, on one thread; `slower` is a
+    knob that multiplies second's work alone (slower=1.25: 25 products for 20), a known
+    slowdown for the gate's calibration (tests/benchmarks/gate_calibration.py)."""
     from harness.measuring.timing import time_call
 
     torch.set_num_threads(1)
-    a = torch.randn(size, size, generator=torch.Generator().manual_seed(0))
-    products = round(10 * work)
+    a = torch.randn(width, width, generator=torch.Generator().manual_seed(0))
 
-    def call():
-        for _ in range(products):
-            a @ a
+    def call(count: int):
+        def products_of_a():
+            for _ in range(count):
+                a @ a
 
-    row = time_call(call, min_time_s=min_time_s)
-    return [{"products": products, **row}]
+        return products_of_a
+
+    row = {}
+    for prefix, count in (("first", products), ("second", round(products * slower))):
+        timed = time_call(call(count), min_time_s=min_time_s)
+        row |= {f"{prefix}_{name}": value for name, value in timed.items()}
+    return [row]
 
 
 def tuned(
