@@ -168,24 +168,25 @@ USAGE = """usage: python -m harness [--config-dir DIR] +experiment=NAME [key=val
        python -m harness status SWEEP_ID [out=DIR] [+experiment=NAME]
        python -m harness compact SWEEP_ID [out=DIR] [+experiment=NAME]
        python -m harness code SWEEP_ID [OTHER_SWEEP_ID] [out=DIR] [code_store=DIR]
-       python -m harness again SWEEP_ID [SWEEP_ID ...] [times=N] [out=DIR] [code_store=DIR]
+       python -m harness again SWEEP_A SWEEP_B [times=N] [most=N] [factor=F] [budget_s=S]
+                         [out=DIR] [code_store=DIR]
        python -m harness report [--check] [--sweep ID ...] [--all] [--watch] [--out DIR]
        python -m harness report compare SWEEP_A SWEEP_B [--fail-on-regression FACTOR]
 
-Runs the experiment's grid (its hydra.sweeper.params; key=a,b,c on the command line replaces
-a key's values, key=value fixes it) and writes one Parquet row per measurement under
+Runs the experiment's grid (its hydra.sweeper.params; key=a,b,c on the command line replaces a
+key's values, key=value fixes it) and writes one Parquet row per measurement under
 outputs/results. hydra/launcher=local runs points in parallel here, hydra/launcher=slurm as
 SLURM job arrays (wait=false: submit and return). compact merges a finished sweep's job files
 into one Parquet file. code lists the files of the code a sweep pinned, or diffs two sweeps'
-code; again runs sweeps again, each on its own code, in turns, until each has N sweeps (3),
-for a timing gate that compares processes. report writes outputs/report/REPORT.md and its
-page from the store (report --help: its options). SWEEP_ID may be last: the newest sweep (of
-+experiment=NAME, if given). --config-dir DIR also finds experiments of your own in
-DIR/experiment/NAME.yaml. --help with +experiment=NAME lists its parameters; --cfg prints the
-config of the sweep's first point and the grid, --info Hydra's information (TOPIC: all,
-config, defaults, defaults-tree, plugins, searchpath); neither runs anything. -m is accepted:
-every run is a sweep.
-Experiments: {experiments}"""
+code; again runs sweeps again, each on its own code, in turns, until each has N sweeps (3), and
+of two sweeps it is the timing gate: it compares them, adding one of each while a timing is not
+decided, at most `most` a side (8), and exits as the comparison (0, 1 or 3). report writes
+outputs/report/REPORT.md and its page from the store (report --help: its options). SWEEP_ID may
+be last: the newest sweep (of +experiment=NAME, if given). --config-dir DIR also finds
+experiments of your own in DIR/experiment/NAME.yaml. --help with +experiment=NAME lists its
+parameters; --cfg prints the config of the sweep's first point and the grid, --info Hydra's
+information (TOPIC: all, config, defaults, defaults-tree, plugins, searchpath); neither runs
+anything. -m is accepted: every run is a sweep. Experiments: {experiments}"""
 
 
 def usage(config_dirs: list[Path]) -> str:

@@ -144,7 +144,8 @@ COMMANDS = {
 }
 
 
-PLACEHOLDERS = {"times": "times=N", "experiment": "+experiment=NAME"}
+PLACEHOLDERS = {"times": "times=N", "most": "most=N", "factor": "factor=F",
+                "budget_s": "budget_s=S", "experiment": "+experiment=NAME"}  # fmt: skip
 
 
 def _options(argv: list[str], keys: set[str], usage_: str, count=(1, 1)) -> tuple[dict, list]:
