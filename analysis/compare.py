@@ -155,8 +155,8 @@ def _processes(lines: pd.DataFrame, timings: list[str]) -> pd.DataFrame:
         values = pd.to_numeric(lines[timing], errors="coerce").astype(float).to_numpy()
         columns[timing] = [np.nanmedian(values[i]) if np.isfinite(values[i]).any() else np.nan
                           for i in at]  # fmt: skip
-        load = _numbers(lines, load_of(timing, lines.columns)).to_numpy()
-        clock = _numbers(lines, clock_of(timing, lines.columns)).to_numpy()
+        load = _numbers(lines, own_column(timing, LOAD, lines.columns)).to_numpy()
+        clock = _numbers(lines, own_column(timing, CLOCK, lines.columns)).to_numpy()
         counted = ok & np.isfinite(values) & (values > 0)
         busy = counted & (load > BUSY)
         ids = [None if pd.isna(when) else f"{pd.Timestamp(when).value}:{value!r}"
@@ -281,11 +281,12 @@ def _timing_table(matched: pd.DataFrame, metric: str, keys: list[str], factor: f
         lines.append({
             "A": means[0], "B": means[1], "B/A": e.ratio if e else _ratio(values[1], values[0]),
             "low": e.low if e else math.nan, "high": e.high if e else math.nan,
-            "processes": f"{len(a)}+{len(b)}",
+            "processes": f"{len(a)}+{len(b)}", "_counts": (len(a), len(b)),
             "set aside": _set_aside(busy, copies),
             "change": why or "", "_estimate": e,
         })  # fmt: skip
-    columns = ["A", "B", "B/A", "low", "high", "processes", "set aside", "change", "_estimate"]
+    columns = ["A", "B", "B/A", "low", "high", "processes", "set aside", "change", "_estimate",
+               "_counts"]  # fmt: skip
     table = pd.DataFrame(lines, columns=columns, index=_index(both, keys))
     return table[table[["A", "B"]].notna().any(axis=1)]
 
@@ -306,20 +307,12 @@ def _number(value) -> float:
     return float(number) if number is not None and not pd.isna(number) else math.nan
 
 
-def load_of(timing: str, columns) -> str:
-    """The column of the load beside a timing, among `columns`: its own, named with its prefix
-    as harness.measuring.timing.time_call's columns are prefixed (sdpa_time_ms:
-    sdpa_cpu_load_beside), else the unprefixed LOAD."""
+def own_column(timing: str, name: str, columns) -> str:
+    """A timing's own column of its housekeeping `name`, among `columns`: named with the
+    timing's prefix as harness.measuring.timing.time_call's columns are prefixed (sdpa_time_ms:
+    sdpa_cpu_load_beside), else the unprefixed `name`."""
     prefix = timing.removesuffix("time_ms") if timing.endswith("time_ms") else ""
-    own = f"{prefix}{LOAD}"
-    return own if own in columns else LOAD
-
-
-def clock_of(timing: str, columns) -> str:
-    """The column of the SM clock a CUDA timing ran at, among `columns`: its own, prefixed as
-    load_of's, else the unprefixed CLOCK."""
-    prefix = timing.removesuffix("time_ms") if timing.endswith("time_ms") else ""
-    return f"{prefix}{CLOCK}" if f"{prefix}{CLOCK}" in columns else CLOCK
+    return f"{prefix}{name}" if f"{prefix}{name}" in columns else name
 
 
 def _is_load(column: str) -> bool:

@@ -11,6 +11,7 @@ from harness.names import setting
 from harness.pinning import codestore
 from harness.results.tables import markdown
 from octlm_analysis.compare import (
+    CLOCKS,
     ONE_PROCESS,
     RULE,
     UNDECIDED,
@@ -39,8 +40,9 @@ WHY_UNDECIDED = {
                     "machine that is otherwise idle",
     "copies": "a side's values are copies of other measurements (rows reused from another "
               "sweep, counted once), leaving it fewer than two of its own",
-    "clocks differ": "the GPU's SM clock differed by more than 10% between the sides: run them "
-                     "again where the clocks agree (a GPU that no power or heat cap holds down)",
+    "clocks differ": f"the GPU's SM clock differed by more than {CLOCKS - 1:.0%} between the "
+                     "sides: run them again where the clocks agree (a GPU that no power or "
+                     "heat cap holds down)",
 }  # fmt: skip
 
 
@@ -164,7 +166,7 @@ def _processes_line(c: Comparison, tables: dict[str, pd.DataFrame]) -> str | Non
     lines = pd.concat(tables.values()) if tables else pd.DataFrame()
     if lines.empty:
         return None
-    counts = lines["processes"].str.split("+", expand=True).astype(int)
+    counts = pd.DataFrame(lines["_counts"].tolist())
     said = []
     for n, (name, side) in enumerate((("A", c.a), ("B", c.b))):
         fewest, most = counts[n].min(), counts[n].max()

@@ -103,8 +103,8 @@ def time_call(
             call()
     threads = {"threads_used": torch.get_num_threads()}
     if device.type == "cuda":
-        timing = (min_repeats, min_time_s, max_repeats, max_time_s)
-        return _cuda_time_call(calls, device, *timing) | threads
+        timed = _cuda_time_call(calls, device, min_repeats, min_time_s, max_repeats, max_time_s)
+        return timed | threads
     cpu_ms = {name: [] for name in calls}
     samplers = {name: _cpu_sampler(call, cpu_ms[name]) for name, call in calls.items()}
     load = CpuLoad()
