@@ -10,9 +10,13 @@ import pytest
 import yaml
 
 from harness import store
+from harness.errors import BadInput
 from harness.names import CONF
+from harness.planning.config import compose_config
+from harness.planning.plan import plan
+from harness.results import claims
 from harness.results.claims import check, claims_table, validate
-from harness.results.expressions import ExpressionError, evaluate, parse, select
+from harness.results.expressions import ExpressionError, compared, evaluate, parse, select
 from harness.results.tables import sweep_table, validate_plots, validate_table
 
 FRAME = pd.DataFrame(
@@ -311,3 +315,111 @@ def test_a_table_spec_that_cannot_work_is_refused_and_the_report_skips_it(spec, 
     good = {"index": "length", "columns": "block", "values": "max_abs_diff"}
     assert sweep_table(rows, {"table": good}).shape == (4, 2)
     assert sweep_table(rows, {"table": {**good, "columns": "absent"}}) is None
+
+
+# Three points, their parameters n and x; `zero` is 0 on the second only.
+POINTS = [{"job": job, "params": {"n": n, "x": x}}
+          for job, (n, x) in enumerate([(1, 1), (2, 1), (2, 2)])]  # fmt: skip
+ROWS = pd.DataFrame({"job": [0, 1, 2], "status": "ok", "n": [1, 2, 2], "x": [1, 1, 2],
+                     "value": [0.5, 0.7, 0.9], "zero": [1.0, 0.0, 1.0]})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "key, bound, said",
+    [("max", "value / zero", "at n=2 x=1 (inf)"),
+     ("max", "value / (n - n)", "at n=1 x=1 (inf) and 2 more"),
+     ("min", "-value / (x - 1)", "at n=1 x=1 (-inf) and 1 more"),
+     ("max", "(x - 1) / (x - 1)", "at n=1 x=1 (nan) and 1 more"),
+     ("max", "value % (n - n)", "at n=1 x=1 (nan) and 2 more"),
+     ("max", ["value / zero", 1.0], "at n=2 x=1 (inf)")],
+)  # fmt: skip
+def test_a_bound_that_is_no_finite_number_on_a_row_is_an_error_that_names_the_row(key, bound, said):
+    """A division by zero over a column gives inf or NaN on its row (as pandas does): an upper
+    bound of inf would pass anything, and a NaN one would count the point as missing."""
+    claim = {"metric": "value", key: bound}
+    (line,) = claims_table(ROWS, {"claims": [claim]}, POINTS).itertuples()
+    expression = bound[0] if isinstance(bound, list) else bound
+    assert line.result == "ERROR"
+    assert claims.outcome(line) == f"the bound {expression} is not a finite number {said}"
+
+
+def test_a_bound_of_constants_that_divides_by_zero_is_an_error_too():
+    (line,) = claims_table(ROWS, {"claims": [{"metric": "value", "max": "value * (1 / 0)"}]},
+                           POINTS).itertuples()  # fmt: skip
+    assert line.result == "ERROR" and "cannot compute 1 / 0: division by zero" in line.worst
+
+
+def test_a_bound_missing_for_a_missing_input_counts_the_point_as_missing():
+    """Not an error: the bound reads `ref`, which the failed point has not."""
+    failed = ROWS.assign(status=["ok", "ok", "failed"], ref=[1.0, 2.0, np.nan])
+    claim = {"metric": "value", "max": "value / ref + 0.5"}
+    (line,) = claims_table(failed, {"claims": [claim]}, POINTS).itertuples()
+    assert (line.result, line.missing) == ("INCOMPLETE", "n=2 x=2 (failed)")
+
+
+def test_the_comparisons_of_a_column_with_a_constant_are_listed_column_first():
+    text = ("1 < length <= '4' and dtype in ['a', 2] and not (flag == True) and length == block "
+            "or -2 >= err or length + 1 > 3")  # fmt: skip
+    assert list(compared(parse(text))) == [
+        ("length", ">", 1), ("length", "<=", "4"), ("dtype", "in", "a"), ("dtype", "in", 2),
+        ("flag", "==", True), ("err", "<=", -2),
+    ]  # fmt: skip
+    assert [type(c) for _, _, c in compared(parse("flag != True and 1 == n"))] == [bool, int]
+
+
+@pytest.mark.parametrize(
+    "claim, values, said",
+    [({"where": "n == '2'"}, {"n": [1, 2]},
+      "its where compares n, an integer parameter, with the text '2': write n == 2"),
+     ({"where": "dtype == 1"}, {"dtype": ["float32", "float16"]},
+      "its where compares dtype, a text parameter, with the number 1: write dtype == '1'"),
+     ({"where": "causal == 1"}, {"causal": [True, False]},
+      "its where compares causal, a true-or-false parameter, with the number 1: "
+      "write causal == True"),
+     ({"where": "n != True"}, {"n": [1, 2]},
+      "its where compares n, an integer parameter, with the truth value True: write n != 1"),
+     ({"needs": "'4' < n"}, {"n": [1, None, 8]},
+      "its needs compares n, an integer parameter, with the text '4': write n > 4"),
+     ({"where": "dtype in ['float32', 16]"}, {"dtype": ["float32"]},
+      "its where compares dtype, a text parameter, with the number 16: write '16' in its list"),
+     ({"where": "lr > 'small'"}, {"lr": [0.1, 1]},
+      "its where compares lr, a number parameter, with the text 'small'")],
+)  # fmt: skip
+def test_a_where_comparing_a_parameter_with_a_constant_of_another_kind_is_refused(
+    claim, values, said
+):
+    """It would select none of the points, silently: the claim N/A on every sweep."""
+    with pytest.raises(ValueError) as refused:
+        validate({"claims": [{"metric": "value", **claim}]}, list(values), values=values)
+    assert str(refused.value) == f"claim 1 (value): {said}"
+
+
+@pytest.mark.parametrize(
+    "where, values",
+    [("n == 2.0 and n > 1.5", {"n": [1, 2]}),
+     ("dtype == 'float32' and flag == True", {"dtype": ["float32"], "flag": [True, False]}),
+     ("n == 'auto' or n == 2", {"n": [2, "auto"]}),
+     ("n == '2'", {"n": [None, None]}),
+     ("n == 1", {"n": [[1, 2], None]}),
+     ("err > '1'", {"n": [1]})],
+)  # fmt: skip
+def test_a_where_comparing_with_a_constant_of_a_kind_the_parameter_takes_is_valid(where, values):
+    validate({"claims": [{"metric": "value", "where": where}]}, list(values), values=values)
+    validate({"claims": [{"metric": "value", "where": "n == '2'"}]}, ["n"])  # values unknown
+
+
+def test_planning_refuses_a_where_that_compares_a_parameter_with_another_kind(
+    initialized, tmp_path
+):
+    cfg = compose_config(
+        ["+experiment=exp014_tiled", f"out={tmp_path}", "sweep_id=S"], "exp014_tiled", []
+    )
+    cfg.experiment.claims = [{"metric": "sdpa_err64", "max": 1e-5, "where": "length == '128'"}]
+    with pytest.raises(BadInput) as refused:
+        plan(cfg, [])
+    assert str(refused.value) == (
+        "exp014_tiled: claim 1 (sdpa_err64): its where compares length, an integer parameter, "
+        "with the text '128': write length == 128"
+    )
+    cfg.experiment.claims = [{"metric": "sdpa_err64", "max": 1e-5, "where": "length == 128"}]
+    assert len(plan(cfg, []).points) == 9

@@ -122,7 +122,6 @@ def plan(
         codestore.enter(code_store, digest)
     experiment = Experiment.load(values["experiment"])
     _check_parameter_names(experiment)
-    _check_report_spec(experiment)
     _check_keys(experiment, values, sweeps)
     axes = _axes(chosen)
     points = []
@@ -138,6 +137,7 @@ def plan(
     if not points:
         empty = " ".join(f"{key}=[]" for key, values in axes.items() if not values)
         raise BadInput(f"the grid has no points ({empty})")
+    _check_report_spec(experiment, points)
     searched = search.spec(values, experiment, list(axes))
     if searched:
         search.check_launcher(cfg.hydra.launcher)
@@ -192,15 +192,18 @@ def absent_keys(cfg: DictConfig, sweeps: list[Override]) -> list[str]:
     return lines
 
 
-def _check_report_spec(experiment: Experiment) -> None:
+def _check_report_spec(experiment: Experiment, points: list[Point]) -> None:
     """The experiment's table, plots and claims can be read (harness.results.tables,
-    harness.results.claims): one line before anything runs, not a traceback after every sweep."""
+    harness.results.claims): one line before anything runs, not a traceback after every sweep.
+    A claim's where is checked against the parameters' values on the planned `points` too
+    (`n == '2'` where n is a number would select none of them)."""
     try:
         names = list(experiment.parameters)
+        values = {name: [point.params.get(name) for point in points] for name in names}
         validate_table(experiment.config.get("table"))
         check_table_names(experiment.config.get("table"), names)
         validate_plots(experiment.config.get("plots"))
-        validate_claims(experiment.config, names)
+        validate_claims(experiment.config, names, values=values)
     except ValueError as error:
         raise BadInput(f"{experiment.name}: {error}") from None
 

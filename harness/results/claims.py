@@ -24,7 +24,8 @@ manifest is anyone's to edit, and pandas' query and eval would run its code.
 - N/A: `where` selects none of the planned points.
 - ERROR: the claim cannot be evaluated (a where or a bound outside the grammar, or one that
   names no column of the table; a metric that no answered row has, a typo say), the columns
-  nearest the name it gives said.
+  nearest the name it gives said; or a bound is no finite number on a row whose columns it reads
+  all are (a division by zero: an upper bound of inf passes anything), the row named.
 
 Only ok rows carry values: a metric on a row of any other status counts as missing.
 """
@@ -44,6 +45,10 @@ from harness.store import HARNESS_COLUMNS, parameter_columns
 FAILING = ("FAIL", "INCOMPLETE", "ERROR")  # the results that make --check exit 1
 COLUMNS = ["claim", "result", "worst", "points", "passes", "failing", "missing"]
 NAMED = 5  # missing points named in full, then a count
+# A constant's kind (int and float alike), which a parameter's values must have for a where
+# comparing them to select any; how a parameter of those kinds is said.
+KINDS = {bool: "truth value", int: "number", float: "number", str: "text"}
+ADJECTIVES = {"number": "number", "text": "text", "truth value": "true-or-false"}
 MOST_BOUNDS = (
     16  # in one min or max: a claim's text is anyone's to edit (harness.results.expressions)
 )
@@ -99,6 +104,15 @@ def claims_of(
     return pd.DataFrame(lines, columns=COLUMNS)
 
 
+class _NotFinite(ValueError):
+    """A bound that is no finite number on rows whose columns it reads all are: `wrong`, its
+    values there."""
+
+    def __init__(self, bound: str, wrong: pd.Series):
+        super().__init__(f"the bound {bound} is not a finite number")
+        self.wrong = wrong
+
+
 def check(tables: dict[str, pd.DataFrame], claim: dict, params: list[str] = ()) -> dict:
     """One claim against the tables: its line of claims_table."""
     text, name = statement(claim), claim.get("table", "rows")
@@ -129,6 +143,9 @@ def check(tables: dict[str, pd.DataFrame], claim: dict, params: list[str] = ()) 
         nothing = pd.Series(math.nan, index=selected.index)
         low = _bound(selected, claim.get("min"), -math.inf, "max") if judged else nothing
         high = _bound(selected, claim.get("max"), math.inf, "min") if judged else nothing
+    except _NotFinite as error:  # never a PASS, nor the point missing: name the row
+        names = _names(selected, table, claim, params)
+        return _line(text, "ERROR", _not_finite(error, names), MISSING)
     except Exception as error:  # a where or bound outside the grammar, or naming no column
         reason = (str(error).splitlines() or [""])[0]
         return _line(text, "ERROR", f"{type(error).__name__}: {reason}", MISSING)
@@ -140,16 +157,31 @@ def check(tables: dict[str, pd.DataFrame], claim: dict, params: list[str] = ()) 
     points, passes = f"{int(known.sum())} of {len(selected)}", _passing(selected, known & ~broken)
     if result == "PASS":  # nothing to name
         return _line(text, result, worst, points, passes=passes)
-    rows = name in HARNESS_TABLES
-    if rows and not params:  # no plan: its parameters read from the rows, less what it judges
+    names = _names(selected, table, claim, params)
+    failing = _failing(values[broken], above, low, high, names)
+    missing = _name(selected[~known], names) + _lacking(selected[short], claim.get("needs"))
+    return _line(text, result, worst, points, missing, passes, failing)
+
+
+def _names(selected: pd.DataFrame, table: pd.DataFrame, claim: dict, params) -> pd.Series:
+    """Each selected line's name (_point_names); without a plan, a claim on the rows names them
+    by the parameters read from the rows, less the columns it judges."""
+    rows = claim.get("table", "rows") in HARNESS_TABLES
+    if rows and not params:
         bounds = [b for b in (*_listed(claim.get("min")), *_listed(claim.get("max")))
                   if isinstance(b, str)]  # fmt: skip
         judging = {claim["metric"], *(n for b in bounds for n in expressions.parse(b).names)}
         params = parameter_columns(table, judging)
-    names = pd.Series(_point_names(selected, params, rows), index=selected.index)
-    failing = _failing(values[broken], above, low, high, names)
-    missing = _name(selected[~known], names) + _lacking(selected[short], claim.get("needs"))
-    return _line(text, result, worst, points, missing, passes, failing)
+    return pd.Series(_point_names(selected, params, rows), index=selected.index)
+
+
+def _not_finite(error: _NotFinite, names: pd.Series) -> str:
+    """The bound, the first point where it is no finite number, and how many more: "the bound
+    value / (n - n) is not a finite number at n=2 x=1 (inf) and 3 more"."""
+    named = dict.fromkeys(names[i] for i in error.wrong.index)
+    first = error.wrong.index[0]
+    more = f" and {len(named) - 1} more" if len(named) > 1 else ""
+    return f"{error} at {names[first]} ({error.wrong[first]:g}){more}"
 
 
 def _failing(broken: pd.Series, above, low, high, names: pd.Series) -> str:
@@ -198,14 +230,16 @@ def _versus(value: float, op: str, bound: float) -> str:
     return f"{value!r} {op} {bound!r}"
 
 
-def validate(config: dict, names=()) -> None:
+def validate(config: dict, names=(), values: Mapping[str, list] | None = None) -> None:
     """Refuse a claims spec that cannot work, with a ValueError of one line: a `derive` that does
     not import, `claims` not a list of mappings, each with a metric and no unknown keys, its
     bounds numbers or expressions (or lists of them), its where and bounds within
     harness.results.expressions' grammar, its table one there is (without a derive:
     HARNESS_TABLES). `names`: the parameters and the harness's columns, which a claim on the rows
     may name; a name it gives that is none of them but a typo of one is refused (others are
-    the experiment's metrics, known once it ran: a claim naming none is an ERROR then)."""
+    the experiment's metrics, known once it ran: a claim naming none is an ERROR then).
+    `values`: each parameter's values over the planned points, with which a where or needs on
+    the rows compares constants of a kind they have (None: not checked)."""
     deriving(config)
     claims = config.get("claims")
     if claims is None:
@@ -217,6 +251,8 @@ def validate(config: dict, names=()) -> None:
             _validate_claim(claim)
             if names and claim.get("table", "rows") in HARNESS_TABLES:
                 _check_names(claim, names)
+            if values is not None and claim.get("table", "rows") in HARNESS_TABLES:
+                _check_kinds(claim, values)
             if claim.get("table") not in (None, *HARNESS_TABLES) and not config.get("derive"):
                 raise ValueError(
                     f"its table {claim['table']!r} is none the experiment derives: name the "
@@ -264,6 +300,61 @@ def _check_names(claim: Mapping, names: list[str]) -> None:
                 continue
             for name in sorted(expressions.parse(text).names - {*names, claim["metric"]}):
                 refuse_typo(f"its {key}", name, names)
+
+
+def _check_kinds(claim: Mapping, values: Mapping[str, list]) -> None:
+    """ValueError for a where or needs that compares a parameter with a constant of a kind none
+    of its planned values has (`n == '2'` where n is a number on every point; `causal == 1`
+    where it is true or false): it would select no point, and say nothing. None is no kind (a
+    value missing); a parameter with values of other types (lists) is not checked."""
+    for key in ("where", "needs"):
+        if not claim.get(key):
+            continue
+        for column, op, constant in expressions.compared(expressions.parse(claim[key])):
+            taken = [value for value in values.get(column, ()) if value is not None]
+            kinds = {KINDS.get(type(value)) for value in taken}
+            if not kinds or None in kinds or KINDS[type(constant)] in kinds:
+                continue
+            raise ValueError(
+                f"its {key} compares {column}, {_parameter(taken, kinds)}, with the "
+                f"{KINDS[type(constant)]} {constant!r}{_write(column, op, constant, kinds)}"
+            )
+
+
+def _parameter(taken: list, kinds: set[str]) -> str:
+    """A parameter by the kinds of its values: "an integer parameter", "a text parameter"."""
+    if all(type(value) is int for value in taken):
+        return "an integer parameter"
+    return f"a {' or '.join(ADJECTIVES[kind] for kind in sorted(kinds))} parameter"
+
+
+def _write(column: str, op: str, constant, kinds: set[str]) -> str:
+    """What to write instead, where the constant reads plainly as a kind the parameter has:
+    ": write n == 2"; "" where it does not."""
+    fixed = _rewritten(constant, kinds)
+    if fixed is None:
+        return ""
+    return f": write {fixed!r} in its list" if op in ("in", "not in") else (
+        f": write {column} {op} {fixed!r}")  # fmt: skip
+
+
+def _rewritten(constant, kinds: set[str]):
+    """The constant as one of the kinds a parameter has, where it reads plainly as one (the
+    text '2' as 2, 1 as '1' or True, True as 1); None otherwise."""
+    if "number" in kinds and isinstance(constant, bool):
+        return int(constant)
+    if "number" in kinds and isinstance(constant, str):
+        for number in (int, float):
+            try:
+                value = number(constant)
+            except ValueError:
+                continue
+            return value if math.isfinite(value) else None
+    if "text" in kinds and not isinstance(constant, bool | str):
+        return str(constant)
+    if "truth value" in kinds and constant in (0, 1, "true", "false", "True", "False"):
+        return constant in (1, "true", "True")
+    return None
 
 
 def _parsed(key: str, text: str) -> None:
@@ -331,15 +422,32 @@ def _bound(table: pd.DataFrame, bound, default: float, tightest: str) -> pd.Seri
     tightest ("max" of lower bounds, "min" of upper ones), missing where any is."""
     _count(bound)
     values = [
-        pd.to_numeric(expressions.evaluate(b, table), errors="coerce").astype(float)
-        if isinstance(b, str)
-        else pd.Series(float(b), index=table.index)
+        _evaluated(table, b) if isinstance(b, str) else pd.Series(float(b), index=table.index)
         for b in _listed(bound)
     ]
     if not values:
         return pd.Series(default, index=table.index)
     combined = pd.concat(values, axis=1)
     return getattr(combined, tightest)(axis=1, skipna=False)
+
+
+def _evaluated(table: pd.DataFrame, bound: str) -> pd.Series:
+    """A bound's expression on each row; _NotFinite where it is inf or NaN though every column it
+    reads is a finite number there (a division by zero, which gives inf or NaN on a column as
+    pandas does: an upper bound of inf would pass anything, a NaN count the point missing).
+    Where a column it reads is missing (a failed point), the bound is missing too."""
+    values = pd.to_numeric(expressions.evaluate(bound, table), errors="coerce").astype(float)
+    given = pd.Series(True, index=table.index)
+    for name in expressions.parse(bound).names:
+        given &= _finite(pd.to_numeric(table[name], errors="coerce").astype(float))
+    wrong = given & ~_finite(values)
+    if wrong.any():
+        raise _NotFinite(bound, values[wrong])
+    return values
+
+
+def _finite(values: pd.Series) -> pd.Series:
+    return values.abs() < math.inf  # NaN too is not
 
 
 def _short(table: pd.DataFrame, needs: str | None) -> pd.Series:

@@ -14,8 +14,11 @@ executes nothing), and only these constructs evaluate, over a table's columns at
 
 Anything else (a call, an attribute, a subscript, a lambda, a comprehension...) is refused with
 an ExpressionError that says what is not allowed. As in pandas' query, a comparison with a
-missing value is false (and != true), and a missing truth value counts as false. An expression
-is at most LONGEST characters (a where of hundreds of kB would take minutes over every sweep).
+missing value is false (and != true), and a missing truth value counts as false. Division by
+zero goes as in pandas too: of constants (`1 / 0`) an ExpressionError, over a column inf or NaN on
+its row (harness.results.claims makes a bound that is one an ERROR that names the row). An
+expression is at most LONGEST characters (a where of hundreds of kB would take minutes over every
+sweep).
 """
 
 import ast
@@ -44,6 +47,9 @@ COMPARISONS = {
     ast.GtE: operator.ge,
 }
 MEMBERSHIP = (ast.In, ast.NotIn)
+WRITTEN = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
+           ast.In: "in", ast.NotIn: "not in"}  # fmt: skip
+FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}  # 2 < n is n > 2
 # Words that read as a column in a bound but mean a value, written as text: refused there.
 WORDS = ("true", "false", "yes", "no", "on", "off", "none", "null", "nan", "inf", "infinity")
 LONGEST = 2000  # characters; the project's longest where is under 100
@@ -161,6 +167,42 @@ def _not_arithmetic(node: ast.expr) -> str:
         case ast.Compare():
             return f"the comparison `{_source(node)}`"
     return _source(node)
+
+
+def compared(expression: Expression) -> list[tuple[str, str, object]]:
+    """Each column compared directly with a constant, as (column, operator, constant), in the
+    order written: the column first (`2 < n` is n > 2), each constant of a list after `in` on
+    its own. What a where's constants are checked against (a parameter's values) before a sweep:
+    `n == '2'` where n is a number selects nothing, and says nothing."""
+    found = []
+    for node in sorted(_comparisons(expression.tree), key=lambda n: (n.lineno, n.col_offset)):
+        left = node.left
+        for op, right in zip(node.ops, node.comparators, strict=True):
+            written = WRITTEN[type(op)]
+            if isinstance(op, MEMBERSHIP):
+                constants = _constants(right) if isinstance(left, ast.Name) else []
+                found += [(left.id, written, constant) for constant in constants]
+            elif isinstance(left, ast.Name) and _constant(right) is not None:
+                found.append((left.id, written, _constant(right)))
+            elif isinstance(right, ast.Name) and _constant(left) is not None:
+                found.append((right.id, FLIPPED.get(written, written), _constant(left)))
+            left = right
+    return found
+
+
+def _comparisons(node: ast.expr) -> list[ast.Compare]:
+    return [n for n in ast.walk(node) if isinstance(n, ast.Compare)]
+
+
+def _constant(node: ast.expr):
+    """The constant a node writes (-2 too), None where it is no constant."""
+    match node:
+        case ast.Constant(value=bool() | int() | float() | str()):
+            return node.value
+        case ast.UnaryOp(op=ast.USub() | ast.UAdd(), operand=ast.Constant(value=int() | float())):
+            if not isinstance(node.operand.value, bool):
+                return SIGNS[type(node.op)](node.operand.value)
+    return None
 
 
 def holds(condition: str, table: pd.DataFrame, what: str = "a where") -> pd.Series:
