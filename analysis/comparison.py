@@ -7,6 +7,7 @@ gate could not judge."""
 import numpy as np
 import pandas as pd
 
+from harness.command.code import differing
 from harness.names import setting
 from harness.pinning import codestore
 from harness.results.tables import markdown
@@ -151,7 +152,7 @@ def _code_line(c: Comparison) -> str:
         return f"Code: A and B ran the same code ({said[0]})."
     if len(codes[0]) > 1 or len(codes[1]) > 1 or "None" in said:
         return f"Code: A ran {said[0]}, B ran {said[1]}."
-    count = codestore.differing(codestore.store_of(None), codes[0][0], codes[1][0])
+    count = differing(codestore.store_of(None), codes[0][0], codes[1][0])
     files = "their snapshots are not in this code store" if count is None else f"{count} files"
     return (
         f"Code: A ran {said[0]} and B ran {said[1]}: they differ ({files}; python -m harness "

@@ -259,6 +259,14 @@ def fsync_dir(folder: Path) -> None:
         os.close(directory)
 
 
+def stamp(status: os.stat_result) -> tuple[int, ...]:
+    """What tells that a file's bytes may have changed without reading them: its size, its
+    modification and change times (an edit that sets the first back still moves the second,
+    which no user can set), its device and inode (a file put in its place)."""
+    return (status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_dev,
+            status.st_ino)  # fmt: skip
+
+
 def write_text(path: Path, text: str) -> None:
     replace_atomically(path, lambda tmp: Path(tmp).write_text(text))
 

@@ -17,11 +17,55 @@ HERE = Path(__file__).resolve().parent
 CONF = (HERE / "conf").resolve()
 if not CONF.is_dir() and os.environ.get("HARNESS_CONF"):
     CONF = Path(os.environ["HARNESS_CONF"])
-USER_KEYS = ("out", "resume", "wait", "seed", "threads", "max_points", "fail_fast", "check",
-             "stream_rows", "stream_s", "reuse", "code", "code_store",
-             "again_of")  # for users  # fmt: skip
-HARNESS_KEYS = (*USER_KEYS, "sinks", "search", "sweep_id", "job")  # config.yaml; conf/sinks/
+
+
+@dataclass(frozen=True)
+class Key:
+    """One of the harness's own keys (conf/config.yaml holds its default): whether it decides a
+    point's answer (its config_hash: harness.planning.experiment.keyed_config), whether a
+    resume may set it, whether `again` sets it itself (in place of the sweep's own), and who
+    gives it (False: the harness, for every job; the user never does)."""
+
+    name: str
+    decides: bool = False
+    resume: bool = False
+    again: bool = False
+    user: bool = True
+
+
+# Every key of the harness, declared once. threads decides no config_hash: the count a point
+# ran with is its kind of machine's (harness.reuse).
+KEYS = (
+    Key("out", resume=True, again=True),
+    Key("resume", resume=True, again=True),
+    Key("wait", resume=True, again=True),
+    Key("seed", decides=True),
+    Key("threads"),
+    Key("max_points"),
+    Key("fail_fast"),
+    Key("check"),
+    Key("stream_rows"),
+    Key("stream_s"),
+    Key("reuse", resume=True, again=True),
+    Key("code", resume=True, again=True),
+    Key("code_store", resume=True, again=True),
+    Key("again_of", again=True),
+    Key("sinks", resume=True, user=False),  # conf/sinks/: chosen as a config group
+    Key("search", user=False),  # search.*: harness.searching.search
+    Key("sweep_id", user=False),
+    Key("job", user=False),
+)
+USER_KEYS = tuple(key.name for key in KEYS if key.user)  # what --help lists
+HARNESS_KEYS = tuple(key.name for key in KEYS)
 SET_BY_HARNESS = ("out", "sweep_id", "job")  # given to every job by the harness
+NOT_IN_KEY = tuple(key.name for key in KEYS if not key.decides)
+RESUME_SETTINGS = tuple(key.name for key in KEYS if key.resume)
+AGAIN_REPLACED = tuple(key.name for key in KEYS if key.again)
+# The experiment block's keys that decide no answer: what the report makes of its rows, what
+# checks them, how a launcher runs them, and the environment variables and inputs it names
+# (their values and digests are reuse's key of their own: harness.reuse).
+NOT_IN_KEY_OF_EXPERIMENT = ("table", "plots", "claims", "derive", "report", "search", "check",
+                            "resources", "fresh", "environment", "inputs")  # fmt: skip
 # What an experiment's name or a sweep id may be: it becomes a folder name and part of a glob.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 PLAIN = re.compile(r"[\w./+-]+")  # a string Hydra may read unquoted (if it reads it as a string)

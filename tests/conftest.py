@@ -216,5 +216,6 @@ def _no_sweep_code_left_behind():
     a command called in this process without call_command would): every process a later test
     starts would import the harness from that snapshot."""
     yield
-    left = [name for name in (boot.ENV, boot.CONF_ENV) if name in os.environ]
+    left = [name for name in (boot.BOOT_ENV, boot.CONF_ENV) if name in os.environ]
     assert not left, f"the test left {', '.join(left)} in the environment: use call_command"
+    assert boot.pinned_here() is None, "the test left a snapshot's import hook: use call_command"

@@ -1,9 +1,10 @@
 """A sweep pins the code it runs (harness/pinning/codestore.py, harness/pinning/boot.py) and reuses
 the answers the store holds for the same config, code and kind of machine
-(harness/pinning/reuse.py): real files, edited for real, in a user's folder of their own, and the
+(harness/reuse/): real files, edited for real, in a user's folder of their own, and the
 store read back."""
 
 import errno
+import importlib.util
 import json
 import os
 import shutil
@@ -89,11 +90,20 @@ def newest(harness) -> str:
     return store.newest_sweep(harness.results, "own")
 
 
+def test_a_sweep_again_copies_nothing_unless_it_asks(own):
+    """Reuse is on request: the same grid again, with the default settings, computes every
+    point."""
+    assert own().returncode == 0
+    again = own()
+    assert again.returncode == 0 and "reused" not in again.stdout
+    assert reused(sweep_rows(own.harness, newest(own.harness))) == [None, None]
+
+
 def test_a_sweep_again_reuses_every_answer_and_a_wider_grid_runs_only_its_new_points(own):
-    first = own()
+    first = own("reuse=true")
     assert first.returncode == 0, first.stderr
     one = newest(own.harness)
-    again = own("x=1,2,3")
+    again = own("x=1,2,3", "reuse=true")
     assert again.returncode == 0, again.stderr
     two = newest(own.harness)
     assert f"2 points reused (not run again) from sweep {one}" in again.stdout
@@ -131,9 +141,9 @@ def test_an_edit_between_two_sweeps_reuses_nothing_and_the_code_command_shows_it
 
 
 def test_failed_points_are_never_reused(own):
-    assert own("x=-1,1").returncode == 1
+    assert own("x=-1,1", "reuse=true").returncode == 1
     one = newest(own.harness)
-    again = own("x=-1,1")
+    again = own("x=-1,1", "reuse=true")
     rows = sweep_rows(own.harness, newest(own.harness))
     assert rows["status"].tolist() == ["failed", "ok"]
     assert reused(rows) == [None, f"{one}/1"]
@@ -360,34 +370,35 @@ def test_an_answers_hint_is_never_written_through_a_link_and_a_torn_one_reads_as
 ):
     """reuse.record writes its hint in place: a link at the hint's name, or at its folders,
     is not written through; a hint cut short (a crash mid-write) is read as no answer."""
+    from harness import reuse
     from harness.lifetime import forget
-    from harness.pinning import reuse
 
-    kind = {"device_name": "cpu", "torch_version": "t", "cuda_version": None,
-            "packages_digest": "p", "threads": 1, "environment": "{}"}  # fmt: skip
-    row = {"status": "ok", "config_hash": "h", "code_digest": "c", "job": 0, **kind}
+    key = {"code_digest": "c", "device_name": "cpu", "torch_version": "t", "cuda_version": None,
+           "packages_digest": "p", "threads": 1, "environment": "{}", "inputs": {}}  # fmt: skip
+    row = {"status": "ok", "config_hash": "h", "job": 0,
+           **{k: v for k, v in key.items() if k != "inputs"}}  # fmt: skip
     victim = tmp_path / "victim"
     victim.write_text("a user's own words\n")
     hints = tmp_path / "results" / "experiment=e" / reuse.ANSWERS / "h"
     hints.mkdir(parents=True)
     (hints / "s1.0.json").symlink_to(victim)
-    reuse.record(tmp_path / "results", "e", "s1", 0, [row], {}, False, None)
+    reuse.record(tmp_path / "results", "e", "s1", 0, [row], key, False, "answers")
     assert victim.read_text() == "a user's own words\n"
     (hints / "s1.0.json").unlink()
     hints.rmdir()
     hints.symlink_to(tmp_path, target_is_directory=True)
-    reuse.record(tmp_path / "results", "e", "s1", 0, [row], {}, False, None)
+    reuse.record(tmp_path / "results", "e", "s1", 0, [row], key, False, "answers")
     assert not (tmp_path / "s1.0.json").exists()
     hints.unlink()
     hints.mkdir()
     (hints / "s1.0.json").write_text('{"sweep": "s1", "job": 0, "code_di')
     forget()
-    assert reuse.find(tmp_path / "results", "e", "h", "c", kind, "s2", None).rows is None
+    assert reuse.find(tmp_path / "results", "e", "h", key, "s2", "answers").rows is None
 
 
 def test_an_answers_hint_never_truncates_a_file_hard_linked_at_its_name(tmp_path):
     """A hard link planted at a hint's name (another name of a user's file) is left as it is."""
-    from harness.pinning import reuse
+    from harness import reuse
 
     row = {"status": "ok", "config_hash": "h", "code_digest": "c", "job": 0}
     victim = tmp_path / "victim"
@@ -395,9 +406,9 @@ def test_an_answers_hint_never_truncates_a_file_hard_linked_at_its_name(tmp_path
     hints = tmp_path / "results" / "experiment=e" / reuse.ANSWERS / "h"
     hints.mkdir(parents=True)
     os.link(victim, hints / "s1.0.json")
-    reuse.record(tmp_path / "results", "e", "s1", 0, [row], {}, False, None)
+    reuse.record(tmp_path / "results", "e", "s1", 0, [row], {}, False, "answers")
     assert victim.read_text() == "a user's own words\n"
-    reuse.record(tmp_path / "results", "e", "s1", 1, [{**row, "job": 1}], {}, False, None)
+    reuse.record(tmp_path / "results", "e", "s1", 1, [{**row, "job": 1}], {}, False, "answers")
     assert json.loads((hints / "s1.1.json").read_text())["job"] == 1
 
 
@@ -488,10 +499,12 @@ def test_a_namespace_package_is_pinned_from_every_folder_of_it(tmp_path):
 
 def test_each_module_of_a_snapshot_is_checked_as_it_is_imported(tmp_path):
     """Entered, a snapshot's module edited or added in its bundle after the check at the start
-    is refused when it is imported; bytecode is kept in the store's bytecode folder, never in a
-    bundle, whose folders are read-only."""
+    is refused when it is imported; each is compiled from the bytes checked, its bytecode kept
+    nowhere (a .pyc planted where a store kept it is never run), and the bundle's folders are
+    read-only."""
+    import marshal
+
     from harness.launchers.fresh import ProcessState
-    from harness.pinning import boot
 
     package = tmp_path / "src" / "checked"
     package.mkdir(parents=True)
@@ -517,7 +530,17 @@ def test_each_module_of_a_snapshot_is_checked_as_it_is_imported(tmp_path):
         import checked.other
 
         assert checked.other.NAME == "other"
-        assert list((codes / boot.BYTECODE).glob("*.pyc")), "bytecode kept in the store"
+        planted = importlib.util.MAGIC_NUMBER + marshal.dumps(
+            compile("NAME = 'planted'", "x", "exec")
+        )
+        (codes / "bytecode").mkdir(exist_ok=True)
+        for pyc in [*(codes / "bytecode").glob("*.pyc"), codes / "bytecode" / "any.pyc"]:
+            pyc.write_bytes(planted)
+        del sys.modules["checked.other"]
+        import checked.other  # noqa: F811 - imported anew
+
+        assert checked.other.NAME == "other", "a planted .pyc ran"
+        assert not [p for p in codes.rglob("*.pyc") if p.parent.name != "bytecode"]
     finally:
         for name in [n for n in sys.modules if n.partition(".")[0] == "checked"]:
             del sys.modules[name]
@@ -568,6 +591,47 @@ def test_prune_keeps_the_code_of_the_sweeps_named_and_removes_the_rest(own, tmp_
     resumed = own(f"out={tmp_path / 'gone'}", f"resume={gone}")
     assert resumed.returncode == 2 and "has no snapshot" in resumed.stderr, resumed.stderr
     assert len(list(own.codes.glob("bundle-*"))) == 2, "its own and the project's"
+    status = own.harness("status", gone, f"out={tmp_path / 'gone'}")
+    assert "has no snapshot in the code store" in status.stdout, status.stdout
+    assert f"resume={gone}" in status.stdout and "code=current" in status.stdout
+
+
+def test_a_staging_folder_a_killed_pin_left_is_removed_by_the_next_pin_and_by_prune(own):
+    """A pin killed while it wrote a bundle (its process gone) leaves a read-only staging
+    folder: the next pin removes it, and so does code prune, however young; a pin in progress
+    (its process alive) is left to finish."""
+    import socket
+
+    assert own().returncode == 0
+    host = socket.gethostname()
+
+    def plant(pid: int, token: str) -> Path:
+        staging = own.codes / f".bundle-{'0' * 16}.{host}.{pid}.{token}.tmp"
+        (staging / "minepkg").mkdir(parents=True)
+        (staging / "minepkg" / "kernel.py").write_text("")
+        for path in (staging / "minepkg" / "kernel.py", staging / "minepkg", staging):
+            path.chmod(0o555 if path.is_dir() else 0o444)
+        return staging
+
+    killed, alive = plant(_unused_pid(), "aaaaaaaa"), plant(os.getpid(), "bbbbbbbb")
+    assert own().returncode == 0
+    assert not killed.exists() and alive.exists()
+    killed = plant(_unused_pid(), "cccccccc")
+    assert own.harness("code", "prune", f"code_store={own.codes}").returncode == 0
+    assert not killed.exists() and alive.exists()
+    codestore._remove(alive)
+
+
+def _unused_pid() -> int:
+    """A pid no process has now."""
+    for pid in range(int(Path("/proc/sys/kernel/pid_max").read_text()) - 1, 1, -1):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        except OSError:
+            continue
+    raise AssertionError("every pid is taken")
 
 
 @pytest.mark.process

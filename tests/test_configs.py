@@ -63,6 +63,20 @@ def composed(name: str, *overrides: str):
         )
 
 
+def test_the_harness_keys_are_declared_once_each_with_its_default_in_config_yaml():
+    """names.KEYS declares each key of the harness once, with whether it decides a point's
+    answer and whether resume or again may set it; config.yaml holds exactly those keys' defaults
+    (sinks: its config group)."""
+    from harness.names import KEYS, NOT_IN_KEY, RESUME_SETTINGS
+
+    root = OmegaConf.load(CONF / "config.yaml")
+    assert {key for key in root if key not in ("defaults", "hydra")} | {"sinks"} == set(
+        HARNESS_KEYS
+    )
+    assert len(KEYS) == len(HARNESS_KEYS) == len(set(HARNESS_KEYS))
+    assert "seed" not in NOT_IN_KEY and "threads" in NOT_IN_KEY and "reuse" in RESUME_SETTINGS
+
+
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_key_is_a_parameter_and_each_default_has_one_value(name):
     cfg = composed(name)

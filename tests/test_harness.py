@@ -17,9 +17,8 @@ import torch
 from probes import PROBE_PATH, SUPPORT, arrivals, await_arrivals
 from sweeps import own_file
 
-from harness import store
+from harness import provenance, store
 from harness.names import HERE
-from harness.pinning import provenance
 
 PROVENANCE = [
     "job",
@@ -92,9 +91,9 @@ def test_the_package_list_is_what_importlib_metadata_reads_in_the_installed_fold
     other packages than one that does not."""
     import setuptools  # noqa: F401 (its vendored folder on the path)
 
-    sites = provenance._site_folders()
+    sites = provenance.installed()
     parsed = {(d.metadata["Name"] or "").lower(): d.version for d in metadata.distributions()
-              if os.path.dirname(os.path.abspath(d._path)) in sites}  # fmt: skip
+              if os.path.join(os.path.dirname(os.path.abspath(d._path)), "") in sites}  # fmt: skip
     listed = dict(p.split("==", 1) for p in provenance.packages())
     assert listed == {name: version for name, version in parsed.items() if name}
     assert any("_vendor" in path for path in sys.path)
@@ -559,7 +558,7 @@ def test_resume_may_give_an_oom_point_more_room_and_nothing_else(harness):
     assert result.returncode == 1 and "2 oom" in result.stdout, result.stdout + result.stderr
     (sweep,) = store.sweeps(harness.results, "exp016_backward_memory")
     refused = harness("+experiment=exp016_backward_memory", f"resume={sweep}", "length=64")
-    may = "a resume may set out, wait, sinks, reuse, code, code_store, hydra.*, memory_cap_mib"
+    may = "a resume may set out, wait, reuse, code, code_store, sinks, hydra.*, memory_cap_mib"
     assert refused.returncode == 2 and may in refused.stderr
     resumed = harness("+experiment=exp016_backward_memory", f"resume={sweep}", "memory_cap_mib=0")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -589,7 +588,7 @@ def test_a_package_installed_again_at_the_same_version_is_another_install(tmp_pa
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mylib\nVersion: 0.1.0\n\n")
     monkeypatch.syspath_prepend(str(site))
-    monkeypatch.setattr(provenance, "_site_folders", lambda: frozenset({str(site)}))
+    monkeypatch.setattr(provenance, "installed", lambda: (f"{site}{os.sep}",))
     lifetime.forget()
     before = provenance.packages_digest()
     assert provenance.packages() == ("mylib==0.1.0",)

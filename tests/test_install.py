@@ -147,6 +147,7 @@ def test_an_installed_harness_runs_a_researchers_own_experiment_from_an_empty_fo
     sweep = re.search(r"^sweep (\S+): softcap", first.stdout, re.M)[1]
     shown = run("-m", "harness", "status", "last")
     assert shown.returncode == 0 and "failed" in shown.stdout and f"resume={sweep}" in shown.stdout
+    assert "did not pin" not in shown.stdout and "read files" not in shown.stdout, shown.stdout
     resumed = run(*mine[:4], f"resume={sweep}")  # as status says, with the --config-dir
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "1 points to run" in resumed.stdout and "claim PASS" in resumed.stdout
@@ -158,6 +159,9 @@ def test_an_installed_harness_runs_a_researchers_own_experiment_from_an_empty_fo
     built_in = run("-m", "harness", "+experiment=exp014_tiled", "length=64,128", "block=32")
     assert built_in.returncode == 0, built_in.stdout + built_in.stderr
     assert "2 ok" in built_in.stdout and "claim PASS" in built_in.stdout
+    again = run("-m", "harness", "+experiment=exp014_tiled", "length=64,128", "block=32")
+    assert "2 points reused" in again.stdout, again.stdout + again.stderr  # its YAML asks
+    assert "do not declare" not in built_in.stdout + again.stdout, "the harness's own files"
 
     config_dir = str(tmp_path / "mine" / "conf")
     report = run("-m", "harness", "report", "--check", "--config-dir", config_dir)

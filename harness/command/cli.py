@@ -105,7 +105,7 @@ def _compact(sweep_id: str, out: str, experiment: str | None) -> int:
 def _code(argv: list[str]) -> int:
     """The files of a sweep's code, the unified diff between two sweeps' code, or (prune) the
     code store rid of the codes that no sweep under the out folders given ran."""
-    from harness.command.status import code, prune_code
+    from harness.command.code import code, prune_code
 
     if argv[1:2] == ["prune"]:
         outs = [_out({"out": a.partition("=")[2]}) for a in argv[2:] if key_of(a) == "out"]

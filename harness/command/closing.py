@@ -4,7 +4,7 @@ follow it (status) or finish it (resume)."""
 import sys
 
 from harness import store
-from harness.pinning import reuse
+from harness.command.status import code_and_reuse
 from harness.planning import config
 from harness.planning.config import command
 from harness.planning.plan import Sweep
@@ -30,7 +30,7 @@ def report(sweep: Sweep, manifest: dict, seconds: float, check: bool = False) ->
     claims = claims_table(rows, sweep.experiment.config, points)
     for line in claims.itertuples():
         print(f"claim {line.result}: {line.claim} ({outcome(line)})")
-    for line in reuse.said(rows):
+    for line in code_and_reuse(rows):
         print(line)
     print(
         f"sweep {sweep.id}: {store.status_counts(statuses, total)}; in {seconds:.1f} s; "

@@ -13,15 +13,18 @@ from omegaconf import DictConfig
 from harness import files, store
 from harness.command.status import still_scheduled
 from harness.errors import BadInput
-from harness.names import SET_BY_HARNESS, available_experiments, check_name, key_of
+from harness.names import (
+    RESUME_SETTINGS,
+    SET_BY_HARNESS,
+    available_experiments,
+    check_name,
+    key_of,
+)
 from harness.pinning import codestore
 from harness.planning.config import command, compose_config, results_root
 from harness.planning.experiment import Experiment, config_values, hasher, keyed_config
-from harness.planning.plan import Point, Sweep, check_code, sweep_of
+from harness.planning.plan import Point, Sweep, check_code, reuse_setting, sweep_of
 from harness.searching import search
-
-# What a resume may set besides Hydra's.
-RESUME_SETTINGS = ("out", "resume", "wait", "sinks", "reuse", "code", "code_store")
 
 
 def resumed(
@@ -74,6 +77,7 @@ def resumed(
     sweep = sweep_of(cfg, experiment_, [])
     sweep.command, sweep.config_dirs = manifest.get("command"), config_dirs
     sweep.code, sweep.code_store = digest, code_store
+    sweep.reuse = reuse_setting(cfg, experiment_, config_dirs)
     scheduled = set(still_scheduled(manifest))
     if scheduled:
         print(f"{len(scheduled)} points are still queued or running on SLURM: left to it")

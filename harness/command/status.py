@@ -6,6 +6,7 @@ go without a row (scancel, a time limit, a lost node), as the launcher says; and
 no launch of it is on record (an interrupted local sweep: resume it).
 """
 
+import json
 import math
 import sys
 from collections import Counter
@@ -16,7 +17,7 @@ import pyarrow as pa
 
 from harness import store
 from harness.errors import BadInput, shorten
-from harness.pinning import reuse
+from harness.names import AGAIN_REPLACED
 from harness.searching import search
 from harness.store import common_schema
 
@@ -46,7 +47,7 @@ def status(sweep_id: str, out: str = "outputs", experiment: str | None = None) -
     print(pipe_table([{**point, "detail": shorten(point["detail"])} for point in points]))
     states = [point["state"] for point in points]
     print(", ".join(f"{n} {state}" for state, n in Counter(states).most_common()))
-    for line in reuse.said(rows):
+    for line in code_and_reuse(rows):
         print(line)
     searched = search.of_manifest(manifest)
     if searched:
@@ -64,8 +65,30 @@ def status(sweep_id: str, out: str = "outputs", experiment: str | None = None) -
     config_dirs = [Path(folder) for folder in manifest.get("config_dirs") or []]
     settings = [*manifest.get("hydra_overrides", []), *manifest.get("overrides", [])]
     said = resume_command(experiment, sweep_id, config_dirs, results.parent, settings)
-    print(f"finish it with: {said}")
+    gone = _snapshot_gone(manifest, settings)
+    if gone:
+        print(f"{gone}; finish it on this tree's code with: {said} code=current")
+    else:
+        print(f"finish it with: {said}")
     return 0
+
+
+def _snapshot_gone(manifest: dict, settings: list[str]) -> str | None:
+    """Why the sweep's snapshot of its code is not in the code store its resume would look in
+    (its code_store= setting, else the default), or None where it is."""
+    from harness.names import key_of
+    from harness.pinning import codestore
+
+    given = next((line.split("=", 1)[1] for line in settings if key_of(line) == "code_store"),
+                 None)  # fmt: skip
+    digest, kept = manifest.get("code_digest"), codestore.store_of(given)
+    if not isinstance(digest, str):
+        return "its manifest names no code"
+    try:
+        codestore.verify(kept, digest)
+    except BadInput as error:
+        return str(error)
+    return None
 
 
 def _in_hand(points: list[dict], runs: Path, since: float) -> None:
@@ -227,72 +250,7 @@ def _recorded(launch) -> tuple[str, list[int], dict]:
     return str(target), jobs, placement if isinstance(placement, dict) else {}
 
 
-def code(ids: list[str], out: str, code_store: str | None) -> int:
-    """python -m harness code SWEEP [OTHER]: the files of the code a sweep pinned, or which
-    files differ between two sweeps' code and their unified diff."""
-    from harness.pinning import codestore
-
-    results, kept = Path(out).resolve() / "results", codestore.store_of(code_store)
-    digests = []
-    for sweep_id in ids:
-        sweep_id, _, digest = _pinned(results, sweep_id)
-        digests.append((sweep_id, digest))
-    if len(digests) == 1:
-        ((sweep_id, digest),) = digests
-        found = codestore.listing(kept, digest)
-        print(f"sweep {sweep_id}: code {digest}, {len(found)} files in {kept}")
-        for rel, path in found.items():
-            print(f"{rel}  {path.stat().st_size:,} bytes")
-        return 0
-    (old_id, old), (new_id, new) = digests
-    if old == new:
-        print(f"sweeps {old_id} and {new_id} ran the same code {old}")
-        return 0
-    changed, text = codestore.diff(kept, old, new, (old_id, new_id))
-    print(f"sweeps {old_id} ({old}) and {new_id} ({new}): {len(changed)} files differ: "
-          f"{', '.join(changed)}")  # fmt: skip
-    sys.stdout.write(text)
-    return 0
-
-
-def prune_code(outs: list[str], code_store: str | None) -> int:
-    """python -m harness code prune [out=DIR ...]: the code store rid of every code that no
-    sweep under these out folders ran (but those pinned in the last hour: a sweep being planned
-    now), of the bundles no code left names, and of its bytecode (made again as it is needed)."""
-    from harness.pinning import codestore
-
-    named = set()
-    for out in outs:
-        results = Path(out).resolve() / "results"
-        if not results.is_dir():
-            raise BadInput(f"{out} holds no store (results/): name the out folders whose sweeps "
-                           "keep their code (out=DIR, once each)")  # fmt: skip
-        for experiment in store.experiments(results):
-            for sweep in store.sweeps(results, experiment):
-                named |= _codes_of(results, experiment, sweep)
-    kept = codestore.store_of(code_store)
-    removed, freed = codestore.prune(kept, named)
-    print(f"code store {kept}: {len(removed)} codes removed ({freed / 2**20:,.1f} MiB freed); "
-          f"kept the codes of the sweeps under {', '.join(outs)} and those pinned within the "
-          "hour")  # fmt: skip
-    return 0
-
-
-def _codes_of(results: Path, experiment: str, sweep: str) -> set[str]:
-    """The codes a sweep ran: its manifest's, and each its rows name (a code=current resume's);
-    BadInput where its manifest cannot be read (prune would remove what it pinned)."""
-    manifest = store.read_manifest(results, experiment, sweep)
-    if manifest is None:
-        raise BadInput(
-            f"sweep {sweep} ({experiment}) has no readable manifest in {results}: "
-            "prune keeps the code of each sweep it can read; mend or remove it first"
-        )
-    rows = store.read_table(results, experiment, sweep, partitions=False)
-    ran = store.values(rows, "code_digest") if "code_digest" in rows.column_names else []
-    return {code for code in [manifest.get("code_digest"), *ran] if isinstance(code, str)}
-
-
-def _pinned(results: Path, sweep_id: str) -> tuple[str, dict, str]:
+def pinned_sweep(results: Path, sweep_id: str) -> tuple[str, dict, str]:
     """The sweep (`last` named), its manifest and the digest of the code it pinned; BadInput
     where its manifest names none."""
     sweep_id = store.named_sweep(results, sweep_id)
@@ -301,9 +259,6 @@ def _pinned(results: Path, sweep_id: str) -> tuple[str, dict, str]:
     if not isinstance(digest, str):
         raise BadInput(f"sweep {sweep_id}'s manifest names no code (code_digest)")
     return sweep_id, manifest, digest
-
-
-AGAIN_REPLACED = ("out", "resume", "wait", "reuse", "code", "code_store", "again_of")  # again sets
 
 
 DECIDED = (0, 1)  # the gate's exit codes that decide: passed, failed (3: not decided)
@@ -343,7 +298,7 @@ def again(ids: list[str], out: str, code_store: str | None, times: str = "3",
     results, kept = Path(out).resolve() / "results", codestore.store_of(code_store)
     started, runs = time.monotonic(), []
     for sweep_id in ids:
-        sweep_id, manifest, digest = _pinned(results, sweep_id)
+        sweep_id, manifest, digest = pinned_sweep(results, sweep_id)
         codestore.verify(kept, digest)
         runs.append(_Rerun(sweep_id, manifest, digest, out, kept))
     for turn in range(1, int(times)):
@@ -429,3 +384,48 @@ class _Rerun:
             return False
         self.sweeps.append(made[1])
         return True
+
+
+def code_and_reuse(rows) -> list[str]:
+    """What a sweep's rows (a table or a frame) say of their code and reuse, as lines for its
+    summary and status: how many points were reused and from which sweeps, the codes its points
+    ran when there is more than one, and the files they read that their inputs do not declare."""
+    jobs = store.values(rows, "job")
+    sources, codes, read = {}, {}, {}
+    for job, source, code, files_read in zip(
+        jobs, store.values(rows, "reused_from"), store.values(rows, "code_digest"),
+        store.values(rows, "files_read"), strict=True,
+    ):  # fmt: skip
+        if isinstance(source, str):
+            sources.setdefault(job, source.rpartition("/")[0])
+        if isinstance(code, str):
+            codes.setdefault(code, set()).add(job)
+        for path in _paths(files_read):
+            read.setdefault(path, set()).add(job)
+    lines = []
+    if sources:
+        from_ = sorted(set(sources.values()))
+        lines.append(f"{len(sources)} points reused (not run again) from sweep"
+                     f"{'s' if len(from_) > 1 else ''} {', '.join(from_)}")  # fmt: skip
+    if len(codes) > 1:
+        each = ", ".join(f"{code} ({len(jobs)} points)" for code, jobs in sorted(codes.items()))
+        lines.append(f"its points ran {len(codes)} different codes: {each}")
+    if read:
+        jobs_ = {job for each in read.values() for job in each}
+        shown = sorted(read, key=lambda path: (-len(read[path]), path))
+        more = f" and {len(shown) - 3} more" if len(shown) > 3 else ""
+        lines.append(f"{len(jobs_)} points read files their experiment's inputs do not declare, "
+                     f"so no answer of theirs is recorded for reuse: {', '.join(shown[:3])}"
+                     f"{more} (experiment.inputs: [...] declares them)")  # fmt: skip
+    return lines
+
+
+def _paths(files_read) -> list[str]:
+    """The files a row's files_read names (JSON: a list of paths)."""
+    if not isinstance(files_read, str) or not files_read.startswith("["):
+        return []
+    try:
+        found = json.loads(files_read)
+    except ValueError:
+        return []
+    return [path for path in found if isinstance(path, str)] if isinstance(found, list) else []

@@ -19,14 +19,13 @@ from hydra.errors import HydraException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from harness import store
+from harness import reuse, store
 from harness.errors import BadInput, shorten, with_type
 from harness.launchers import protocol
 from harness.launchers.hydra_internals import hydra_context, is_basic_launcher
 from harness.launchers.hydra_plugin import HydraPluginLauncher
 from harness.launchers.in_process import InProcess, InProcessLauncher
 from harness.names import override
-from harness.pinning import reuse
 from harness.running.job import Job, reused_answer
 
 
@@ -37,8 +36,9 @@ def launch(cfg: DictConfig, sweep, launcher) -> bool:
     points = {point.job: point for point in sweep.points}
     progress = Progress(len(points), shown_first(sweep.experiment.config))
     reused, decided = reuse_answered(cfg, sweep, launcher.point_process(), progress)
+    shared = {"reuse": sweep.reuse} if sweep.reuse else {}
     jobs = [protocol.JobSpec(p.job, job_overrides(sweep, p),
-                             {**p.planned(), **({"decided": True} if p.job in decided else {})})
+                             {**p.planned(), **shared, "decided": p.job in decided})
             for p in sweep.points if p.job not in reused]  # fmt: skip
     if not jobs:
         return True
@@ -66,14 +66,14 @@ def launch(cfg: DictConfig, sweep, launcher) -> bool:
 
 
 def reuse_answered(cfg: DictConfig, sweep, process, progress: "Progress") -> tuple[set, set]:
-    """The points whose answers another sweep holds, copied now (harness.pinning.reuse), each
-    with its progress line, and the points looked up here: those the launcher's `process`
-    (protocol.PointProcess) says what their processes would be (a point on a GPU: where it runs
-    in this process). Where some answered before are not copied, a line says why; where some
-    are left to their own processes, a line says so. A search's trials and points of several
-    processes (process None) are never reused."""
-    name, setting = sweep.experiment.name, cfg.get("reuse")
-    if process is None or setting is False or sweep.code is None:
+    """Where the sweep asks for reuse, the points whose answers another sweep holds, copied now
+    (harness.reuse), each with its progress line, and the points looked up here: those
+    the launcher's `process` (protocol.PointProcess) says what their processes would be (a
+    point on a GPU: where it runs in this process). Where some answered before are not copied,
+    a line says why; where some are left to their own processes, a line says so. A search's
+    trials and points of several processes (process None) are never reused."""
+    name, setting = sweep.experiment.name, sweep.reuse
+    if process is None or not setting or sweep.code is None:
         return set(), set()
     devices = {p.job: str(p.params.get("device", "cpu")) for p in sweep.points}
     decided = {p.job for p in sweep.points if p.cell is None and process.environ is not None
@@ -87,9 +87,22 @@ def reuse_answered(cfg: DictConfig, sweep, process, progress: "Progress") -> tup
     named, reused, passed = tuple(sweep.experiment.config.get("environment") or ()), set(), []
     threads = cfg.get("threads") or process.threads
     for point in (p for p in found if p.job in decided):
-        kind = reuse.kind(devices[point.job], named, threads, process.environ)
-        summary = reused_answer(sweep.results, sweep.experiment, sweep.id, point.job,
-                                point.config_hash, point.params, kind, setting)  # fmt: skip
+        try:
+            inputs = reuse.inputs(setting, point.params)
+            key = reuse.key(inputs, devices[point.job], named, threads, process.environ)
+        except reuse.Refused as why:
+            passed.append(f"job {point.job}: {why}")
+            continue
+        summary = reused_answer(
+            sweep.results,
+            sweep.experiment,
+            sweep.id,
+            point.job,
+            point.config_hash,
+            point.params,
+            key,
+            setting["copies"],
+        )
         if summary.get("reused_from"):
             finish(sweep, point, summary, progress)
             reused.add(point.job)
@@ -254,7 +267,7 @@ class Progress:
 
     def __init__(self, total: int, first: list[str] = ()):
         self.total, self.done, self.started = total, 0, time.perf_counter()
-        self.first = list(first)
+        self.first, self.undeclared = list(first), False
 
     def update(self, point, summary: dict) -> None:
         self.done += 1
@@ -273,3 +286,6 @@ class Progress:
         line = f"[{self.done:>{width}}/{self.total}] job {point.job} {named}:"
         line = f"{line} {summary['status']} {detail}".rstrip()
         print(f"{line}  ({elapsed:.1f} s, ~{left:.0f} s left)", flush=True)
+        if summary.get("undeclared") and not self.undeclared:  # once a sweep: status has all
+            print(summary["undeclared"], flush=True)
+            self.undeclared = True

@@ -17,7 +17,7 @@ service) is one file: a class with these methods, named by a hydra/launcher/NAME
   runs ("pending", "running") or that it lost without a row ("killed").
 - point_process(): what each of its points' processes runs with (PointProcess: its
   environment and torch's threads), where this process can tell before any starts: then the
-  points answered before are copied here and never handed to it (harness.pinning.reuse); where
+  points answered before are copied here and never handed to it (harness.reuse); where
   it cannot tell (environ None, the default), each point's process decides; None for a
   launcher whose points are groups of processes, which are never reused.
 

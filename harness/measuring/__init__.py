@@ -9,7 +9,7 @@ _taken: list[str] = []  # what the point that runs now measured: "time", "memory
 
 def took(what: str) -> None:
     """Note that the point that runs now measured `what` ("time", "memory"): its rows measure
-    the moment, and reuse copies them only where its experiment asks (harness.pinning.reuse)."""
+    the moment, and reuse copies them only where its experiment asks (harness.reuse)."""
     _taken.append(what)
 
 

@@ -2,8 +2,9 @@
 (harness.pinning.codestore): the snapshot's bundles checked whole first (every file hashed, no
 file beside them, every folder and file this user's and written by no one else), then an
 import hook that checks each module of a bundle as it is imported, against the hash the check
-read, and compiles it from the bytes it checked (their bytecode kept apart, in the code store's
-bytecode/ folder, by those bytes); the bundles' folders go first on the import path, and a
+read, and compiles it from the bytes it checked (no bytecode of a snapshot is kept: a compiled
+file is trusted no more than any other beside the source); the bundles' folders go first on the
+import path, and a
 package of theirs that this process imported before from elsewhere (the checkout that pinned
 it) imports its next modules from the snapshot.
 
@@ -25,20 +26,17 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import json
-import marshal
 import os
 import runpy
 import stat
 import sys
 from pathlib import Path
 
-ENV = "HARNESS_CODE"  # "STORE:DIGEST" of the code this process runs (codestore.running)
 CONF_ENV = "HARNESS_CONF"  # the conf/ of the install that pinned it: a snapshot holds no YAML
 BOOT_ENV = "HARNESS_BOOT"  # this file of the harness that started the first process: the checker
 SCRIPT = os.path.abspath(__file__)
 SHORT = 16  # hex digits of a digest
 FAILED = 3  # the exit code of a process whose snapshot does not hash to its digest
-BYTECODE = "bytecode"  # the code store's folder of compiled bundle modules
 _entered: list = []  # (package, its __path__ before) of the packages enter() sent to a snapshot
 
 
@@ -199,7 +197,6 @@ class PinnedFinder:
     def __init__(self, pinned: Pinned):
         self.pinned = pinned
         self.roots = tuple(os.path.realpath(f) + os.sep for f in pinned.folders)
-        self.bytecode = _bytecode_folder(pinned.store)
         self.real: dict[str, str] = {}  # a module's folder -> that folder, its links resolved
 
     def find_spec(self, name, path=None, target=None):
@@ -219,7 +216,7 @@ class PinnedFinder:
         if not origin.endswith(".py"):  # a file of the bundle's own (an extension module)
             _check(origin, expected, name)
             return spec
-        loader = PinnedLoader(name, spec.origin, expected, self.bytecode)
+        loader = PinnedLoader(name, spec.origin, expected)
         locations = spec.submodule_search_locations
         return importlib.util.spec_from_file_location(
             name, spec.origin, loader=loader, submodule_search_locations=locations
@@ -230,18 +227,18 @@ class PinnedFinder:
 
 
 class PinnedLoader(importlib.machinery.SourceFileLoader):
-    """A bundle's module: its bytes read once, checked against the snapshot's hash, compiled
-    (or their bytecode taken from the code store's bytecode folder, by path and hash)."""
+    """A bundle's module: its bytes read once, checked against the snapshot's hash, and
+    compiled from them."""
 
-    def __init__(self, name: str, path: str, expected: str, bytecode: Path | None):
+    def __init__(self, name: str, path: str, expected: str):
         super().__init__(name, path)
-        self.expected, self.bytecode = expected, bytecode
+        self.expected = expected
 
     def get_code(self, fullname):
         source = self.get_data(self.path)
         if file_hash(source) != self.expected:
             raise ImportError(_changed(self.path), name=fullname)
-        return _compiled(source, self.path, self.expected, self.bytecode, self.source_to_code)
+        return self.source_to_code(source, self.path)
 
 
 def _check(path: str, expected: str, name: str) -> None:
@@ -253,44 +250,6 @@ def _check(path: str, expected: str, name: str) -> None:
 def _changed(path: str) -> str:
     return (f"{path} no longer hashes as the sweep pinned it (changed since its snapshot was "
             "checked): it is not run")  # fmt: skip
-
-
-def _bytecode_folder(store: Path) -> Path | None:
-    """The code store's bytecode folder, made private where it is missing; None (compile every
-    time) where it cannot be made or is not private."""
-    folder = Path(store) / BYTECODE
-    try:
-        folder.mkdir(mode=0o700, exist_ok=True)
-        check_private(folder, "the code store's bytecode folder")
-    except (OSError, Mismatch):
-        return None
-    return folder
-
-
-def _compiled(source: bytes, path: str, hashed: str, folder: Path | None, compile_):
-    """The code object of a checked source: from the bytecode folder where it holds one for
-    this path, these bytes and this interpreter's optimization level (-O), else compiled and
-    kept there (written whole, then renamed). The folder is this user's alone, as the bundles
-    are: what it holds is trusted as they are."""
-    key = hashlib.sha256(f"{path}\0{hashed}\0{sys.flags.optimize}".encode()).hexdigest()[:32]
-    kept = folder / f"{key}.{sys.implementation.cache_tag}.pyc" if folder else None
-    magic = importlib.util.MAGIC_NUMBER
-    if kept is not None:
-        try:
-            data = kept.read_bytes()
-            if data[: len(magic)] == magic:
-                return marshal.loads(data[len(magic) :])
-        except (OSError, ValueError, EOFError, TypeError):
-            pass
-    code = compile_(source, path)
-    if kept is not None:
-        temporary = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
-        try:
-            temporary.write_bytes(magic + marshal.dumps(code))
-            os.replace(temporary, kept)
-        except OSError:
-            pass
-    return code
 
 
 def enter(store: Path, digest: str) -> None:
@@ -316,7 +275,6 @@ def enter(store: Path, digest: str) -> None:
     before = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join(folders + [p for p in before if p not in folders])
     os.environ["PYTHONSAFEPATH"] = os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
-    os.environ[ENV] = f"{pinned.store}:{digest}"
     os.environ.setdefault(BOOT_ENV, SCRIPT)
     conf = Path(here).parent / "conf"  # harness/conf: this file is harness/pinning/boot.py
     if conf.is_dir():  # this process's harness is the pinning install's, not a snapshot's

@@ -21,20 +21,21 @@ modification time back still changes the change time, which no user can set.
 from __future__ import annotations
 
 import contextlib
-import difflib
+import hashlib
 import importlib.util
 import json
 import os
+import re
 import secrets
 import shutil
+import socket
 import stat
 import sys
-import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import files
+from harness import files, provenance
 from harness.errors import BadInput, os_error
 from harness.pinning import boot
 
@@ -103,9 +104,12 @@ def _project() -> dict[str, Path]:
 
 
 def _hashed(bundles: list[dict[str, Path]], store: Path) -> Code:
-    cache = _StatCache(store)
-    code = Code([Bundle(found, {rel: cache.hash(path) for rel, path in found.items()})
-                 for found in bundles])  # fmt: skip
+    cache = StatCache(store)
+    try:
+        code = Code([Bundle(found, {rel: cache.hash(path) for rel, path in found.items()})
+                     for found in bundles])  # fmt: skip
+    except OSError as error:
+        raise BadInput(f"cannot read {error.filename}: {error.strerror or error}") from None
     cache.save()
     return code
 
@@ -153,9 +157,7 @@ def _top_level(name: str, skip: set[Path]) -> dict[str, Path]:
     origin = Path(spec.origin)
     if origin.suffix != ".py":
         return {}  # an extension module: not source
-    paths = sysconfig.get_paths()
-    installed = {Path(paths[key]).resolve() for key in ("stdlib", "purelib", "platlib")}
-    if origin.parent.resolve() in installed:
+    if f"{origin.parent.resolve()}{os.sep}" in provenance.installed():
         return {origin.name: origin}
     return _sources(origin.parent, skip)
 
@@ -213,9 +215,9 @@ def _unreadable(error: OSError) -> None:
     raise BadInput(f"cannot read {error.filename}: {error.strerror or error}")
 
 
-class _StatCache:
-    """path -> (size, mtime_ns, ctime_ns, device, inode, sha256) of the files hashed before,
-    kept in the store."""
+class StatCache:
+    """path -> (its stamp (files.stamp), sha256) of the files hashed before, kept in the code
+    store: a file whose stamp is the one recorded is not read again."""
 
     def __init__(self, store: Path):
         self.path, self.changed, self.used = Path(store) / STAT_CACHE, False, set()
@@ -227,18 +229,14 @@ class _StatCache:
             self.known = {}
 
     def hash(self, path: Path) -> str:
-        try:
-            with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as file:
-                status = os.fstat(file.fileno())
-                stamp = [status.st_size, status.st_mtime_ns, status.st_ctime_ns,
-                         status.st_dev, status.st_ino]  # fmt: skip
-                known = self.known.get(str(path))
-                self.used.add(str(path))
-                if isinstance(known, list) and known[:-1] == stamp and len(known) == 6:
-                    return known[-1]
-                digest = boot.file_hash(file.read())
-        except OSError as error:
-            raise BadInput(f"cannot read {path}: {error.strerror or error}") from None
+        """The sha256 of a regular file's bytes (an OSError where it cannot be read)."""
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as file:
+            stamp = [*files.stamp(os.fstat(file.fileno()))]
+            known = self.known.get(str(path))
+            self.used.add(str(path))
+            if isinstance(known, list) and known[:-1] == stamp:
+                return known[-1]
+            digest = hashlib.file_digest(file, "sha256").hexdigest()
         self.known[str(path)] = [*stamp, digest]
         self.changed = True
         return digest
@@ -270,7 +268,9 @@ def pin(node: dict, out: Path, store: Path, config_dirs=()) -> str:
 
 
 def _keep(code: Code, store: Path) -> str:
-    """The code's bundles kept in the store, each once per digest, and its record."""
+    """The code's bundles kept in the store, each once per digest, and its record; what pins
+    killed here left half-written, removed."""
+    _remove_abandoned(store)
     for bundle in code.bundles:
         folder = boot.bundle_folder(store, bundle.digest)
         if folder.is_dir() and not _checked(boot.intact, folder, bundle.digest):
@@ -328,12 +328,40 @@ READ_ONLY = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
 READ_ONLY_FOLDER = READ_ONLY | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
 
 
+# A bundle being written: .bundle-DIGEST.HOST.PID.TOKEN.tmp
+STAGING = re.compile(r"\.bundle-[0-9a-f]+\.(?P<host>.+)\.(?P<pid>[0-9]+)\.[0-9a-f]+\.tmp")
+
+
+def _remove_abandoned(store: Path) -> None:
+    """The staging folders of pins that ended before they renamed theirs into place: of a
+    process of this host that is gone, or begun over RECENT_S ago."""
+    host, now = socket.gethostname(), time.time()
+    for entry in os.scandir(store):
+        found = STAGING.fullmatch(entry.name)
+        if found is None:
+            continue
+        gone = found["host"] == host and not _alive(int(found["pid"]))
+        if gone or now - entry.stat(follow_symlinks=False).st_mtime > RECENT_S:
+            _remove(Path(entry.path))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        pass
+    return True
+
+
 def _write_bundle(bundle: Bundle, folder: Path) -> None:
     """The bundle's files, hashed as they are copied, under a hidden name made read-only (files
     and folders) and renamed into place; a file that changed since it was hashed makes the
     copy's digest differ: BadInput."""
     folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = folder.with_name(f".{folder.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    staging = folder.with_name(f".{folder.name}.{socket.gethostname()}.{os.getpid()}."
+                               f"{secrets.token_hex(4)}.tmp")  # fmt: skip
     try:
         copied = {}
         for rel, source in bundle.files.items():
@@ -365,19 +393,17 @@ def enter(store: Path, digest: str) -> None:
     _checked(boot.enter, store, digest)
 
 
-def verify(store: Path, digest: str) -> None:
-    """BadInput (one line) where the snapshot of code `digest` is gone, does not hash to it,
-    cannot be read or is not private."""
-    _checked(boot.verified, store, digest)
+def verify(store: Path, digest: str) -> boot.Pinned:
+    """The snapshot of code `digest`, checked; BadInput (one line) where it is gone, does not
+    hash to it, cannot be read or is not private."""
+    return _checked(boot.verified, store, digest)
 
 
 def running() -> tuple[Path, str] | None:
-    """(store, digest) of the code this process runs, where it started from a snapshot."""
-    given = os.environ.get(boot.ENV)
-    if not given:
-        return None
-    store, _, digest = given.rpartition(":")
-    return Path(store), digest
+    """(store, digest) of the code this process runs, where it entered a snapshot (its import
+    hook: boot.pinned_here)."""
+    pinned = boot.pinned_here()
+    return (pinned.store, pinned.digest) if pinned else None
 
 
 def running_digest() -> str | None:
@@ -443,50 +469,11 @@ def worker_target(store: Path, digest: str, target: str, args: tuple) -> tuple:
     return runpy.run_path, (checker(),), {"init_globals": init, "run_name": "__harness_boot__"}
 
 
-def listing(store: Path, digest: str) -> dict[str, Path]:
-    """The files of the snapshot of `digest` by relative path (the experiment's own first);
-    BadInput when the store has no such snapshot."""
-    pinned = _checked(boot.verified, store, digest)
-    found: dict[str, Path] = {}
-    for folder in pinned.folders:
-        for where, _, names in os.walk(folder):
-            for name in names:
-                path = Path(where) / name
-                found.setdefault(path.relative_to(folder).as_posix(), path)
-    return found
-
-
-def diff(store: Path, old: str, new: str, names: tuple[str, str]) -> tuple[list[str], str]:
-    """The files that differ between two snapshots, and their unified diff."""
-    before, after = listing(store, old), listing(store, new)
-    changed, lines = [], []
-    for rel in sorted(set(before) | set(after)):
-        a = before[rel].read_text(errors="replace").splitlines(True) if rel in before else []
-        b = after[rel].read_text(errors="replace").splitlines(True) if rel in after else []
-        if a == b:
-            continue
-        changed.append(rel)
-        lines += difflib.unified_diff(a, b, f"{names[0]}/{rel}", f"{names[1]}/{rel}")
-    return changed, "".join(line if line.endswith("\n") else line + "\n" for line in lines)
-
-
-def differing(store: Path, old: str, new: str) -> int | None:
-    """How many files differ between two snapshots; None where either is not in the store."""
-    try:
-        before, after = listing(store, old), listing(store, new)
-    except BadInput:
-        return None
-    old_hashes, new_hashes = ({rel: boot.file_hash(p.read_bytes()) for rel, p in found.items()}
-                              for found in (before, after))  # fmt: skip
-    return sum(old_hashes.get(rel) != new_hashes.get(rel) for rel in {*old_hashes, *new_hashes})
-
-
 def prune(store: Path, kept: set[str]) -> tuple[list[str], int]:
     """Remove from the store every code but those in `kept` (the sweeps' a user keeps) and those
     pinned in the last RECENT_S (a sweep being planned now), every bundle that no code left
-    names, and all else in it but the stat cache and what was made in the last RECENT_S (the
-    bytecode of modules is made again as they are imported); the codes removed, and the bytes
-    freed."""
+    names, the staging folders of pins that were killed, and all else in it but the stat cache
+    and what was made in the last RECENT_S; the codes removed, and the bytes freed."""
     if not Path(store).is_dir():
         raise BadInput(f"there is no code store {store}: give code_store= the one to prune")
     _checked(boot.check_private, Path(store), "the code store")
@@ -495,6 +482,7 @@ def prune(store: Path, kept: set[str]) -> tuple[list[str], int]:
 
 
 def _prune(store: Path, kept: set[str]) -> tuple[list[str], int]:
+    _remove_abandoned(store)
     now, named, removed = time.time(), set(), []
     for record in sorted(Path(store).glob("snapshot-*.json")):
         digest = record.stem.removeprefix("snapshot-")

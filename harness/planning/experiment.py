@@ -17,7 +17,6 @@ import hashlib
 import importlib
 import inspect
 import json
-import os
 import types
 import typing
 from collections.abc import Callable
@@ -28,9 +27,11 @@ from typing import Any, Literal
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
+from harness import reuse
 from harness.errors import BadInput, one_line, with_type
 from harness.lifetime import per_point
-from harness.pinning import codestore, reads
+from harness.names import NOT_IN_KEY, NOT_IN_KEY_OF_EXPERIMENT
+from harness.pinning import codestore
 
 TRACKER = "tracker"  # the parameter through which a training experiment gets its Tracker
 
@@ -60,7 +61,7 @@ class Experiment:
     @classmethod
     def _load(cls, name: str, target: str, named: tuple[str, ...]) -> "Experiment":
         module_name, _, function_name = target.rpartition(".")
-        with reads.importing(_snapshot_folder()):  # what its modules read as they are imported
+        with reuse.importing():  # what its modules read as they are imported
             try:
                 module = importlib.import_module(module_name)
                 run = getattr(module, function_name)
@@ -115,13 +116,6 @@ def _loaded(cls, name: str, target: str, named: tuple[str, ...]) -> Experiment:
     return cls._load(name, target, named)
 
 
-def _snapshot_folder() -> tuple[str, ...]:
-    """The code store of the snapshot this process runs (its files are pinned), as reads skips
-    a folder."""
-    running = codestore.running()
-    return (f"{os.path.realpath(running[0])}{os.sep}",) if running else ()
-
-
 def _imported(name: str, target: str) -> Callable[..., None]:
     """The check experiment.check names: a dotted name."""
     module_name, _, function_name = target.rpartition(".")
@@ -168,22 +162,10 @@ def config_values(cfg: DictConfig) -> dict:
         raise BadInput(f"{error.full_key}: {str(error).splitlines()[0]}") from None
 
 
-# The config's keys that do not decide a point's answer: where its rows go, how its sweep is
-# run, followed and reused, how a training point's rows land, where else they go; threads,
-# whose count a point ran with is its kind of machine's (harness.pinning.reuse). And of its
-# experiment block, what the report makes of the rows, what checks them, how a launcher runs
-# them, and the environment variables it names (their values are the kind of machine's).
-NOT_IN_KEY = ("out", "resume", "wait", "max_points", "fail_fast", "check", "stream_rows",
-              "stream_s", "reuse", "code", "code_store", "sinks", "search", "sweep_id", "job",
-              "threads", "again_of")  # fmt: skip
-NOT_IN_KEY_OF_EXPERIMENT = ("table", "plots", "claims", "derive", "report", "search", "check",
-                            "resources", "fresh", "environment")  # fmt: skip
-
-
 def keyed_config(values: dict, parameters) -> dict:
     """The keys of the resolved config `values` that decide a point's answer besides its
-    `parameters` (names): every one but NOT_IN_KEY's, the seed and the experiment's `run`
-    target among them."""
+    `parameters` (names): every one but those the harness declares deciding none
+    (harness.names.KEYS), the seed and the experiment's `run` target among them."""
     node = values.get("experiment") or {}
     rest = {key: value for key, value in values.items()
             if key not in (*NOT_IN_KEY, "experiment") and key not in parameters}  # fmt: skip

@@ -6,6 +6,7 @@ manifest that records them."""
 import functools
 import itertools
 import math
+import os
 import re
 import secrets
 import shutil
@@ -18,9 +19,17 @@ from hydra.core.override_parser.types import ChoiceSweep, Override, QuotedString
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from harness import store
+from harness import reuse, store
 from harness.errors import BadInput, one_line
-from harness.names import HARNESS_KEYS, SET_BY_HARNESS, check_name, closest, key_of
+from harness.names import (
+    HARNESS_KEYS,
+    SET_BY_HARNESS,
+    check_name,
+    closest,
+    experiment_file,
+    key_of,
+    typo_of,
+)
 from harness.pinning import codestore
 from harness.planning.config import compose_config
 from harness.planning.experiment import Experiment, config_values, hasher, keyed_config
@@ -61,6 +70,7 @@ class Sweep:
     code_store: Path | None = None  # where that code is kept
     keyed: dict | None = None  # its config's keys in its points' config_hash beside their params
     again_of: str | None = None  # the sweep it runs again (python -m harness again), if it does
+    reuse: dict | None = None  # what it copies, and its inputs (harness.reuse.setting)
 
 
 class SweepExists(Exception):
@@ -110,8 +120,8 @@ def plan(
     _check_fail_fast(values.get("fail_fast", 0))
     if values.get("threads") is not None:
         _check_positive_int("threads", values["threads"])
-    if not (values.get("reuse") is None or isinstance(values["reuse"], bool)):
-        raise BadInput(f"reuse must be true, false or null, got {values['reuse']!r}")
+    if not isinstance(values.get("reuse"), bool):
+        raise BadInput(f"reuse must be true or false, got {values.get('reuse')!r}")
     if isinstance(values["seed"], bool) or not isinstance(values["seed"], int):
         raise BadInput(f"seed must be a whole number, got {values['seed']!r}")
     check_code(values.get("code"))
@@ -150,7 +160,42 @@ def plan(
         experiment = replace(experiment, config={**experiment.config, "search": searched})
     keyed = keyed_config(values, experiment.parameters)
     return replace(sweep_of(cfg, experiment, points), code=digest, code_store=code_store,
-                   keyed=keyed)  # fmt: skip
+                   keyed=keyed, reuse=reuse_setting(cfg, experiment, config_dirs))  # fmt: skip
+
+
+def reuse_setting(cfg: DictConfig, experiment: Experiment, config_dirs=()) -> dict | None:
+    """The sweep's reuse (harness.reuse.setting), None where it copies nothing: with
+    reuse=true on the command line it copies measurements too, with the experiment's YAML's
+    `reuse: true` only answers; its declared inputs (experiment.inputs) checked, each a
+    parameter or a glob relative to the experiment's config folder, made absolute."""
+    folder = experiment_file(experiment.name, config_dirs).parent
+    inputs = _inputs(experiment.config.get("inputs"), experiment, folder)
+    if not cfg.get("reuse"):
+        return None
+    given = any(key_of(line) == "reuse" for line in cfg.hydra.overrides.task)
+    return reuse.setting("all" if given else "answers", inputs, folder)
+
+
+def _inputs(entries, experiment: Experiment, folder: Path) -> list[tuple[str, str]]:
+    """experiment.inputs as (entry, the parameter it names or the absolute glob it is);
+    BadInput for what is no list of names and globs, or a name one letter off a parameter."""
+    if entries is None:
+        return []
+    if not isinstance(entries, list) or not all(isinstance(e, str) and e for e in entries):
+        raise BadInput(f"{experiment.name}: experiment.inputs is a list of parameters whose "
+                       f"values are paths, or globs (inputs: [data, 'tables/*.csv']), got "
+                       f"{entries!r}")  # fmt: skip
+    found = []
+    for entry in entries:
+        if entry in experiment.parameters:
+            found.append((entry, entry))
+            continue
+        typo = typo_of(entry, experiment.parameters)
+        if typo and not any(mark in entry for mark in "/*?["):
+            raise BadInput(f"{experiment.name}: experiment.inputs names {entry!r}, no parameter "
+                           f"and no file; did you mean {typo}?")  # fmt: skip
+        found.append((entry, os.path.normpath(folder / os.path.expanduser(entry))))
+    return found
 
 
 def _trial_point(point: Point, job: int, cell: int, slot: int) -> Point:
@@ -402,6 +447,7 @@ def record_plan(sweep: Sweep) -> None:
         "code_store": str(sweep.code_store) if sweep.code_store else None,
         "keyed_config": sweep.keyed,
         "again_of": sweep.again_of,
+        "reuse": sweep.reuse,
         "config_dirs": [str(folder) for folder in sweep.config_dirs],
         "overrides": sweep.overrides,
         "hydra_overrides": sweep.hydra_overrides,

@@ -3,6 +3,7 @@ point runs, whatever its launcher); Job is Hydra's task function, which calls it
 
 import contextlib
 import functools
+import json
 import logging
 import os
 import random
@@ -17,10 +18,10 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from harness import files, measuring, store, tracking
+from harness import files, measuring, provenance, reuse, store, tracking
 from harness.errors import StoreUnwritable
 from harness.lifetime import per_command
-from harness.pinning import boot, codestore, provenance, reads, reuse
+from harness.pinning import boot, codestore
 from harness.planning.experiment import Experiment, config_hash, config_values
 from harness.running import distributed
 from harness.running.sinks import PointInfo, Sinks
@@ -50,12 +51,13 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
     `values` is the job's config (resolved, without Hydra's node) and `planned` its manifest
     entry (params, config_hash; read from the manifest where the launcher has none at hand):
     the point runs the parameters its sweep planned, so that a YAML edited since, or a value
-    that differs each time it is read (${now:...}), changes nothing it computes. In turn: an
-    answer another sweep holds is copied instead, where its launcher left that to the point
-    (harness.pinning.reuse); else the experiment is called, what it reads outside its snapshot
-    recorded (harness.pinning.reads), its rows written (a training point's as they come,
-    through its tracker) and its answer recorded for reuse. While it runs, a log that cannot be
-    written (a full disk) is no traceback, and the process is as it was afterwards."""
+    that differs each time it is read (${now:...}), changes nothing it computes. In turn: where
+    its sweep asks for reuse, an answer another sweep holds is copied instead, where its
+    launcher left that to the point (harness.reuse); else the experiment is called,
+    its rows written (a training point's as they come, through its tracker) and, where its
+    sweep asks for reuse and it read nothing undeclared, its answer recorded. While it runs, a
+    log that cannot be written (a full disk) is no traceback, and the process is as it was
+    afterwards."""
     with _quiet_logging_errors():
         experiment = Experiment.load(values["experiment"])
         root, sweep, job = Path(values["out"]) / "results", values["sweep_id"], values["job"]
@@ -68,11 +70,11 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
             params = {**params, **{k: experiment._typed(k, v) for k, v in trial.params.items()}}
             trial.fixed = params
         group = distributed.current()
-        alone = trial is None and group is None  # a point whose answer may be reused
-        if alone and not planned.get("decided"):  # its launcher left reuse to the point
-            kind = reuse.kind(_device(params), _named_env(experiment), values.get("threads"))
-            setting = values.get("reuse")
-            summary = reused_answer(root, experiment, sweep, job, hashed, params, kind, setting)
+        setting = _reuse(values, planned) if trial is None and group is None else None
+        found, key = _reuse_key(setting, params, experiment, values.get("threads"))
+        if key is not None and not planned.get("decided"):  # its launcher left that to it
+            summary = reused_answer(root, experiment, sweep, job, hashed, params, key,
+                                    setting["copies"])  # fmt: skip
             if summary.get("reused_from"):
                 return summary
             if summary.get("passed"):
@@ -80,6 +82,8 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
         path = store.job_file(root, experiment.name, sweep, job)
         extra = {"rank": group.rank, "world_size": group.world_size} if group else {}
         extra |= {"cell": trial.cell, "trial": trial.number} if trial else {}
+        if found is not None:
+            extra["declared_inputs"] = json.dumps(found, sort_keys=True)
         prepare = _Columns(params, {"job": job, "config_hash": hashed}, command, run_dir, extra,
                            _named_env(experiment))  # fmt: skip
         point = PointInfo(experiment.name, sweep, job, params, Path(values["out"]))
@@ -88,11 +92,11 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
         tracker = _tracker(experiment, values, (sweep, job, path), prepare, params, hashed, sinks,
                            group, trial)  # fmt: skip
         measuring.start_point()
-        reading = _reading(values)
-        prepare.reading = reading.recording
+        watch = _watch(values, path, run_dir, found) if key is not None else None
+        prepare.watch = watch
         with torch_threads(values.get("threads")):  # its rows record them (provenance)
             seed = params.get("seed", values["seed"])
-            returned = measure(experiment, params, seed, tracker, reading)
+            returned = measure(experiment, params, seed, tracker, watch)
             rows = [prepare(row) for row in returned]
         if trial is not None:  # told before the rows are written: a restart takes it back
             trial.tell(rows, next((row["status"] for row in rows if row["status"] != "ok"), "ok"))
@@ -104,13 +108,10 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
             store.write_rows(path, rows)
             if sinks is not None:  # a point without a tracker: its rows once they are stored
                 sinks.send(rows)
-        read = reading.recording.keep()  # what it read, in a cache say, counts for those after
-        if alone:
-            measured = reuse.measures(measuring.taken(), rows)
-            reuse.record(root, experiment.name, sweep, job, rows, read, measured,
-                         values.get("reuse"))  # fmt: skip
         _keep_package_list(store.sweep_dir(root, experiment.name, sweep))
         told = summarize(rows, params, last=tracker is not None)
+        if watch is not None:
+            told |= _record(root, experiment.name, sweep, job, rows, watch, key, setting, params)
         return {**told, "trial": trial.label()} if trial else told
 
 
@@ -154,38 +155,67 @@ def _tracker(experiment, values, where, prepare, params, hashed, sinks, group, t
     )
 
 
-def _reading(values: dict) -> reads.recorded:
-    """What the point reads, recorded (harness.pinning.reads), but what the harness writes
-    under its out folder, its snapshot's files (whose top-level modules are pinned) and the
-    harness's own modules."""
+def _reuse(values: dict, planned: dict) -> dict | None:
+    """The sweep's reuse, planned with the point (harness.reuse.setting); None where it
+    copies nothing (reuse=false given to a resume too)."""
+    return planned.get("reuse") if values.get("reuse") else None
+
+
+def _reuse_key(setting, params: dict, experiment: Experiment, threads) -> tuple:
+    """The point's declared inputs, hashed, and its key (harness.reuse.key); (None,
+    None) where its sweep copies nothing, or an input cannot be read (said in its log)."""
+    if not setting:
+        return None, None
+    try:
+        found = reuse.inputs(setting, params)
+        return found, reuse.key(found, _device(params), _named_env(experiment), threads)
+    except reuse.Refused as why:
+        log.info("not reused, and no answer recorded: %s", why)
+        return None, None
+
+
+def _watch(values: dict, path: Path, run_dir: str, found: dict) -> reuse.Watch:
+    """The tripwire on what the point reads (harness.reuse.Watch): its own folders are
+    its run folder, its checkpoints' and its sweep's rows."""
+    sweep, job, out = values["sweep_id"], values["job"], values["out"]
+    checkpoints = tracking.checkpoint_dir(out, values["experiment"]["name"], sweep, job)
+    own = []
+    for folder in map(os.path.abspath, (run_dir, checkpoints, path.parent)):
+        above, name = os.path.split(folder)  # the harness's own folder, of no link: its sweep's
+        own += [os.path.join(folder, ""), os.path.join(_real(above), name, "")]
     pinned = boot.pinned_here()
-    tops, before = (pinned.tops, pinned.before) if pinned else (frozenset(),) * 2
-    folders = [os.path.join(values["out"], name) for name in store.GENERATED]
-    return reads.recorded(_folders(*folders, pinned.store if pinned else None), tops, before)
+    tops, before = (pinned.tops, pinned.before) if pinned else (frozenset(), frozenset())
+    return reuse.Watch(tuple(own), found, tops, before)
 
 
 @per_command
-@functools.lru_cache(maxsize=4)
-def _folders(*folders) -> tuple[str, ...]:
-    """Each folder given (None: left out), as given and with its links resolved, ending in a
-    separator."""
-    ways = (os.path.abspath, os.path.realpath)
-    return tuple({f"{way(folder)}{os.sep}" for folder in folders if folder for way in ways})
+@functools.lru_cache(maxsize=16)
+def _real(folder: str) -> str:
+    """A folder with its links resolved, once a command (a sweep's, the same for its jobs)."""
+    return os.path.realpath(folder)
+
+
+def _record(root, experiment: str, sweep: str, job: int, rows, watch, key, setting, params):
+    """The point's answer recorded for reuse where it read nothing its experiment does not
+    declare; else, the line that says what it read ({"undeclared": line})."""
+    undeclared = watch.keep()  # read into a cache, say: counted for the points after too
+    if undeclared:
+        return {"undeclared": reuse.undeclared_line(job, undeclared, setting, params)}
+    measured = measuring.taken() or any(k.endswith("_samples_ms") for row in rows for k in row)
+    reuse.record(root, experiment, sweep, job, rows, key, bool(measured), setting["copies"])
+    return {}
 
 
 def reused_answer(root: Path, experiment: Experiment, sweep: str, job: int, config_hash: str,
-                  params: dict, kind: dict, setting: bool | None) -> dict:  # fmt: skip
-    """The summary of a point whose answer another sweep holds for a point of `kind` of machine
-    (harness.pinning.reuse; `setting`: the sweep's reuse), its rows copied into this sweep as
-    the job's own ("reused_from" names them); where there is none to copy, {} or, where one on
-    record was passed over, {"passed": why} (nothing where this process runs no snapshot)."""
-    code = codestore.running_digest()
-    if code is None:  # a process that did not start from its sweep's snapshot
-        return {}
-    found = reuse.find(root, experiment.name, config_hash, code, kind, sweep, setting)
+                  params: dict, key: dict, copies: str) -> dict:  # fmt: skip
+    """The summary of a point whose answer another sweep holds under its `key`
+    (harness.reuse.find; `copies`: what its sweep copies), its rows copied into this
+    sweep as the job's own ("reused_from" names them); where there is none to copy, {} or,
+    where one on record was passed over, {"passed": why}."""
+    found = reuse.find(root, experiment.name, config_hash, key, sweep, copies)
     if found.rows is None:
         return {"passed": found.passed} if found.passed else {}
-    rows = reuse.copied(found.rows, job, found.source)
+    rows = [{**row, "job": job} for row in found.rows]
     store.write_rows(store.job_file(root, experiment.name, sweep, job), rows)
     return {**summarize(rows, params), "reused_from": found.source}
 
@@ -199,23 +229,25 @@ class _Columns:
     started, its command and run_dir, its provenance (taken at the first row, once the
     experiment has started: the environment variables named `named_env` among it), then
     `extra` (rank, cell, trial where it has them), each row's duration_s since the start and
-    the files the point had read by then outside its snapshot (`reading`)."""
+    the files the point had read by then that its experiment does not declare (`watch`, where
+    its sweep asks for reuse)."""
 
     def __init__(self, params: dict, first: dict, command, run_dir: str, extra: dict,
                  named_env: tuple[str, ...] = ()):  # fmt: skip
         self.params, self.first, self.extra, self.shared = params, first, extra, {}
         self.then = {"command": command, "run_dir": run_dir}
-        self.named_env, self.reading = named_env, None
+        self.named_env, self.watch = named_env, None
         self.started, self.clock = datetime.now(UTC), time.perf_counter()
 
     def __call__(self, row: dict) -> dict:
         if not self.shared:
-            with reads.paused():  # the harness's reading (the packages' metadata), not the point's
-                shared = provenance.provenance(_device(self.params), self.named_env)
+            shared = provenance.provenance(
+                _device(self.params), self.named_env, codestore.running_digest()
+            )
             self.shared = {**self.first, "started_at": self.started, **self.then, **shared,
                            **self.extra}  # fmt: skip
         duration = time.perf_counter() - self.clock
-        read = self.reading.said() if self.reading is not None else None
+        read = self.watch.said() if self.watch is not None else None
         return _row(row, self.params, {**self.shared, "duration_s": duration, "files_read": read})
 
 
@@ -257,9 +289,11 @@ def _planned(root: Path, experiment: str, sweep: str) -> tuple[dict[int, dict], 
 @functools.lru_cache(maxsize=4)
 def _read_plan(root: Path, experiment: str, sweep: str, version: tuple) -> tuple[dict, dict | None]:
     """_planned, read once per version of the manifest in this process (a SLURM task's pack of
-    points reads it once)."""
+    points reads it once), each point with its sweep's reuse."""
     manifest = store.read_manifest(root, experiment, sweep) or {"points": []}
-    return {point["job"]: point for point in manifest["points"]}, search.of_manifest(manifest)
+    shared = {"reuse": manifest["reuse"]} if manifest.get("reuse") else {}
+    points = {point["job"]: {**point, **shared} for point in manifest["points"]}
+    return points, search.of_manifest(manifest)
 
 
 def _trial(root: Path, experiment: Experiment, sweep: str, job: int, planned, seed: int):
@@ -288,16 +322,16 @@ def measure(
     params: dict,
     seed: int,
     tracker: Tracker | None = None,
-    reading: contextlib.AbstractContextManager | None = None,
+    watch: contextlib.AbstractContextManager | None = None,
 ) -> list[dict]:
     """The experiment's rows for one point; a point that raises, or tries to end the process
     (sys.exit, os._exit), is one failed row. A training experiment gets the tracker, and may
     return no rows beyond those it logged. A store that cannot take the tracker's rows or
-    checkpoints (a full disk) is no failed row: its StoreUnwritable stops the sweep. `reading`
-    is entered while the experiment runs (what it reads, recorded)."""
+    checkpoints (a full disk) is no failed row: its StoreUnwritable stops the sweep. `watch`
+    is entered while the experiment runs (what it reads, watched: harness.reuse)."""
     _seed_everything(seed)
     try:
-        with _exits_refused(), reading or contextlib.nullcontext():
+        with _exits_refused(), watch or contextlib.nullcontext():
             if tracker is None:
                 rows = _as_rows(experiment.run(**params))
             else:
@@ -333,8 +367,13 @@ def _beside(error: BaseException) -> str:
     name = getattr(error, "filename", None)
     if not isinstance(error, FileNotFoundError) or not pinned or not isinstance(name, str):
         return ""
-    if not os.path.realpath(name).startswith(os.path.realpath(pinned[0]) + os.sep):
+    inside = os.path.relpath(os.path.realpath(name), os.path.realpath(pinned[0]))
+    if inside.startswith(os.pardir):
         return ""
+    if any(part.startswith(".") for part in Path(inside).parts[1:]):  # below its bundle-DIGEST
+        return (" (a hidden file beside the experiment's code: the sweep's snapshot of its code "
+                "leaves hidden files and folders out; name it without the leading dot, or give "
+                "its path as a parameter)")  # fmt: skip
     return (" (a path in the sweep's snapshot of its code, from its module's own path: the "
             "sweep pins the files of the experiment's package or folder only; keep the file "
             "there, or give its path as a parameter)")  # fmt: skip

@@ -56,7 +56,7 @@ HARNESS_COLUMNS = {
     "git_commit": pa.string(),
     "git_dirty": pa.bool_(),
     "code_digest": pa.string(),  # the code the point ran (harness.pinning.codestore)
-    "reused_from": pa.string(),  # SWEEP/JOB of an answer copied from there (pinning.reuse)
+    "reused_from": pa.string(),  # SWEEP/JOB of an answer copied from there (harness.reuse)
     "command": pa.string(),
     "torch_version": pa.string(),
     "cuda_version": pa.string(),
@@ -67,7 +67,8 @@ HARNESS_COLUMNS = {
     "device_name": pa.string(),
     "threads": pa.int64(),
     "environment": pa.string(),  # the variables that change numerics, as JSON (provenance)
-    "files_read": pa.string(),  # what the point read that its sweep did not pin (pinning.reads)
+    "files_read": pa.string(),  # with reuse: what it read that its inputs do not declare (JSON)
+    "declared_inputs": pa.string(),  # with reuse: each declared input's paths and digest (JSON)
     "hostname": pa.string(),
     "slurm_job_id": pa.string(),
     "slurm_array_task_id": pa.int64(),

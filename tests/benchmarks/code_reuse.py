@@ -1,4 +1,4 @@
-"""Reuse of answered points (harness.pinning.reuse) and the code digest (harness.pinning.codestore),
+"""Reuse of answered points (harness.reuse) and the code digest (harness.pinning.codestore),
 measured through the real commands in a scratch directory with a code store of its own
 (XDG_CACHE_HOME):
 
@@ -50,8 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sweep_scale  # noqa: E402
 from harness_overhead import harnesses, side_by_side, wall_time  # noqa: E402
 
-from harness import store  # noqa: E402
-from harness.pinning import codestore, reuse  # noqa: E402
+from harness import reuse, store  # noqa: E402
+from harness.pinning import codestore  # noqa: E402
 
 EXPERIMENT = "exp014_tiled"
 SUMMARY = re.compile(r"^sweep (\S+): (\d+) points: (.*); in ([\d.]+) s; rows in ", re.M)
@@ -218,13 +218,14 @@ def stale_lookup(results: Path, sweep: "Sweep", stale: int) -> dict:
         old = f"20190101-000000-{i:04x}"
         other = {**entry, "sweep": old, "code_digest": f"{i:016x}"}
         (folder / f"{old}.0.json").write_text(json.dumps(other, indent=2) + "\n")
-    kind = reuse.kind("cpu")
+    key = {name: entry.get(name) for name in ("code_digest", *reuse.KIND, "inputs")}
     timed = {}
     for name, code in (("matching", entry["code_digest"]), ("none matching", "0" * 16)):
         seconds = []
         for _ in range(5):
             started = time.perf_counter()
-            reuse.find(results, EXPERIMENT, config_hash, code, kind, "20991231-000000-0000", True)
+            reuse.find(results, EXPERIMENT, config_hash, {**key, "code_digest": code},
+                       "20991231-000000-0000", "all")  # fmt: skip
             seconds.append((time.perf_counter() - started) * 1000)
         timed[name] = median(seconds)
         print(f"  reuse.find among {len(real) + stale:,} answers of one config, {name}: "

@@ -32,8 +32,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from harness import store, tracking  # noqa: E402
-from harness.pinning import provenance  # noqa: E402
+from harness import (  # noqa: E402
+    provenance,  # noqa: E402
+    store,
+    tracking,
+)
 from harness.running import job  # noqa: E402
 
 LOOP, ROUNDS, STEPS, OLD_STEPS = 10_000, 5, 1_000_000, 20_000

@@ -84,7 +84,7 @@ def test_the_tiled_sweep_is_one_job_array_with_a_gpu_per_task(sweep):
 
 def test_an_answered_grid_submits_nothing_and_a_widened_one_only_its_new_point(sweep):
     """The cluster's node is this machine, so the sweep's process knows what a task would get
-    and finds the answers itself (harness.pinning.reuse): no task only to copy rows."""
+    and finds the answers itself (harness.reuse): no task only to copy rows."""
     first = sweep("length=64,96", "block=16")
     assert first.returncode == 0 and "submitted as SLURM job" in first.stdout, first.stdout
     widened = sweep("length=64,96,128", "block=16")

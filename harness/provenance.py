@@ -1,7 +1,8 @@
-"""What produced a row: the code's commit, the versions, the host, the device, SLURM's ids, and
-the environment variables that change what a computation returns."""
+"""What produced a row: the code's commit, the versions, the installed packages, the host, the
+device, SLURM's ids, and the environment variables that change what a computation returns."""
 
 import functools
+import glob
 import hashlib
 import json
 import os
@@ -15,7 +16,6 @@ from importlib import metadata
 from pathlib import Path
 
 from harness.lifetime import per_command
-from harness.pinning.codestore import running_digest
 
 SOURCE = Path(__file__).resolve().parents[2]  # the checkout the harness runs from, if any
 # Environment variables that change what a computation returns, or which kernels compute it:
@@ -65,6 +65,41 @@ def _git(*args: str) -> str:
     return result.stdout.strip()
 
 
+@functools.cache
+def installed() -> tuple[str, ...]:
+    """Python's own folders and the installed packages' (each ending in a separator, as given
+    and with its links resolved): the site-packages folders and those their .pth files add to
+    the import path. What no sweep pins, and what packages_digest names."""
+    paths = sysconfig.get_paths()
+    sites = [*site.getsitepackages(), site.getusersitepackages()]
+    given = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             *(paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")),
+             *sites, *_added(sites)}  # fmt: skip
+    both = {way(root) for root in given if root for way in (os.path.abspath, os.path.realpath)}
+    return tuple(sorted(root.rstrip(os.sep) + os.sep for root in both if root != os.sep))
+
+
+def _added(sites: list[str]) -> list[str]:
+    """The folders the .pth files of `sites` add to the import path, as Python's site module
+    reads them: each line that is no comment and no import, a folder relative to its site."""
+    found = []
+    for folder in sites:
+        for pth in sorted(glob.glob(os.path.join(glob.escape(folder), "*.pth"))):
+            try:
+                lines = Path(pth).read_text().splitlines()
+            except (OSError, UnicodeDecodeError):
+                continue
+            for line in (line.rstrip() for line in lines):
+                added = os.path.join(folder, line)
+                if (
+                    line
+                    and not line.startswith(("#", "import ", "import\t"))
+                    and os.path.isdir(added)
+                ):
+                    found.append(added)
+    return found
+
+
 @per_command
 @functools.lru_cache(maxsize=1)
 def packages() -> tuple[str, ...]:
@@ -81,10 +116,10 @@ def _installed() -> tuple[tuple[str, str], ...]:
     installed: its metadata folder, that folder's inode and modification time), sorted: a
     package installed again at the same version (an edit of one's own, reinstalled) is another
     install."""
-    found, sites = {}, _site_folders()
+    found, sites = {}, installed()
     for distribution in metadata.distributions():
         where = os.path.abspath(getattr(distribution, "_path", "") or "")  # its .dist-info
-        if os.path.dirname(where) not in sites:
+        if os.path.join(os.path.dirname(where), "") not in sites:
             continue
         name, version = _name_and_version(distribution)
         try:
@@ -109,22 +144,36 @@ def _name_and_version(distribution: metadata.Distribution) -> tuple[str, str | N
     return fields.get("Name", "").lower(), fields.get("Version")
 
 
-@functools.cache
-def _site_folders() -> frozenset[str]:
-    """The installed packages' folders (site-packages, the user's), as given and resolved."""
-    paths = sysconfig.get_paths()
-    given = {paths["purelib"], paths["platlib"], *site.getsitepackages(),
-             site.getusersitepackages()}  # fmt: skip
-    return frozenset(way(p) for p in given for way in (os.path.abspath, os.path.realpath))
-
-
 @per_command
 @functools.lru_cache(maxsize=1)
 def packages_digest() -> str:
     """The digest of the installed packages: their names and versions, and each one's install
-    (_installed). The package list a sweep keeps (packages()) is named by it."""
-    text = "\n".join(f"{listed} {stamp}" for listed, stamp in _installed())
+    (_installed); and of what Python runs as it starts or imports beside them (_startup). The
+    package list a sweep keeps (packages()) is named by it."""
+    text = "\n".join(f"{listed} {stamp}" for listed, stamp in [*_installed(), *_startup()])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _startup() -> list[tuple[str, str]]:
+    """What Python runs or imports from beside the installed packages, each by the digest of its
+    bytes: the installed packages' folders' .pth files (whose lines add folders to the path or
+    run code), the sitecustomize and usercustomize this process ran, and every zip archive on
+    the import path."""
+    sites = [*site.getsitepackages(), site.getusersitepackages()]
+    paths = sorted(path for folder in sites
+                   for path in glob.glob(os.path.join(glob.escape(folder), "*.pth")))  # fmt: skip
+    paths += [getattr(sys.modules.get(name), "__file__", None) or ""
+              for name in ("sitecustomize", "usercustomize")]  # fmt: skip
+    paths += [entry for entry in sys.path if os.path.isfile(entry)]
+    return [(path, _bytes_digest(path)) for path in dict.fromkeys(paths) if path]
+
+
+def _bytes_digest(path: str) -> str:
+    try:
+        with open(path, "rb") as file:
+            return hashlib.file_digest(file, "sha256").hexdigest()[:16]
+    except OSError as error:
+        return f"unreadable ({error.strerror or error})"
 
 
 def device_name(device: str) -> str:
@@ -149,16 +198,17 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def provenance(device: str, named_env=()) -> dict:
-    """The provenance columns of a row measured on `device` in this process (`named_env`: the
-    environment variables its experiment names besides NUMERICS_ENV)."""
+def provenance(device: str, named_env=(), code_digest: str | None = None) -> dict:
+    """The provenance columns of a row measured on `device` in this process by the code of
+    `code_digest` (`named_env`: the environment variables its experiment names besides
+    NUMERICS_ENV)."""
     import torch
 
     commit, dirty = git_state()
     return {
         "git_commit": commit,
         "git_dirty": dirty,
-        "code_digest": running_digest(),
+        "code_digest": code_digest,
         **machine(device),
         "threads": torch.get_num_threads(),
         "environment": environment(named_env),
