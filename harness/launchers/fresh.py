@@ -1,6 +1,6 @@
-"""A process that runs one unit of work after another (a warm worker's points, a test's calls of
-the command line) as if each ran in a fresh process: a ProcessState, this process's state taken
-before, and restored after each.
+"""A process that runs one unit of work after another (a warm worker's points, the points run_here
+runs in one process, a test's calls of the command line) as if each ran in a fresh process: a
+ProcessState, this process's state taken before, and restored after each.
 
 What a ProcessState restores: the working directory, the environment, sys.path and the import
 hooks (sys.meta_path; after a command, the packages a sweep's snapshot took over given back:
@@ -11,9 +11,11 @@ settings that change what a computation returns or how long it takes (_settings:
 default device, numerics flags and matmul precision, NumPy's error handling, the warnings
 filters, the time zone, umask, resource limits, ...), CUDA's peak-memory statistics and current
 device (its cached blocks given back), and it forgets what the harness keeps for a command or a
-point (harness.lifetime). What it cannot put back, left() names: a function of a WATCHED
+point (harness.lifetime; reset, between the points run_here runs, only once a user's module
+goes). What it cannot put back, left() names: a function of a WATCHED
 library replaced, a thread still running, a setting it could not set again; a warm worker that
-hears of any ends after its point (harness.launchers.workers). The modules the unit imported
+hears of any ends after its point (harness.launchers.workers), and a process of many points
+says so in a warning (harness.launchers.in_process.SameStart). The modules the unit imported
 from outside the installed packages and the harness (an experiment of experiments/ or of a
 user's folder) stay, with their module-level state, as they would in one process (the basic
 launcher), until one of their files changes: then they are all forgotten, and the next import
@@ -44,7 +46,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from harness import lifetime
+from harness import files, lifetime, provenance
 from harness.pinning import boot
 
 AUTOCAST = ("cpu", "cuda")  # the devices whose autocast flag a point may leave set
@@ -53,13 +55,14 @@ AUTOCAST = ("cpu", "cuda")  # the devices whose autocast flag a point may leave 
 WATCHED = ("torch", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.special", "numpy",
            "numpy.linalg", "numpy.fft", "numpy.random", "math", "random", "time")  # fmt: skip
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD)
-HARNESS = Path(__file__).resolve().parents[1]  # the harness package: this is launchers/fresh.py
-INSTALLED = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+HARNESS = f"{Path(__file__).resolve().parents[1]}{os.sep}"  # this is harness/launchers/fresh.py
 
 
 class ProcessState:
     """This process's state now; restore() brings it back (forget: the harness's per-command
-    records too, else only its per-point ones)."""
+    records too, else only its per-point ones). Restored after every point (a warm worker's, and
+    each of those run_here runs one after another: harness.launchers.in_process), it looks first
+    at what is costly to set back, and sets back only what differs."""
 
     def __init__(self):
         import numpy
@@ -68,11 +71,12 @@ class ProcessState:
         self.cwd, self.environ, self.path = os.getcwd(), dict(os.environ), list(sys.path)
         self.finders = list(sys.meta_path)
         self.modules = set(sys.modules)  # those it leaves: there before, or installed
+        self.imported = list(sys.modules)  # the names at the last look, in their order
         self.users: dict[str, tuple[str, tuple | None]] = {}  # kept: name -> (file, its stamp)
         self.since = time.time_ns()  # when the unit of work began
         self.signals = {signum: signal.getsignal(signum) for signum in SIGNALS}
         self.logging = _logging_state()
-        self.random, self.numpy = random.getstate(), numpy.random.get_state()
+        self.random, self.numpy = random.getstate(), _numpy_state(numpy)
         self.torch = (
             torch.get_num_threads(),
             torch.get_default_dtype(),
@@ -86,21 +90,27 @@ class ProcessState:
         self.functions = _functions()
         self.threads = set(threading.enumerate())
 
-    def restore(self, *, command: bool = True) -> None:
+    def restore(self, *, command: bool = True, records: bool = True) -> list[str]:
+        """The state as it was taken; the names of the settings it could not set back. Without
+        `records` (nor `command`), the harness's per-point records (harness.lifetime: what holds
+        a user's code) are forgotten only with the user's modules (one of them edited)."""
         import numpy
         import torch
 
         os.chdir(self.cwd)
-        os.environ.clear()
-        os.environ.update(self.environ)
+        if dict(os.environ) != self.environ:  # a unit that changed none: no putenv at all
+            os.environ.clear()
+            os.environ.update(self.environ)
         sys.path[:] = self.path
         if command:  # a sweep's snapshot entered by the command: left (the hooks as they were)
             boot.leave()
         sys.meta_path[:] = self.finders
-        self._user_modules(forget=command)
+        dropped = self._user_modules(forget=command)
         for signum, handler in self.signals.items():
-            signal.signal(signum, handler)
-        _restore_logging(self.logging)
+            if signal.getsignal(signum) is not handler:
+                signal.signal(signum, handler)
+        if _logging_state() != self.logging:
+            _restore_logging(self.logging)
         random.setstate(self.random)
         numpy.random.set_state(self.numpy)
         threads, dtype, grad, deterministic, rng = self.torch
@@ -112,10 +122,7 @@ class ProcessState:
         torch.random.set_rng_state(rng)
         for kind, enabled in self.autocast.items():
             torch.set_autocast_enabled(kind, enabled)
-        for name, (get, put) in _settings().items():
-            if get() != self.settings[name]:
-                with contextlib.suppress(OSError, ValueError, RuntimeError):  # left() says so
-                    put(self.settings[name])  # (a hard limit lowered cannot be raised again)
+        unset = _set_back(self.settings)
         if torch.cuda.is_initialized():
             torch.cuda.synchronize()  # an error the point left in its context is raised here
             gc.collect()  # what the point held, given back to the GPU for the next one
@@ -123,8 +130,10 @@ class ProcessState:
             torch.cuda.set_device(self.device or 0)
             for device in range(torch.cuda.device_count()):
                 torch.cuda.reset_peak_memory_stats(device)
-        lifetime.forget(command=command)
+        if command or records or dropped:
+            lifetime.forget(command=command)
         self.since = time.time_ns()
+        return unset
 
     def left(self) -> list[str]:
         """What the unit of work changed that restore() did not put back, each said in a few
@@ -132,44 +141,66 @@ class ProcessState:
         left running. A process that reports any should not run another unit."""
         said = [f"{name} changed" for name, (get, _) in _settings().items()
                 if get() != self.settings[name]]  # fmt: skip
-        said += [f"{name} replaced" for name in _replaced(self.functions)]
+        return said + self._kept()
+
+    def reset(self) -> list[str]:
+        """restore(command=False), then what left() would name, each setting read once (restore
+        reads them all, and left() would again): between two points that one process runs
+        (harness.launchers.in_process.run_here). The experiment's function, looked up again,
+        would cost more than all the rest: it is kept while its modules are (as in one process)."""
+        unset = self.restore(command=False, records=False)
+        return [f"{name} changed" for name in unset] + self._kept()
+
+    def _kept(self) -> list[str]:
+        """The library functions the unit replaced and the threads it left running."""
+        said = [f"{name} replaced" for name in _replaced(self.functions)]
         said += [f"thread {thread.name!r} still running"
                  for thread in threading.enumerate() if thread not in self.threads]  # fmt: skip
         return said
 
-    def _user_modules(self, forget: bool) -> None:
+    def _user_modules(self, forget: bool) -> bool:
         """The modules imported since the state was taken from outside the installed packages
         and the harness (an experiment's, a user's) stay while their files are unchanged, with
         their state, as in one process; once one is edited (or with forget) they all go, and
-        the next import reads their files again."""
+        the next import reads their files again. Whether any went."""
+        imported = list(sys.modules)
+        if imported != self.imported:  # else none imported nor dropped since the last look
+            self._look_at_imports()
+        kept = self.users.values()
+        changed = any(stamp is None or _stamp(origin) != stamp for origin, stamp in kept)
+        dropped = bool(self.users) and (forget or changed)
+        if forget or changed:
+            for name in self.users:
+                _forget(name)
+            self.users.clear()
+            imported = list(sys.modules)
+        self.imported = imported
+        return dropped
+
+    def _look_at_imports(self) -> None:
+        """Each module imported since the last look: kept for good (installed, or the harness's
+        own), or a user's, with its file's stamp."""
         for name in set(sys.modules) - self.modules - set(self.users):
             origin = getattr(sys.modules[name], "__file__", None)
             if not origin or _installed(origin):
                 self.modules.add(name)  # for good: it is not looked at again
                 continue
             stamp = _stamp(origin)
-            edited = stamp is None or stamp[0] >= self.since  # while the unit ran: maybe after
+            edited = stamp is None or stamp[1] >= self.since  # while the unit ran: maybe after
             self.users[name] = (origin, None if edited else stamp)
-        kept = self.users.values()
-        changed = any(stamp is None or _stamp(origin) != stamp for origin, stamp in kept)
-        if forget or changed:
-            for name in self.users:
-                _forget(name)
-            self.users.clear()
 
 
 def _installed(origin: str) -> bool:
-    where = Path(origin).resolve()
-    return any(where.is_relative_to(root) for root in (*INSTALLED, HARNESS))
+    """Whether a module's file is Python's, an installed package's or the harness's own."""
+    return os.path.realpath(origin).startswith((*provenance.installed(), HARNESS))
 
 
-def _stamp(path: str) -> tuple[int, int] | None:
-    """A file's modification time and size; None where it is gone."""
+def _stamp(path: str) -> tuple[int, ...] | None:
+    """A file's stamp (harness.files.stamp); None where it is gone."""
     try:
-        stat = os.stat(path)
+        return files.stamp(os.stat(path))
     except OSError:
         return None
-    return stat.st_mtime_ns, stat.st_size
 
 
 def _forget(name: str) -> None:
@@ -255,6 +286,26 @@ def _settings() -> dict[str, tuple[Callable[[], object], Callable[[object], None
     return settings
 
 
+def _set_back(saved: dict) -> list[str]:
+    """Each of the _settings that differs from `saved` set back; the names of those that still
+    differ (a hard limit lowered cannot be raised again)."""
+    unset = []
+    for name, (get, put) in _settings().items():
+        if get() != saved[name]:
+            with contextlib.suppress(OSError, ValueError, RuntimeError):  # named, as unset
+                put(saved[name])
+            if get() != saved[name]:
+                unset.append(name)
+    return unset
+
+
+def _numpy_state(numpy) -> tuple:
+    """NumPy's global generator's state, as set_state takes it: its key a list, which set_state
+    reads 15 times faster than the array get_state gives."""
+    name, key, *rest = numpy.random.get_state()
+    return name, key.tolist(), *rest
+
+
 # Where torch keeps float32's precision (TF32 or not) per backend and operator (torch 2.9 on);
 # the legacy flags (allow_tf32) are views of these, and reading them raises once they differ.
 PRECISIONS = ("fp32_precision", "cuda.matmul.fp32_precision", "cudnn.fp32_precision",
@@ -293,10 +344,12 @@ def _set_precision(saved: tuple) -> None:
 
 
 def _flushes_denormals() -> bool:
-    import torch
+    """Whether this thread flushes denormals, as torch.set_flush_denormal makes it (the CPU's
+    FTZ and DAZ flags, which NumPy's arithmetic obeys too): a product of NumPy's, some 4 times
+    cheaper than one of torch's."""
+    import numpy
 
-    tiny = torch.full((1,), 1e-39, dtype=torch.float32, device="cpu")  # a denormal float32
-    return (tiny * 0.5).item() == 0.0
+    return float(numpy.float32(1e-39) * numpy.float32(0.5)) == 0.0  # a denormal float32, halved
 
 
 def _set_warning_filters(filters: list) -> None:
@@ -354,33 +407,58 @@ def _set_tracing(functions: tuple) -> None:
     threading.setprofile(functions[3])
 
 
-def _functions() -> dict[str, tuple[object, set, dict]]:
+def _functions() -> dict[str, tuple[object, set, dict, list]]:
     """The functions and classes of the WATCHED libraries (those imported), and torch.Tensor's
-    and torch.nn.Module's methods: by owner's name, (owner, every name it has, {name: function})."""
+    and torch.nn.Module's methods: by owner's name, (owner, every name it has, {name: function},
+    its names and values as last found with none replaced: _contents)."""
     owners = {name: sys.modules[name] for name in WATCHED if name in sys.modules}
     if "torch" in sys.modules:
         torch = sys.modules["torch"]
         owners |= {"torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module}
     return {label: (owner, set(vars(owner)),
-                    {name: value for name, value in vars(owner).items() if callable(value)})
+                    {name: value for name, value in vars(owner).items() if callable(value)},
+                    _contents(vars(owner)))
             for label, owner in owners.items()}  # fmt: skip
 
 
-def _replaced(functions: dict[str, tuple[object, set, dict]]) -> list[str]:
+def _replaced(functions: dict[str, tuple[object, set, dict, list]]) -> list[str]:
     """The dotted names of those functions that are no longer what they were, and of functions
     added (a method defined over its base class's). A library's own replacement of its own
     function (torch._dynamo wraps torch.manual_seed when it is first imported), by code that
-    lies in that library's folder, is taken as the function from then on, not named."""
+    lies in that library's folder, is taken as the function from then on, not named. An owner
+    whose names and values are those last found has none replaced: two comparisons of lists,
+    some 10 times faster than a look at each function, between two points."""
     replaced = []
-    for label, (owner, names, named) in functions.items():
+    for label, (owner, names, named, seen) in functions.items():
         now = vars(owner)
+        if _as_seen(now, seen):
+            continue
+        found = []
         for name in [n for n, value in named.items() if now.get(n) is not value]:
             if name in now and _libraries_own(label, now[name]):
                 named[name] = now[name]
             else:
-                replaced.append(f"{label}.{name}")
-        replaced += [f"{label}.{name}" for name in now.keys() - names if callable(now[name])]
+                found.append(f"{label}.{name}")
+        found += [f"{label}.{name}" for name in now.keys() - names if callable(now[name])]
+        if not found:
+            seen[:] = _contents(now)
+        replaced += found
     return replaced
+
+
+def _contents(namespace) -> list[list]:
+    """A namespace's names and values, in their order."""
+    return [list(namespace), list(namespace.values())]
+
+
+def _as_seen(namespace, seen: list[list]) -> bool:
+    """Whether a namespace holds the names and values `seen`. An object is equal to itself
+    unasked (list comparison): a value's own __eq__ is only asked where it was replaced, and
+    one that answers no bool (an array's) is a change."""
+    try:
+        return _contents(namespace) == seen
+    except Exception:  # noqa: BLE001 - whatever a replaced value's __eq__ raises
+        return False
 
 
 def _libraries_own(label: str, value) -> bool:

@@ -4,7 +4,8 @@ composes a job's config and calls the task function (harness.running.job, whose 
 the point), in the command's process (run_here, InProcessLauncher: Hydra's basic launcher), in a
 warm worker, or in a process of its own (work; pack and work_packed carry jobs there as bytes).
 
-Hydra's basic launcher at the speed of a loop: a sweep's points one after another here.
+Hydra's basic launcher at the speed of a loop: a sweep's points one after another here, each
+from the state the first one started from (SameStart), as on a warm worker.
 
 Hydra's BasicLauncher composes the whole config again for every job (some 50 ms: the search
 path, the defaults list, deep copies), and its run_job deep-copies it twice more, writes three
@@ -22,6 +23,7 @@ hydra.callbacks, hydra.job.env_set or hydra.job.chdir in the config; an override
 deletes a key, or sets one the config lacks, is composed by Hydra for that point.
 """
 
+import contextlib
 import copy
 import logging
 import os
@@ -41,6 +43,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from harness import files
 from harness.errors import StoreUnwritable, with_type
+from harness.launchers.fresh import ProcessState
 from harness.launchers.hydra_internals import hydra_context
 from harness.launchers.protocol import JobSpec, Launcher, PointProcess, summary_of, unwritable
 from harness.planning.experiment import config_values
@@ -51,12 +54,15 @@ PLACE = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")  # an interpolation of a plain ke
 INTEGER = re.compile(r"([A-Za-z_][\w.]*)=(-?(?:0|[1-9][0-9]*))")  # as Hydra's grammar reads it
 YAML = {"Dumper": getattr(yaml, "CSafeDumper", yaml.SafeDumper), "sort_keys": False}
 
+log = logging.getLogger(__name__)
+
 
 class InProcess:
     """Configs and runs of a sweep's jobs in this process, for Hydra's basic launcher."""
 
-    def __init__(self, cfg: DictConfig, task_function):
+    def __init__(self, cfg: DictConfig, task_function, same: "SameStart | None" = None):
         self.master, self.task_function = cfg, task_function
+        self.same = same  # each point from the first one's state (run_here's); None: as it is
         self.loader = GlobalHydra.instance().config_loader()
         self.parser = OverridesParser.create()
         self.parsed: dict[str, Override] = {}
@@ -126,7 +132,8 @@ class InProcess:
                     HydraConfig.instance().set_config(cfg)
             self._log_to(shape, run_dir, configure)
             self._save(shape, overrides, run_dir)
-            return run_point(shape.values, str(run_dir), self.task_function.command, planned)
+            with self.same.point(job) if self.same else contextlib.nullcontext():
+                return run_point(shape.values, str(run_dir), self.task_function.command, planned)
         except OSError:
             raise
         except Exception as error:
@@ -320,22 +327,66 @@ class InProcessLauncher(Launcher):
 
 
 def run_here(config: DictConfig, task_function, jobs: Iterable[JobSpec]) -> Iterator[tuple]:
-    """Run jobs in this process, one after another: (job number, summary) as each ends. A
-    store that cannot be written raises its OSError."""
-    run = job_runner(config, task_function)
+    """Run jobs in this process, one after another, each point from the state the first one
+    started from (SameStart): (job number, summary) as each ends. A store that cannot be
+    written raises its OSError."""
+    run = job_runner(config, task_function, SameStart())
     for spec in jobs:
         yield spec.job, run(spec)
 
 
-def job_runner(config: DictConfig, task_function) -> Callable[[JobSpec], dict]:
+def job_runner(
+    config: DictConfig, task_function, same: "SameStart | None" = None
+) -> Callable[[JobSpec], dict]:
     """What runs one job in this process, its summary returned: its config composed as Hydra's
     basic launcher composes it, at the cost of a loop (harness.launchers.in_process), or by Hydra
     itself where that cannot reproduce it. Kept for job after job (a warm worker's), it composes
-    each shape of config once."""
+    each shape of config once. With `same`, each point starts from the state the first one
+    started from (a warm worker puts its state back itself)."""
     if InProcess.suits(config):
-        runner = InProcess(config, task_function)
+        runner = InProcess(config, task_function, same)
         return lambda spec: runner.run(spec.overrides, spec.job, spec.planned)
-    return lambda spec: _hydra_job(config, task_function, spec)
+    return lambda spec: _hydra_job(config, task_function, spec, same)
+
+
+class SameStart:
+    """Points run one after another in this process (run_here: Hydra's basic launcher, a SLURM
+    task's pack of points), each from the state the first one started from, as on a warm worker
+    (harness.launchers.fresh): a point that leaves torch's default dtype, deterministic
+    algorithms, matmul precision, grad mode or threads set, or NumPy's generator drawn from,
+    changes nothing of the next one's. The state is taken as the first point starts, its job's
+    log set up: the runner's handlers, moved from job to job, stay. What cannot be put back (a
+    library function replaced, a thread left running) is said once, in a warning: unlike a
+    worker, this process is not replaced, and the points after it may not give the values they
+    give alone."""
+
+    def __init__(self):
+        self.state: ProcessState | None = None
+        self.said: set[str] = set()  # what was left, warned of
+
+    @contextlib.contextmanager
+    def point(self, job: int) -> Iterator[None]:
+        """Around a point: the state taken before the first, put back after each."""
+        if self.state is None:
+            self.state = ProcessState()
+        try:
+            yield
+        finally:
+            self._put_back(job)
+
+    def _put_back(self, job: int) -> None:
+        try:
+            left = self.state.reset()
+        except Exception as error:  # a state it cannot put back (a CUDA error that sticks)
+            left = [with_type(error)]
+        new = [what for what in left if what not in self.said]
+        if new:
+            self.said.update(new)
+            log.warning(
+                "job %s left what this process cannot put back (%s): the points after it here "
+                "may not give the values they give alone (on hydra/launcher=local, such a "
+                "point's worker is replaced)", job, "; ".join(new),
+            )  # fmt: skip
 
 
 def work(
@@ -369,7 +420,7 @@ def work_packed(payload: bytes) -> list[dict | StoreUnwritable]:
     return work(*cloudpickle.loads(payload))
 
 
-def _hydra_job(config: DictConfig, task_function, spec: JobSpec) -> dict:
+def _hydra_job(config: DictConfig, task_function, spec: JobSpec, same: SameStart | None) -> dict:
     """One job as Hydra runs it (its composition, run_job): for what the loop cannot reproduce
     (hydra.callbacks, env_set, chdir). Its planned point is read from the manifest."""
     loader = GlobalHydra.instance().config_loader()
@@ -377,10 +428,12 @@ def _hydra_job(config: DictConfig, task_function, spec: JobSpec) -> dict:
     with open_dict(sweep_config.hydra.job):
         sweep_config.hydra.job.id = sweep_config.hydra.job.num = spec.job
     try:
-        result = run_job(
-            hydra_context=hydra_context(sweep_config), task_function=task_function,
-            config=sweep_config, job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir",
-        )  # fmt: skip
+        with same.point(spec.job) if same else contextlib.nullcontext():
+            result = run_job(
+                hydra_context=hydra_context(sweep_config), task_function=task_function,
+                config=sweep_config, job_dir_key="hydra.sweep.dir",
+                job_subdir_key="hydra.sweep.subdir",
+            )  # fmt: skip
     except Exception as error:
         return {"status": "failed", "error": f"harness error: {with_type(error)}"}
     return summary_of(result)

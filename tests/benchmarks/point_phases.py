@@ -17,10 +17,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from harness import store  # noqa: E402
+from harness import (  # noqa: E402
+    provenance,
+    reuse,  # noqa: E402
+    store,
+)
 from harness.command import cli, sweep  # noqa: E402
 from harness.launchers import dispatch, in_process  # noqa: E402
-from harness.pinning import provenance, reads, reuse  # noqa: E402
 from harness.running import job  # noqa: E402
 
 STEPS = {  # what is timed: (where the function is looked up when called, its name)
@@ -29,12 +32,15 @@ STEPS = {  # what is timed: (where the function is looked up when called, its na
     " its folder and log": (in_process.InProcess, "_log_to"),
     " its .hydra files": (in_process.InProcess, "_save"),
     " the point (run_point)": (in_process, "run_point"),
+    " its state put back after it": (in_process.SameStart, "_put_back"),
     "  the experiment itself": (job, "measure"),
     "  its rows written": (store, "write_rows"),
     "  provenance": (provenance, "provenance"),
     "  the package list": (job, "_keep_package_list"),
-    "  what it read: its rows' files_read": (reads.Recording, "said"),
-    "  what it read: the answer's": (reads.Recording, "files_read"),
+    "  reuse: its inputs hashed": (reuse, "inputs"),
+    "  reuse: its key": (reuse, "key"),
+    "  what it read undeclared: files_read": (reuse.Watch, "said"),
+    "  what it read undeclared: the point's": (reuse.Watch, "keep"),
     "  reuse: answer recorded": (reuse, "record"),
     "reuse: answers looked up before it ran": (dispatch, "reuse_answered"),
     "its progress line and checks": (dispatch, "finish"),
