@@ -68,8 +68,9 @@ def _git(*args: str) -> str:
 @functools.cache
 def installed() -> tuple[str, ...]:
     """Python's own folders and the installed packages' (each ending in a separator, as given
-    and with its links resolved): the site-packages folders and those their .pth files add to
-    the import path. What no sweep pins, and what packages_digest names."""
+    and with its links resolved): the site-packages folders and the folders of distributions
+    their .pth files add to the import path. What no sweep pins, and what packages_digest
+    names."""
     paths = sysconfig.get_paths()
     sites = [*site.getsitepackages(), site.getusersitepackages()]
     given = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
@@ -80,8 +81,10 @@ def installed() -> tuple[str, ...]:
 
 
 def _added(sites: list[str]) -> list[str]:
-    """The folders the .pth files of `sites` add to the import path, as Python's site module
-    reads them: each line that is no comment and no import, a folder relative to its site."""
+    """The folders of installed distributions (holding a *.dist-info) that the .pth files of
+    `sites` add to the import path, as Python's site module reads them: each line that is no
+    comment and no import, a folder relative to its site. Not a project's own folder that a
+    .pth of an editable install adds: its files are no installed package's."""
     found = []
     for folder in sites:
         for pth in sorted(glob.glob(os.path.join(glob.escape(folder), "*.pth"))):
@@ -90,12 +93,10 @@ def _added(sites: list[str]) -> list[str]:
             except (OSError, UnicodeDecodeError):
                 continue
             for line in (line.rstrip() for line in lines):
+                if not line or line.startswith(("#", "import ", "import\t")):
+                    continue
                 added = os.path.join(folder, line)
-                if (
-                    line
-                    and not line.startswith(("#", "import ", "import\t"))
-                    and os.path.isdir(added)
-                ):
+                if glob.glob(os.path.join(glob.escape(added), "*.dist-info")):
                     found.append(added)
     return found
 

@@ -603,7 +603,7 @@ def test_a_staging_folder_a_killed_pin_left_is_removed_by_the_next_pin_and_by_pr
     import socket
 
     assert own().returncode == 0
-    host = socket.gethostname()
+    host = f"{socket.gethostname()}-{os.stat('/proc/self/ns/pid').st_ino}"
 
     def plant(pid: int, token: str) -> Path:
         staging = own.codes / f".bundle-{'0' * 16}.{host}.{pid}.{token}.tmp"

@@ -371,6 +371,8 @@ def test_a_measurement_is_copied_only_where_the_command_line_asks(mine):
     mine("reuse=true")
     mine("reuse=true")
     assert reused(mine.rows()) == [True, True]
+    mine()
+    assert reused(mine.rows()) == [False, False], "the YAML's reuse copies no measurement"
     mine("reuse=false")
     assert reused(mine.rows()) == [False, False]
 
@@ -505,17 +507,23 @@ def test_a_hidden_file_beside_the_module_is_named_as_left_out(mine):
     assert "hidden" in error and ".shapes.json" in error, error
 
 
-def test_what_a_point_writes_and_then_reads_is_its_own_and_another_threads_reads_count(
+def test_what_a_point_makes_is_its_own_and_what_it_appends_to_or_another_thread_reads_is_not(
     tmp_path,
 ):
-    """A file the point made (written anew, then read back) is its own output; an open for
-    appending reads nothing; a file read from another thread meanwhile is read."""
+    """A file the point writes anew (or appends to where there was none), or one in a folder it
+    made (a temporary folder, a file written in C there and read back), is its own output; a
+    file that was there, appended to and read back, and a file another thread reads, are
+    reads."""
+    import tempfile
     import threading
+
+    import torch
 
     from harness import reuse
 
-    data = tmp_path / "read.txt"
+    data, counter = tmp_path / "read.txt", tmp_path / "counter.txt"
     data.write_text("x")
+    counter.write_text("1\n")
     with reuse.Watch((), {}) as watch:
         worker = threading.Thread(target=data.read_text)
         worker.start()
@@ -524,5 +532,12 @@ def test_what_a_point_writes_and_then_reads_is_its_own_and_another_threads_reads
         (tmp_path / "mine.txt").read_text()
         with open(tmp_path / "log.txt", "a") as log:
             log.write("a line")
-    names = {str(tmp_path / name) for name in ("read.txt", "mine.txt", "log.txt")}
-    assert set(watch.undeclared()) & names == {str(data)}
+        (tmp_path / "log.txt").read_text()
+        with open(counter, "a") as appended:
+            appended.write("2\n")
+        counter.read_text()
+        with tempfile.TemporaryDirectory(dir=tmp_path) as scratch:
+            torch.save(torch.ones(2), Path(scratch) / "t.pt")
+            torch.load(Path(scratch) / "t.pt")
+    found = {path for path in watch.undeclared() if path.startswith(str(tmp_path))}
+    assert found == {str(data), str(counter)}

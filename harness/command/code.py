@@ -42,7 +42,7 @@ def code(ids: list[str], out: str, code_store: str | None) -> int:
 def prune_code(outs: list[str], code_store: str | None) -> int:
     """python -m harness code prune [out=DIR ...]: the code store rid of every code that no
     sweep under these out folders ran (but those pinned in the last hour: a sweep being planned
-    now), of the bundles no code left names, and of its bytecode (made again as it is needed)."""
+    now), of the bundles no code left names, and of what pins killed midway left."""
     named = set()
     for out in outs:
         results = Path(out).resolve() / "results"

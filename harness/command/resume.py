@@ -78,6 +78,9 @@ def resumed(
     sweep.command, sweep.config_dirs = manifest.get("command"), config_dirs
     sweep.code, sweep.code_store = digest, code_store
     sweep.reuse = reuse_setting(cfg, experiment_, config_dirs)
+    if manifest.get("reuse") != sweep.reuse:  # what a job reading its plan from it takes
+        manifest["reuse"] = sweep.reuse
+        store.write_manifest(results, manifest)
     scheduled = set(still_scheduled(manifest))
     if scheduled:
         print(f"{len(scheduled)} points are still queued or running on SLURM: left to it")

@@ -69,6 +69,7 @@ class ProcessState:
         import torch
 
         self.cwd, self.environ, self.path = os.getcwd(), dict(os.environ), list(sys.path)
+        self.raw = _environment()
         self.finders = list(sys.meta_path)
         self.modules = set(sys.modules)  # those it leaves: there before, or installed
         self.imported = list(sys.modules)  # the names at the last look, in their order
@@ -98,7 +99,7 @@ class ProcessState:
         import torch
 
         os.chdir(self.cwd)
-        if dict(os.environ) != self.environ:  # a unit that changed none: no putenv at all
+        if _environment() != self.raw:  # a unit that changed none: no putenv at all
             os.environ.clear()
             os.environ.update(self.environ)
         sys.path[:] = self.path
@@ -188,6 +189,12 @@ class ProcessState:
             stamp = _stamp(origin)
             edited = stamp is None or stamp[1] >= self.since  # while the unit ran: maybe after
             self.users[name] = (origin, None if edited else stamp)
+
+
+def _environment() -> dict:
+    """The environment as os.environ keeps it (its bytes, compared without decoding each value:
+    a tenth of dict(os.environ)'s cost, after every point)."""
+    return dict(getattr(os.environ, "_data", os.environ))
 
 
 def _installed(origin: str) -> bool:

@@ -45,6 +45,7 @@ NAMED = ("run", "check", "derive", "report")  # the experiment's keys that name 
 MAX_FILES, MAX_BYTES = 2000, 32 << 20  # a folder of more is no experiment's
 SKIPPED = {"__pycache__", "node_modules", "site-packages", "outputs"}
 STAT_CACHE = "stat-cache.json"
+INPUTS_CACHE = "inputs-stat-cache.json"  # reuse's declared inputs' hashes (harness.reuse)
 LOCK = "store.lock"  # held shared while a sweep pins its code, alone while prune removes any
 MAX_CACHED = 50_000  # files the stat cache remembers
 RECENT_S = 3600  # a code pinned this recently is kept by prune (a sweep being planned now)
@@ -219,8 +220,8 @@ class StatCache:
     """path -> (its stamp (files.stamp), sha256) of the files hashed before, kept in the code
     store: a file whose stamp is the one recorded is not read again."""
 
-    def __init__(self, store: Path):
-        self.path, self.changed, self.used = Path(store) / STAT_CACHE, False, set()
+    def __init__(self, store: Path, name: str = STAT_CACHE):
+        self.path, self.changed, self.used = Path(store) / name, False, set()
         try:
             self.known = json.loads(self.path.read_text())
         except (OSError, ValueError):
@@ -334,15 +335,26 @@ STAGING = re.compile(r"\.bundle-[0-9a-f]+\.(?P<host>.+)\.(?P<pid>[0-9]+)\.[0-9a-
 
 def _remove_abandoned(store: Path) -> None:
     """The staging folders of pins that ended before they renamed theirs into place: of a
-    process of this host that is gone, or begun over RECENT_S ago."""
-    host, now = socket.gethostname(), time.time()
+    process gone from this host and its pid namespace, or begun over RECENT_S ago. One that
+    is gone meanwhile (renamed into place) is left to its pin."""
+    host, now = _host(), time.time()
     for entry in os.scandir(store):
         found = STAGING.fullmatch(entry.name)
-        if found is None:
+        if found is None or not entry.is_dir(follow_symlinks=False):
             continue
         gone = found["host"] == host and not _alive(int(found["pid"]))
-        if gone or now - entry.stat(follow_symlinks=False).st_mtime > RECENT_S:
-            _remove(Path(entry.path))
+        with contextlib.suppress(FileNotFoundError):
+            if gone or now - entry.stat(follow_symlinks=False).st_mtime > RECENT_S:
+                _remove(Path(entry.path))
+
+
+def _host() -> str:
+    """This host and its pid namespace (containers may share a name, not their pids)."""
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        namespace = 0
+    return f"{socket.gethostname()}-{namespace}"
 
 
 def _alive(pid: int) -> bool:
@@ -360,8 +372,8 @@ def _write_bundle(bundle: Bundle, folder: Path) -> None:
     and folders) and renamed into place; a file that changed since it was hashed makes the
     copy's digest differ: BadInput."""
     folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = folder.with_name(f".{folder.name}.{socket.gethostname()}.{os.getpid()}."
-                               f"{secrets.token_hex(4)}.tmp")  # fmt: skip
+    staging = folder.with_name(f".{folder.name}.{_host()}.{os.getpid()}.{secrets.token_hex(4)}"
+                               ".tmp")  # fmt: skip
     try:
         copied = {}
         for rel, source in bundle.files.items():
@@ -499,7 +511,7 @@ def _prune(store: Path, kept: set[str]) -> tuple[list[str], int]:
     freed = 0
     for entry in os.scandir(store):
         young = now - entry.stat(follow_symlinks=False).st_mtime < RECENT_S
-        if entry.name in named or entry.name in (STAT_CACHE, LOCK) or young:
+        if entry.name in named or entry.name in (STAT_CACHE, INPUTS_CACHE, LOCK) or young:
             continue
         path = Path(entry.path)
         if entry.is_dir(follow_symlinks=False):

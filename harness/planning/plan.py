@@ -4,6 +4,7 @@ against the experiment's signature before any runs, each with a stable job numbe
 manifest that records them."""
 
 import functools
+import glob
 import itertools
 import math
 import os
@@ -194,7 +195,7 @@ def _inputs(entries, experiment: Experiment, folder: Path) -> list[tuple[str, st
         if typo and not any(mark in entry for mark in "/*?["):
             raise BadInput(f"{experiment.name}: experiment.inputs names {entry!r}, no parameter "
                            f"and no file; did you mean {typo}?")  # fmt: skip
-        found.append((entry, os.path.normpath(folder / os.path.expanduser(entry))))
+        found.append((entry, os.path.join(glob.escape(str(folder)), os.path.expanduser(entry))))
     return found
 
 

@@ -22,6 +22,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import stat
 import sys
 from dataclasses import dataclass
@@ -31,13 +32,14 @@ from harness import files, provenance, store
 from harness.lifetime import per_command
 from harness.names import NAME
 from harness.pinning import codestore
-from harness.reuse.watch import Watch, importing, module_file  # noqa: F401 (its surface)
+from harness.reuse.watch import Watch, importing, module_file, real_folder  # noqa: F401
 
 ANSWERS = "_answers"
 MODULES = "_modules"  # _answers/_modules/DIGEST.json: the module files a key's stamps are of
 KIND = ("device_name", "torch_version", "cuda_version", "cudnn_version", "driver_version",
         "python_version", "packages_digest", "threads", "environment")  # fmt: skip
 HINT_BYTES = 64 << 20  # a hint is a few hundred bytes; anything larger is no hint
+DIGEST = re.compile(r"[0-9a-f]{16}")
 
 
 class Refused(Exception):
@@ -134,7 +136,8 @@ def _raise(error: OSError) -> None:
 @functools.lru_cache(maxsize=1)
 def _stat_cache() -> codestore.StatCache:
     running = codestore.running()
-    return codestore.StatCache(running[0] if running else codestore.default_store())
+    return codestore.StatCache(running[0] if running else codestore.default_store(),
+                               codestore.INPUTS_CACHE)  # fmt: skip
 
 
 def imported() -> tuple[str, dict[str, list]]:
@@ -228,7 +231,8 @@ def find(root: Path, experiment: str, config_hash: str, key: dict, sweep: str,
         source = f"{entry.get('sweep')}/{entry.get('job')}"
         why = _passed(root, experiment, entry, key, copies)
         if why is None:
-            rows = _answer(root, experiment, str(entry["sweep"]), entry.get("job"), config_hash)
+            rows = _answer(root, experiment, str(entry.get("sweep")), entry.get("job"),
+                           config_hash)  # fmt: skip
             if rows and all(_as_recorded(row, key) for row in rows):  # the new point's own
                 return Found([{**row, "reused_from": source} for row in rows], source)
             why = "its rows are gone or not what its record says"
@@ -237,10 +241,15 @@ def find(root: Path, experiment: str, config_hash: str, key: dict, sweep: str,
 
 
 def _as_recorded(row: dict, key: dict) -> bool:
-    """Whether a copied row is ok and says what its record does of its code and machine."""
-    return row.get("status") == "ok" and all(
-        row.get(name) == value for name, value in key.items() if name != "inputs"
-    )
+    """Whether a copied row is ok and says what its record does of its code, machine and
+    declared inputs."""
+    try:
+        declared = json.loads(row.get("declared_inputs") or "{}")
+        inputs = {written: entry["digest"] for written, entry in declared.items()}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return False
+    machine = all(row.get(name) == value for name, value in key.items() if name != "inputs")
+    return row.get("status") == "ok" and inputs == key["inputs"] and machine
 
 
 def _passed(root: Path, experiment: str, entry: dict, key: dict, copies: str) -> str | None:
@@ -263,9 +272,10 @@ def _passed(root: Path, experiment: str, entry: dict, key: dict, copies: str) ->
 @functools.lru_cache(maxsize=16)
 def _modules_as_recorded(root: Path, experiment: str, modules: str) -> bool:
     """Whether the module files an answer's record lists still have the stamps it recorded."""
-    listed = root / f"experiment={experiment}" / ANSWERS / MODULES / f"{modules}.json"
-    found = _hint(listed)
-    if found is None or not NAME.fullmatch(modules):
+    if not DIGEST.fullmatch(modules):
+        return False
+    found = _hint(root / f"experiment={experiment}" / ANSWERS / MODULES / f"{modules}.json")
+    if found is None:
         return False
     now = {path: _stamp(path) for path in found}
     return hashlib.sha256(json.dumps(now, sort_keys=True).encode()).hexdigest()[:16] == modules
@@ -333,8 +343,8 @@ def advice(path: str, setting: dict, params: dict) -> str:
     for name, value in params.items():
         if isinstance(value, str) and real == os.path.realpath(value):
             return name
-    folder = setting.get("folder") or ""
-    return os.path.relpath(real, folder) if folder and real.startswith(folder + os.sep) else real
+    folder = os.path.realpath(setting.get("folder") or os.sep)
+    return os.path.relpath(real, folder) if real.startswith(folder + os.sep) else real
 
 
 def undeclared_line(job: int, paths: list[str], setting: dict, params: dict) -> str:

@@ -35,29 +35,46 @@ _watch: Watch | None = None  # the Watch that the audit hook feeds now, if any
 _earlier: list[str] = per_command([])
 
 
+READ, MADE = "read", "made"  # what an open does to a file: reads what it held, or makes it anew
+
+
 def _hook(event: str, args: tuple) -> None:
-    if _watch is None:
+    watch = _watch  # once: another thread may leave the watch meanwhile
+    if watch is None or event not in WATCHED or isinstance(args[0], int) or _by_importer():
         return
+    path = os.path.abspath(os.fsdecode(args[0] if args[0] is not None else "."))
     if event == "open":
-        path, mode, flags = args
-        if isinstance(path, int) or sys._getframe(1).f_code.co_filename.startswith(IMPORTERS):
-            return
-        _watch.opened.append((os.path.abspath(os.fsdecode(path)), _reads(mode, flags)))
-    elif event in ("os.listdir", "os.scandir"):
-        if isinstance(args[0], int) or sys._getframe(1).f_code.co_filename.startswith(IMPORTERS):
-            return
-        listed = os.fsdecode(args[0]) if args and args[0] is not None else "."
-        _watch.opened.append((os.path.join(os.path.abspath(listed), ""), True))
+        watch.opened.append((path, _does(path, args[1], args[2])))
+    elif event == "os.mkdir":  # a folder the point makes: all in it is its own
+        watch.opened.append((os.path.join(path, ""), MADE))
+    else:  # a listing of a folder
+        watch.opened.append((os.path.join(path, ""), READ))
 
 
-def _reads(mode, flags) -> bool:
-    """Whether an open reads what the file held: it opens it for reading and truncates nothing
-    (a write-only open, or one that truncates or creates it anew, makes it the point's own)."""
+WATCHED = ("open", "os.listdir", "os.scandir", "os.mkdir")
+
+
+def _by_importer() -> bool:
+    """Whether the hook's event comes from the import system (which the modules it imports
+    are looked at for)."""
+    try:
+        return sys._getframe(2).f_code.co_filename.startswith(IMPORTERS)
+    except ValueError:  # no Python caller
+        return False
+
+
+def _does(path: str, mode, flags) -> str | None:
+    """What an open does: READ what the file held (for reading, truncating nothing), MADE it
+    anew (truncated, created exclusively, or appended to where there was none), or neither (a
+    write-only open of a file that was there)."""
     if isinstance(mode, str):
-        return "r" in mode or ("a" in mode and "+" in mode)
-    access = flags & os.O_ACCMODE
-    made = flags & os.O_TRUNC or (flags & os.O_CREAT and flags & os.O_EXCL)
-    return access in (os.O_RDONLY, os.O_RDWR) and not made
+        made, reads = "w" in mode or "x" in mode, "r" in mode or "+" in mode
+    else:
+        made = bool(flags & os.O_TRUNC or (flags & os.O_CREAT and flags & os.O_EXCL))
+        reads = (flags & os.O_ACCMODE) in (os.O_RDONLY, os.O_RDWR)
+    if made or (not reads and not os.path.exists(path)):
+        return MADE
+    return READ if reads else None
 
 
 @functools.cache
@@ -66,17 +83,19 @@ def _hooked() -> None:
 
 
 class Watch:
-    """What one point opens and lists through Python as it runs (`opened`: each path, and
-    whether its bytes were read), and, asked undeclared(), what of that and of the modules
-    it imported lies outside `own` (folders), the roots and its declared inputs (`found`)."""
+    """What one point opens, lists and makes through Python as it runs (`opened`: each path,
+    and what was done to it: READ, MADE or neither), and, asked undeclared(), what it read and
+    the modules it imported outside `own` (folders), the roots, what it made itself and its
+    declared inputs (`found`)."""
 
     def __init__(self, own: tuple[str, ...], found: dict[str, dict], tops=frozenset(),
                  before=frozenset()):  # fmt: skip
-        self.opened: list[tuple[str, bool]] = []
+        self.opened: list[tuple[str, str | None]] = []
         running = codestore.running()  # its snapshot's files are pinned
-        pinned = (_real(str(running[0])),) if running else ()
+        pinned = (real_folder(str(running[0])),) if running else ()
         self.own = provenance.installed() + _roots() + pinned + own
-        self.written, self.outside = set(), []
+        self.made: set[str] = set()  # files and folders (ending in a separator) it made
+        self.outside: dict[str, None] = {}
         self.tops, self.before, self.modules = tops, before, -1
         self.covered, self.folders = _covered(found)
         self.declared: dict[str, bool] = {}
@@ -95,18 +114,25 @@ class Watch:
         """The files read and the module files imported outside the roots, its own folders and
         its declared inputs, by this point and by this process before it."""
         taken, opened = len(self.opened), self.opened
-        for path, reads in opened[:taken]:
-            if not reads:
-                self.written.add(path)
-            elif path not in self.written and not self._inside(path):
-                self.outside.append(path)
+        for path, does in opened[:taken]:
+            if does == MADE:
+                self.made.add(path)
+            elif does == READ and not self._own(path) and not self._inside(path):
+                self.outside[path] = None
         del opened[:taken]
         if len(sys.modules) != self.modules:
             self.modules = len(sys.modules)
             foreign = _foreign(self.modules, self.tops, self.before)
-            self.outside += [path for path in foreign if not self._inside(path)]
+            self.outside |= dict.fromkeys(path for path in foreign if not self._inside(path))
         return [path for path in dict.fromkeys([*_earlier, *self.outside])
                 if not self._declared(path)]  # fmt: skip
+
+    def _own(self, path: str) -> bool:
+        """Whether the point made the file, or the folder it lies in (a temporary folder)."""
+        folder = os.path.join(path, "")  # a folder it made, opened as a file (rmtree does)
+        return path in self.made or any(
+            path.startswith(made) or folder == made for made in self.made if made[-1] == os.sep
+        )
 
     def said(self) -> str:
         """undeclared() as JSON text, at most SHOWN of them, for a row's files_read."""
@@ -169,7 +195,7 @@ def importing() -> Iterator[None]:
     its data as it is imported does so once a process)."""
     with Watch((), {}) as watch:
         yield
-    taken = [path for path, reads in watch.opened if reads and not watch._inside(path)]
+    taken = [path for path, does in watch.opened if does == READ and not watch._inside(path)]
     _earlier.extend(path for path in taken if path not in _earlier)
 
 
@@ -187,8 +213,10 @@ def _roots() -> tuple[str, ...]:
     return tuple(f"{root.rstrip(os.sep)}{os.sep}" for root in sorted(both))
 
 
-@functools.cache
-def _real(folder: str) -> str:
+@functools.lru_cache(maxsize=64)
+def real_folder(folder: str) -> str:
+    """A folder with its links resolved, ending in a separator (once a folder: a sweep's own
+    folders are the same for all its points)."""
     return os.path.join(os.path.realpath(folder), "")
 
 

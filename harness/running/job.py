@@ -182,17 +182,10 @@ def _watch(values: dict, path: Path, run_dir: str, found: dict) -> reuse.Watch:
     own = []
     for folder in map(os.path.abspath, (run_dir, checkpoints, path.parent)):
         above, name = os.path.split(folder)  # the harness's own folder, of no link: its sweep's
-        own += [os.path.join(folder, ""), os.path.join(_real(above), name, "")]
+        own += [os.path.join(folder, ""), os.path.join(reuse.real_folder(above), name, "")]
     pinned = boot.pinned_here()
     tops, before = (pinned.tops, pinned.before) if pinned else (frozenset(), frozenset())
     return reuse.Watch(tuple(own), found, tops, before)
-
-
-@per_command
-@functools.lru_cache(maxsize=16)
-def _real(folder: str) -> str:
-    """A folder with its links resolved, once a command (a sweep's, the same for its jobs)."""
-    return os.path.realpath(folder)
 
 
 def _record(root, experiment: str, sweep: str, job: int, rows, watch, key, setting, params):
@@ -368,7 +361,7 @@ def _beside(error: BaseException) -> str:
     if not isinstance(error, FileNotFoundError) or not pinned or not isinstance(name, str):
         return ""
     inside = os.path.relpath(os.path.realpath(name), os.path.realpath(pinned[0]))
-    if inside.startswith(os.pardir):
+    if inside == os.pardir or inside.startswith(os.pardir + os.sep):
         return ""
     if any(part.startswith(".") for part in Path(inside).parts[1:]):  # below its bundle-DIGEST
         return (" (a hidden file beside the experiment's code: the sweep's snapshot of its code "
