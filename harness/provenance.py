@@ -72,32 +72,38 @@ def installed() -> tuple[str, ...]:
     their .pth files add to the import path. What no sweep pins, and what packages_digest
     names."""
     paths = sysconfig.get_paths()
-    sites = [*site.getsitepackages(), site.getusersitepackages()]
     given = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
              *(paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")),
-             *sites, *_added(sites)}  # fmt: skip
+             *site.getsitepackages(), site.getusersitepackages(), *_added()}  # fmt: skip
     both = {way(root) for root in given if root for way in (os.path.abspath, os.path.realpath)}
     return tuple(sorted(root.rstrip(os.sep) + os.sep for root in both if root != os.sep))
 
 
-def _added(sites: list[str]) -> list[str]:
-    """The folders of installed distributions (holding a *.dist-info) that the .pth files of
-    `sites` add to the import path, as Python's site module reads them: each line that is no
-    comment and no import, a folder relative to its site. Not a project's own folder that a
-    .pth of an editable install adds: its files are no installed package's."""
+def _pth_files() -> list[str]:
+    """The .pth files of the installed packages' folders, whose lines add folders to the import
+    path or run code as Python starts."""
+    sites = [*site.getsitepackages(), site.getusersitepackages()]
+    return sorted(path for folder in sites
+                  for path in glob.glob(os.path.join(glob.escape(folder), "*.pth")))  # fmt: skip
+
+
+def _added() -> list[str]:
+    """The folders of installed distributions (holding a *.dist-info) that the .pth files add
+    to the import path, as Python's site module reads them: each line that is no comment and no
+    import, a folder relative to its file's. Not a project's own folder that a .pth of an
+    editable install adds: its files are no installed package's."""
     found = []
-    for folder in sites:
-        for pth in sorted(glob.glob(os.path.join(glob.escape(folder), "*.pth"))):
-            try:
-                lines = Path(pth).read_text().splitlines()
-            except (OSError, UnicodeDecodeError):
+    for pth in _pth_files():
+        try:
+            lines = Path(pth).read_text().splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for line in (line.rstrip() for line in lines):
+            if not line or line.startswith(("#", "import ", "import\t")):
                 continue
-            for line in (line.rstrip() for line in lines):
-                if not line or line.startswith(("#", "import ", "import\t")):
-                    continue
-                added = os.path.join(folder, line)
-                if glob.glob(os.path.join(glob.escape(added), "*.dist-info")):
-                    found.append(added)
+            added = os.path.join(os.path.dirname(pth), line)
+            if glob.glob(os.path.join(glob.escape(added), "*.dist-info")):
+                found.append(added)
     return found
 
 
@@ -160,9 +166,7 @@ def _startup() -> list[tuple[str, str]]:
     bytes: the installed packages' folders' .pth files (whose lines add folders to the path or
     run code), the sitecustomize and usercustomize this process ran, and every zip archive on
     the import path."""
-    sites = [*site.getsitepackages(), site.getusersitepackages()]
-    paths = sorted(path for folder in sites
-                   for path in glob.glob(os.path.join(glob.escape(folder), "*.pth")))  # fmt: skip
+    paths = _pth_files()
     paths += [getattr(sys.modules.get(name), "__file__", None) or ""
               for name in ("sitecustomize", "usercustomize")]  # fmt: skip
     paths += [entry for entry in sys.path if os.path.isfile(entry)]

@@ -88,8 +88,8 @@ def reuse_answered(cfg: DictConfig, sweep, process, progress: "Progress") -> tup
     threads = cfg.get("threads") or process.threads
     for point in (p for p in found if p.job in decided):
         try:
-            inputs = reuse.inputs(setting, point.params)
-            key = reuse.key(inputs, devices[point.job], named, threads, process.environ)
+            _, key = reuse.key(setting, point.params, devices[point.job], named, threads,
+                               process.environ)  # fmt: skip
         except reuse.Refused as why:
             passed.append(f"job {point.job}: {why}")
             continue

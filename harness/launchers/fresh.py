@@ -144,12 +144,13 @@ class ProcessState:
                 if get() != self.settings[name]]  # fmt: skip
         return said + self._kept()
 
-    def reset(self) -> list[str]:
+    def reset(self, records: bool = False) -> list[str]:
         """restore(command=False), then what left() would name, each setting read once (restore
-        reads them all, and left() would again): between two points that one process runs
-        (harness.launchers.in_process.run_here). The experiment's function, looked up again,
-        would cost more than all the rest: it is kept while its modules are (as in one process)."""
-        unset = self.restore(command=False, records=False)
+        reads them all, and left() would again): between two points of one process (a warm
+        worker's, or those harness.launchers.in_process.run_here runs). Without `records`
+        (run_here's), the experiment's function, which looked up again would cost more than all
+        the rest, is kept while its modules are (as in one process)."""
+        unset = self.restore(command=False, records=records)
         return [f"{name} changed" for name in unset] + self._kept()
 
     def _kept(self) -> list[str]:

@@ -237,8 +237,7 @@ def serve(
         except Exception as error:  # the harness's own, around the point: a failed row
             summary = {"status": "failed", "error": f"harness error: {with_type(error)}"}
         try:
-            fresh.restore(command=False)
-            left = fresh.left()
+            left = fresh.reset(records=True)
         except Exception as error:  # a state it cannot put back (a CUDA error that sticks)
             left = [with_type(error)]
         if left:

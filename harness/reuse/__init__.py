@@ -56,10 +56,13 @@ def setting(copies: str, inputs: list[tuple[str, str]], folder: Path) -> dict:
 # The key -----------------------------------------------------------------------------------
 
 
-def key(found: dict, device: str, named_env=(), threads=None, environ=None) -> dict:
-    """A point's key besides its config_hash: its code, the kind of machine a point on `device`
-    gets with torch's `threads` and the environment `environ` (None: this process's), and the
-    digests of its declared inputs (`found`: inputs()); Refused where its code is no snapshot."""
+def key(setting: dict, params: dict, device: str, named_env=(), threads=None,
+        environ=None) -> tuple[dict, dict]:  # fmt: skip
+    """A point's declared inputs, hashed (inputs()), and its key besides its config_hash: its
+    code, the kind of machine a point on `device` gets with torch's `threads` and the
+    environment `environ` (None: this process's), and its inputs' digests; Refused where its
+    code is no snapshot or an input cannot be read."""
+    found = inputs(setting, params)
     code = codestore.running_digest()
     if code is None:
         raise Refused("this process does not run its sweep's snapshot of the code")
@@ -68,7 +71,7 @@ def key(found: dict, device: str, named_env=(), threads=None, environ=None) -> d
     kind = {**provenance.machine(device), "threads": threads or torch.get_num_threads(),
             "environment": provenance.environment(named_env, environ)}  # fmt: skip
     digests = {written: entry["digest"] for written, entry in found.items()}
-    return {"code_digest": code, **kind, "inputs": digests}
+    return found, {"code_digest": code, **kind, "inputs": digests}
 
 
 def inputs(setting: dict, params: dict) -> dict[str, dict]:
@@ -156,7 +159,11 @@ def _imported(count: int, installed: tuple[str, ...]) -> tuple[str, dict[str, li
         path = module_file(module)
         if path and path.startswith(installed) and path not in found:
             found[path] = _stamp(path)
-    return hashlib.sha256(json.dumps(found, sort_keys=True).encode()).hexdigest()[:16], found
+    return _stamps_digest(found), found
+
+
+def _stamps_digest(stamps: dict[str, list | None]) -> str:
+    return hashlib.sha256(json.dumps(stamps, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _stamp(path: str) -> list | None:
@@ -277,8 +284,7 @@ def _modules_as_recorded(root: Path, experiment: str, modules: str) -> bool:
     found = _hint(root / f"experiment={experiment}" / ANSWERS / MODULES / f"{modules}.json")
     if found is None:
         return False
-    now = {path: _stamp(path) for path in found}
-    return hashlib.sha256(json.dumps(now, sort_keys=True).encode()).hexdigest()[:16] == modules
+    return _stamps_digest({path: _stamp(path) for path in found}) == modules
 
 
 def _hint(path: Path) -> dict | None:

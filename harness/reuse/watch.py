@@ -147,15 +147,20 @@ class Watch:
     def _inside(self, path: str) -> bool:
         if path.startswith(self.own) and not path.startswith(SHARED):
             return True
-        real = os.path.realpath(path) + (os.sep if path.endswith(os.sep) else "")
+        real = _resolved(path)
         return real.startswith(self.own) and not real.startswith(SHARED)
 
     def _declared(self, path: str) -> bool:
         if path not in self.declared:
-            real = os.path.realpath(path) + (os.sep if path.endswith(os.sep) else "")
             self.declared[path] = any(p in self.covered or p.startswith(self.folders)
-                                      for p in (path, real))  # fmt: skip
+                                      for p in (path, _resolved(path)))  # fmt: skip
         return self.declared[path]
+
+
+def _resolved(path: str) -> str:
+    """A path with its links resolved, a folder's (ending in a separator) still ending in one."""
+    real = os.path.realpath(path)
+    return os.path.join(real, "") if path.endswith(os.sep) else real
 
 
 def _covered(found: dict[str, dict]) -> tuple[set[str], tuple[str, ...]]:

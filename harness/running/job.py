@@ -167,8 +167,7 @@ def _reuse_key(setting, params: dict, experiment: Experiment, threads) -> tuple:
     if not setting:
         return None, None
     try:
-        found = reuse.inputs(setting, params)
-        return found, reuse.key(found, _device(params), _named_env(experiment), threads)
+        return reuse.key(setting, params, _device(params), _named_env(experiment), threads)
     except reuse.Refused as why:
         log.info("not reused, and no answer recorded: %s", why)
         return None, None

@@ -1,8 +1,9 @@
 """What putting this process's state back costs between two points (harness.launchers.fresh): a
 ProcessState taken once, in a process that has imported what a sweep imports; then, after each of
 POINTS trivial points (the generators seeded and drawn from, as a point does), the process's
-state put back, each way in turn: restore(command=False) and left(), as a warm worker calls
-them, and reset(), as the points run_here runs one after another call it. With AGAINST=DIR, the
+state put back, each way in turn: restore(command=False) and left(), as a warm worker called
+them before, reset(records=True), as it calls it now, and reset(), as the points run_here runs
+one after another call it. With AGAINST=DIR, the
 restore and left of another checkout's fresh.py (an earlier commit's, say; it imports this
 checkout's harness) run among them. Prints the median per point of each, in microseconds, and
 what taking the state once costs.
@@ -46,6 +47,7 @@ def ways() -> dict[str, tuple]:
         spec.loader.exec_module(module)
         found[f"{folder}: restore + left"] = (module.ProcessState(), _restore_and_left)
     found["restore + left"] = (fresh.ProcessState(), _restore_and_left)
+    found["reset(records=True)"] = (fresh.ProcessState(), lambda state: state.reset(True))
     found["reset"] = (fresh.ProcessState(), lambda state: state.reset())
     return found
 
