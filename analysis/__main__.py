@@ -218,9 +218,11 @@ def _chosen(results: Path, sweeps: list[str], every: bool) -> dict[str, list[str
 
 
 def _last(results: Path, sweeps: list[str]) -> list[str]:
-    """The sweep ids with `last` as the newest sweep: of the experiment of the other ids given,
-    where they name one, else of any (BadInput in a store without one)."""
-    experiments = {store.experiment_of(results, s) for s in sweeps if s != store.LAST} - {None}
+    """The sweep ids with `last` as the newest sweep and `tag:NAME` as the newest tagged NAME:
+    of the experiment of the other ids given, where they name one, else of any (BadInput where
+    there is none)."""
+    named = [s for s in sweeps if s != store.LAST and not s.startswith(store.TAG)]
+    experiments = {store.experiment_of(results, s) for s in named} - {None}
     experiment = experiments.pop() if len(experiments) == 1 else None
     return [store.named_sweep(results, sweep, experiment) for sweep in sweeps]
 

@@ -39,6 +39,7 @@ KEYS = (
     Key("out", resume=True, again=True),
     Key("resume", resume=True, again=True),
     Key("wait", resume=True, again=True),
+    Key("tag"),
     Key("seed", decides=True),
     Key("threads"),
     Key("max_points"),
@@ -46,6 +47,7 @@ KEYS = (
     Key("check"),
     Key("stream_rows"),
     Key("stream_s"),
+    Key("checkpoint"),  # checkpoint.keep, .best, .mode: harness.tracking.checkpoints
     Key("reuse", resume=True, again=True),
     Key("code", resume=True, again=True),
     Key("code_store", resume=True, again=True),

@@ -71,6 +71,7 @@ class Sweep:
     code_store: Path | None = None  # where that code is kept
     keyed: dict | None = None  # its config's keys in its points' config_hash beside their params
     again_of: str | None = None  # the sweep it runs again (python -m harness again), if it does
+    tag: str | None = None  # the name the user gave it (tag=NAME), if any
     reuse: dict | None = None  # what it copies, and its inputs (harness.reuse.setting)
 
 
@@ -266,8 +267,9 @@ def sweep_of(cfg: DictConfig, experiment: Experiment, points: list[Point]) -> Sw
     again_of = cfg.get("again_of")
     if again_of is not None:
         check_name("again_of", str(again_of))
+    tag = None if cfg.get("tag") is None else check_name("tag", str(cfg.tag))
     return Sweep(cfg.sweep_id, experiment, results, task, points, list(cfg.hydra.overrides.hydra),
-                 again_of=None if again_of is None else str(again_of))  # fmt: skip
+                 again_of=None if again_of is None else str(again_of), tag=tag)  # fmt: skip
 
 
 def _check_parameter_names(experiment: Experiment) -> None:
@@ -448,6 +450,7 @@ def record_plan(sweep: Sweep) -> None:
         "code_store": str(sweep.code_store) if sweep.code_store else None,
         "keyed_config": sweep.keyed,
         "again_of": sweep.again_of,
+        "tag": sweep.tag,
         "reuse": sweep.reuse,
         "config_dirs": [str(folder) for folder in sweep.config_dirs],
         "overrides": sweep.overrides,

@@ -83,6 +83,7 @@ from harness.store.layout import (  # noqa: F401
     sweep_dir,
 )
 from harness.store.manifest import (  # noqa: F401
+    TAG,
     experiment_of,
     experiments,
     named_sweep,

@@ -120,16 +120,26 @@ def newest_sweep(root: Path, experiment: str | None = None) -> str | None:
 
 
 LAST = "last"  # a sweep's name for the newest, as the command line takes it
+TAG = "tag:"  # tag:NAME: the newest sweep that `tag=NAME` named, as the command line takes it
 
 
 def named_sweep(root: Path, sweep_id: str, experiment: str | None = None) -> str:
-    """The sweep id itself, or for "last" the newest sweep's (of `experiment`, if given);
-    BadInput where there is none."""
+    """The sweep id itself; for "last" the newest sweep's (of `experiment`, if given); for
+    "tag:NAME" the newest sweep tagged NAME (of `experiment`, if given). BadInput where there
+    is none."""
+    of = f" of {experiment}" if experiment else ""
+    if sweep_id.startswith(TAG):
+        tag = sweep_id.removeprefix(TAG)
+        names = [experiment] if experiment else experiments(root)
+        tagged = [s for name in names for s in sweeps(root, name)
+                  if (read_manifest(root, name, s) or {}).get("tag") == tag]  # fmt: skip
+        if not tagged:
+            raise BadInput(f"no sweep{of} in {root} is tagged {tag!r} (tag={tag} names one)")
+        return max(tagged)
     if sweep_id != LAST:
         return sweep_id
     newest = newest_sweep(root, experiment)
     if newest is None:
-        of = f" of {experiment}" if experiment else ""
         raise BadInput(f"no sweep{of} in {root} yet, so none is the last")
     return newest
 
