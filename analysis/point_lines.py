@@ -35,6 +35,7 @@ import pandas as pd
 from harness import files, store
 from harness.errors import BadInput
 from harness.names import CONF, HERE
+from harness.results import runs
 from harness.searching import search
 
 CACHE = ".cache"
@@ -229,13 +230,14 @@ def compute(root: Path, experiment: str, sweep: str) -> pd.DataFrame:
 
 def of_rows(rows: pd.DataFrame, manifest: dict | None, sweep: str) -> pd.DataFrame:
     """A sweep's points from its rows (store.as_planned's): a line per planned point (or per
-    job when the manifest is unreadable), attrs["params"] the parameters' names."""
+    job when the manifest is unreadable) with its last row's numbers (a training run's final
+    ones: harness.results.runs.ordered), attrs["params"] the parameters' names."""
     params = [p.get("params", {}) | {"job": p["job"]} for p in (manifest or {}).get("points", [])]
     plan = pd.DataFrame(params)
     if rows.empty or "job" not in rows:
         last = pd.DataFrame(columns=["job"])
     else:
-        last = rows.drop_duplicates("job", keep="last").set_index("job")
+        last = runs.ordered(rows).drop_duplicates("job", keep="last").set_index("job")
         last["status"] = store.job_statuses(rows)
         errors = rows.dropna(subset=["error"]) if "error" in rows else rows.iloc[:0]
         last["error"] = errors.drop_duplicates("job").set_index("job").get("error")

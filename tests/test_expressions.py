@@ -240,7 +240,7 @@ BAD_CLAIMS = [
      r"claim 1 \(memory_growth\): its table 'growth' is none the experiment derives: name"),
 ]  # fmt: skip
 BAD_TABLES = [
-    ("length", "table must be a mapping of index, columns, values, not 'length'"),
+    ("length", "table must be a mapping of index, columns, values, where, reduce, not 'length'"),
     (["length", "block"], "table must be a mapping"),
     ({"columns": "block", "values": "max_abs_diff"}, "table has no index"),
     ({}, "table has no index"),
@@ -250,7 +250,16 @@ BAD_TABLES = [
     ({"index": [], "values": "x"}, "table's index must be a column name or a list of them"),
     ({"index": "length", "values": ["x", "y"]}, "table's values must be a column name, not"),
     ({"index": "length", "columns": ["block", "length"], "values": "x"}, "names length twice"),
-    ({"index": "length", "values": "x", "rows": "block"}, "table takes index, columns, values, n"),
+    (
+        {"index": "length", "values": "x", "rows": "block"},
+        "table takes index, columns, values, where, reduce, not rows",
+    ),
+    (
+        {"index": "length", "values": "x", "reduce": "median"},
+        "table's reduce is one of last, min, max, mean, not 'median'",
+    ),
+    ({"index": "length", "values": "x", "where": 3}, "table's where must be a condition, not 3"),
+    ({"index": "length", "values": "x", "where": "length >"}, "length >"),
 ]
 
 

@@ -9,7 +9,7 @@ from harness.planning import config
 from harness.planning.config import command
 from harness.planning.plan import Sweep
 from harness.results.claims import FAILING, claims_table, outcome
-from harness.results.tables import absent_columns, markdown, planned, sweep_table
+from harness.results.tables import WIDTH, absent_columns, markdown, planned, sweep_table
 
 
 def report(sweep: Sweep, manifest: dict, seconds: float, check: bool = False) -> int:
@@ -23,7 +23,7 @@ def report(sweep: Sweep, manifest: dict, seconds: float, check: bool = False) ->
     params = list(points[0]["params"]) if points else []
     table = sweep_table(planned(rows, points), sweep.experiment.config, params)
     if table is not None:
-        print(f"{table.attrs['caption']}:\n{markdown(table)}")
+        print(f"{table.attrs['caption']}:\n{markdown(table, width=WIDTH)}")
     absent = absent_columns(rows, sweep.experiment.config.get("table"))
     if absent:
         print(f"no table: {absent}")

@@ -430,6 +430,13 @@ def _resolved(cfg: DictConfig, point_values: dict) -> dict:
     return {key: functools.reduce(dict.get, key.split("."), values) for key in point_values}
 
 
+def grid_size(grid: dict) -> int:
+    """How many points a grid (hydra.sweeper.params: key -> "a,b,c", "range(1, 9)") has,
+    none expanded; BadInput where a value cannot be read."""
+    overrides = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in grid.items()])
+    return math.prod(_axis_size(override) for override in overrides)
+
+
 def _axis_size(override: Override) -> int:
     """How many values an axis has, without listing them."""
     value = override.value()

@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 import pandas as pd
 
 from harness.names import closest, refuse_typo, setting
-from harness.results import expressions
+from harness.results import expressions, runs
 from harness.results.tables import MISSING, planned
 from harness.searching import search
 from harness.store import HARNESS_COLUMNS, parameter_columns
@@ -129,6 +129,9 @@ def check(tables: dict[str, pd.DataFrame], claim: dict, params: list[str] = ()) 
         selected = selected.reset_index(drop=True)  # a derived table's labels may repeat
         if selected.empty:
             return _line(text, "N/A", MISSING, "0 of 0")
+        if name == "rows" and not where and runs.stepped(selected):
+            count = len(runs.reduce(selected, runs.STEP, "last"))
+            text += f" on every row of {count} runs, each step's (a where picks rows)"
         if claim["metric"] not in table and _answered(table):
             near = closest(claim["metric"], table.columns)
             return _line(

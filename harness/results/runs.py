@@ -44,17 +44,16 @@ def finals(rows: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
     return pd.concat([last, rest]).sort_index(kind="stable")
 
 
-def reduce(rows: pd.DataFrame, metric: str, how: str) -> pd.DataFrame:
-    """A row a point (and phase): `how` of `metric` over each point's rows ("last": finals'),
-    the point's last row carrying the value."""
+def reduce(rows: pd.DataFrame, metric: str, how: str, by: list[str] = ()) -> pd.DataFrame:
+    """A row a point (and a value of each column of `by`, phase say) holding `metric`: its
+    last row (ordered), its value replaced by `how` of the point's values ("last": as it is;
+    "min", "max", "mean")."""
     if how not in REDUCERS:
         raise ValueError(f"reduce is one of {', '.join(REDUCERS)}, not {how!r:.40}")
-    held = finals(rows, metric)
-    if how == "last":
-        return held
-    keys = [*point_columns(rows), *([PHASE] if PHASE in rows else [])]
-    values = rows[rows[metric].notna()].groupby(keys, dropna=False, sort=False)[metric]
-    reduced = values.agg(how)
-    held = held.set_index(keys)
-    held[metric] = reduced.reindex(held.index).to_numpy()
-    return held.reset_index()
+    held = rows[rows[metric].notna()] if metric in rows else rows.iloc[:0]
+    keys = [*point_columns(held), *by]
+    last = ordered(held).groupby(keys, dropna=False, sort=False).tail(1).sort_index(kind="stable")
+    if how == "last" or last.empty:
+        return last
+    values = held.groupby(keys, dropna=False, sort=False, as_index=False)[metric].agg(how)
+    return last.drop(columns=metric).merge(values, on=keys, how="left")

@@ -7,9 +7,10 @@ from collections.abc import Mapping
 import pandas as pd
 
 from harness.names import closest, refuse_typo, setting
+from harness.results import expressions, runs
 
 MISSING = "—"
-TABLE_KEYS = ("index", "columns", "values")  # an experiment's `table`: column names
+TABLE_KEYS = ("index", "columns", "values", "where", "reduce")  # an experiment's `table`
 
 
 def planned(rows: pd.DataFrame, points: list[dict] | None) -> pd.DataFrame:
@@ -49,6 +50,13 @@ def validate_table(spec) -> None:
             )
     if not isinstance(spec["values"], str):
         raise ValueError(f"table's values must be a column name, not {spec['values']!r:.60}")
+    if spec.get("reduce") is not None and spec["reduce"] not in runs.REDUCERS:
+        raise ValueError(f"table's reduce is one of {', '.join(runs.REDUCERS)}, not "
+                         f"{spec['reduce']!r:.40}")  # fmt: skip
+    if spec.get("where") is not None:
+        if not isinstance(spec["where"], str):
+            raise ValueError(f"table's where must be a condition, not {spec['where']!r:.60}")
+        expressions.parse(spec["where"])
     index, columns = table_axes(spec)
     for key, names in (("index", index), ("columns", columns)):
         named = all(isinstance(name, str) and name for name in names)
@@ -75,9 +83,9 @@ def check_table_names(spec, names: list[str]) -> None:
 
 
 def absent_columns(rows: pd.DataFrame, spec) -> str:
-    """What a `table` names that the sweep's rows lack, in a line ("" where they have it all, or
-    where no row has a measurement yet): `table names max_abs_dif, which no row has; did you
-    mean max_abs_diff?`."""
+    """What a `table` names that the sweep's rows lack, or its `where` that cannot be judged on
+    them, in a line ("" where they have it all, or where no row has a measurement yet): `table
+    names max_abs_dif, which no row has; did you mean max_abs_diff?`."""
     try:
         validate_table(spec)
     except ValueError as error:
@@ -86,6 +94,11 @@ def absent_columns(rows: pd.DataFrame, spec) -> str:
         return ""
     index, columns = table_axes(spec)
     absent = [name for name in [*index, *columns, spec["values"]] if name not in rows]
+    if not absent and spec.get("where"):
+        try:
+            expressions.holds(spec["where"], rows, "table's where")
+        except expressions.ExpressionError as error:
+            return f"table's where: {error}"
     if not absent:
         return ""
     which = "which no row has" if len(absent) == 1 else "which no rows have"
@@ -111,11 +124,14 @@ def table_axes(spec: Mapping) -> tuple[list[str], list[str]]:
 
 
 def sweep_table(rows: pd.DataFrame, config: dict, params: list[str] = ()) -> pd.DataFrame | None:
-    """The experiment's declared pivot of ok rows: its values by its index (one parameter or
-    several), and by its columns where it names some (e.g. max_abs_diff, length by block);
-    where other parameters (of `params`) vary too, each cell is the largest over them, as its
-    caption (attrs["caption"]) says. Rows and columns in the grid's order, a failed point a gap.
-    None without one, or for a spec that cannot work (validate_table) or names absent columns."""
+    """The experiment's declared pivot of ok rows (those its `where` holds for): its values by
+    its index (one parameter or several), and by its columns where it names some (e.g.
+    max_abs_diff, length by block). Each point gives one value, its `reduce` over its rows:
+    `last` by default for a training run (rows with a step: its final value, harness.results.
+    runs), the largest otherwise; where other parameters (of `params`) vary too, each cell is
+    the largest over them. Its caption (attrs["caption"]) says all of it. Rows and columns in
+    the grid's order, a failed point a gap. None without one, or for a spec that cannot work
+    (validate_table) or names absent columns."""
     spec = config.get("table")
     try:
         validate_table(spec)
@@ -128,7 +144,15 @@ def sweep_table(rows: pd.DataFrame, config: dict, params: list[str] = ()) -> pd.
     if rows.empty or not all(name in rows for name in [*index, *columns, values]):
         return None
     ok = rows[rows["status"] == "ok"]
-    table = ok.pivot_table(index=index, columns=columns or None, values=values, aggfunc="max")
+    if spec.get("where"):
+        try:
+            ok = ok[expressions.holds(spec["where"], ok, "table's where")]
+        except expressions.ExpressionError:  # absent_columns says why
+            return None
+    how = spec.get("reduce") or ("last" if runs.stepped(ok) else "max")
+    by = [name for name in (runs.PHASE,) if name in [*index, *columns]]
+    each = runs.reduce(ok, values, how, by)
+    table = each.pivot_table(index=index, columns=columns or None, values=values, aggfunc="max")
     in_grid_order = rows.sort_values("job")
     table = table.reindex(index=_in_order(in_grid_order, index))  # failed points: gaps
     if columns:
@@ -138,12 +162,20 @@ def sweep_table(rows: pd.DataFrame, config: dict, params: list[str] = ()) -> pd.
     shown = f"{values} by {', '.join(index)}"
     if columns:
         shown = f"{values}, {', '.join(index)} (rows) by {', '.join(columns)} (columns)"
+    if spec.get("reduce") or how == "last":  # not the largest of a plain sweep's rows
+        shown += f", {REDUCED[how]}"
+    if spec.get("where"):
+        shown += f", where {spec['where']}"
     hidden = [p for p in params if p in rows and p not in [*index, *columns, values]
               and rows[p].nunique() > 1]  # fmt: skip
     if hidden:
         shown += f", the largest over {', '.join(hidden)}"
     table.attrs["caption"] = shown
     return table
+
+
+REDUCED = {"last": "each point's last row", "min": "each point's least", "max": "each point's "
+           "largest", "mean": "each point's mean"}  # fmt: skip
 
 
 def _in_order(rows: pd.DataFrame, names: list[str]) -> pd.Index:
@@ -153,10 +185,31 @@ def _in_order(rows: pd.DataFrame, names: list[str]) -> pd.Index:
     return pd.MultiIndex.from_frame(rows[names].drop_duplicates())
 
 
-def markdown(table: pd.DataFrame, floatfmt: str = ".3g", index: bool = True) -> str:
+WIDTH = 120  # characters: the sweep's table wider than this is folded (on the terminal, REPORT.md)
+
+
+def markdown(table: pd.DataFrame, floatfmt: str = ".3g", index: bool = True,
+             width: int | None = None) -> str:  # fmt: skip
     """A table as Markdown, numbers to three digits, gaps as a dash, text escaped (_as_text);
     an index of several levels as a column each, and columns of several levels each headed by
-    its settings (dtype=float32 cap=30), not as tuples."""
+    its settings (dtype=float32 cap=30), not as tuples. One wider than `width` characters is
+    folded: tables of as many of its columns as fit, one after another, each with the index
+    (None: never)."""
+    whole = _markdown(table, floatfmt, index)
+    if width is None or len(table.columns) < 2 or max(map(len, whole.splitlines())) <= width:
+        return whole
+    folds, fold = [], []
+    for position in range(len(table.columns)):
+        wider = _markdown(table.iloc[:, [*fold, position]], floatfmt, index)
+        if fold and max(map(len, wider.splitlines())) > width:
+            folds.append(fold)
+            fold = []
+        fold.append(position)
+    parts = [_markdown(table.iloc[:, part], floatfmt, index) for part in [*folds, fold]]
+    return "\n\n".join(parts)
+
+
+def _markdown(table: pd.DataFrame, floatfmt: str, index: bool) -> str:
     if isinstance(table.columns, pd.MultiIndex):
         names = table.columns.names
         heads = [" ".join(map(setting, names, key)) for key in table.columns]
