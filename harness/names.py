@@ -165,8 +165,14 @@ def setting(name: str, value) -> str:
 def closest(name: str, names) -> str:
     """ "; did you mean gflops?" for a name that is not among `names` but near some (up to
     three, the nearest first), else ""."""
-    near = difflib.get_close_matches(name, [str(n) for n in names], n=3, cutoff=0.6)
+    near = nearest(name, names)
     return f"; did you mean {' or '.join(near)}?" if near else ""
+
+
+def nearest(name: str, names) -> list[str]:
+    """The names of `names` near `name` (up to three, the nearest first), each once: a key and a
+    parameter of the same name are one suggestion."""
+    return difflib.get_close_matches(name, list(dict.fromkeys(map(str, names))), n=3, cutoff=0.6)
 
 
 def typo_of(name: str, names) -> str | None:

@@ -108,7 +108,10 @@ def test_multirun_flag_is_accepted(harness):
             "{index: point, columns: [point], values: point}",
             "table names point twice: each column in one place",
         ),
-        ("{index: point, value: point}", "table takes index, columns, values, not value"),
+        (
+            "{index: point, value: point}",
+            "table takes index, columns, values, where, reduce, not value",
+        ),
     ],
 )
 def test_help_and_cfg_refuse_what_the_run_refuses(harness, tmp_path, flag, spec, said):

@@ -95,7 +95,9 @@ def test_a_grid_or_key_that_would_mislead_is_one_line(mine, args, said):
 
 def test_the_key_list_names_each_key_once(mine):
     result = mine("", "zzz=1", top="seed: 3\n")
-    refused(result, "unknown key 'zzz' for mine (its keys: n, seed, out, resume, wait, threads,")
+    refused(
+        result, "unknown key 'zzz' for mine (its keys: n, seed, out, resume, wait, tag, threads,"
+    )
     assert result.stderr.count("seed") == 1
 
 

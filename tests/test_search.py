@@ -74,11 +74,11 @@ def test_a_search_runs_each_cells_trials_on_two_workers_and_prunes_on_streamed_r
         train = own[own["phase"] == "train"]
         if statuses[job] == "pruned":
             (said,) = own.loc[own["status"] == "pruned", "error"]
-            assert said.startswith("pruned at step")
+            assert said.startswith("at step")
             # Pruned where it was worse than the median of the trials complete by then: at its
             # last train row (the last step too, when the median is of trials already done),
             # and before its evaluation.
-            step = int(said.split()[3].rstrip(":"))
+            step = int(said.split()[2].rstrip(":"))
             assert train["step"].max() == step <= 20 and "eval" not in set(own["phase"])
             assert trial.intermediate_values[step] == pytest.approx(train["score"].iloc[-1])
         else:

@@ -85,10 +85,21 @@ def experiment_help(name: str, config_dirs: list[Path]) -> str:
     claims = values["experiment"].get("claims") or []
     if claims:
         lines += ["", "claims (checked over the sweep's planned points):"]
-        lines += [f"  - {statement(claim)}" for claim in claims]
+        lines += [f"  - {_claim_said(claim)}" for claim in claims]
     folders = "".join(f"--config-dir {folder} " for folder in config_dirs)
     lines += ["", f"run: python -m harness {folders}+experiment={name}"]
     return "\n".join(line for i, line in enumerate(lines) if line or lines[i - 1])
+
+
+def _claim_said(claim: dict) -> str:
+    """A claim as --help lists it: its statement (its bounds and needs), the rows it judges
+    (where) and the table it reads, where it names them."""
+    said = statement(claim)
+    if claim.get("where"):
+        said += f", where {claim['where']}"
+    if claim.get("table"):
+        said += f", on the {claim['table']} table"
+    return said
 
 
 def config_text(cfg: DictConfig, sweep: Sweep, flags: Flags) -> str:

@@ -51,7 +51,9 @@ def status(sweep_id: str, out: str = "outputs", experiment: str | None = None) -
         print(line)
     searched = search.of_manifest(manifest)
     if searched:
-        for line in search.progress(store.sweep_dir(results, experiment, sweep_id), searched):
+        states_by_job = {point["job"]: point["state"] for point in points}
+        folder = store.sweep_dir(results, experiment, sweep_id)
+        for line in search.progress(folder, searched, states_by_job):
             print(line)
     if running:
         print(f"a command runs it now ({running[0]}, since "
@@ -155,8 +157,10 @@ def point_states(manifest: dict, rows: pa.Table, results: Path) -> list[dict]:
     A point's rows tell its state once they say how it ended, whatever its launcher says (a
     task that runs other points after it, points_per_task). While its rows say running, the
     launcher's state comes first, with the latest step; without a launcher that holds it, a
-    point whose process let its running mark go is killed."""
+    point whose process let its running mark go is killed. A point without rows behind another
+    in its running task (points_per_task) is pending."""
     landed, placed = _landed(rows, manifest), scheduled(manifest)
+    behind = _behind(manifest, landed)
     searched = search.of_manifest(manifest)
     drawn = _drawn(rows, list(searched["params"])) if searched else {}
     lines = []
@@ -172,10 +176,28 @@ def point_states(manifest: dict, rows: pa.Table, results: Path) -> list[dict]:
                 state, detail = "killed", f"its process is gone; it last logged {row_detail}"
             else:
                 state, detail = row_state, row_detail
+        elif state == "running" and job in behind:  # its task runs a point before it
+            state, detail = "pending", f"after job {behind[job]} in {detail}"
         named = [*point.get("overrides", []), *drawn.get(job, [])]
         grid_values = " ".join(named) or "(the only point)"
         lines.append({"job": job, "point": grid_values, "state": state, "detail": detail})
     return lines
+
+
+def _behind(manifest: dict, landed: dict[int, tuple[str, str]]) -> dict[int, int]:
+    """job -> the job it waits for in its task: a task's points (points_per_task) run one after
+    another in its pack's order, so of those without an ending row only the first runs while
+    the task does. By the latest launch of each job."""
+    behind: dict[int, int] = {}
+    for launch in manifest.get("launches") or []:
+        tasks = _recorded(launch)[2].get("tasks")
+        for jobs in tasks.values() if isinstance(tasks, dict) else []:
+            jobs = [job for job in jobs if isinstance(job, int)] if isinstance(jobs, list) else []
+            for job in jobs:
+                behind.pop(job, None)
+            left = [job for job in jobs if landed.get(job, (store.RUNNING,))[0] == store.RUNNING]
+            behind |= {job: left[0] for job in left[1:]}
+    return behind
 
 
 def _drawn(rows: pa.Table, names: list[str]) -> dict[int, list[str]]:

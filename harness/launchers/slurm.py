@@ -123,8 +123,9 @@ class SlurmLauncher(SubmititLauncher):
             state = states.get(task) if states is not None else None
             if states is None:
                 said = ("unknown", f"squeue failed; SLURM {task}")
-            elif state and state[0] in slurm_cli.ALIVE:
-                said = (state[0].lower(), f"SLURM {task} ({state[1]})")
+            elif state and state[0] in slurm_cli.ALIVE:  # squeue's reason None: none given
+                reason = f" ({state[1]})" if state[1] not in ("", "None") else ""
+                said = (state[0].lower(), f"SLURM {task}{reason}")
             else:
                 stderr = JobPaths(folder, job_id=task, task_id=0).stderr
                 said = ("killed", f"{slurm_cli.lost_reason(state, stderr)}; SLURM {task}")

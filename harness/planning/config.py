@@ -3,6 +3,7 @@ users' --config-dir folders), and compose the config with Hydra's compose API, e
 one-line BadInput."""
 
 import itertools
+import re
 import shlex
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from harness.names import (
     closest,
     experiment_file,
     key_of,
+    nearest,
     override,
 )
 
@@ -64,7 +66,10 @@ def experiment_name(overrides: list[Override], config_dirs: list[Path]) -> str:
         raise BadInput("one experiment per sweep: +experiment takes one name")
     name = str(names[0].value())
     if name not in available_experiments(config_dirs):
-        raise BadInput(f"unknown experiment '{name}' (available: {available})")
+        raise BadInput(
+            f"unknown experiment '{name}' (available: {available}); an experiment of your own: "
+            f"--config-dir DIR with DIR/experiment/{name}.yaml"
+        )
     return name
 
 
@@ -80,21 +85,9 @@ def compose_config(overrides: list[str], experiment: str, config_dirs: list[Path
         options = ", ".join(error.options or [])
         raise BadInput(f"unknown {group} '{name}' (available: {options})") from None
     except ConfigCompositionException as error:
-        cause = error.__cause__
-        if isinstance(cause, OmegaConfBaseException) and "not in struct" in str(cause):
-            key = cause.full_key or str(cause).split("'")[1]
-            if key.startswith("hydra."):
-                raise BadInput(f"unknown key '{key}' (see conf/hydra/ and Hydra's own)") from None
-            keys, parameters = _keys(experiment, config_dirs)
-            if key in parameters:
-                raise BadInput(
-                    f"{experiment}'s config does not set its parameter {key}: give it as "
-                    f"+{key}=VALUE"
-                ) from None
-            near = closest(key, [*keys, *parameters])
-            raise BadInput(
-                f"unknown key '{key}' for {experiment}{near} (its keys: {', '.join(keys)})"
-            ) from None
+        key = _unknown_key(error.__cause__)
+        if key is not None:
+            raise BadInput(_unknown(key, overrides, experiment, config_dirs)) from None
         raise BadInput(one_line(error)) from None
     except (HydraException, OmegaConfBaseException) as error:
         raise BadInput(one_line(error)) from None
@@ -106,6 +99,70 @@ def compose_config(overrides: list[str], experiment: str, config_dirs: list[Path
     with open_dict(cfg):  # jobs elsewhere (SLURM) and run dirs get it absolute
         cfg.out = str(Path(cfg.out).resolve())
     return cfg
+
+
+def _unknown_key(cause) -> str | None:
+    """The key an override names that its node lacks ("Key 'trails' is not in struct", "Key
+    'max_paralel' not in 'BasicLauncherConf'"), or None for another error."""
+    said = str(cause)
+    if not isinstance(cause, OmegaConfBaseException) or not (
+        "not in struct" in said or re.search(r"not in '\w+'", said)
+    ):
+        return None
+    return cause.full_key or said.split("'")[1]
+
+
+def _unknown(key: str, overrides: list[str], experiment: str, config_dirs: list[Path]) -> str:
+    """The line that refuses a key the config lacks, with the keys near it: of its own node for
+    a dotted key (search.trails: search.trials), else of the experiment's config and
+    parameters."""
+    near, node = _near_in_node(key, overrides, config_dirs)
+    if key.startswith("hydra."):
+        return f"unknown key '{key}'{near} (see conf/hydra/ and Hydra's own)"
+    if node:
+        parent = key.rpartition(".")[0]
+        return f"unknown key '{key}'{near} ({parent}'s keys: {', '.join(node)})"
+    keys, parameters = _keys(experiment, config_dirs)
+    if key in parameters:
+        return f"{experiment}'s config does not set its parameter {key}: give it as +{key}=VALUE"
+    near = closest(key, [*keys, *parameters])
+    return f"unknown key '{key}' for {experiment}{near} (its keys: {', '.join(keys)})"
+
+
+def _near_in_node(key: str, overrides: list[str], config_dirs: list[Path]) -> tuple[str, list]:
+    """For a dotted key, "; did you mean search.trials?" from the keys of the node it would go
+    in (the config composed without it), and those keys; for hydra.launcher's, the keys of the
+    other launchers in conf/hydra/launcher/ too. ("", []) where there is no such node."""
+    parent, _, name = key.rpartition(".")
+    if not parent:
+        return "", []
+    rest = [line for line in overrides if key_of(line) != key]
+    try:
+        cfg = compose("config", overrides=with_searchpath(rest, config_dirs),
+                      return_hydra_config=True)  # fmt: skip
+    except Exception:  # noqa: BLE001 - another mistake on the line: said once this one is fixed
+        return "", []
+    node = OmegaConf.select(cfg, parent, default=None)
+    keys = [str(k) for k in node] if isinstance(node, DictConfig) else []
+    near = [f"{parent}.{found}" for found in nearest(name, keys)]
+    if not near and parent == "hydra.launcher":
+        near = [f"{parent}.{found} (with hydra/launcher={launcher})"
+                for launcher, found in _other_launchers(name, config_dirs)]  # fmt: skip
+    return (f"; did you mean {' or '.join(near)}?" if near else ""), keys
+
+
+def _other_launchers(name: str, config_dirs: list[Path]) -> list[tuple[str, str]]:
+    """(launcher, key) of the keys near `name` of the launchers conf/hydra/launcher/ offers."""
+    folders = [folder / "hydra" / "launcher" for folder in (CONF, *config_dirs)]
+    found = []
+    for path in sorted(path for folder in folders for path in folder.glob("*.yaml")):
+        try:
+            node = _parsed(path.read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        keys = [str(k) for k in node] if isinstance(node, dict) else []
+        found += [(path.stem, near) for near in nearest(name, keys)]
+    return list(dict.fromkeys(found))[:3]
 
 
 def with_searchpath(overrides: list[str], config_dirs: list[Path]) -> list[str]:

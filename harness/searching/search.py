@@ -49,19 +49,56 @@ class Pruned(Exception):
 
 
 def command_line(overrides: list[Override]) -> tuple[list[Override], list[str]]:
-    """The command line's overrides without its search space, and the space as plain lines
-    (++search.params.lr='tag(log, interval(1e-4, 1e-2))'): a sweep override there is the space
-    of a search, not an axis of the grid, and a key the config may not have yet."""
+    """The command line's overrides without its search space and the search's mappings, and
+    those as plain lines: the space (++search.params.lr='tag(log, interval(1e-4, 1e-2))'), where
+    a sweep override is the space of a search, not an axis of the grid, and a key the config may
+    not have yet; a mapping given whole (search.where={phase: eval}) as ++search.where=..., whose
+    keys its empty mapping in conf/config.yaml would refuse otherwise."""
     from harness.names import override
 
     others, lines = [], []
     for given in overrides:
-        key = key_of(given.input_line)
+        key, text = key_of(given.input_line), given.input_line.partition("=")[2]
+        mapping = isinstance(given.value(), dict) and not given.input_line.startswith("~")
         if key.startswith(PARAMS):
-            lines.append(f"++{override(key, given.input_line.partition('=')[2])}")
+            lines.append(f"++{override(key, text)}")
+        elif key == PARAMS.rstrip(".") and mapping:  # search.params={lr: interval(0.01, 0.1)}
+            lines += [f"++{override(PARAMS + str(name), _said(value))}"
+                      for name, value in given.value().items()]  # fmt: skip
+        elif key.removeprefix("search.") in _mappings() and mapping:
+            lines.append(f"++{key}={text}")
         else:
             others.append(given)
     return others, lines
+
+
+@functools.cache
+def _mappings() -> tuple[str, ...]:
+    """The keys of conf/config.yaml's search that are mappings (where, prune_on, params, the
+    sampler's and the pruner's options)."""
+    import yaml
+
+    from harness.names import CONF
+
+    node = yaml.safe_load((CONF / "config.yaml").read_text()).get("search") or {}
+    return tuple(key for key, value in node.items() if isinstance(value, dict))
+
+
+def _said(value) -> str:
+    """A search.params value as the sweeper grammar writes it: what Hydra read inside a mapping
+    given whole (an IntervalSweep, a ChoiceSweep, a RangeSweep, or a string of them)."""
+    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
+
+    if isinstance(value, IntervalSweep):
+        text = f"interval({value.start}, {value.end})"
+    elif isinstance(value, RangeSweep):
+        text = f"range({value.start}, {value.stop}, {value.step})"
+    elif isinstance(value, ChoiceSweep):
+        text = f"choice({', '.join(map(str, value.list))})"
+    else:
+        return str(value)
+    tags = sorted(getattr(value, "tags", None) or ())
+    return f"tag({', '.join(tags)}, {text})" if tags else text
 
 
 def of_manifest(manifest: dict | None) -> dict | None:
@@ -307,15 +344,21 @@ def fail_orphans(folder: Path, kept: set[int]) -> list[str]:
     return said
 
 
-def progress(folder: Path, search: dict) -> list[str]:
+def progress(folder: Path, search: dict, points: dict[int, str] | None = None) -> list[str]:
     """A line per cell's study: its trials by state (Optuna's: running, complete, pruned,
-    fail), and the best so far with its parameters."""
+    fail), and the best so far with its parameters. A trial its study still holds running whose
+    point `points` (job -> its state, as status says) says ended otherwise (killed, failed)
+    is counted as that: a kill tells the study nothing."""
     lines = []
     for cell, held in sorted(studies(folder).items()):
         trials = held.get_trials(deepcopy=False)
         states = {}
         for trial in trials:
-            states[trial.state.name.lower()] = states.get(trial.state.name.lower(), 0) + 1
+            state = trial.state.name.lower()
+            said = (points or {}).get(trial.user_attrs.get("job"))
+            if state == "running" and said in ("killed", "failed", "not run"):
+                state = said
+            states[state] = states.get(state, 0) + 1
         counts = ", ".join(f"{n} {state}" for state, n in states.items())
         line = f"cell {cell}: {len(trials)} trials asked of {search['trials']} ({counts})"
         done = [t for t in trials if t.state.name == "COMPLETE"]
@@ -363,7 +406,7 @@ class Trial:
         import optuna
 
         if self.ended == optuna.trial.TrialState.PRUNED:  # told so before a restart
-            raise Pruned(f"pruned at step {row.get('step', '?')} (told so before a restart)")
+            raise Pruned(f"at step {row.get('step', '?')} (told so before a restart)")
         value, seen = row.get(self.metric), {**self.fixed, **row}
         if value is None:
             return
@@ -377,7 +420,7 @@ class Trial:
             return
         self.trial.report(float(value), int(step))
         if self.trial.should_prune():
-            raise Pruned(f"pruned at step {step}: {self.metric}={value:.4g}")
+            raise Pruned(f"at step {step}: {self.metric}={value:.4g}")
 
     def tell(self, rows: list[dict], status: str) -> float | None:
         """Tell the study how the trial ended (its value, pruned, or failed): the objective of
