@@ -291,7 +291,7 @@ table.data td.long { max-width: 22rem; overflow: hidden; text-overflow: ellipsis
 table.data th { background: #f3f3f3; cursor: pointer; user-select: none; position: sticky;
   top: 0; }
 table.data th.asc::after { content: " \\25B2"; } table.data th.desc::after { content: " \\25BC"; }
-input.filter { margin-top: .4rem; width: 18rem; }
+input.filter { margin-top: .4rem; width: 18rem; } input.runs { margin: 0 0 .3rem; width: 24rem; }
 .badge { padding: 0 6px; border-radius: 3px; color: #fff; font-weight: 600; }
 .r-PASS { background: #1e8449; } .r-FAIL { background: #c0392b; } .r-ERROR { background: #7d3c98; }
 .r-INCOMPLETE { background: #d68910; } .r-NA { background: #7f8c8d; }
@@ -429,9 +429,29 @@ function poll() {
 enhance(document);
 document.querySelectorAll('select.sweep-picker')
   .forEach(p => p.addEventListener('change', () => showSweep(p)));
+function runFilter(div) {
+  // A figure of runs' curves (octlm_analysis.curves; each trace's meta names its run): a box
+  // above it that shows only the runs whose names hold every word (lr=0.01: a setting exactly).
+  const box = document.createElement('input');
+  box.className = 'filter runs';
+  box.placeholder = 'show runs: lr=0.01 width=8 (every word must hold)';
+  box.addEventListener('input', () => {
+    const words = box.value.trim().toLowerCase().split(/\s+/).filter(Boolean);
+    const visible = div.data.map(trace => {
+      const name = String(trace.meta ?? '').toLowerCase(), said = name.split(/[\s·]+/);
+      return !trace.meta || words.every(w => w.includes('=') ? said.includes(w) : name.includes(w));
+    });
+    Plotly.restyle(div, {visible});
+  });
+  const cell = document.createElement('div');
+  div.before(cell);
+  cell.append(box, div);
+}
+
 const config = {responsive: true, displaylogo: false};
 const drawn = [...document.querySelectorAll('div.plot')].map(div => {
   const figure = DATA.figures[+div.dataset.figure];
+  if (figure.layout.meta?.runs > 1) runFilter(div);
   return Plotly.newPlot(div, figure.data, figure.layout, config);
 });
 Promise.allSettled(drawn).then(() => {

@@ -226,7 +226,8 @@ def typed(values, dtype: str = "f4") -> dict:
     return {"dtype": dtype, "bdata": base64.b64encode(data.tobytes()).decode("ascii")}
 
 
-def _steps(steps: np.ndarray) -> dict:
+def steps_array(steps: np.ndarray) -> dict:
+    """Steps as a typed array: int32 where they fit, else float64."""
     return typed(steps, "i4" if len(steps) and steps.max() < 2**31 else "f8")
 
 
@@ -254,7 +255,7 @@ def curves(
             continue
         name = labels.get(job, f"job {job}")
         traces.append({"type": "scatter", "mode": "lines", "name": name, "legendgroup": name,
-                       "x": _steps(steps), "y": typed(values),
+                       "x": steps_array(steps), "y": typed(values),
                        "hovertemplate": f"{name}<br>step %{{x}}<br>{metric} %{{y:.4g}}"
                                         "<extra></extra>"})  # fmt: skip
         shown.append(values)
@@ -280,8 +281,10 @@ def history(points: pd.DataFrame, metric: str, params: list[str]) -> dict | None
     """A metric across an experiment's sweeps by the sweep's start time, a line per point (its
     varying `params`), as in asv; the hover at a sweep lists every line's value there under
     the sweep's id, commit, torch version and device (an unlabelled trace of one text per
-    sweep, not one per point). `points`: a line per point of each sweep (sweep,
-    started_at, provenance, parameters, metrics)."""
+    sweep, not one per point); its legend names the lines by what varies, each cut to
+    LEGEND_CHARS, and of more than LEGEND_LINES lines it has none, the hover naming each line.
+    `points`: a line per point of each sweep (sweep, started_at, provenance, parameters,
+    metrics)."""
     if metric not in points:
         return None
     data = points[points["status"] == "ok"].dropna(subset=[metric, "started_at"])
@@ -289,14 +292,17 @@ def history(points: pd.DataFrame, metric: str, params: list[str]) -> dict | None
         return None
     data = data.assign(when=data["started_at"].dt.strftime("%Y-%m-%d %H:%M:%S"))
     named = varying(data, params)
+    groups = list(data.groupby(named, dropna=False, sort=True)) if named else [((), data)]
+    few = len(groups) <= LEGEND_LINES  # else no legend: the hover names the line under it
     traces = []
-    for key, line in data.groupby(named, dropna=False, sort=True) if named else [((), data)]:
+    for key, line in groups:
         line = line.sort_values("started_at")
-        said = dict(zip(named, _tuple(key), strict=True))
+        said = label(dict(zip(named, _tuple(key), strict=True)), named)
         traces.append({"type": "scatter", "mode": "lines+markers" if len(line) <= MARKERS
-                       else "lines", "name": label(said, named), "x": line["when"].tolist(),
-                       "y": typed(line[metric], "f8"),
-                       "hovertemplate": "%{y:.4g}"})  # fmt: skip
+                       else "lines", "name": _cut(said), "x": line["when"].tolist(),
+                       "y": typed(line[metric], "f8"), "showlegend": few,
+                       "hovertemplate": "%{y:.4g}" if few else f"{said}<br>%{{x}}: %{{y:.4g}}"
+                                        "<extra></extra>"})  # fmt: skip
     sweeps = data.drop_duplicates("sweep").sort_values("started_at")
     text = [
         f"sweep {s} · commit {str(c)[:10]} · torch {t} · {d}"
@@ -308,10 +314,19 @@ def history(points: pd.DataFrame, metric: str, params: list[str]) -> dict | None
     traces.append({"type": "scatter", "mode": "markers", "name": "sweep", "showlegend": False,
                    "x": sweeps["when"].tolist(), "y": typed(np.full(len(sweeps), low), "f8"),
                    "text": text, "marker": {"opacity": 0}, "hovertemplate": "%{text}"})  # fmt: skip
-    fig = figure(traces, f"{metric} across sweeps", "sweep started (UTC)", title(metric), (),
-                 data[metric])  # fmt: skip
-    fig["layout"]["hovermode"] = "x unified"
+    lines = "" if few else f" ({len(groups)} lines: hover names one)"
+    fig = figure(traces, f"{metric} across sweeps{lines}", "sweep started (UTC)", title(metric),
+                 (), data[metric])  # fmt: skip
+    fig["layout"]["hovermode"] = "x unified" if few else "closest"
     return fig
+
+
+LEGEND_LINES = 8  # a history of more lines than this has no legend
+LEGEND_CHARS = 32  # a legend entry longer than this is cut (its hover has it whole)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= LEGEND_CHARS else text[: LEGEND_CHARS - 1] + "…"
 
 
 FIGURES = 8  # the most metrics drawn for an experiment that draws none of its own
@@ -328,7 +343,7 @@ def axis(rows: pd.DataFrame, config: dict, params: list[str]) -> str | None:
     if declared:
         return declared[-1]
     counts = {p: rows[p].astype(str).nunique() for p in params if p in rows}
-    counts = {p: n for p, n in counts.items() if n > 1 and _numeric(rows[p])}
+    counts = {p: n for p, n in counts.items() if n > 1 and numeric(rows[p])}
     return max(counts, key=counts.get) if counts else None
 
 
@@ -350,7 +365,7 @@ def metric_figures(
         ordered = [values, *ok.columns] if isinstance(values, str) else list(ok.columns)
         metrics = list(dict.fromkeys(c for c in ordered if c in ok and not housekeeping(c)))
         metrics = [c for c in metrics if c not in skip]
-    metrics = [c for c in metrics if _numeric(ok[c]) and ok[c].notna().any()]
+    metrics = [c for c in metrics if numeric(ok[c]) and ok[c].notna().any()]
     settings = [p for p in params if p != x and p in ok]
     drawn = (lines(ok, x, m, settings, m, hover=settings) for m in metrics[:FIGURES])
     return [fig for fig in drawn if fig is not None]
@@ -370,7 +385,8 @@ def housekeeping(column: str) -> bool:
     )
 
 
-def _numeric(column: pd.Series) -> bool:
+def numeric(column: pd.Series) -> bool:
+    """Whether a column holds numbers (not booleans)."""
     kind = column.dtype
     return pd.api.types.is_numeric_dtype(kind) and not pd.api.types.is_bool_dtype(kind)
 

@@ -22,6 +22,7 @@ import json
 import os
 import re
 import sys
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -31,7 +32,9 @@ import yaml
 from plotly.io.json import to_json_plotly
 
 from harness import files, store
+from harness.command.status import HELD, sweep_points
 from harness.names import available_experiments, experiment_file
+from harness.results import runs
 from harness.results.claims import (
     claims_of,
     claims_table,
@@ -39,8 +42,15 @@ from harness.results.claims import (
     outcome,
     parameters,
 )
-from harness.results.tables import MISSING, absent_columns, markdown, planned, sweep_table
-from octlm_analysis import page, plots, point_lines, search
+from harness.results.tables import (
+    MISSING,
+    WIDTH,
+    absent_columns,
+    markdown,
+    planned,
+    sweep_table,
+)
+from octlm_analysis import curves, page, plots, point_lines, search
 
 
 def latest_sweep(root: Path, experiment: str) -> tuple[str | None, list[str]]:
@@ -229,6 +239,33 @@ def _untrusted_code(manifest: dict | None, config: dict) -> list[str]:
     ]
 
 
+def as_status_says(root: Path, experiment: str, states: pd.DataFrame) -> pd.DataFrame:
+    """The sweep list (point_lines.sweep_states) with the state and statuses of each sweep not
+    complete as `python -m harness status` gives them (harness.command.status.sweep_points):
+    running while a launcher or a command holds a point, killed where a point's process is
+    gone, failed, or incomplete (not run)."""
+    for index, state in states["state"].items():
+        manifest = store.read_manifest(root, experiment, states.at[index, "sweep"])
+        if state != "complete" and manifest is not None:
+            states.loc[index, ["state", "statuses"]] = sweep_state(root, manifest)
+    return states
+
+
+def sweep_state(root: Path, manifest: dict) -> tuple[str, str]:
+    """A sweep's state and its points' states counted ("2 ok, 2 killed"), as status says each
+    point's: complete (every one done), running (one pending or running), killed, failed (one
+    ended so) or incomplete (not run)."""
+    counts = Counter(point["state"] for point in sweep_points(root, manifest)[1])
+    listed = ", ".join(f"{n} {name}" for name, n in counts.most_common())
+    if set(counts) <= set(store.DONE):
+        return "complete", listed
+    if set(counts) & set(HELD):
+        return "running", listed
+    if "killed" in counts:
+        return "killed", listed
+    return ("failed" if set(counts) - {*store.DONE, "not run", "unknown"} else "incomplete"), listed
+
+
 def sweep_list(experiment: str, states: pd.DataFrame) -> str:
     """Every sweep of an experiment, oldest first, with its state, points, its claims' verdicts,
     the sweep it runs again (again_of) and whether this report shows it (states: the page's
@@ -270,7 +307,7 @@ def section(
     table, module = sweep_table(every, config, params), report_module(config)
     module_parts = []
     if table is not None:
-        module_parts.append(f"{table.attrs['caption']}:\n\n{markdown(table)}")
+        module_parts.append(f"{table.attrs['caption']}:\n\n{markdown(table, width=WIDTH)}")
     absent = absent_columns(rows, config.get("table"))
     if absent:
         parts.append(f"**No table:** {absent}.")
@@ -377,16 +414,21 @@ def _problems(points: pd.DataFrame, params: list[str]) -> pd.DataFrame:
 
 def _figures(module, every: pd.DataFrame, tables: dict, config: dict, params) -> list[dict]:
     """The sweep's plots on the page: the report module's own (its `figures`), then one per
-    claim on the rows (octlm_analysis.plots.claim_figures), against the experiment's axis
-    (plots.axis); without a module that draws its own, each other metric against it too."""
+    claim on the rows (octlm_analysis.plots.claim_figures; a training run's by its final rows,
+    runs.finals), against the experiment's axis (plots.axis). Then, for a training experiment,
+    each metric's curves over step (octlm_analysis.curves, less those the module draws); for
+    any other, without a module that draws its own, each other metric against the axis."""
     drawing = module is not None and hasattr(module, "figures")
     own = module.figures(every, tables) if drawing else []
+    stepped = runs.stepped(every)
+    trained = curves.figures(every, params, config, own) if stepped else []
     claims = config.get("claims") or []
     x = plots.axis(every, config, params)
     if x is None:
-        return own
-    shown = [*own, *plots.claim_figures(tables, claims, x, params)]
-    if not drawing:
+        return [*own, *trained]
+    judged = {**tables, "rows": runs.finals(every)} if stepped else tables
+    shown = [*own, *plots.claim_figures(judged, claims, x, params), *trained]
+    if not drawing and not stepped:
         claimed = {claim["metric"] for claim in claims}
         shown += plots.metric_figures(tables["rows"], x, params, claimed, config)
     return shown
@@ -470,7 +512,7 @@ def write_report(
             judged_sweeps.append((experiment, sweep))
             views.append(view)
         points = point_lines.of_experiment(root, experiment, report_dir)  # the shown ones: kept
-        states = point_lines.sweep_states(points)
+        states = as_status_says(root, experiment, point_lines.sweep_states(points))
         states["claims"] = [judge(s)["claims"] for s in states["sweep"]]
         states["again_of"] = [judge(s)["again_of"] or "" for s in states["sweep"]]
         states["shown"] = np.where(states["sweep"].isin(chosen), "yes", "")
@@ -517,7 +559,7 @@ def _page_part(experiment: str, points: pd.DataFrame, states: pd.DataFrame, view
     history = []
     if len(listed) > 1:
         try:
-            metrics = [m for m in _history_metrics(views, points) if m in points]
+            metrics = [m for m in _history_metrics(views, points, params) if m in points]
             history = [f for f in (plots.history(points, m, params) for m in metrics) if f]
         except Exception as error:  # the rest of the page stands
             print(f"warning: {experiment}'s history could not be drawn: {error!r}", file=sys.stderr)
@@ -537,13 +579,14 @@ def _header_line(state) -> str:
     return " · ".join([f"sweep `{state.sweep}`", str(state.statuses), *said])
 
 
-def _history_metrics(views: list[dict], points: pd.DataFrame) -> list[str]:
+def _history_metrics(views: list[dict], points: pd.DataFrame, params: list[str]) -> list[str]:
     """The metrics a history is drawn of: the shown claims' (those the points have: a claim on
-    a derived table may have none), then every timing (a column X_ms or X_s)."""
+    a derived table may have none), then every timing (a column X_ms or X_s); never one of the
+    sweeps' planned parameters (`params`: a step_sleep_s is no timing)."""
     named = [m for view in views for m in view["metrics"] if m in points]
     timings = [c for c in points if c.endswith(("_ms", "_s")) and not c.endswith("_iqr_ms")
                and c != "duration_s" and pd.api.types.is_numeric_dtype(points[c])]  # fmt: skip
-    return list(dict.fromkeys([*named, *timings]))
+    return [m for m in dict.fromkeys([*named, *timings]) if m not in params]
 
 
 def _origin(module: str | None) -> Path | None:

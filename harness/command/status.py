@@ -38,11 +38,7 @@ def status(sweep_id: str, out: str = "outputs", experiment: str | None = None) -
         print(f"warning: {mended}", file=sys.stderr)
     if compact_if_finished(results, experiment, sweep_id, manifest):
         print(f"sweep {sweep_id} has ended: its files are compacted into one")
-    rows = store.read_table(results, experiment, sweep_id, partitions=False)
-    points = point_states(manifest, store.as_planned(rows, manifest, results), results)
-    running = store.run_by(results, experiment, sweep_id)
-    if running:
-        _in_hand(points, store.runs_dir(results, experiment, sweep_id), running[1])
+    rows, points, running = sweep_points(results, manifest)
     print(f"sweep {sweep_id} ({experiment}): {manifest.get('command', '')}")
     print(pipe_table([{**point, "detail": shorten(point["detail"])} for point in points]))
     states = [point["state"] for point in points]
@@ -91,6 +87,19 @@ def _snapshot_gone(manifest: dict, settings: list[str]) -> str | None:
     except BadInput as error:
         return str(error)
     return None
+
+
+def sweep_points(results: Path, manifest: dict) -> tuple[pa.Table, list[dict], tuple | None]:
+    """A sweep's rows, each point's state as `status` says it (point_states; a point without
+    rows of a sweep a command runs now: running or pending there) and that command
+    (store.run_by: its process and since when), None where none runs it."""
+    experiment, sweep_id = manifest["experiment"], manifest["sweep"]
+    rows = store.read_table(results, experiment, sweep_id, partitions=False)
+    points = point_states(manifest, store.as_planned(rows, manifest, results), results)
+    running = store.run_by(results, experiment, sweep_id)
+    if running:
+        _in_hand(points, store.runs_dir(results, experiment, sweep_id), running[1])
+    return rows, points, running
 
 
 def _in_hand(points: list[dict], runs: Path, since: float) -> None:
