@@ -57,6 +57,37 @@ KEYS = (
     Key("sweep_id", user=False),
     Key("job", user=False),
 )
+
+
+@dataclass(frozen=True)
+class Keeping:
+    """What a point keeps of its checkpoints (the config's `checkpoint`): the latest `keep`, and
+    where `best` names a metric, the one at which it was best (`mode`: min or max)."""
+
+    keep: int = 1
+    best: str | None = None
+    mode: str = "min"
+
+
+def keeping(setting: dict | None) -> Keeping:
+    """The config's `checkpoint` block, checked; BadInput naming the key that is wrong."""
+    setting = dict(setting or {})
+    for key in setting:
+        if key not in ("keep", "best", "mode"):
+            raise BadInput(f"checkpoint.{key} is no setting of checkpoint: it takes keep, best "
+                           f"and mode{closest(key, ('keep', 'best', 'mode'))}")  # fmt: skip
+    keep, best, mode = setting.get("keep", 1), setting.get("best"), setting.get("mode", "min")
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise BadInput(f"checkpoint.keep must be a whole number of checkpoints, 1 or more, got "
+                       f"{keep!r}")  # fmt: skip
+    if best is not None and (not isinstance(best, str) or not best):
+        raise BadInput(f"checkpoint.best must be a metric's name (a column of the logged rows) "
+                       f"or null, got {best!r}")  # fmt: skip
+    if mode not in ("min", "max"):
+        raise BadInput(f"checkpoint.mode must be min or max, got {mode!r}")
+    return Keeping(keep, best, mode)
+
+
 USER_KEYS = tuple(key.name for key in KEYS if key.user)  # what --help lists
 HARNESS_KEYS = tuple(key.name for key in KEYS)
 SET_BY_HARNESS = ("out", "sweep_id", "job")  # given to every job by the harness

@@ -400,7 +400,7 @@ def test_a_full_disk_stops_the_sweep_with_one_line_and_resume_finishes_it(faulty
     assert result.returncode == 1, result.stdout + result.stderr
     assert "Traceback" not in result.stderr and "Logging error" not in result.stderr
     (said,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert "cannot write the sweep's rows (No space left on device" in said
+    assert "cannot write the sweep's outputs (No space left on device" in said
     assert "the sweep stopped" in said and "resume=" in said
     rows = store.read(out / "results", "faulty")
     assert 0 < len(rows) < 30 and set(rows["status"]) == {"ok"}, "no failed rows for the disk"
@@ -535,7 +535,7 @@ def test_a_malformed_manifest_is_damaged_for_every_command(harness, analysis, wh
 
 TABLE_SPECS = [
     ("table: {index: point, columns: tag, values: val}", "table: {index: point, value: val}",
-     "table takes index, columns, values, not value"),
+     "table takes index, columns, values, where, reduce, not value"),
     ("table: {index: point, columns: tag, values: val}", "plots: tag",
      "plots must be a list of metrics"),
     ("table: {index: point, columns: tag, values: val}", "table: [point]", "table must be"),

@@ -479,7 +479,7 @@ def test_a_store_that_fails_mid_sweep_stops_it_with_the_resume_command(probe, ga
     output, _ = sweeping.communicate(timeout=120)
     assert sweeping.returncode == 1, output
     last = output.strip().splitlines()[-1]
-    assert last.startswith("error: cannot write the sweep's rows") and "Traceback" not in output
+    assert last.startswith("error: cannot write the sweep's outputs") and "Traceback" not in output
     assert f"resume={sweep}" in last
     folder.unlink()
     (tmp_path / "kept").rename(folder)
@@ -504,7 +504,7 @@ def test_a_link_met_mid_sweep_stops_it_in_one_line_and_keeps_the_points_rows(pro
     output, _ = sweeping.communicate(timeout=120)
     assert sweeping.returncode == 1 and "Traceback" not in output, output
     last = output.strip().splitlines()[-1]
-    assert last.startswith("error: cannot write the sweep's rows") and "is a symlink" in last
+    assert last.startswith("error: cannot write the sweep's outputs") and "is a symlink" in last
     assert victim.read_text() == "a user's own words\n"
     assert store.read(probe.results)["status"].tolist() == ["ok"], "its rows kept"
     lock.unlink()

@@ -128,7 +128,7 @@ def test_a_run_resumed_from_its_checkpoint_continues_the_same_run(tmp_path, dyin
     with pytest.raises(KeyboardInterrupt):
         recall.run(**SHORT, tracker=killed)
     killed.close()
-    (kept,) = (tmp_path / "checkpoints").rglob("*.pt")
+    (kept,) = (tmp_path / "checkpoints").rglob("checkpoint.pt")
     state = torch.load(kept, weights_only=True)["state"]
     assert ("scaler" in state) == (dying is Dying)  # what the resume finds
     again = tracker(tmp_path)

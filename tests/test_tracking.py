@@ -118,7 +118,7 @@ def test_a_sigkilled_run_keeps_its_rows_and_resume_continues_from_its_checkpoint
     resumed = trainer.resume(sweep)
     assert not left.exists(), "the rerun's tracker removes its killed run's temporaries"
     assert resumed.returncode == 0, resumed.stderr
-    assert "resumed from the checkpoint at 8 rows" in resumed.stdout
+    assert "resumed from the checkpoint at step 8" in resumed.stdout
     rows = landed(trainer.results)
     train = rows[rows["step"] > 0]
     assert train["step"].tolist() == list(range(1, STEPS + 1)), "each step once"
@@ -501,7 +501,7 @@ def test_a_sigkill_with_the_default_settings_keeps_what_landed_and_resume_goes_o
 
     resumed = trainer.resume(sweep)
     assert resumed.returncode == 0, resumed.stderr
-    assert "resumed from the checkpoint at 8 rows" in resumed.stdout
+    assert "resumed from the checkpoint at step 8" in resumed.stdout
     rows = landed(trainer.results)
     assert rows["step"].tolist() == [*range(1, STEPS + 1), 0], "each step once"
     assert store.segments(path) == [] and set(rows["status"]) == {"ok"}

@@ -82,7 +82,7 @@ def run(argv: list[str]) -> int:
             raise
         except OSError as error:  # the store cannot be written: disk full, permissions
             print(
-                f"error: cannot write the sweep's rows ({os_error(error)}); the sweep stopped. "
+                f"error: cannot write the sweep's outputs ({os_error(error)}); the sweep stopped. "
                 f"Once it can be written, finish it with: {resume_command(sweep)}",
                 file=sys.stderr,
             )

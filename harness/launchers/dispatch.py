@@ -26,7 +26,7 @@ from harness.launchers.hydra_internals import hydra_context, is_basic_launcher
 from harness.launchers.hydra_plugin import HydraPluginLauncher
 from harness.launchers.in_process import InProcess, InProcessLauncher
 from harness.names import override
-from harness.running.job import Job, reused_answer
+from harness.running.job import Job, resumed_note, reused_answer
 
 
 def launch(cfg: DictConfig, sweep, launcher) -> bool:
@@ -281,6 +281,7 @@ class Progress:
             detail = shorten(summary.get("error") or "")
         elif summary.get("reused_from"):
             detail = f"reused from {summary['reused_from']} {detail}"
+        detail = f"{detail}{resumed_note(summary)}".strip()
         width = len(str(self.total))
         named = " ".join([*point.overrides, *([summary["trial"]] if summary.get("trial") else [])])
         line = f"[{self.done:>{width}}/{self.total}] job {point.job} {named}:"

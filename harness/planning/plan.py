@@ -28,6 +28,7 @@ from harness.names import (
     check_name,
     closest,
     experiment_file,
+    keeping,
     key_of,
     typo_of,
 )
@@ -119,6 +120,7 @@ def plan(
     chosen = _chosen(seeded_grid(cfg), sweeps, cfg, added)
     _check_size(chosen, values["max_points"])  # before the experiment (and torch) is imported
     _check_streaming(values)
+    keeping(values.get("checkpoint"))  # checkpoint.keep, .best, .mode: one line here
     _check_fail_fast(values.get("fail_fast", 0))
     if values.get("threads") is not None:
         _check_positive_int("threads", values["threads"])

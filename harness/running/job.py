@@ -21,8 +21,10 @@ from omegaconf import DictConfig
 from harness import files, measuring, provenance, reuse, store, tracking
 from harness.errors import StoreUnwritable
 from harness.lifetime import per_command
+from harness.names import keeping
 from harness.pinning import boot, codestore
 from harness.planning.experiment import Experiment, config_hash, config_values
+from harness.results import runs
 from harness.running import distributed
 from harness.running.sinks import PointInfo, Sinks
 from harness.searching import search
@@ -110,6 +112,8 @@ def run_point(values: dict, run_dir: str, command: str | None, planned: dict | N
                 sinks.send(rows)
         _keep_package_list(store.sweep_dir(root, experiment.name, sweep))
         told = summarize(rows, params, last=tracker is not None)
+        if tracker is not None and tracker.resumed:  # for its progress line, on every launcher
+            told["resumed"] = tracker.resumed
         if watch is not None:
             told |= _record(root, experiment.name, sweep, job, rows, watch, key, setting, params)
         return {**told, "trial": trial.label()} if trial else told
@@ -152,6 +156,7 @@ def _tracker(experiment, values, where, prepare, params, hashed, sinks, group, t
         sinks=sinks,
         group=group,
         observe=trial.observe if trial else None,
+        keeping=keeping(values.get("checkpoint")),
     )
 
 
@@ -214,6 +219,12 @@ def reused_answer(root: Path, experiment: Experiment, sweep: str, job: int, conf
 
 def _say(job: int, text: str) -> None:
     print(f"  job {job}: {text}", flush=True)
+
+
+def resumed_note(summary: dict) -> str:
+    """What a point's progress line adds where it continued from a checkpoint: " (resumed from
+    the checkpoint at step N)"; "" otherwise."""
+    return f" ({summary['resumed']})" if summary.get("resumed") else ""
 
 
 class _Columns:
@@ -411,10 +422,11 @@ def _exits_refused():
 
 
 def summarize(rows: list[dict], params: dict, last: bool = False) -> dict:
-    """The status of the point's rows (the worst one) and their first row's numbers (`last`:
-    the last row's, a training run's final ones)."""
+    """The status of the point's rows (the worst one) and their first row's numbers (`last`,
+    or rows with a step, a training run's, copied ones too: the last row's, its final ones)."""
     statuses = [row["status"] for row in rows]
     status = next((s for s in statuses if s != "ok"), "ok")
+    last = last or any(row.get(runs.STEP) is not None for row in rows)
     shown = rows[-1] if last else rows[0]
     error = next((row.get("error") for row in rows if row.get("error")), None)
     return {

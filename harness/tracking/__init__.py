@@ -17,12 +17,16 @@ any experiment does). Through it the experiment:
   file, which replaces its segments (store's reading rule: a job file, else its segments).
 - saves its state (`save`): the rows so far land first, then the state, their count and the
   number of segments that hold them go to the job's checkpoint folder, so a checkpoint never
-  counts a row that did not land, and its rows end on a segment's boundary.
+  counts a row that did not land, and its rows end on a segment's boundary. Each save is a
+  file of its step there; what the config's `checkpoint` keeps of them (the latest `keep`, the
+  one where the metric `best` was best) is tracking.checkpoints'.
 - restores it (`restore`) when the point runs again (resume, a SLURM requeue): the segments
   past the checkpoint's go, and the rows it logs from there land after the rest, so each step
   appears once; no landed row is written again (but where the point had ended, and its job
   file replaced its segments: the checkpoint's rows are then written once, as one segment).
   A point that restores nothing starts afresh: its first landing removes its earlier rows.
+  It says "resumed from the checkpoint at step N" (in its log, and as `resumed` for its
+  progress line: harness.running.job).
 - in a point of several processes (harness.running.distributed), learns its place (`rank`,
   `world_size`); each process lands its own rows (segments of its own, with its rank), and
   `save`, `restore`, `stopping` and `end` are collectives that every process calls alike: rank
@@ -46,13 +50,21 @@ import pyarrow as pa
 
 from harness import store
 from harness.errors import StoreUnwritable
+from harness.names import Keeping
 from harness.tracking import collectives
-from harness.tracking.checkpoints import CHECKPOINT, Checkpoints, checkpoint_dir
+from harness.tracking.checkpoints import (
+    BEST,
+    CHECKPOINT,
+    INDEX,
+    Checkpoints,
+    at,
+    checkpoint_dir,
+)
 from harness.tracking.feed import Feed
 from harness.tracking.landing import Landing
 from harness.tracking.requeue import Requeued, SlurmSignals
 
-__all__ = ["CHECKPOINT", "Requeued", "Tracker", "checkpoint_dir"]
+__all__ = ["BEST", "CHECKPOINT", "INDEX", "Requeued", "Tracker", "checkpoint_dir"]
 
 
 class Tracker:
@@ -74,6 +86,7 @@ class Tracker:
         sinks=None,
         group=None,
         observe: Callable[[dict], None] | None = None,
+        keeping: Keeping | None = None,
     ):
         """Rows go to the job's file `path` (its segments beside it), checkpoints to `folder`;
         `prepare` makes a row a stored one (the point's parameters, the harness's columns: the
@@ -83,14 +96,16 @@ class Tracker:
         (its step and metrics), on a progress line; `sinks` (harness.running.sinks.Sinks) get the
         rows as they land; `group` (harness.running.distributed.Group) is the point's processes, if
         several; `observe` sees each row as it is logged (a search's pruner: it may raise to
-        stop)."""
+        stop); `keeping` is what it keeps of its checkpoints (the config's `checkpoint`). A
+        checkpoint folder it cannot write is StoreUnwritable here, before the first step."""
         self.path, self.prepare, self.check = Path(path), prepare, check
         self.say, self.shown = say or (lambda text: None), shown
         self.group, self.observe = group, observe
         self.raised = False  # the experiment raised (in a group: which no longer meets)
         self.unwritable: StoreUnwritable | None = None  # what the store could not take
+        self.resumed: str | None = None  # "resumed from the checkpoint at step N", where it did
         self.feed, self.signals = Feed(sinks), SlurmSignals()
-        self.checkpoints = Checkpoints(folder, config_hash, self.say, self._unwritable)
+        self.checkpoints = Checkpoints(folder, config_hash, self.say, self._unwritable, keeping)
         self.landing = Landing(
             self.path, prepare, clock=clock, every_rows=every_rows, every_s=every_s,
             rank=group.rank if group else None, world_size=self.world_size,
@@ -123,6 +138,7 @@ class Tracker:
             self.check(row)
         store.check_values(row)  # a value Parquet cannot hold fails here, not later
         row = dict(row)
+        self.checkpoints.seen(row)
         self.landing.add(row)
         if self.observe is not None:
             self.observe(row)
@@ -135,7 +151,7 @@ class Tracker:
         count, numbered = self.landing.counted()
         saved = collectives.checkpoint(self.group, state, count, numbered)
         if not self.rank:
-            self.checkpoints.write(saved)
+            self.checkpoints.write(saved, count)
         if self.group:
             self.group.barrier()  # every rank goes on once the checkpoint is in place
         if self.stopping and self.signals.deferred:
@@ -154,8 +170,11 @@ class Tracker:
             return None
         if self.group and not self.rank:  # every rank took its rows
             self.path.unlink(missing_ok=True)
+        if not self.rank:
+            self.checkpoints.restored(saved)
         self.feed.resume(kept)  # the sinks continue after the checkpoint's last row
-        self.say(f"resumed from the checkpoint at {self.landing.landed} rows")
+        self.resumed = f"resumed from the checkpoint at {at(saved, self.landing.landed)}"
+        self.say(self.resumed)
         return saved["state"]
 
     # What the harness calls.
@@ -183,6 +202,8 @@ class Tracker:
             except OSError as error:
                 raise self._unwritable(error) from error
         self.feed.close(returned)
+        if not self.rank:
+            self.checkpoints.said_unseen()
         return told
 
     def close(self) -> None:
