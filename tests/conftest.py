@@ -162,6 +162,26 @@ def probe(harness):
 
 
 @pytest.fixture
+def trainer(harness, tmp_path):
+    """`python -m harness --config-dir tests/support/conf +experiment=trainer folder=GATE ARGS`
+    (probes.trainer): .start runs it as a process, .resume(SWEEP, ARGS) resumes a sweep of it
+    (with the sweep's own folder=: a resume may not set it again)."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    given = ["--config-dir", str(SUPPORT / "conf"), "+experiment=trainer", f"folder={gate}"]
+    path = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(SUPPORT)])}
+
+    def run(*args: str, **kwargs):
+        return harness(*given, *args, env=path, **kwargs)
+
+    run.start = lambda *args, **kwargs: harness.start(*given, *args, env=path, **kwargs)
+    run.resume = lambda sweep, *args: harness(*given[:-1], f"resume={sweep}", *args, env=path)
+    run.gate, run.results, run.out = gate, harness.results, harness.cwd / "outputs"
+    run.harness = harness
+    return run
+
+
+@pytest.fixture
 def gate(tmp_path):
     """An empty folder for the probe's points to arrive in (folder=) and to be released from."""
     folder = tmp_path / "gate"

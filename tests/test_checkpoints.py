@@ -8,29 +8,12 @@ import signal
 
 import pytest
 import torch
-from probes import PROBE_PATH, SUPPORT, held, wait_for
+from probes import held, wait_for
 
 from harness import store, tracking
 from harness.errors import BadInput, StoreUnwritable
-from harness.names import keeping
+from harness.names import Keeping, keeping
 from harness.running import job
-
-
-@pytest.fixture
-def trainer(harness, tmp_path):
-    """`python -m harness --config-dir tests/support/conf +experiment=trainer folder=GATE ARGS`."""
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    given = ["--config-dir", str(SUPPORT / "conf"), "+experiment=trainer", f"folder={gate}"]
-    path = {"PYTHONPATH": PROBE_PATH}
-
-    def run(*args: str, **kwargs):
-        return harness(*given, *args, env=path, **kwargs)
-
-    run.start = lambda *args: harness.start(*given, *args, env=path)
-    run.resume = lambda sweep, *args: harness(*given[:-1], f"resume={sweep}", *args, env=path)
-    run.gate, run.results, run.out = gate, harness.results, harness.cwd / "outputs"
-    return run
 
 
 def tracker_for(tmp_path, heard=None, **keeping) -> tracking.Tracker:
@@ -39,7 +22,7 @@ def tracker_for(tmp_path, heard=None, **keeping) -> tracking.Tracker:
 
     return tracking.Tracker(
         tmp_path / "job-000000.parquet", tmp_path / "checkpoint", prepare, config_hash="a",
-        say=heard.append if heard is not None else None, keeping=tracking.Keeping(**keeping),
+        say=heard.append if heard is not None else None, keeping=Keeping(**keeping),
     )  # fmt: skip
 
 

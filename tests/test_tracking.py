@@ -14,35 +14,13 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 import torch
-from probes import PROBE_PATH, SUPPORT, held, wait_for
+from probes import held, wait_for
 
 from harness import files, store, tracking
 from harness.errors import StoreUnwritable
 from harness.running import job
 
 STEPS = 20
-
-
-@pytest.fixture
-def trainer(harness, tmp_path):
-    """`python -m harness --config-dir tests/support/conf +experiment=trainer folder=GATE ARGS`."""
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    given = ["--config-dir", str(SUPPORT / "conf"), "+experiment=trainer", f"folder={gate}"]
-    path = {"PYTHONPATH": PROBE_PATH}
-
-    def run(*args: str, **kwargs):
-        return harness(*given, *args, env=path, **kwargs)
-
-    def start(*args: str, **kwargs):
-        return harness.start(*given, *args, env=path, **kwargs)
-
-    def resume(sweep: str):  # the sweep's own folder=...: a resume may not set it again
-        return harness(*given[:-1], f"resume={sweep}", env=path)
-
-    run.start, run.resume, run.gate, run.results = start, resume, gate, harness.results
-    run.harness = harness
-    return run
 
 
 def landed(results) -> pd.DataFrame:
