@@ -14,8 +14,11 @@ import argparse
 import sys
 from pathlib import Path
 
+import yaml
+
 from harness import files, store
 from harness.errors import BadInput, os_error, reader_gone
+from harness.names import available_experiments, experiment_file
 from harness.results.claims import FAILING, outcome
 from harness.store import common_schema
 from octlm_analysis.compare import RULE
@@ -182,9 +185,36 @@ def _main(argv: list[str] | None) -> int:
         if claims_changed(manifest, experiment, config_dirs):
             note = claims_note(args.current_claims).replace("**", "")
             print(f"sweep {sweep} ({experiment}): {note}")
+        smaller = _smaller_than_its_grid(manifest, experiment, config_dirs)
+        if smaller:
+            print(f"sweep {sweep} ({experiment}): {smaller}", file=sys.stderr if args.check else
+                  sys.stdout)  # fmt: skip
     print(f"report: {path} and {path.with_name('index.html')}")
     failing = claims[claims["result"].isin(FAILING)]
     return 1 if args.check and not failing.empty else 0
+
+
+def _smaller_than_its_grid(manifest: dict | None, experiment: str, config_dirs) -> str:
+    """A line where the sweep planned fewer points (a search's: cells) than its experiment's
+    own grid (its YAML's hydra.sweeper.params, as it is today): a grid narrowed on the command
+    line stands in for the experiment's; "" otherwise, or where either cannot be read."""
+    from harness.planning.plan import grid_size  # Hydra's parser: only where there is a plan
+
+    if not manifest or experiment not in available_experiments(config_dirs):
+        return ""
+    try:
+        own = yaml.safe_load(experiment_file(experiment, config_dirs).read_text()) or {}
+        size = grid_size(((own.get("hydra") or {}).get("sweeper") or {}).get("params") or {})
+    except (OSError, yaml.YAMLError, BadInput, AttributeError):
+        return ""
+    points = manifest.get("points") or []
+    cells = {point.get("cell") for point in points} - {None}
+    planned = len(cells) if cells else len(points)
+    if planned >= size:
+        return ""
+    command = manifest.get("command") or "a narrower grid"
+    return (f"{planned} of the {size} points of {experiment}'s own grid ({command}); "
+            f"--sweep ID judges another")  # fmt: skip
 
 
 def _page_dir(args: argparse.Namespace) -> Path | None:
@@ -228,7 +258,13 @@ def _last(results: Path, sweeps: list[str]) -> list[str]:
 
 
 def _compare(results: Path, args: argparse.Namespace) -> int:
-    from octlm_analysis.compare import CompareError, compare, in_common, nothing_in_common
+    from octlm_analysis.compare import (
+        CompareError,
+        compare,
+        curve_figures,
+        in_common,
+        nothing_in_common,
+    )
     from octlm_analysis.comparison import document
     from octlm_analysis.sides import DamagedSide, load
 
@@ -265,6 +301,10 @@ def _compare(results: Path, args: argparse.Namespace) -> int:
     text, verdict = document(comparison, factor, args.looks)
     files.no_links_below(args.report)
     path = args.report / _comparison_name(args.sweep_a, args.sweep_b)
+    figures = curve_figures(comparison) if comparison.finals else []
+    if figures:
+        page = _write_curves(path.with_suffix(".html"), path.stem, figures)
+        text += f"\nCurves of both sides' runs, A solid and B dashed: {page.name}\n"
     files.write_text(path, text)
     print(text, end="")
     print(f"comparison: {path}")
@@ -272,6 +312,26 @@ def _compare(results: Path, args: argparse.Namespace) -> int:
         print(f"error: {nothing_in_common(comparison)}", file=sys.stderr)
         return 1
     return verdict
+
+
+def _write_curves(path: Path, title: str, figures: list[dict]) -> Path:
+    """A comparison's curves as a page of its own (plotly.min.js beside it, as beside the
+    report's page)."""
+    import html
+
+    import plotly.io
+    from plotly.offline import get_plotlyjs
+
+    from octlm_analysis.page import PLOTLY
+
+    if not (path.parent / PLOTLY).exists():
+        files.write_text(path.parent / PLOTLY, get_plotlyjs())
+    plots = "".join(plotly.io.to_html(figure, full_html=False, include_plotlyjs=False)
+                    for figure in figures)  # fmt: skip
+    files.write_text(path, f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>'
+                           f'{html.escape(title)}</title><script src="{PLOTLY}"></script>'
+                           f"</head><body>{plots}</body></html>\n")  # fmt: skip
+    return path
 
 
 def _comparison_name(a: str, b: str) -> str:

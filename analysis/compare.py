@@ -19,15 +19,21 @@ rule that holds for all of a gate's timings together. Only measurements count:
   start and the same value) counts once, as the one measurement it is;
 - a CUDA timing is judged only where both sides' SM clocks agree within CLOCKS.
 A timing left with fewer than two processes a side is not judged, and says why.
+
+Sweeps of training runs (rows with a step: harness.results.runs) are compared by their runs'
+final values: a line a point, each metric's last value in each phase (train, eval), as a
+trainer reads a run; their timings are final values too, judged by no gate.
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
 from harness import store
+from harness.results import runs
+from octlm_analysis import plots
 from octlm_analysis.plots import housekeeping
 from octlm_analysis.sides import PROCESS, CompareError, Side, side_claims
 from octlm_analysis.verdicts import ALPHA, estimate, holm, verdict
@@ -45,6 +51,11 @@ RULE = (
     "judged only where the SM clocks agree; a timing left with fewer than two processes a "
     "side is not judged."
 )
+RUNS_RULE = (
+    "Training runs are compared by their final values: each metric's last value in each phase "
+    "of a point's run (train, eval), B/A point by point, and over the points both sweeps have "
+    "the median, lowest and highest B/A."
+)
 ONE_PROCESS = (
     "Each side is one sweep, and so its timings' repeats come from one process, which do not "
     "show how much a timing moves between processes: give each side as several sweeps of one "
@@ -58,6 +69,9 @@ NOT_METRICS = {"experiment", "sweep", "repeats", LOAD, PROCESS, *store.HARNESS_C
 # A timing X's processes, on the line of its point (octlm_analysis.compare._processes):
 VALUES, IDS = " values", " ids"  # the values that count, and each one's measurement
 BUSY_SET, COPIES, CLOCKS_SEEN = " busy", " copies", " clocks"  # set aside; the SM clocks
+# plotly.js's own colors, a point's A and B sharing one
+COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+          "#7f7f7f", "#bcbd22", "#17becf"]  # fmt: skip
 UNDECIDED = ("ambiguous", "one process", "busy machine", "copies", "clocks differ")
 
 
@@ -70,6 +84,8 @@ class Comparison:
     matched: pd.DataFrame  # one line per measurement of either sweep: keys, "side", "X A", "X B"
     timings: list[str]
     others: list[str]
+    # of training runs: metric -> {phase (None: rows without one): its column in matched}
+    finals: dict[str, dict] = field(default_factory=dict)
 
 
 def compare(a: Side, b: Side) -> Comparison:
@@ -82,10 +98,57 @@ def compare(a: Side, b: Side) -> Comparison:
     params_a, params_b = parameters(a.manifest), parameters(b.manifest)
     keys, settings = split_parameters(params_a, params_b)
     names = set(params_a) | set(params_b)
+    if runs.stepped(a.rows) or runs.stepped(b.rows):
+        return _compare_runs(a, b, keys, settings, names)
     timings, others = metrics([a.rows, b.rows], names)
     sides = [_processes(measurements(s, keys, names), timings) for s in (a, b)]
     matched = match(*sides, keys)
     return Comparison(a, b, keys, settings, matched, timings, others)
+
+
+def _compare_runs(a: Side, b: Side, keys: list[str], settings: pd.DataFrame,
+                  names: set[str]) -> Comparison:  # fmt: skip
+    """Two sweeps of training runs matched point by point, by their final values."""
+    measured = [m for kind in metrics([a.rows, b.rows], names | {runs.STEP}) for m in kind]
+    finals: dict[str, dict] = {m: {} for m in measured}
+    sides = []
+    for side in (a, b):
+        lines, columns = final_values(side.rows, measured)
+        for metric, phases in columns.items():
+            finals[metric].update(phases)
+        sides.append(_processes(measurements(replace(side, rows=lines), keys, names), []))
+    finals = {metric: phases for metric, phases in finals.items() if phases}
+    others = [column for phases in finals.values() for column in phases.values()]
+    return Comparison(a, b, keys, settings, match(*sides, keys), [], others, finals)
+
+
+def final_values(rows: pd.DataFrame, metrics: list[str]) -> tuple[pd.DataFrame, dict]:
+    """A line a point (and PROCESS, a side's sweep): its status and error (its last row's, or
+    its last row's that is not ok), and each metric's final value in each phase (runs.finals)
+    as a column "METRIC PHASE" (METRIC, of rows without a phase); and metric -> {phase (None:
+    none): its column}."""
+    if rows.empty:
+        return rows, {}
+    needed = [*runs.POINT, PROCESS, "status", "error", runs.PHASE, runs.STEP, *metrics]
+    rows = rows[[c for c in dict.fromkeys(needed) if c in rows]]  # a run's many rows: only these
+    by = [c for c in ("job", PROCESS) if c in rows]
+    order = runs.ordered(rows)
+    ok = order["status"].eq("ok") if "status" in order else pd.Series(True, index=order.index)
+    lines = pd.concat([order[ok], order[~ok]]).groupby(by, sort=False).tail(1)
+    gone = [*metrics, runs.STEP, runs.PHASE]
+    lines = lines.drop(columns=[c for c in gone if c in lines]).set_index(by)
+    columns, finals = {}, {}
+    for metric in metrics:
+        last = runs.finals(rows, metric)
+        last = last[last[metric].notna()] if metric in last else last.iloc[:0]
+        phases = last[runs.PHASE] if runs.PHASE in last else pd.Series(None, index=last.index)
+        for phase in [*phases.dropna().unique(), *[None] * bool(phases.isna().any())]:
+            held = last[phases.isna()] if phase is None else last[phases == phase]
+            column = metric if phase is None else f"{metric} {phase}"
+            columns[column] = held.groupby(by)[metric].last().reindex(lines.index)
+            finals.setdefault(metric, {})[phase] = column
+    lines = pd.concat([lines, pd.DataFrame(columns, index=lines.index)], axis=1)
+    return lines.reset_index(), finals
 
 
 def parameters(manifest: dict) -> pd.DataFrame:
@@ -226,6 +289,82 @@ def metric_table(matched: pd.DataFrame, metric: str, keys: list[str]) -> pd.Data
         table["B/A"] = table["B"] / table["A"]
     table.index = _index(both, keys)
     return table[table[["A", "B"]].notna().any(axis=1)]
+
+
+def final_table(c: "Comparison", metric: str) -> pd.DataFrame:
+    """A training metric's final values at each point both sweeps have: A, B and B/A a phase
+    ("train A", "train B", "train B/A", "eval A", ...)."""
+    tables = [metric_table(c.matched, column, c.keys).add_prefix("" if phase is None else
+                                                                 f"{phase} ")
+              for phase, column in c.finals[metric].items()]  # fmt: skip
+    return pd.concat(tables, axis=1)
+
+
+def finals_summary(c: "Comparison") -> pd.DataFrame:
+    """Each training metric's final values in each phase over the points both sweeps have: how
+    many points have both, each side's median, and B/A's median, lowest and highest."""
+    lines = []
+    for metric, phases in c.finals.items():
+        for phase, column in phases.items():
+            table = metric_table(c.matched, column, c.keys)
+            ratio = table["B/A"][np.isfinite(table["B/A"])]
+            both = int(table[["A", "B"]].notna().all(axis=1).sum())
+            lines.append({"metric": metric, "phase": phase or "", "points": both,
+                          "A median": table["A"].median(), "B median": table["B"].median(),
+                          "B/A median": ratio.median(), "B/A lowest": ratio.min(),
+                          "B/A highest": ratio.max()})  # fmt: skip
+    return pd.DataFrame(lines).set_index(["metric", "phase"])
+
+
+def curve_figures(c: "Comparison") -> list[dict]:
+    """Each training metric over step, both sides' runs overlaid (octlm_analysis.plots.curves):
+    a line a point, A solid and B dashed in one color a point, the rows of a phase other than
+    the run's own (its most rows: train) marked, B's open. A side of several sweeps: its
+    first's runs."""
+    figures = []
+    for metric in c.finals:
+        points = {}
+        traces = [t for side, name in ((c.a, "A"), (c.b, "B"))
+                  for t in _side_curves(side, name, metric, c.keys, points)]  # fmt: skip
+        if not traces:
+            continue
+        values = pd.concat([_numbers(side.rows, metric) for side in (c.a, c.b)]).dropna()
+        extremes = [values.min(), values.max()] if len(values) else []  # all the axis needs
+        marked = any(trace["mode"] == "markers" for trace in traces)
+        name = f"{metric} per step: A solid, B dashed" + (" (diamonds: other phases)"
+                                                             if marked else "")  # fmt: skip
+        figures.append(plots.figure(traces, name, "step", plots.title(metric), (), extremes))
+    return figures
+
+
+def _side_curves(side: Side, name: str, metric: str, keys: list[str], points: dict) -> list:
+    """A side's traces of a metric over step (plots.curves'), each colored by its point
+    (`points`: label -> color, shared by both sides)."""
+    rows = (side.parts or [side])[0].rows
+    if metric not in rows or runs.STEP not in rows:
+        return []
+    rows = rows[[c for c in ("job", runs.STEP, runs.PHASE, metric) if c in rows]]
+    rows = rows[rows[metric].notna() & rows[runs.STEP].notna()]
+    phases = rows[runs.PHASE].fillna("") if runs.PHASE in rows else pd.Series("", rows.index)
+    own = phases == (phases.value_counts().index[0] if len(phases) else "")
+    grid = parameters(side.manifest).reset_index()
+    labels = {point["job"]: plots.label(point, keys) for _, point in grid.iterrows()}
+    held_out = rows.loc[~own, ["job", runs.STEP, metric]] if (~own).any() else None
+    figure = plots.curves(rows[own].sort_values(["job", runs.STEP], kind="stable"),
+                          {job: f"{name} {label}" for job, label in labels.items()}, metric,
+                          held_out)  # fmt: skip
+    if figure is None:
+        return []
+    for trace in figure["data"]:
+        point = trace["legendgroup"].removeprefix(f"{name} ")
+        color = points.setdefault(point, COLORS[len(points) % len(COLORS)])
+        trace["legendgroup"] = point
+        if trace["mode"] == "lines":
+            trace["line"] = {"color": color, "dash": "solid" if name == "A" else "dash"}
+        else:
+            trace["marker"] |= {"color": color, "symbol": "diamond" if name == "A"
+                                else "diamond-open"}  # fmt: skip
+    return figure["data"]
 
 
 def timing_tables(c: "Comparison", factor: float, looks: int = 1) -> dict[str, pd.DataFrame]:

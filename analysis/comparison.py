@@ -15,9 +15,12 @@ from octlm_analysis.compare import (
     CLOCKS,
     ONE_PROCESS,
     RULE,
+    RUNS_RULE,
     UNDECIDED,
     Comparison,
     claim_changes,
+    final_table,
+    finals_summary,
     load_line,
     lost_answers,
     lost_timings,
@@ -61,7 +64,7 @@ def document(c: Comparison, factor: float | None, looks: int = 1) -> tuple[str, 
         *_header(c, tables),
         _summary(c, tables, claims),
         *_timing_sections(tables, factor or TOLERANCE),
-        *_other_sections(c, other_tables),
+        *(_final_sections(c) if c.finals else _other_sections(c, other_tables)),
         *_listed(c, claims),
     ]
     if factor is None:
@@ -128,7 +131,7 @@ def _header(c: Comparison, tables: dict[str, pd.DataFrame]) -> list[str]:
                   f"{sweep_header(one.rows, one.manifest, one.id)}"
                   for n, one in enumerate(side.parts or [side])]  # fmt: skip
     parts.append(_code_line(c))
-    parts.append(f"Points match on: {', '.join(c.keys)}. {RULE}")
+    parts.append(f"Points match on: {', '.join(c.keys)}. {RUNS_RULE if c.finals else RULE}")
     if c.timings and (c.a.parts is None or c.b.parts is None):
         parts.append(ONE_PROCESS)
     counted = _processes_line(c, tables)
@@ -207,6 +210,28 @@ def _other_sections(c: Comparison, tables: dict[str, pd.DataFrame]) -> list[str]
         if metric not in same:
             parts += [f"## {metric}", _by_point(table)]
     return parts
+
+
+def _final_sections(c: Comparison) -> list[str]:
+    """Training runs' final values: B/A over the points, then each metric whose final values
+    changed at some point, point by point and phase by phase (the rest: one line)."""
+    summary = finals_summary(c)
+    parts = ["## Final values, over the points both sweeps have", markdown(summary)]
+    tables = {metric: final_table(c, metric) for metric in c.finals}
+    same = [metric for metric, table in tables.items()
+            if len(table) and all(np.array_equal(table[f"{p}A"], table[f"{p}B"], equal_nan=True)
+                                  for p in _phase_prefixes(c, metric))]  # fmt: skip
+    if same:
+        parts.append(f"The same at every point: {', '.join(same)}.")
+    for metric, table in tables.items():
+        if metric not in same:
+            parts += [f"## {metric}: final values", _by_point(table)]
+    return parts
+
+
+def _phase_prefixes(c: Comparison, metric: str) -> list[str]:
+    """The prefixes of a metric's columns in its final_table, a phase each ("train ", ...)."""
+    return ["" if phase is None else f"{phase} " for phase in c.finals[metric]]
 
 
 def _lost_section(lost: pd.DataFrame) -> list[str]:
