@@ -14,11 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
-import yaml
-
 from harness import files, store
 from harness.errors import BadInput, os_error, reader_gone
-from harness.names import available_experiments, experiment_file
 from harness.results.claims import FAILING, outcome
 from harness.store import common_schema
 from octlm_analysis.compare import RULE
@@ -185,7 +182,7 @@ def _main(argv: list[str] | None) -> int:
         if claims_changed(manifest, experiment, config_dirs):
             note = claims_note(args.current_claims).replace("**", "")
             print(f"sweep {sweep} ({experiment}): {note}")
-        smaller = _smaller_than_its_grid(manifest, experiment, config_dirs)
+        smaller = _smaller_than_its_grid(manifest, experiment)
         if smaller:
             print(f"sweep {sweep} ({experiment}): {smaller}", file=sys.stderr if args.check else
                   sys.stdout)  # fmt: skip
@@ -194,23 +191,15 @@ def _main(argv: list[str] | None) -> int:
     return 1 if args.check and not failing.empty else 0
 
 
-def _smaller_than_its_grid(manifest: dict | None, experiment: str, config_dirs) -> str:
+def _smaller_than_its_grid(manifest: dict | None, experiment: str) -> str:
     """A line where the sweep planned fewer points (a search's: cells) than its experiment's
-    own grid (its YAML's hydra.sweeper.params, as it is today): a grid narrowed on the command
-    line stands in for the experiment's; "" otherwise, or where either cannot be read."""
-    from harness.planning.plan import grid_size  # Hydra's parser: only where there is a plan
-
-    if not manifest or experiment not in available_experiments(config_dirs):
-        return ""
-    try:
-        own = yaml.safe_load(experiment_file(experiment, config_dirs).read_text()) or {}
-        size = grid_size(((own.get("hydra") or {}).get("sweeper") or {}).get("params") or {})
-    except (OSError, yaml.YAMLError, BadInput, AttributeError):
-        return ""
-    points = manifest.get("points") or []
-    cells = {point.get("cell") for point in points} - {None}
+    own grid had when it was planned (its YAML's hydra.sweeper.params): a grid narrowed on the
+    command line stands in for the experiment's; "" otherwise."""
+    size = (manifest or {}).get("own_grid_points")
+    points = (manifest or {}).get("points") or []
+    cells = {point.get("cell") for point in points if isinstance(point, dict)} - {None}
     planned = len(cells) if cells else len(points)
-    if planned >= size:
+    if not isinstance(size, int) or planned >= size:
         return ""
     command = manifest.get("command") or "a narrower grid"
     return (f"{planned} of the {size} points of {experiment}'s own grid ({command}); "

@@ -290,8 +290,9 @@ def fingerprint(folder: Path) -> list:
 
 def sweep_states(points: pd.DataFrame) -> pd.DataFrame:
     """A line per sweep: its start (when it was planned; where its manifest cannot say, its
-    earliest row's), state (complete, running, failed, incomplete), points, landed (with rows),
-    the counts of its statuses, and its commit, torch and device. `points`: of_experiment()."""
+    earliest row's), state (complete, running, killed, failed, incomplete), points, landed
+    (with rows), the counts of its statuses, and its commit, torch and device. `points`:
+    of_experiment()."""
     if points.empty:
         return pd.DataFrame(columns=["sweep", "started", "state", "points", "landed", "statuses"])
     by = points.groupby("sweep", sort=True)
@@ -302,10 +303,11 @@ def sweep_states(points: pd.DataFrame) -> pd.DataFrame:
     flags = pd.DataFrame({
         "done": status.isin(store.DONE), "running": status == store.RUNNING,
         "failed": ~status.isin(store.DONE) & ~status.isin(["not run", store.RUNNING]),
-        "landed": status != "not run", "sweep": points["sweep"]}).groupby("sweep")  # fmt: skip
+        "killed": status == "killed", "landed": status != "not run",
+        "sweep": points["sweep"]}).groupby("sweep")  # fmt: skip
     every, anyone = flags.all(), flags.any()
-    state = np.select([every["done"], anyone["running"], anyone["failed"]],
-                      ["complete", "running", "failed"], "incomplete")  # fmt: skip
+    state = np.select([every["done"], anyone["running"], anyone["killed"], anyone["failed"]],
+                      ["complete", "running", "killed", "failed"], "incomplete")  # fmt: skip
     first = by[["git_commit", "torch_version", "device_name"]].first()
     commit = first["git_commit"]
     started = by[PLANNED].min().fillna(by["started_at"].min())

@@ -22,7 +22,6 @@ import json
 import os
 import re
 import sys
-from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,7 +31,6 @@ import yaml
 from plotly.io.json import to_json_plotly
 
 from harness import files, store
-from harness.command.status import HELD, sweep_points
 from harness.names import available_experiments, experiment_file
 from harness.results import runs
 from harness.results.claims import (
@@ -239,31 +237,19 @@ def _untrusted_code(manifest: dict | None, config: dict) -> list[str]:
     ]
 
 
-def as_status_says(root: Path, experiment: str, states: pd.DataFrame) -> pd.DataFrame:
-    """The sweep list (point_lines.sweep_states) with the state and statuses of each sweep not
-    complete as `python -m harness status` gives them (harness.command.status.sweep_points):
-    running while a launcher or a command holds a point, killed where a point's process is
-    gone, failed, or incomplete (not run)."""
-    for index, state in states["state"].items():
-        manifest = store.read_manifest(root, experiment, states.at[index, "sweep"])
-        if state != "complete" and manifest is not None:
-            states.loc[index, ["state", "statuses"]] = sweep_state(root, manifest)
-    return states
-
-
-def sweep_state(root: Path, manifest: dict) -> tuple[str, str]:
-    """A sweep's state and its points' states counted ("2 ok, 2 killed"), as status says each
-    point's: complete (every one done), running (one pending or running), killed, failed (one
-    ended so) or incomplete (not run)."""
-    counts = Counter(point["state"] for point in sweep_points(root, manifest)[1])
-    listed = ", ".join(f"{n} {name}" for name, n in counts.most_common())
-    if set(counts) <= set(store.DONE):
-        return "complete", listed
-    if set(counts) & set(HELD):
-        return "running", listed
-    if "killed" in counts:
-        return "killed", listed
-    return ("failed" if set(counts) - {*store.DONE, "not run", "unknown"} else "incomplete"), listed
+def killed(root: Path, experiment: str, points: pd.DataFrame) -> pd.DataFrame:
+    """The points (point_lines.of_experiment's) with each whose rows say running but whose
+    process let its running mark go as killed, as `python -m harness status` says it (a
+    sweep a command runs now here is left as it is: its points run there)."""
+    running = points[points["status"] == store.RUNNING] if "status" in points else points[:0]
+    for sweep, jobs in running.groupby("sweep")["job"]:
+        if store.run_by(root, experiment, sweep):
+            continue
+        for index, job in jobs.items():
+            path = store.job_file(root, experiment, sweep, int(job))
+            if store.still_running(path) is False:
+                points.loc[index, "status"] = "killed"
+    return points
 
 
 def sweep_list(experiment: str, states: pd.DataFrame) -> str:
@@ -512,7 +498,8 @@ def write_report(
             judged_sweeps.append((experiment, sweep))
             views.append(view)
         points = point_lines.of_experiment(root, experiment, report_dir)  # the shown ones: kept
-        states = as_status_says(root, experiment, point_lines.sweep_states(points))
+        points = killed(root, experiment, points)
+        states = point_lines.sweep_states(points)
         states["claims"] = [judge(s)["claims"] for s in states["sweep"]]
         states["again_of"] = [judge(s)["again_of"] or "" for s in states["sweep"]]
         states["shown"] = np.where(states["sweep"].isin(chosen), "yes", "")

@@ -7,6 +7,7 @@ import math
 import pandas as pd
 import pytest
 from commands import SUPPORT
+from sweeps import write_jobs, write_plan
 
 from harness import store
 from harness.results import runs
@@ -127,3 +128,25 @@ def test_a_tagged_sweep_is_found_by_its_name_and_a_narrow_one_is_said_to_stand_i
     bad = harness(*STUDENT, "tag=a b", env=PATH)
     assert bad.returncode == 2 and "tag 'a b' is not a plain name" in bad.stderr
     assert not math.isnan(store.read(harness.results)["loss"].max())
+
+
+def test_the_sweep_list_says_killed_where_status_does(tmp_path, analysis):
+    """A sweep whose rows say running: killed where the point's process let its running mark
+    go (as status says), running while a process holds it."""
+    results = tmp_path / "outputs" / "results"
+    config = {"name": "student", "run": "students.student"}
+    for sweep, held in (("20261206-090000-aaaa", False), ("20261206-100000-bbbb", True)):
+        write_plan(results, "student", sweep, [{"lr": 0.1}, {"lr": 0.3}], config)
+        rows = [{"job": 0, "status": "ok", "step": 1, "loss": 0.5},
+                {"job": 1, "status": "running", "step": 1, "loss": 0.4}]  # fmt: skip
+        write_jobs(results, "student", sweep, rows)
+        path = store.job_file(results, "student", sweep, 1)
+        marker = store.hold_running(path)
+        if not held:
+            store.release_running(marker)
+            marker[0].touch()  # what a killed process leaves: its mark, held by no one
+    assert analysis("--all").returncode == 0
+    report = (tmp_path / "outputs" / "report" / "REPORT.md").read_text()
+    listed = {line.split("|")[1].strip(): line.split("|")[3].strip()
+              for line in report.splitlines() if line.startswith("| 20261206")}  # fmt: skip
+    assert listed == {"20261206-090000-aaaa": "killed", "20261206-100000-bbbb": "running"}

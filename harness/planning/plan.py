@@ -73,6 +73,7 @@ class Sweep:
     keyed: dict | None = None  # its config's keys in its points' config_hash beside their params
     again_of: str | None = None  # the sweep it runs again (python -m harness again), if it does
     tag: str | None = None  # the name the user gave it (tag=NAME), if any
+    own_grid: int | None = None  # the points of its experiment's own grid (its YAML's)
     reuse: dict | None = None  # what it copies, and its inputs (harness.reuse.setting)
 
 
@@ -270,8 +271,12 @@ def sweep_of(cfg: DictConfig, experiment: Experiment, points: list[Point]) -> Sw
     if again_of is not None:
         check_name("again_of", str(again_of))
     tag = None if cfg.get("tag") is None else check_name("tag", str(cfg.tag))
+    grid = seeded_grid(cfg)
+    own = math.prod(_axis_size(o) for o in OverridesParser.create().parse_overrides(
+        [f"{key}={value}" for key, value in grid.items()]))  # fmt: skip
     return Sweep(cfg.sweep_id, experiment, results, task, points, list(cfg.hydra.overrides.hydra),
-                 again_of=None if again_of is None else str(again_of), tag=tag)  # fmt: skip
+                 again_of=None if again_of is None else str(again_of), tag=tag,
+                 own_grid=own)  # fmt: skip
 
 
 def _check_parameter_names(experiment: Experiment) -> None:
@@ -432,13 +437,6 @@ def _resolved(cfg: DictConfig, point_values: dict) -> dict:
     return {key: functools.reduce(dict.get, key.split("."), values) for key in point_values}
 
 
-def grid_size(grid: dict) -> int:
-    """How many points a grid (hydra.sweeper.params: key -> "a,b,c", "range(1, 9)") has,
-    none expanded; BadInput where a value cannot be read."""
-    overrides = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in grid.items()])
-    return math.prod(_axis_size(override) for override in overrides)
-
-
 def _axis_size(override: Override) -> int:
     """How many values an axis has, without listing them."""
     value = override.value()
@@ -460,6 +458,7 @@ def record_plan(sweep: Sweep) -> None:
         "keyed_config": sweep.keyed,
         "again_of": sweep.again_of,
         "tag": sweep.tag,
+        "own_grid_points": sweep.own_grid,
         "reuse": sweep.reuse,
         "config_dirs": [str(folder) for folder in sweep.config_dirs],
         "overrides": sweep.overrides,
