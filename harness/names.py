@@ -71,6 +71,9 @@ class Keeping:
 
 def keeping(setting: dict | None) -> Keeping:
     """The config's `checkpoint` block, checked; BadInput naming the key that is wrong."""
+    if setting is not None and not hasattr(setting, "keys"):
+        raise BadInput(f"checkpoint must be a mapping of keep, best and mode (checkpoint.keep=3),"
+                       f" not {setting!r:.40}")  # fmt: skip
     setting = dict(setting or {})
     for key in setting:
         if key not in ("keep", "best", "mode"):

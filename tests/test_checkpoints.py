@@ -6,6 +6,7 @@ import json
 import os
 import signal
 
+import numpy as np
 import pytest
 import torch
 from probes import held, wait_for
@@ -247,3 +248,20 @@ def test_the_resumed_note_is_what_a_progress_line_adds():
     assert job.resumed_note({"status": "ok"}) == ""
     said = {"resumed": "resumed from the checkpoint at step 8"}
     assert job.resumed_note(said) == " (resumed from the checkpoint at step 8)"
+
+
+def test_a_step_logged_as_a_numpy_integer_names_its_checkpoint(tmp_path):
+    tracker = tracker_for(tmp_path, best="loss")
+    tracker.log({"step": np.int64(5), "loss": np.float32(0.5)})
+    tracker.save({"step": 5})
+    tracker.close()
+    folder = tmp_path / "checkpoint"
+    assert numbered(folder) == ["step-5.pt"]
+    assert json.loads((folder / tracking.INDEX).read_text())["best"]["step"] == 5
+    assert tracker_for(tmp_path).restore() == {"step": 5}
+
+
+def test_a_checkpoint_setting_that_is_no_mapping_is_one_line(trainer):
+    result = trainer("steps=6", "checkpoint=5")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "checkpoint must be a mapping of keep, best and mode" in result.stderr

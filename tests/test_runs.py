@@ -150,3 +150,37 @@ def test_the_sweep_list_says_killed_where_status_does(tmp_path, analysis):
     listed = {line.split("|")[1].strip(): line.split("|")[3].strip()
               for line in report.splitlines() if line.startswith("| 20261206")}  # fmt: skip
     assert listed == {"20261206-090000-aaaa": "killed", "20261206-100000-bbbb": "running"}
+
+
+def test_a_plain_sweeps_rows_over_a_column_of_its_own_each_fill_their_cell():
+    """Not a run (no step): a point's rows over a column it measures along (size) are a cell
+    each, as before runs were summed up."""
+    rows = pd.DataFrame({"job": [0, 0, 0, 1, 1, 1], "impl": ["a"] * 3 + ["b"] * 3,
+                         "size": [1, 2, 4] * 2, "ms": [1.0, 2.0, 4.0, 1.5, 2.5, 4.5],
+                         "status": "ok"})  # fmt: skip
+    spec = {"index": "size", "columns": "impl", "values": "ms"}
+    table = sweep_table(rows, {"table": spec}, ["impl"])
+    assert table.values.tolist() == [[1.0, 1.5], [2.0, 2.5], [4.0, 4.5]]
+
+
+def test_a_run_that_did_not_end_ok_is_a_gap_and_ranks_are_summed_up_by_rank_0():
+    rows = table_rows()
+    failed = rows.index[(rows["job"] == 3) & (rows["phase"] == "eval")]
+    rows.loc[failed, ["status", "loss"]] = ["failed", None]
+    spec = {"index": "lr", "columns": "width", "values": "loss"}
+    table = sweep_table(rows, {"table": spec}, ["lr", "width"])
+    assert table.loc[0.3].tolist()[0] == 0.15 and math.isnan(table.loc[0.3].tolist()[1])
+    ranks = pd.DataFrame([{"job": 0, "rank": rank, "step": step, "loss": 10 * rank + step}
+                          for step in range(3) for rank in (0, 1)])  # fmt: skip
+    assert runs.finals(ranks)["loss"].tolist() == [2] and runs.finals(ranks)["rank"].tolist() == [0]
+    assert runs.reduce(ranks, "loss", "mean")["loss"].tolist() == [1.0]
+    text = pd.DataFrame({"job": [0, 0], "step": [0, 1], "name": ["a", "b"]})
+    assert runs.reduce(text, "name", "mean").empty  # no number: no value, no error
+
+
+def test_a_tag_names_an_original_sweep_never_its_rerun(tmp_path):
+    for sweep, again_of in (("20261206-090000-aaaa", None), ("20261206-100000-bbbb", "x")):
+        points = [{"job": 0, "overrides": [], "params": {}}]
+        store.write_manifest(tmp_path, {"experiment": "e", "sweep": sweep, "points": points,
+                                        "tag": "base", "again_of": again_of})  # fmt: skip
+    assert store.named_sweep(tmp_path, "tag:base") == "20261206-090000-aaaa"

@@ -30,13 +30,19 @@ def ordered(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.iloc[order]
 
 
+def first_rank(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a point's rank 0 (and of points of one process): those a run of several
+    processes sums up by, as its rank 0 logs the loss averaged over them."""
+    return rows[rows["rank"].fillna(0) == 0] if "rank" in rows else rows
+
+
 def finals(rows: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
     """A row a point and phase: each run's last row (ordered), the one that holds `metric`
     where one is named; rows of a point without steps are kept as they are. The rows' own
     order of points is kept."""
     if not stepped(rows):
         return rows if metric is None else rows[rows[metric].notna()] if metric in rows else rows
-    held = rows if metric is None or metric not in rows else rows[rows[metric].notna()]
+    held = first_rank(rows if metric is None or metric not in rows else rows[rows[metric].notna()])
     keys = [*point_columns(held), *([PHASE] if PHASE in held else [])]
     runs = held[held.groupby(point_columns(held), dropna=False)[STEP].transform("count") > 0]
     rest = held.drop(index=runs.index)
@@ -45,13 +51,17 @@ def finals(rows: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
 
 
 def reduce(rows: pd.DataFrame, metric: str, how: str, by: list[str] = ()) -> pd.DataFrame:
-    """A row a point (and a value of each column of `by`, phase say) holding `metric`: its
-    last row (ordered), its value replaced by `how` of the point's values ("last": as it is;
-    "min", "max", "mean")."""
+    """A row a point (and a value of each column of `by`: phase, a table's axes) holding
+    `metric`: its last row (ordered), its value replaced by `how` of the point's values
+    ("last": as it is; "min", "max", "mean" of those that are numbers); of a run of several
+    processes, rank 0's rows."""
     if how not in REDUCERS:
         raise ValueError(f"reduce is one of {', '.join(REDUCERS)}, not {how!r:.40}")
-    held = rows[rows[metric].notna()] if metric in rows else rows.iloc[:0]
-    keys = [*point_columns(held), *by]
+    held = first_rank(rows[rows[metric].notna()] if metric in rows else rows.iloc[:0])
+    if how != "last":  # numbers only: a text column's values are none
+        held = held.assign(**{metric: pd.to_numeric(held[metric], errors="coerce")})
+        held = held[held[metric].notna()]
+    keys = [*point_columns(held), *dict.fromkeys(name for name in by if name in held)]
     last = ordered(held).groupby(keys, dropna=False, sort=False).tail(1).sort_index(kind="stable")
     if how == "last" or last.empty:
         return last

@@ -149,9 +149,14 @@ def sweep_table(rows: pd.DataFrame, config: dict, params: list[str] = ()) -> pd.
             ok = ok[expressions.holds(spec["where"], ok, "table's where")]
         except expressions.ExpressionError:  # absent_columns says why
             return None
-    how = spec.get("reduce") or ("last" if runs.stepped(ok) else "max")
-    by = [name for name in (runs.PHASE,) if name in [*index, *columns]]
-    each = runs.reduce(ok, values, how, by)
+    stepped = runs.stepped(ok)
+    if stepped:  # a run that did not end ok has no final value: a gap, not its last step's
+        ended = rows.groupby(runs.point_columns(rows))["status"].transform(
+            lambda s: (s == "ok").all()
+        )
+        ok = ok[ended.loc[ok.index]]
+    how = spec.get("reduce") or ("last" if stepped else "max")
+    each = runs.reduce(ok, values, how, [*index, *columns])  # a point's rows of one cell
     table = each.pivot_table(index=index, columns=columns or None, values=values, aggfunc="max")
     in_grid_order = rows.sort_values("job")
     table = table.reindex(index=_in_order(in_grid_order, index))  # failed points: gaps

@@ -131,8 +131,10 @@ def named_sweep(root: Path, sweep_id: str, experiment: str | None = None) -> str
     if sweep_id.startswith(TAG):
         tag = sweep_id.removeprefix(TAG)
         names = [experiment] if experiment else experiments(root)
-        tagged = [s for name in names for s in sweeps(root, name)
-                  if (read_manifest(root, name, s) or {}).get("tag") == tag]  # fmt: skip
+        manifests = [(s, read_manifest(root, name, s) or {}) for name in names
+                     for s in sweeps(root, name)]  # fmt: skip
+        tagged = [s for s, manifest in manifests  # never a rerun of one (again_of: its own)
+                  if manifest.get("tag") == tag and not manifest.get("again_of")]  # fmt: skip
         if not tagged:
             raise BadInput(f"no sweep{of} in {root} is tagged {tag!r} (tag={tag} names one)")
         return max(tagged)

@@ -79,11 +79,11 @@ class Checkpoints:
         """A row logged: its step, and its value of the metric `best` names, are the latest."""
         step = row.get(STEP)
         if _whole(step):
-            self.step = step
+            self.step = int(step)  # a NumPy integer too
         if self.keeping.best is not None:
             value = row.get(self.keeping.best)
             if _number(value):
-                self.value = value
+                self.value = float(value)  # a NumPy number too: the checkpoint holds plain values
             elif self.value is None:
                 self.columns.update(row)
 
@@ -269,4 +269,4 @@ def _counts(saved: dict, rank: int | None):
 
 
 def _whole(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0
