@@ -412,8 +412,11 @@ def _figures(module, every: pd.DataFrame, tables: dict, config: dict, params) ->
     x = plots.axis(every, config, params)
     if x is None:
         return [*own, *trained]
-    judged = {**tables, "rows": runs.finals(every)} if stepped else tables
-    shown = [*own, *plots.claim_figures(judged, claims, x, params), *trained]
+    figures = plots.claim_figures(tables, claims, x, params) if not stepped else []
+    for claim in claims if stepped else []:  # its metric at each run's last row holding it
+        finals = {**tables, "rows": runs.finals(every, claim["metric"])}
+        figures += plots.claim_figures(finals, [claim], x, params)
+    shown = [*own, *figures, *trained]
     if not drawing and not stepped:
         claimed = {claim["metric"] for claim in claims}
         shown += plots.metric_figures(tables["rows"], x, params, claimed, config)
