@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from harness import store
+from harness.measuring.columns import is_housekeeping, is_number_column
 from harness.results import runs
 from octlm_analysis import plots
 
@@ -55,11 +56,11 @@ def metrics(rows: pd.DataFrame, params: list[str], config: dict) -> list[str]:
     no step or phase and no timing's housekeeping."""
     skip = {*params, *store.HARNESS_COLUMNS, *NOT_METRICS}
     named = config.get("plots")
-    listed = named if named is not None else [c for c in rows if not plots.housekeeping(c)]
+    listed = named if named is not None else [c for c in rows if not is_housekeeping(c)]
     return [
         c
         for c in dict.fromkeys(listed)
-        if c in rows and c not in skip and plots.numeric(rows[c]) and rows[c].notna().any()
+        if c in rows and c not in skip and is_number_column(rows[c]) and rows[c].notna().any()
     ]
 
 

@@ -34,6 +34,7 @@ import pandas as pd
 
 from harness import files, store
 from harness.errors import BadInput
+from harness.measuring.columns import is_number_column
 from harness.names import CONF, HERE
 from harness.results import runs
 from harness.searching import search
@@ -241,7 +242,9 @@ def of_rows(rows: pd.DataFrame, manifest: dict | None, sweep: str) -> pd.DataFra
         last["status"] = store.job_statuses(rows)
         errors = rows.dropna(subset=["error"]) if "error" in rows else rows.iloc[:0]
         last["error"] = errors.drop_duplicates("job").set_index("job").get("error")
-        measured = [c for c in last if _is_metric(last[c]) and c not in plan and c not in KEPT]
+        measured = [
+            c for c in last if is_number_column(last[c]) and c not in plan and c not in KEPT
+        ]
         kept = [c for c in last if c in KEPT]
         ran = [c for c in _searched(manifest) if c in plan and c in last]
         last = last[[*kept, *measured, *ran]].reset_index()
@@ -265,10 +268,6 @@ def _searched(manifest: dict | None) -> list[str]:
     """The parameters a search's trials choose as they run (harness.searching.search): the plan
     holds their config values, the rows what each trial ran with."""
     return list((search.of_manifest(manifest) or {}).get("params") or {})
-
-
-def _is_metric(column: pd.Series) -> bool:
-    return pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
 
 
 def fingerprint(folder: Path) -> list:

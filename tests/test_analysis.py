@@ -206,7 +206,7 @@ def test_a_sweep_not_in_the_store_is_one_line_and_exit_code_2(tmp_path, analysis
 
 
 def test_the_plots_of_a_chosen_sweep_are_linked_from_its_subfolder(tmp_path):
-    from octlm_analysis.report import SWEEPS, _linked
+    from octlm_analysis.report_section import SWEEPS, _linked
 
     parts = ["text ![loss](exp017_recall-curves.png) and ![x](https://e.org/a.png)"]
     assert _linked(parts, tmp_path) == parts  # the report's own folder: as it is
@@ -309,7 +309,7 @@ def test_a_legend_or_a_point_prints_a_float_to_four_digits():
 def test_an_experiment_of_ones_own_is_plotted_against_its_widest_swept_parameter():
     """No `length`, no report module, no claims: its metrics against the parameter with the
     most values, a line per value of the other."""
-    from octlm_analysis.report import _figures
+    from octlm_analysis.report_section import _figures
 
     grid = [(width, seed) for width in (8, 16, 32) for seed in (0, 1)]
     rows = pd.DataFrame({"job": range(6), "status": "ok", "width": [w for w, _ in grid],

@@ -1,5 +1,5 @@
-"""harness.measuring.memory and harness.measuring.timing: the isolated runner's statuses, its memory
-figure, timing, FLOPs.
+"""harness.measuring.memory, harness.measuring.timing and harness.measuring.conditions: the
+isolated runner's statuses, its memory figure, timing, the load and clocks beside it, FLOPs.
 
 The children run stdlib and torch functions only, so they unpickle whatever pytest's import mode.
 """
@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch.utils import benchmark
 
 from harness import store
-from harness.measuring import memory
+from harness.measuring import conditions, memory
 from harness.measuring import timing as clock
 
 ALLOCATION_MIB = 256
@@ -182,7 +182,7 @@ def test_cpu_load_counts_other_processes_on_this_processs_cpus_not_its_own():
     cpus = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(cpus)})
     try:
-        load = clock.CpuLoad()
+        load = conditions.CpuLoad()
         spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # inherits it
         try:
             time.sleep(1.0)
@@ -191,7 +191,7 @@ def test_cpu_load_counts_other_processes_on_this_processs_cpus_not_its_own():
             spinner.wait()
         beside_a_spinner = load.share()
         assert beside_a_spinner > 0.5
-        load, end = clock.CpuLoad(), time.perf_counter() + 1.0
+        load, end = conditions.CpuLoad(), time.perf_counter() + 1.0
         while time.perf_counter() < end:
             pass
         assert load.share() < beside_a_spinner - 0.25
@@ -295,7 +295,7 @@ class RecordingTimer(clock.CudaTimer):
         self.stream, self.start, self.end = None, Event("start"), Event("end")
 
 
-class RecordingClocks(clock.GpuClocks):
+class RecordingClocks(conditions.GpuClocks):
     """GpuClocks with NVML stood in for (no GPU here): each read is an entry of the timer's
     log, its SM clock the next of `script`, then `steady` once the script has run out, with
     `default` the GPU's default SM clock."""
@@ -434,7 +434,8 @@ def test_a_gpu_stuck_at_a_low_clock_is_still_timed_and_says_so(stand_ins, monkey
     assert result["time_samples_ms"] == [1.0] * 3
     assert result["clock_low_samples"] == log.count("pause") > 0
     assert now[0] >= 2000, "set aside until the budget was spent"
-    assert result["gpu_sm_clock_mhz"] < clock.LOW_CLOCK_SHARE * result["gpu_default_sm_clock_mhz"]
+    low = conditions.LOW_CLOCK_SHARE * result["gpu_default_sm_clock_mhz"]
+    assert result["gpu_sm_clock_mhz"] < low
 
 
 def test_the_default_sm_clock_is_the_maximum_where_nvml_has_no_default():
@@ -449,22 +450,22 @@ def test_the_default_sm_clock_is_the_maximum_where_nvml_has_no_default():
         def nvmlDeviceGetMaxClockInfo(self, handle, kind):
             return 1980 if kind == pynvml.NVML_CLOCK_SM else 0
 
-    assert clock.default_sm_clock(Nvml(), "a GPU") == 1980
+    assert conditions.default_sm_clock(Nvml(), "a GPU") == 1980
 
 
 def test_clock_limits_are_named_as_nvml_names_them_and_idleness_is_none():
     import pynvml
 
-    names = clock._nvml_reasons(pynvml)
+    names = conditions._nvml_reasons(pynvml)
     power, slow = pynvml.nvmlClocksEventReasonSwPowerCap, pynvml.nvmlClocksEventReasonHwSlowdown
     idle = pynvml.nvmlClocksEventReasonGpuIdle
-    assert clock.clock_limits(power | slow | idle, names) == "sw_power_cap, hw_slowdown"
-    assert clock.clock_limits(idle, names) == clock.clock_limits(0, names) == "none"
-    assert clock.clock_limits(1 << 40, names) == "0x10000000000"
+    assert conditions.clock_limits(power | slow | idle, names) == "sw_power_cap, hw_slowdown"
+    assert conditions.clock_limits(idle, names) == conditions.clock_limits(0, names) == "none"
+    assert conditions.clock_limits(1 << 40, names) == "0x10000000000"
 
 
 def test_without_nvml_a_timing_has_no_clock_columns():
-    clocks = clock.GpuClocks(torch.device("cuda"))  # no GPU here: NVML cannot be reached
+    clocks = conditions.GpuClocks(torch.device("cuda"))  # no GPU here: NVML cannot be reached
     clocks.read()
     assert clocks.columns() == {} and not clocks.low(), "nothing set aside without NVML"
 
@@ -526,5 +527,5 @@ def test_a_real_cuda_timing_says_its_clocks_and_why_it_stopped():
     assert timing["clock_low_samples"] >= 0
     assert timing["stopped_by"] in ("spread", "settled", "budget", "repeats")
     if "gpu_default_sm_clock_mhz" in timing:  # NVML reached the device
-        floor = clock.LOW_CLOCK_SHARE * timing["gpu_default_sm_clock_mhz"]
+        floor = conditions.LOW_CLOCK_SHARE * timing["gpu_default_sm_clock_mhz"]
         assert timing["gpu_sm_clock_mhz"] >= floor

@@ -13,12 +13,12 @@ A GPU's speed moves with its clock, which power and heat hold down: on CUDA a sa
 the SM clock read below LOW_CLOCK_SHARE of the GPU's default is set aside and taken again after a
 pause, and sampling past the minimum goes on until the samples have settled (Settling), within a
 time budget, so that a timing is of the GPU at speed and says how it ended.
+
+The load and the clocks are read by harness.measuring.conditions (CpuLoad, GpuClocks, with
+LOW_CLOCK_SHARE); the columns' names, and which of them are a timing's housekeeping, are
+harness.measuring.columns'.
 """
 
-import functools
-import operator
-import os
-import re
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -27,12 +27,25 @@ from typing import Any
 import torch
 
 from harness.measuring import took
+from harness.measuring.columns import (
+    CPU_SAMPLES,
+    LOAD,
+    LOW_CLOCK_SAMPLES,
+    METHOD,
+    REPEATS,
+    SAMPLES,
+    SPREAD,
+    STOPPED_BY,
+    THREADS,
+    TIME,
+    prefixed,
+)
+from harness.measuring.conditions import CpuLoad, GpuClocks
 from harness.measuring.memory import MIB
 
 FLUSH_FALLBACK_BYTES = 256 * MIB  # when the device does not say its L2's size
 CUDA_METHOD = "CUDA events around each call, L2 flushed before it (triton's do_bench)"
 CPU_METHOD = "perf_counter around each call"
-LOW_CLOCK_SHARE = 0.75  # a CUDA sample read below this share of the default SM clock is set aside
 LOW_CLOCK_PAUSE_S = 0.05  # the pause after a sample set aside, for the GPU's clock to come back up
 SETTLED_SPREAD = 0.02  # CUDA samples have settled: IQR at most this share of their median, or
 SETTLED_SHIFT = 0.005  # their median moved less than this share since their count was half
@@ -101,7 +114,7 @@ def time_call(
     for call in calls.values():
         for _ in range(warmup):
             call()
-    threads = {"threads_used": torch.get_num_threads()}
+    threads = {THREADS: torch.get_num_threads()}
     if device.type == "cuda":
         timed = _cuda_time_call(calls, device, min_repeats, min_time_s, max_repeats, max_time_s)
         return timed | threads
@@ -109,11 +122,10 @@ def time_call(
     samplers = {name: _cpu_sampler(call, cpu_ms[name]) for name, call in calls.items()}
     load = CpuLoad()
     samples = sample_rounds(samplers, min_repeats, min_time_s, max_repeats)
-    result = {**summarize_ms(samples[""]), "timing_method": CPU_METHOD, **threads}
+    result = {**summarize_ms(samples[""]), METHOD: CPU_METHOD, **threads}
     if (share := load.share()) is not None:
-        result["cpu_load_beside"] = share
-    cpu_columns = {f"{name}_cpu_time_samples_ms" if name else "cpu_time_samples_ms": taken
-                   for name, taken in cpu_ms.items()}  # fmt: skip
+        result[LOAD] = share
+    cpu_columns = {prefixed(name, CPU_SAMPLES): taken for name, taken in cpu_ms.items()}
     return result | _beside(samples) | cpu_columns
 
 
@@ -135,16 +147,15 @@ def _cuda_time_call(
         for name, call in calls.items()
     }
     samples = sample_rounds(samplers, min_repeats, min_time_s, max_repeats, settling.enough)
-    low = {f"{name}_clock_low_samples" if name else "clock_low_samples": len(aside)
-           for name, aside in set_aside.items()}  # fmt: skip
-    result = {**summarize_ms(samples[""]), "timing_method": CUDA_METHOD}
-    result |= {"stopped_by": settling.stopped_by, **clocks.columns()}
+    low = {prefixed(name, LOW_CLOCK_SAMPLES): len(aside) for name, aside in set_aside.items()}
+    result = {**summarize_ms(samples[""]), METHOD: CUDA_METHOD}
+    result |= {STOPPED_BY: settling.stopped_by, **clocks.columns()}
     return result | low | _beside(samples)
 
 
 def _beside(samples: dict[str, list[float]]) -> dict[str, list[float]]:
     """NAME_time_samples_ms of each call timed beside fn (fn's own are its time_samples_ms)."""
-    return {f"{name}_time_samples_ms": taken for name, taken in samples.items() if name}
+    return {prefixed(name, SAMPLES): taken for name, taken in samples.items() if name}
 
 
 def sample_rounds(
@@ -199,48 +210,11 @@ def summarize_ms(samples: list[float]) -> dict[str, Any]:
     """Median, interquartile range and count of timings in milliseconds, and the timings."""
     quartiles = statistics.quantiles(samples, n=4, method="inclusive") if len(samples) > 1 else []
     return {
-        "time_ms": statistics.median(samples),
-        "time_iqr_ms": quartiles[2] - quartiles[0] if quartiles else 0.0,
-        "repeats": len(samples),
-        "time_samples_ms": list(samples),
+        TIME: statistics.median(samples),
+        SPREAD: quartiles[2] - quartiles[0] if quartiles else 0.0,
+        REPEATS: len(samples),
+        SAMPLES: list(samples),
     }
-
-
-class CpuLoad:
-    """The share of this process's CPUs (its affinity) that other processes use from now on:
-    share() is their busy time since creation (/proc/stat: user, nice, system, irq, softirq,
-    steal) less this process's own CPU time, over the wall time times the CPUs, in [0, 1]. An
-    idle machine reads about 0 (within its clock ticks, 10 ms each); two processes spinning
-    on two CPUs about 0.7 to 1. None where /proc/stat cannot be read."""
-
-    def __init__(self) -> None:
-        self.cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        self.start = self._now()
-
-    def share(self) -> float | None:
-        now = self._now()
-        if self.start is None or now is None:
-            return None
-        busy, own, wall = (after - before for after, before in zip(now, self.start, strict=True))
-        if wall <= 0 or not self.cpus:
-            return None
-        return min(max((busy - own) / (wall * len(self.cpus)), 0.0), 1.0)
-
-    def _now(self) -> tuple[float, float, float] | None:
-        """(busy seconds of the CPUs, this process's CPU seconds, wall seconds), or None."""
-        try:
-            with open("/proc/stat") as stat:
-                lines = stat.read().splitlines()
-        except OSError:
-            return None
-        wanted, ticks = {f"cpu{cpu}" for cpu in self.cpus}, 0
-        for line in lines:
-            name, *fields = line.split()
-            if name in wanted:  # user nice system idle iowait irq softirq steal ...
-                user, nice, system, _, _, irq, softirq, steal = map(int, fields[:8])
-                ticks += user + nice + system + irq + softirq + steal
-        own = os.times()
-        return ticks / os.sysconf("SC_CLK_TCK"), own.user + own.system, time.perf_counter()
 
 
 def _cpu_sampler(fn: Callable[[], object], cpu_ms: list[float]) -> Callable[[], float]:
@@ -303,9 +277,9 @@ class Settling:
 
     def enough(self, samples: list[float]) -> bool:
         summary, count = summarize_ms(samples), len(samples)
-        median, half = summary["time_ms"], count // 2
+        median, half = summary[TIME], count // 2
         doubled = count > 1 and count & (count - 1) == 0
-        if summary["time_iqr_ms"] <= SETTLED_SPREAD * median:
+        if summary[SPREAD] <= SETTLED_SPREAD * median:
             self.stopped_by = "spread"
         elif doubled and abs(median - statistics.median(samples[:half])) < SETTLED_SHIFT * median:
             self.stopped_by = "settled"
@@ -335,98 +309,6 @@ def _at_speed(
         return taken
 
     return take
-
-
-class GpuClocks:
-    """The clocks a GPU ran at while calls were timed on it, read through NVML (nvidia-ml-py)
-    while the calls ran: the median SM clock of the samples kept (a sample set aside takes its
-    reading with it: set_aside), the GPU's default SM clock, the lowest memory clock seen, and
-    every reason NVML gave for holding the clocks down (power or thermal caps, slowdowns,
-    application clock settings), idleness aside. Reads nothing, finds no clock low, and gives
-    no columns, where NVML or the device cannot be reached (no driver, a MIG slice,
-    nvidia-ml-py not installed)."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.sm, self.memory, self.reasons = [], [], 0
-        self.nvml, self.handle, self.default_sm = None, None, None
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            uuid = torch.cuda.get_device_properties(device).uuid
-            self.nvml, self.handle = pynvml, pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
-            self.default_sm = default_sm_clock(pynvml, self.handle)
-        except Exception:  # no NVML here: the timing stands without the clocks
-            pass
-
-    def read(self) -> None:
-        if self.handle is None:
-            return
-        nvml = self.nvml
-        try:
-            self.sm.append(nvml.nvmlDeviceGetClockInfo(self.handle, nvml.NVML_CLOCK_SM))
-            self.memory.append(nvml.nvmlDeviceGetClockInfo(self.handle, nvml.NVML_CLOCK_MEM))
-            self.reasons |= nvml.nvmlDeviceGetCurrentClocksEventReasons(self.handle)
-        except nvml.NVMLError:  # a query this GPU does not support: no clocks from it
-            self.handle = None
-
-    def low(self) -> bool:
-        """Whether the last SM clock read is below LOW_CLOCK_SHARE of the default."""
-        if self.handle is None or self.default_sm is None or not self.sm:
-            return False
-        return self.sm[-1] < LOW_CLOCK_SHARE * self.default_sm
-
-    def set_aside(self) -> None:
-        """The last SM clock read is of a sample set aside: not counted in the median."""
-        self.sm.pop()
-
-    def columns(self) -> dict[str, Any]:
-        if self.handle is None or not self.sm:
-            return {}
-        columns = {
-            "gpu_sm_clock_mhz": statistics.median(self.sm),
-            "gpu_mem_clock_mhz": min(self.memory),
-            "gpu_clock_limits": clock_limits(self.reasons, _nvml_reasons(self.nvml)),
-        }
-        if self.default_sm is not None:
-            columns["gpu_default_sm_clock_mhz"] = self.default_sm
-        return columns
-
-
-def default_sm_clock(nvml, handle) -> int | None:
-    """The SM clock a GPU runs at by default (MHz): its default applications clock, or where
-    NVML does not give that, its maximum; None where neither can be read."""
-    try:
-        return nvml.nvmlDeviceGetDefaultApplicationsClock(handle, nvml.NVML_CLOCK_SM)
-    except nvml.NVMLError:
-        pass
-    try:
-        return nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM)
-    except nvml.NVMLError:
-        return None
-
-
-def _nvml_reasons(nvml) -> dict[int, str]:
-    """NVML's clock event reasons by bit, named as the library names them (SwPowerCap:
-    sw_power_cap; of two names for one bit, the first)."""
-    prefix = "nvmlClocksEventReason"
-    named: dict[int, str] = {}
-    for attribute in sorted(dir(nvml)):
-        reason = attribute.removeprefix(prefix)
-        if attribute.startswith(prefix) and reason not in ("All", "None"):
-            words = re.findall(r"[A-Z][a-z]*", reason)
-            named.setdefault(getattr(nvml, attribute), "_".join(w.lower() for w in words))
-    return named
-
-
-def clock_limits(reasons: int, names: Mapping[int, str]) -> str:
-    """The reasons set in the bit mask `reasons` by name ("sw_power_cap, hw_slowdown"), but
-    gpu_idle (a GPU waiting between calls is not held down), or "none"; bits that no name has
-    as their hex value."""
-    said = [name for bit, name in sorted(names.items()) if reasons & bit and name != "gpu_idle"]
-    unknown = reasons & ~functools.reduce(operator.or_, names, 0)
-    said += [f"{unknown:#x}"] if unknown else []
-    return ", ".join(said) or "none"
 
 
 # FLOP/s
@@ -461,7 +343,7 @@ def peak_gflops(
         size = size or (8192 if device.type == "cuda" else _cpu_peak_size(dtype))
         a, b, c = (torch.randn(size, size, device=device).to(dtype) for _ in range(3))
         timed = time_call(lambda: torch.mm(a, b, out=c), device=device, **{"warmup": 2, **timing})
-        _PEAKS[key] = gflops(2 * size**3, timed["time_ms"])
+        _PEAKS[key] = gflops(2 * size**3, timed[TIME])
         del a, b, c
         if device.type == "cuda":
             torch.cuda.empty_cache()

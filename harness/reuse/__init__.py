@@ -5,8 +5,9 @@ the same key: its config_hash, code_digest, kind of machine (KIND, with the inst
 and what Python runs beside them: harness.provenance), declared inputs' digests (inputs()), and
 the stamps of the module files it imported from the installed packages (imported()). A record
 (_answers/CONFIG_HASH/SWEEP.JOB.json) is a hint: the key is taken again and the rows read and
-checked before a copy (find(), the one decision). A measurement (harness.measuring, or
-*_samples_ms columns) is copied only where the command line asks (copies "all").
+checked before a copy (find(), the one decision). A measurement (harness.measuring, or a
+timing's samples: harness.measuring.columns.is_samples) is copied only where the command line
+asks (copies "all").
 
 What a point is seen to read can only refuse a copy (Watch): an opted-in point that read through
 Python, or imported a module from, anywhere but its snapshot, Python's and the installed
