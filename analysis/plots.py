@@ -6,17 +6,18 @@ that tell its points apart (never an empty one), hover text with each point's pa
 value, error bars from a timing's stored spread, and a log axis where its values span more than
 a decade. Training curves are downsampled for the browser without losing their extremes
 (`downsample`: at most CURVE_POINTS points a curve, each bucket's minimum and maximum).
+REPORT.md's still pictures of the same figures are octlm_analysis.png_figures'.
 """
 
 import base64
 import math
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from harness import store
+from harness.measuring.columns import is_housekeeping, is_number_column
 from harness.names import setting
 from harness.results import expressions
 
@@ -353,7 +354,7 @@ def metric_figures(
     """A figure per metric of the ok rows (up to FIGURES) that no figure in `shown` has,
     against `x`, a line per other parameter that varies: those the experiment's `plots` names,
     in its order (none for []); without one, its table's values first, then each other
-    numeric metric but the timings' housekeeping (HOUSEKEEPING: repeats, spreads, load,
+    numeric metric but the timings' housekeeping (housekeeping: repeats, spreads, load,
     clocks)."""
     ok = rows[rows["status"] == "ok"] if "status" in rows else rows
     skip = {*params, *shown, *store.HARNESS_COLUMNS, "experiment", "sweep"}
@@ -371,24 +372,11 @@ def metric_figures(
     return [fig for fig in drawn if fig is not None]
 
 
-# How a time was taken rather than what was measured (harness.measuring.timing's columns beside each
-# timing): drawn as error bars or not at all, never as a plot of its own.
-HOUSEKEEPING = {"repeats", "cpu_load_beside", "threads_used", "gpu_sm_clock_mhz",
-                "gpu_mem_clock_mhz", "gpu_default_sm_clock_mhz", "clock_low_samples"}  # fmt: skip
-
-
-def housekeeping(column: str) -> bool:
-    """Whether a column says how a time was taken, with or without a timing's prefix (an
-    experiment that times two calls names them sdpa_repeats, sdpa_cpu_load_beside, ...)."""
-    return column.endswith(("_iqr_ms", "_samples_ms")) or any(
-        column == name or column.endswith(f"_{name}") for name in HOUSEKEEPING
-    )
-
-
-def numeric(column: pd.Series) -> bool:
-    """Whether a column holds numbers (not booleans)."""
-    kind = column.dtype
-    return pd.api.types.is_numeric_dtype(kind) and not pd.api.types.is_bool_dtype(kind)
+# How a time was taken rather than what was measured (the columns harness.measuring.timing writes
+# beside each timing, with or without a timing's prefix: sdpa_repeats, sdpa_cpu_load_beside):
+# drawn as error bars or not at all, never as a plot of its own. harness.measuring.columns decides.
+housekeeping = is_housekeeping
+numeric = is_number_column  # a column of numbers, not booleans
 
 
 def claim_figures(
@@ -429,51 +417,3 @@ def _tuple(key) -> tuple:
 
 def _listed(bound) -> list:
     return list(bound) if isinstance(bound, list | tuple) else [bound]
-
-
-def png(figures: list[dict], path: Path) -> Path | None:
-    """Figures (as this module makes them) drawn with matplotlib into one PNG, a panel each:
-    for REPORT.md, where the page's plots cannot go. None without figures."""
-    if not figures:
-        return None
-    from matplotlib.figure import Figure  # drawn to a file: no pyplot, no backend to choose
-
-    panels = Figure(figsize=(6 * len(figures), 4.2))
-    axes = panels.subplots(1, len(figures), squeeze=False)
-    for axis, fig in zip(axes[0], figures, strict=True):
-        layout = fig["layout"]
-        for trace in fig["data"]:
-            if trace.get("showlegend") is False:
-                continue
-            xs, ys = _values(trace["x"]), _values(trace["y"])
-            if trace.get("line", {}).get("dash") == "dash":  # a claim's bound
-                if len(set(np.asarray(ys).tolist())) == 1:
-                    axis.axhline(ys[0], linestyle="--", label=trace["name"], linewidth=1,
-                                 color=trace["line"].get("color"))  # fmt: skip
-                else:
-                    axis.plot(xs, ys, "--", label=trace["name"], linewidth=1)
-                continue
-            marker = "o" if "markers" in trace.get("mode", "") else None
-            axis.plot(xs, ys, marker=marker, label=trace["name"], linewidth=1)
-        for name, scale in (("x", axis.set_xscale), ("y", axis.set_yscale)):
-            if layout[f"{name}axis"]["type"] == "log":
-                scale("log")
-        if "tickvals" in layout["xaxis"]:
-            axis.set_xticks(layout["xaxis"]["tickvals"], layout["xaxis"]["ticktext"])
-            axis.minorticks_off()
-        axis.set(xlabel=layout["xaxis"]["title"]["text"], ylabel=layout["yaxis"]["title"]["text"])
-        title = layout["title"]["text"].replace("<br>", " ")
-        axis.set_title(textwrap.fill(title, 60), fontsize="small")
-        axis.grid(True, which="both", alpha=0.3)
-        axis.legend(fontsize="x-small")
-    panels.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    panels.savefig(path, dpi=100)
-    return path
-
-
-def _values(values) -> np.ndarray | list:
-    """A trace's array, a typed one (`typed`) decoded."""
-    if isinstance(values, dict):
-        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=np.dtype(values["dtype"]))
-    return values

@@ -25,7 +25,7 @@ from plotly.offline import get_plotlyjs
 from sweeps import write_jobs, write_plan
 
 from harness import store
-from octlm_analysis import page, plots, point_lines
+from octlm_analysis import page, plots, png_figures, point_lines
 
 if chromium() is None and os.environ.get("HARNESS_REQUIRE_CHROMIUM") != "1":
     needs_browser = pytest.mark.skip(reason="no chromium (Debian: apt-get install chromium)")
@@ -277,7 +277,7 @@ def test_a_log_axis_over_powers_of_two_is_ticked_at_the_grid_and_long_titles_wra
     for xs in ([100, 300, 1000, 5000], [16, 64], [2**k for k in range(20)]):
         axis = plots.figure([], "t", "x", "y", xs, [1, 2])["layout"]["xaxis"]
         assert "tickvals" not in axis, f"not a short log grid of powers of two: {xs}"
-    assert plots.png([fig], tmp_path / "p.png").stat().st_size > 0
+    assert png_figures.png([fig], tmp_path / "p.png").stat().st_size > 0
 
 
 @pytest.mark.parametrize("named", [None, ["time_ms", "err"]])
