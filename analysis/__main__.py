@@ -247,14 +247,8 @@ def _last(results: Path, sweeps: list[str]) -> list[str]:
 
 
 def _compare(results: Path, args: argparse.Namespace) -> int:
-    from octlm_analysis.compare import (
-        CompareError,
-        compare,
-        curve_figures,
-        in_common,
-        nothing_in_common,
-    )
-    from octlm_analysis.comparison import document
+    from octlm_analysis.compare import CompareError, compare, in_common, nothing_in_common
+    from octlm_analysis.comparison import document, write
     from octlm_analysis.sides import DamagedSide, load
 
     factor = args.fail_on_regression
@@ -288,53 +282,13 @@ def _compare(results: Path, args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     text, verdict = document(comparison, factor, args.looks)
-    files.no_links_below(args.report)
-    path = args.report / _comparison_name(args.sweep_a, args.sweep_b)
-    figures = curve_figures(comparison) if comparison.finals else []
-    if figures:
-        page = _write_curves(path.with_suffix(".html"), path.stem, figures)
-        text += f"\nCurves of both sides' runs, A solid and B dashed: {page.name}\n"
-    files.write_text(path, text)
+    path, text = write(args.report, comparison, text)
     print(text, end="")
     print(f"comparison: {path}")
     if not in_common(comparison):
         print(f"error: {nothing_in_common(comparison)}", file=sys.stderr)
         return 1
     return verdict
-
-
-def _write_curves(path: Path, title: str, figures: list[dict]) -> Path:
-    """A comparison's curves as a page of its own (plotly.min.js beside it, as beside the
-    report's page)."""
-    import html
-
-    import plotly.io
-    from plotly.offline import get_plotlyjs
-
-    from octlm_analysis.page import PLOTLY
-
-    if not (path.parent / PLOTLY).exists():
-        files.write_text(path.parent / PLOTLY, get_plotlyjs())
-    plots = "".join(plotly.io.to_html(figure, full_html=False, include_plotlyjs=False)
-                    for figure in figures)  # fmt: skip
-    files.write_text(path, f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>'
-                           f'{html.escape(title)}</title><script src="{PLOTLY}"></script>'
-                           f"</head><body>{plots}</body></html>\n")  # fmt: skip
-    return path
-
-
-def _comparison_name(a: str, b: str) -> str:
-    """The comparison's file: compare-A-vs-B.md, each side's sweeps joined by +; where that
-    would be too long a name for a file system (255 bytes), each side's first sweep and how
-    many more, and a digest of the whole that tells two such apart."""
-    import hashlib
-
-    name = "compare-{}-vs-{}.md".format(*(side.replace(",", "+") for side in (a, b)))
-    if len(name) <= 200:
-        return name
-    short = [f"{side.split(',')[0]}+{side.count(',')}more" for side in (a, b)]
-    digest = hashlib.sha256(f"{a} {b}".encode()).hexdigest()[:12]
-    return f"compare-{short[0]}-vs-{short[1]}-{digest}.md"
 
 
 if __name__ == "__main__":

@@ -3,21 +3,22 @@
 Points match by their parameters (the manifest's points[i]["params"]): by those that vary
 within either sweep. A parameter fixed in both sweeps, to different values (dtype=float32 in
 A, float64 in B), is what the comparison is about: the header shows it and points do not
-match on it. Each metric is shown for A and B with the ratio B/A; points that only one sweep
-has, statuses that differ and claims whose result differs are listed.
+match on it. Each metric is shown for A and B with the ratio B/A (octlm_analysis.compare_tables);
+points that only one sweep has, statuses that differ and claims whose result differs are listed.
 
-A timing (a metric whose name ends in _ms or _s) is judged over processes. A side may be
-several sweeps of one grid, each run by a command of its own and so in processes of its own
-(`compare A1,A2,A3 B1,B2,B3`; `python -m harness again A B` makes them): each sweep's value of
-a timing (the median of its repeats) is one process's, and the processes are the unit, since
-the same code timed in two processes differs by more than either's repeats show. Its verdict
-is octlm_analysis.verdicts': B/A with its interval over the processes, and slower only by a
-rule that holds for all of a gate's timings together. Only measurements count:
+A timing (a metric column harness.measuring.columns.is_timing calls one: its name ends in _ms or
+_s) is judged over processes. A side may be several sweeps of one grid, each run by a command
+of its own and so in processes of its own (`compare A1,A2,A3 B1,B2,B3`; `python -m harness
+again A B` makes them): each sweep's value of a timing (the median of its repeats) is one
+process's, and the processes are the unit, since the same code timed in two processes differs
+by more than either's repeats show. This module gathers each timing's processes a point; the
+gate judges them (octlm_analysis.gate: judge, with octlm_analysis.verdicts' statistics). Only
+measurements count:
 - a process during which other processes used more than BUSY of the CPUs beside the timing
   (its own X_cpu_load_beside, else cpu_load_beside: harness.measuring.timing) is set aside;
 - a value that is another's copy (a row reused from another sweep, on either side: the same
   start and the same value) counts once, as the one measurement it is;
-- a CUDA timing is judged only where both sides' SM clocks agree within CLOCKS.
+- a CUDA timing is judged only where both sides' SM clocks agree (octlm_analysis.gate.CLOCKS).
 A timing left with fewer than two processes a side is not judged, and says why.
 
 Sweeps of training runs (rows with a step: harness.results.runs) are compared by their runs'
@@ -32,11 +33,10 @@ import numpy as np
 import pandas as pd
 
 from harness import store
+from harness.measuring.columns import CLOCK, LOAD, is_housekeeping, is_number_column, is_timing
 from harness.results import runs
 from octlm_analysis import plots
-from octlm_analysis.plots import housekeeping
-from octlm_analysis.sides import PROCESS, CompareError, Side, side_claims
-from octlm_analysis.verdicts import ALPHA, estimate, holm, verdict
+from octlm_analysis.sides import PROCESS, CompareError, Side
 
 RULE = (
     "A timing is judged over processes: each sweep's value (the median of its repeats) is one "
@@ -51,20 +51,7 @@ RULE = (
     "judged only where the SM clocks agree; a timing left with fewer than two processes a "
     "side is not judged."
 )
-RUNS_RULE = (
-    "Training runs are compared by their final values: each metric's last value in each phase "
-    "of a point's run (train, eval), B/A point by point, and over the points both sweeps have "
-    "the median, lowest and highest B/A."
-)
-ONE_PROCESS = (
-    "Each side is one sweep, and so its timings' repeats come from one process, which do not "
-    "show how much a timing moves between processes: give each side as several sweeps of one "
-    "grid (SWEEP_A1,SWEEP_A2,SWEEP_A3) for a gate that judges by that spread."
-)
-LOAD = "cpu_load_beside"  # the share of a CPU timing's CPUs others used (harness.measuring.timing)
 BUSY = 0.25  # a process whose timing had more than this LOAD beside it is set aside
-CLOCK = "gpu_sm_clock_mhz"  # the SM clock a CUDA timing ran at (harness.measuring.timing)
-CLOCKS = 1.10  # a CUDA timing is judged where the sides' SM clocks are within this factor
 NOT_METRICS = {"experiment", "sweep", "repeats", LOAD, PROCESS, *store.HARNESS_COLUMNS}
 # A timing X's processes, on the line of its point (octlm_analysis.compare._processes):
 VALUES, IDS = " values", " ids"  # the values that count, and each one's measurement
@@ -72,10 +59,9 @@ BUSY_SET, COPIES, CLOCKS_SEEN = " busy", " copies", " clocks"  # set aside; the 
 # plotly.js's own colors, a point's A and B sharing one
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
           "#7f7f7f", "#bcbd22", "#17becf"]  # fmt: skip
-UNDECIDED = ("ambiguous", "one process", "busy machine", "copies", "clocks differ")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Comparison:
     a: Side
     b: Side
@@ -213,13 +199,13 @@ def _processes(lines: pd.DataFrame, timings: list[str]) -> pd.DataFrame:
     at = list(groups.indices.values())  # each point and row's lines, in pooled's order
     columns = {}
     ok = lines["status"].eq("ok").to_numpy()
-    started = _column(lines, "started_at")
+    started = cells(lines, "started_at")
     for timing in [t for t in timings if t in lines]:
         values = pd.to_numeric(lines[timing], errors="coerce").astype(float).to_numpy()
         columns[timing] = [np.nanmedian(values[i]) if np.isfinite(values[i]).any() else np.nan
                           for i in at]  # fmt: skip
-        load = _numbers(lines, own_column(timing, LOAD, lines.columns)).to_numpy()
-        clock = _numbers(lines, own_column(timing, CLOCK, lines.columns)).to_numpy()
+        load = numbers(lines, own_column(timing, LOAD, lines.columns)).to_numpy()
+        clock = numbers(lines, own_column(timing, CLOCK, lines.columns)).to_numpy()
         counted = ok & np.isfinite(values) & (values > 0)
         busy = counted & (load > BUSY)
         ids = [None if pd.isna(when) else f"{pd.Timestamp(when).value}:{value!r}"
@@ -242,8 +228,8 @@ def _processes(lines: pd.DataFrame, timings: list[str]) -> pd.DataFrame:
             kept[COPIES].append(copies)
         columns |= {timing + part: pd.Series(column, index=pooled.index, dtype=object)
                     for part, column in kept.items()}  # fmt: skip
-    for load in [c for c in lines if _is_load(c)]:  # each timing's: the largest
-        columns[load] = _numbers(lines, load).groupby([lines["job"], lines["row"]]).max()
+    for load in [c for c in lines if is_load(c)]:  # each timing's: the largest
+        columns[load] = numbers(lines, load).groupby([lines["job"], lines["row"]]).max()
     pooled = pd.concat([pooled.drop(columns=[PROCESS, *columns], errors="ignore"),
                         pd.DataFrame(columns, index=pooled.index)], axis=1)  # fmt: skip
     return pooled.reset_index()
@@ -265,55 +251,21 @@ def match(a: pd.DataFrame, b: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def metrics(frames: list[pd.DataFrame], params: set[str]) -> tuple[list[str], list[str]]:
     """The numeric columns that are neither parameters nor the harness's: (timings, others).
 
-    A timing's name ends in _ms or _s; how it was taken (its spread X_iqr_ms, samples, repeats,
-    the load beside it, its threads, its GPU's clocks: octlm_analysis.plots.housekeeping, with
-    or without a prefix) is no metric of its own.
+    A timing is what harness.measuring.columns.is_timing says is one, of these metric columns
+    alone (a planned parameter is never a timing, whatever its name); how it was taken (its
+    spread X_iqr_ms, samples, repeats, the load beside it, its threads, its GPU's clocks:
+    is_housekeeping, with or without a prefix) is no metric of its own.
     """
     columns = list(dict.fromkeys(c for frame in frames for c in frame.columns))
     numeric = [
         c
         for c in columns
         if c not in params | NOT_METRICS
-        and not housekeeping(c)
-        and any(_is_number(frame, c) for frame in frames)
+        and not is_housekeeping(c)
+        and any(c in frame and is_number_column(frame[c]) for frame in frames)
     ]
-    timings = [c for c in numeric if c.endswith(("_ms", "_s"))]
+    timings = [c for c in numeric if is_timing(c)]
     return timings, [c for c in numeric if c not in timings]
-
-
-def metric_table(matched: pd.DataFrame, metric: str, keys: list[str]) -> pd.DataFrame:
-    """A metric other than a timing at each point both sweeps have: A, B and B/A."""
-    both = matched[matched["side"] == "both"]
-    table = pd.DataFrame({"A": _numbers(both, metric, "A"), "B": _numbers(both, metric, "B")})
-    with np.errstate(divide="ignore", invalid="ignore"):
-        table["B/A"] = table["B"] / table["A"]
-    table.index = _index(both, keys)
-    return table[table[["A", "B"]].notna().any(axis=1)]
-
-
-def final_table(c: "Comparison", metric: str) -> pd.DataFrame:
-    """A training metric's final values at each point both sweeps have: A, B and B/A a phase
-    ("train A", "train B", "train B/A", "eval A", ...)."""
-    tables = [metric_table(c.matched, column, c.keys).add_prefix("" if phase is None else
-                                                                 f"{phase} ")
-              for phase, column in c.finals[metric].items()]  # fmt: skip
-    return pd.concat(tables, axis=1)
-
-
-def finals_summary(c: "Comparison") -> pd.DataFrame:
-    """Each training metric's final values in each phase over the points both sweeps have: how
-    many points have both, each side's median, and B/A's median, lowest and highest."""
-    lines = []
-    for metric, phases in c.finals.items():
-        for phase, column in phases.items():
-            table = metric_table(c.matched, column, c.keys)
-            ratio = table["B/A"][np.isfinite(table["B/A"])]
-            both = int(table[["A", "B"]].notna().all(axis=1).sum())
-            lines.append({"metric": metric, "phase": phase or "", "points": both,
-                          "A median": table["A"].median(), "B median": table["B"].median(),
-                          "B/A median": ratio.median(), "B/A lowest": ratio.min(),
-                          "B/A highest": ratio.max()})  # fmt: skip
-    return pd.DataFrame(lines).set_index(["metric", "phase"])
 
 
 def curve_figures(c: "Comparison") -> list[dict]:
@@ -328,7 +280,7 @@ def curve_figures(c: "Comparison") -> list[dict]:
                   for t in _side_curves(side, name, metric, c.keys, points)]  # fmt: skip
         if not traces:
             continue
-        values = pd.concat([_numbers(side.rows, metric) for side in (c.a, c.b)]).dropna()
+        values = pd.concat([numbers(side.rows, metric) for side in (c.a, c.b)]).dropna()
         extremes = [values.min(), values.max()] if len(values) else []  # all the axis needs
         marked = any(trace["mode"] == "markers" for trace in traces)
         name = f"{metric} per step: A solid, B dashed" + (" (diamonds: other phases)"
@@ -367,85 +319,6 @@ def _side_curves(side: Side, name: str, metric: str, keys: list[str], points: di
     return figure["data"]
 
 
-def timing_tables(c: "Comparison", factor: float, looks: int = 1) -> dict[str, pd.DataFrame]:
-    """Each timing at each point both sweeps have, judged (octlm_analysis.verdicts): A and B
-    (the geometric means of the processes that count), B/A, its interval (low, high: one-sided
-    bounds at 1 - ALPHA / looks each), the processes that count a side, those set aside, and
-    its change: a verdict, or why it has none. The family Holm's rule runs over is every
-    timing line of every table with an interval. `looks`: how many times the processes were
-    judged while they were gathered (python -m harness again stops once decided), each at
-    ALPHA / looks, so that stopping when decided keeps the rate of false alarms."""
-    tail = ALPHA / looks
-    tables = {metric: _timing_table(c.matched, metric, c.keys, factor, tail)
-              for metric in c.timings}  # fmt: skip
-    found = [(metric, at) for metric, table in tables.items()
-             for at, e in enumerate(table["_estimate"]) if e is not None]  # fmt: skip
-    slower = holm([tables[m]["_estimate"].iloc[at].p_slower for m, at in found], tail)
-    for (metric, at), is_slower in zip(found, slower, strict=True):
-        table = tables[metric]
-        table.iloc[at, table.columns.get_loc("change")] = verdict(
-            table["_estimate"].iloc[at], is_slower, factor
-        )
-    return tables
-
-
-def _timing_table(matched: pd.DataFrame, metric: str, keys: list[str], factor: float,
-                  tail: float) -> pd.DataFrame:  # fmt: skip
-    """A timing's lines (timing_tables), their change why none where there is no estimate."""
-    both = matched[matched["side"] == "both"]
-    lines = []
-    for _, line in both.iterrows():
-        a, b = (line.get(f"{metric}{VALUES} {s}") for s in "AB")
-        a, b = (v if isinstance(v, list) else [] for v in (a, b))
-        ids_a = {i for i in line.get(f"{metric}{IDS} A") or [] if i is not None}
-        ids_b = line.get(f"{metric}{IDS} B") or [None] * len(b)
-        own = [value for value, i in zip(b, ids_b, strict=True) if i is None or i not in ids_a]
-        busy = [int(line.get(f"{metric}{BUSY_SET} {s}") or 0) for s in "AB"]
-        copies = [int(line.get(f"{metric}{COPIES} {s}") or 0) for s in "AB"]
-        copies[1] += len(b) - len(own)
-        b = own
-        clocks = [line.get(f"{metric}{CLOCKS_SEEN} {s}") or [] for s in "AB"]
-        values = [_number(line.get(f"{metric} {s}")) for s in "AB"]
-        e, why = None, None
-        if not all(np.isfinite(values)):
-            why = "no value"
-        elif min(len(a), len(b)) < 2:
-            why = ("busy machine" if any(busy) else "copies" if any(copies)
-                   else "one process")  # fmt: skip
-        elif all(clocks) and not _within(np.median(clocks[0]), np.median(clocks[1]), CLOCKS):
-            why = "clocks differ"
-        else:
-            e = estimate(a, b, factor, tail)
-        means = [math.exp(np.mean(np.log(v))) for v in (a, b)] if e else values
-        lines.append({
-            "A": means[0], "B": means[1], "B/A": e.ratio if e else _ratio(values[1], values[0]),
-            "low": e.low if e else math.nan, "high": e.high if e else math.nan,
-            "processes": f"{len(a)}+{len(b)}", "_counts": (len(a), len(b)),
-            "set aside": _set_aside(busy, copies),
-            "change": why or "", "_estimate": e,
-        })  # fmt: skip
-    columns = ["A", "B", "B/A", "low", "high", "processes", "set aside", "change", "_estimate",
-               "_counts"]  # fmt: skip
-    table = pd.DataFrame(lines, columns=columns, index=_index(both, keys))
-    return table[table[["A", "B"]].notna().any(axis=1)]
-
-
-def _set_aside(busy: list[int], copies: list[int]) -> str:
-    """What was set aside of a timing's processes, by side ("A 1 busy, B 2 copies"), or ""."""
-    said = [f"{side} " + ", ".join([f"{n} busy"] * bool(n) + [f"{k} copies"] * bool(k))
-            for side, n, k in zip("AB", busy, copies, strict=True) if n or k]  # fmt: skip
-    return "; ".join(said)
-
-
-def _within(a: float, b: float, factor: float) -> bool:
-    return a > 0 and b > 0 and 1 / factor <= b / a <= factor
-
-
-def _number(value) -> float:
-    number = pd.to_numeric(value, errors="coerce")
-    return float(number) if number is not None and not pd.isna(number) else math.nan
-
-
 def own_column(timing: str, name: str, columns) -> str:
     """A timing's own column of its housekeeping `name`, among `columns`: named with the
     timing's prefix as harness.measuring.timing.time_call's columns are prefixed (sdpa_time_ms:
@@ -454,108 +327,9 @@ def own_column(timing: str, name: str, columns) -> str:
     return f"{prefix}{name}" if f"{prefix}{name}" in columns else name
 
 
-def _is_load(column: str) -> bool:
+def is_load(column: str) -> bool:
+    """Whether a column is a timing's LOAD, prefixed (sdpa_cpu_load_beside) or not."""
     return column == LOAD or column.endswith(f"_{LOAD}")
-
-
-def load_line(matched: pd.DataFrame) -> str | None:
-    """Each sweep's LOAD columns (each timing's, prefixed or not) over the points both have
-    (median, largest), or None without any."""
-    both = matched[matched["side"] == "both"]
-    names = sorted({n for n in (c.rsplit(" ", 1)[0] for c in both.columns) if _is_load(n)})
-    loads = {side: pd.concat([_numbers(both, n, side) for n in names], ignore_index=True).dropna()
-             if names else pd.Series(dtype=float) for side in "AB"}  # fmt: skip
-    if all(load.empty for load in loads.values()):
-        return None
-    said = [
-        f"{side} median {load.median():.2f}, at most {load.max():.2f}" if len(load) else "none"
-        for side, load in loads.items()
-    ]
-    busy = sum(int((load > BUSY).sum()) for load in loads.values())
-    return (
-        f"Other processes' share of the CPUs while CPU timings ran ({', '.join(names)}): "
-        f"{'; '.join(said)}; "
-        f"{busy} of them over {BUSY:g} (a process beside such a load is set aside)."
-    )
-
-
-def _numbers(frame: pd.DataFrame, column: str, side: str | None = None) -> pd.Series:
-    """A column (a side's: "column A") as floats, NaN where it is missing or not a number."""
-    name = f"{column} {side}" if side else column
-    return pd.to_numeric(_column(frame, name), errors="coerce").astype(float)
-
-
-def worst_table(matched: pd.DataFrame, others: list[str]) -> pd.DataFrame:
-    """Each non-timing metric's worst (largest) value over the points both sweeps have."""
-    both = matched[matched["side"] == "both"]
-    lines = []
-    for metric in others:
-        a, b = (pd.to_numeric(_column(both, f"{metric} {s}"), errors="coerce").max() for s in "AB")
-        lines.append({"metric": metric, "worst A": a, "worst B": b, "B/A": _ratio(b, a)})
-    return pd.DataFrame(lines, columns=["metric", "worst A", "worst B", "B/A"]).set_index("metric")
-
-
-def status_changes(matched: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """The points both sweeps have whose statuses differ (ok in A, failed in B, ...)."""
-    both = matched[(matched["side"] == "both") & (matched["status A"] != matched["status B"])]
-    return pd.DataFrame(
-        {
-            "A": both["status A"].to_numpy(),
-            "B": both["status B"].to_numpy(),
-            "error in B": _column(both, "error B").where(both["status B"] != "ok").to_numpy(),
-        },
-        index=_index(both, keys),
-    )
-
-
-def unmatched(matched: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """The points only one sweep has, and their status there."""
-    alone = matched[matched["side"] != "both"]
-    status = alone["status A"].where(alone["side"] == "A", alone["status B"])
-    return pd.DataFrame(
-        {"only in": alone["side"].to_numpy(), "status": status.to_numpy()},
-        index=_index(alone, keys),
-    )
-
-
-def claim_changes(a: Side, b: Side) -> pd.DataFrame:
-    """Each claim's result in A and B (each sweep by its own manifest's claims; a side of
-    several, its sweeps' worst: octlm_analysis.sides); flipped."""
-    results = [side_claims(side) for side in (a, b)]
-    table = results[0][["result", "worst"]].merge(
-        results[1][["result", "worst"]],
-        how="outer",
-        left_index=True,
-        right_index=True,
-        suffixes=(" A", " B"),
-    )
-    table["flipped"] = np.where(table["result A"] != table["result B"], "yes", "")
-    return table[["result A", "result B", "worst A", "worst B", "flipped"]]
-
-
-def regressions(timing_tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """The timings judged slower (beyond the factor, by the family rule: timing_tables)."""
-    slower = [
-        table[table["change"] == "slower"].assign(metric=metric)
-        for metric, table in timing_tables.items()
-    ]
-    slower = [table for table in slower if not table.empty]
-    return pd.concat(slower) if slower else pd.DataFrame(columns=["metric", "A", "B", "B/A"])
-
-
-def lost_timings(c: Comparison) -> pd.DataFrame:
-    """The timings A has at a point and B has not, on an ok row of B (NaN, infinite, missing or
-    not a number: a broken timer's): for --fail-on-regression an answer lost, as a point's."""
-    both = c.matched[c.matched["side"] == "both"]
-    ok = _column(both, "status B").eq("ok").to_numpy()
-    lost = []
-    for metric in c.timings:
-        a, b = (_numbers(both, metric, side) for side in "AB")
-        gone = ok & np.isfinite(a.to_numpy()) & ~np.isfinite(b.to_numpy())
-        lost.append(pd.DataFrame({"metric": metric, "A": a[gone].to_numpy(),
-                                  "B": _column(both, f"{metric} B")[gone].to_numpy()},
-                                 index=_index(both[gone], c.keys)))  # fmt: skip
-    return pd.concat(lost) if lost else pd.DataFrame(columns=["metric", "A", "B"])
 
 
 def in_common(c: Comparison) -> int:
@@ -573,13 +347,6 @@ def nothing_in_common(c: Comparison) -> str:
     )
 
 
-def lost_answers(c: Comparison) -> pd.DataFrame:
-    """The points with an answer in A (ok, unsupported) and none in B: a failure, a kill, not
-    run. For --fail-on-regression they count as regressions: a gate must not pass them."""
-    changed = status_changes(c.matched, c.keys)
-    return changed[changed["A"].isin(store.DONE) & ~changed["B"].isin(store.DONE)]
-
-
 def _distinct(frame: pd.DataFrame, name: str) -> int:
     return frame[name].astype(str).nunique() if name in frame else 0
 
@@ -592,26 +359,29 @@ def _same(a, b) -> bool:
     return (pd.isna(a) and pd.isna(b)) or a == b
 
 
-def _is_number(frame: pd.DataFrame, column: str) -> bool:
-    if column not in frame:
-        return False
-    dtype = frame[column].dtype
-    return pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
+def numbers(frame: pd.DataFrame, column: str, side: str | None = None) -> pd.Series:
+    """A column (a side's: "column A") as floats, NaN where it is missing or not a number."""
+    name = f"{column} {side}" if side else column
+    return pd.to_numeric(cells(frame, name), errors="coerce").astype(float)
 
 
-def _column(frame: pd.DataFrame, name: str) -> pd.Series:
+def number(value) -> float:
+    """A value as a float, NaN where it is missing or not a number."""
+    found = pd.to_numeric(value, errors="coerce")
+    return float(found) if found is not None and not pd.isna(found) else math.nan
+
+
+def cells(frame: pd.DataFrame, name: str) -> pd.Series:
+    """A column of the frame, or Nones where it has none."""
     return frame[name] if name in frame else pd.Series([None] * len(frame), index=frame.index)
 
 
-def _samples(value) -> bool:
-    return isinstance(value, list | np.ndarray) and len(value) >= 2
-
-
-def _index(frame: pd.DataFrame, keys: list[str]) -> pd.Index:
+def point_index(frame: pd.DataFrame, keys: list[str]) -> pd.Index:
     """The keys as the tables' index; the row number too where a point has several rows."""
     names = [*keys, "row"] if (frame["row"] > 0).any() else keys
     return pd.MultiIndex.from_frame(frame[names]) if len(names) > 1 else pd.Index(frame[names[0]])
 
 
-def _ratio(b: float, a: float) -> float:
+def ratio_of(b: float, a: float) -> float:
+    """B/A, NaN where either is missing or A is 0."""
     return b / a if pd.notna(a) and pd.notna(b) and a != 0 else math.nan

@@ -2,39 +2,45 @@
 provenance, what points match on, the noise rule, the loads), a summary line, a section per
 timing and per other metric that changed, the claims and statuses that differ, the points only
 one side has, and, under --fail-on-regression, the regressions, the answers lost and what the
-gate could not judge."""
+gate could not judge. The verdicts are the gate's (octlm_analysis.gate.judge): this module
+writes them and decides none."""
+
+import hashlib
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from harness import files
 from harness.command.code import differing
 from harness.names import setting
 from harness.pinning import codestore
 from harness.results.tables import markdown
-from octlm_analysis.compare import (
-    CLOCKS,
-    ONE_PROCESS,
-    RULE,
-    RUNS_RULE,
-    UNDECIDED,
-    Comparison,
+from octlm_analysis.compare import RULE, Comparison, curve_figures
+from octlm_analysis.compare_tables import (
     claim_changes,
     final_table,
     finals_summary,
     load_line,
-    lost_answers,
-    lost_timings,
     metric_table,
-    regressions,
     status_changes,
-    timing_tables,
     unmatched,
     worst_table,
 )
+from octlm_analysis.gate import CLOCKS, Gate, judge
 from octlm_analysis.report import sweep_header
 from octlm_analysis.verdicts import ALPHA, TOLERANCE, processes_to_decide
 
-PASSED, FAILED, NOT_JUDGED = 0, 1, 3  # the gate's exit codes (2: bad input)
+RUNS_RULE = (
+    "Training runs are compared by their final values: each metric's last value in each phase "
+    "of a point's run (train, eval), B/A point by point, and over the points both sweeps have "
+    "the median, lowest and highest B/A."
+)
+ONE_PROCESS = (
+    "Each side is one sweep, and so its timings' repeats come from one process, which do not "
+    "show how much a timing moves between processes: give each side as several sweeps of one "
+    "grid (SWEEP_A1,SWEEP_A2,SWEEP_A3) for a gate that judges by that spread."
+)
 MOST_SAID = 100  # processes a side beyond which "what would decide it" says "more than"
 WHY_UNDECIDED = {
     "one process": "a side has fewer than two processes for them (each side one sweep, whose "
@@ -50,44 +56,70 @@ WHY_UNDECIDED = {
 }  # fmt: skip
 
 
-def document(c: Comparison, factor: float | None, looks: int = 1) -> tuple[str, int]:
-    """The comparison as Markdown, and the gate's verdict under --fail-on-regression `factor`
-    (PASSED without one): FAILED where a timing is slower (beyond the factor, by the family
-    rule: octlm_analysis.verdicts), or an answer of A is lost in B (a point's, or a timing's on
-    an ok row); else NOT_JUDGED where a timing is not decided (ambiguous, or not judged: one
-    process a side, a busy machine, copies, clocks that differ), saying what would decide it;
-    else PASSED. `looks`: timing_tables' (python -m harness again judges as it goes)."""
-    tables = timing_tables(c, factor or TOLERANCE, looks)
+def document(c: Comparison, factor: float | None = None, looks: int = 1) -> tuple[str, int]:
+    """The comparison as Markdown, and the gate's exit code under --fail-on-regression `factor`
+    (octlm_analysis.gate.judge: PASSED without one). `looks`: judge's."""
+    gate = judge(c, factor, looks)
+    return render(c, gate), gate.code
+
+
+def render(c: Comparison, gate: Gate) -> str:
+    """The comparison as Markdown, its timings as `gate` judged them; under a gate (its
+    factor), the regressions, the answers lost and the timings it did not decide, and what
+    would decide them."""
+    factor = gate.factor or TOLERANCE
     other_tables = {metric: metric_table(c.matched, metric, c.keys) for metric in c.others}
     claims = claim_changes(c.a, c.b)
     parts = [
-        *_header(c, tables),
-        _summary(c, tables, claims),
-        *_timing_sections(tables, factor or TOLERANCE),
+        *_header(c, gate.timings),
+        _summary(c, gate.timings, claims),
+        *_timing_sections(gate.timings, factor),
         *(_final_sections(c) if c.finals else _other_sections(c, other_tables)),
         *_listed(c, claims),
     ]
-    if factor is None:
-        return "\n\n".join(parts) + "\n", PASSED
-    regressed, lost, lost_values = regressions(tables), lost_answers(c), lost_timings(c)
-    undecided = _undecided(c, tables, factor, looks)
-    parts += [
-        *_regression_section(regressed, factor),
-        *_lost_section(lost),
-        *_lost_timing_section(lost_values),
-        *undecided,
-    ]
-    failed = len(regressed) + len(lost) + len(lost_values)
-    verdict = FAILED if failed else NOT_JUDGED if undecided else PASSED
-    return "\n\n".join(parts) + "\n", verdict
+    if gate.factor is not None:
+        parts += [
+            *_regression_section(gate.regressed, factor),
+            *_lost_section(gate.lost),
+            *_lost_timing_section(gate.lost_values),
+            *_undecided(c, gate),
+        ]
+    return "\n\n".join(parts) + "\n"
 
 
-def _undecided(c: Comparison, tables: dict[str, pd.DataFrame], factor: float,
-               looks: int) -> list[str]:  # fmt: skip
-    """The section on the timings the gate could not decide and what would decide them, or
-    none where it decided all."""
-    lines = pd.concat([t.assign(metric=m) for m, t in tables.items()]) if tables else None
-    if lines is None or not lines["change"].isin(UNDECIDED).any():
+def write(report: Path, c: Comparison, text: str) -> tuple[Path, str]:
+    """The comparison's Markdown written under the report folder (file_name), its training
+    runs' curves a page beside it where it has any (nothing written through a symlink); its
+    path, and the text as written, which names that page."""
+    files.no_links_below(report)
+    path = report / file_name(c.a.id, c.b.id)
+    figures = curve_figures(c) if c.finals else []
+    if figures:
+        from octlm_analysis.page import write_figures
+
+        page = write_figures(path.with_suffix(".html"), path.stem, figures)
+        text += f"\nCurves of both sides' runs, A solid and B dashed: {page.name}\n"
+    files.write_text(path, text)
+    return path, text
+
+
+def file_name(a: str, b: str) -> str:
+    """The comparison's file: compare-A-vs-B.md, each side's sweeps joined by +; where that
+    would be too long a name for a file system (255 bytes), each side's first sweep and how
+    many more, and a digest of the whole that tells two such apart."""
+    name = "compare-{}-vs-{}.md".format(*(side.replace(",", "+") for side in (a, b)))
+    if len(name) <= 200:
+        return name
+    short = [f"{side.split(',')[0]}+{side.count(',')}more" for side in (a, b)]
+    digest = hashlib.sha256(f"{a} {b}".encode()).hexdigest()[:12]
+    return f"compare-{short[0]}-vs-{short[1]}-{digest}.md"
+
+
+def _undecided(c: Comparison, gate: Gate) -> list[str]:
+    """The section on the timings the gate did not decide and what would decide them, or none
+    where it decided all."""
+    lines, factor = gate.undecided, gate.factor
+    if lines.empty:
         return []
     again = (f"python -m harness again {c.a.id.split(',')[0]} {c.b.id.split(',')[0]} "
              f"factor={factor:g}")  # fmt: skip
@@ -97,7 +129,7 @@ def _undecided(c: Comparison, tables: dict[str, pd.DataFrame], factor: float,
             said.append(f"- {count} {why}: {WHY_UNDECIDED[why]}.")
     ambiguous = lines[lines["change"] == "ambiguous"]
     if len(ambiguous):
-        tail = ALPHA / looks
+        tail = ALPHA / gate.looks
         needed = [processes_to_decide(e, factor, tail) for e in ambiguous["_estimate"]]
         known = [n for n in needed if n is not None]
         most = max(known) if known else None
@@ -114,7 +146,7 @@ def _undecided(c: Comparison, tables: dict[str, pd.DataFrame], factor: float,
         f"{again} gathers processes a side, A and B in turns, until each timing is "
         "decided or its cap is reached, then prints the comparison to run."
     )
-    return [f"## Not decided: {int(lines['change'].isin(UNDECIDED).sum())} timings", *said]
+    return [f"## Not decided: {len(lines)} timings", *said]
 
 
 def _lost_timing_section(lost: pd.DataFrame) -> list[str]:

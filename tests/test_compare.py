@@ -7,8 +7,9 @@ import pandas as pd
 import pytest
 
 from harness import store
-from octlm_analysis.compare import compare, timing_tables
+from octlm_analysis.compare import compare
 from octlm_analysis.comparison import document
+from octlm_analysis.gate import FAILED, NOT_DECIDED, PASSED, judge, timing_tables
 from octlm_analysis.sides import load
 from octlm_analysis.verdicts import estimate, holm, verdict
 
@@ -326,6 +327,32 @@ def test_a_side_of_several_sweeps_is_judged_by_the_spread_between_its_processes(
     assert (
         "Processes that count, a side, for each timing: A 3 of its 3 sweeps, B 3 of its 3" in text
     )
+
+
+@pytest.mark.parametrize(
+    "factors_b, failed_in_b, factor, code, expected",
+    [
+        ([1.3, 1.36, 1.28], None, 1.10, FAILED, "slower"),
+        ([1.3, 1.36, 1.28], None, None, PASSED, "slower"),  # no gate: judged, never failed
+        ([1.3, 0.99, 1.36], None, 1.10, NOT_DECIDED, "ambiguous"),
+        ([1.0, 1.05, 0.98], None, 1.10, PASSED, "same"),
+        ([1.0, 1.0, 1.0], 1, 1.10, FAILED, "same"),  # a lost answer
+    ],
+)
+def test_the_gate_is_a_value_read_before_any_markdown(tmp_path, factors_b, failed_in_b, factor,
+                                                      code, expected):  # fmt: skip
+    """judge's Gate holds each timing's verdicts and the exit code; the document's code is it."""
+    results = tmp_path / "results"
+    a, b = sides(results, [1.0, 1.06, 0.97], factors_b, failed_in_b)
+    comparison = compare(load(results, a), load(results, b))
+    gate = judge(comparison, factor)
+    assert gate.code == code and gate.decided == (code != NOT_DECIDED)
+    assert gate.timings["time_ms"]["change"].tolist() == [expected]
+    assert len(gate.undecided) == (code == NOT_DECIDED)
+    assert len(gate.lost) == (failed_in_b is not None)
+    assert document(comparison, factor)[1] == code
+    with pytest.raises(AttributeError):
+        gate.code = PASSED
 
 
 @pytest.mark.parametrize(

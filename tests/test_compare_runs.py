@@ -6,8 +6,10 @@ import pytest
 from probes import PROBE_PATH, SUPPORT
 
 from harness import store
-from octlm_analysis.compare import compare, curve_figures, final_table, finals_summary
-from octlm_analysis.comparison import FAILED, document
+from octlm_analysis.compare import compare, curve_figures
+from octlm_analysis.compare_tables import final_table, finals_summary
+from octlm_analysis.comparison import document
+from octlm_analysis.gate import FAILED
 from octlm_analysis.sides import load
 
 EXPERIMENT = "exp_trained"

@@ -17,7 +17,6 @@ import pyarrow as pa
 
 from harness import store
 from harness.errors import BadInput, shorten
-from harness.names import AGAIN_REPLACED
 from harness.searching import search
 from harness.store import common_schema
 
@@ -290,131 +289,6 @@ def pinned_sweep(results: Path, sweep_id: str) -> tuple[str, dict, str]:
     if not isinstance(digest, str):
         raise BadInput(f"sweep {sweep_id}'s manifest names no code (code_digest)")
     return sweep_id, manifest, digest
-
-
-DECIDED = (0, 1)  # the gate's exit codes that decide: passed, failed (3: not decided)
-
-
-def again(ids: list[str], out: str, code_store: str | None, times: str = "3",
-          most: str = "8", factor: str = "1.10", budget_s: str = "3600") -> int:  # fmt: skip
-    """python -m harness again SWEEP [SWEEP ...] [times=3]: each sweep run again, as a new
-    sweep of its own command on its own code (its snapshot, hashed first: harness.pinning.boot)
-    with nothing reused, one after another in turns, until each has `times` sweeps: the
-    processes apart that a timing gate judges by, run interleaved so that a drift of the
-    machine reaches both sides alike. Its command runs from this folder, its config dirs as the
-    sweep recorded them.
-
-    Of two sweeps of one experiment, A and B, it is the gate: once each side has `times`, it
-    compares them (python -m harness report compare A1,... B1,... --fail-on-regression
-    `factor`) and, while a timing is not decided, runs one more of A and one more of B and
-    compares again, until every timing is decided, a side has `most` sweeps, or `budget_s`
-    seconds have passed. Each comparison is one look of at most most - times + 1, each judged
-    at 5% over them (--looks), so that stopping once decided keeps the gate's rate of false
-    alarms. Returns the last comparison's exit code (0 passed, 1 failed, 3 not decided)."""
-    import time
-
-    from harness.pinning import codestore
-
-    numbers = {"times": times, "most": most, "budget_s": budget_s}
-    if not all(value.isdigit() for value in numbers.values()) or int(times) < 2:
-        raise BadInput(f"times, most and budget_s are whole numbers, times 2 or more: got "
-                       f"times={times}, most={most}, budget_s={budget_s}")  # fmt: skip
-    if int(most) < int(times):
-        raise BadInput(f"most={most} is fewer than times={times}")
-    try:
-        if not float(factor) > 1:
-            raise ValueError
-    except ValueError:
-        raise BadInput(f"factor is a number above 1, got {factor!r}") from None
-    results, kept = Path(out).resolve() / "results", codestore.store_of(code_store)
-    started, runs = time.monotonic(), []
-    for sweep_id in ids:
-        sweep_id, manifest, digest = pinned_sweep(results, sweep_id)
-        codestore.verify(kept, digest)
-        runs.append(_Rerun(sweep_id, manifest, digest, out, kept))
-    for turn in range(1, int(times)):
-        for run in runs:
-            if not run.again(f"again {turn} of {int(times) - 1}"):
-                return run.failed
-    joined = [",".join(run.sweeps) for run in runs]
-    experiments = {find_experiment(results, run.sweeps[0]) for run in runs}
-    if len(runs) != 2 or len(experiments) != 1:
-        print(f"compare them with: python -m harness report compare {' '.join(joined)} "
-              f"--fail-on-regression {factor}")  # fmt: skip
-        return 0
-    looks = int(most) - int(times) + 1
-    for look in range(1, looks + 1):
-        gate = _gate(runs, out, factor, looks)
-        left = time.monotonic() - started < int(budget_s)
-        if gate.returncode in DECIDED or look == looks or not left:
-            break
-        print(f"look {look} of {looks}: not decided at {len(runs[0].sweeps)} processes a "
-              "side; one more of each", flush=True)  # fmt: skip
-        for run in runs:
-            if not run.again(f"process {len(run.sweeps) + 1} of at most {most}"):
-                return run.failed
-    sys.stdout.write(gate.stdout)
-    sys.stderr.write(gate.stderr)
-    said = {0: "passed", 1: "failed", 3: "not decided"}.get(gate.returncode, "an error")
-    why = (
-        ""
-        if gate.returncode in DECIDED
-        else (f" (budget_s={budget_s} spent)" if not left else f" (most={most} reached)")
-    )
-    print(f"gate {said} at {len(runs[0].sweeps)} processes a side, look {look} of {looks}{why}: "
-          f"python {' '.join(gate.args[1:])}")  # fmt: skip
-    return gate.returncode
-
-
-def _gate(runs: list["_Rerun"], out: str, factor: str, looks: int):
-    """The comparison of the two runs' sweeps as the gate (octlm_analysis's command line, in a
-    process of its own: the harness's layers below the command line never import it)."""
-    import subprocess
-
-    sides = [",".join(run.sweeps) for run in runs]
-    folders = [arg for folder in dict.fromkeys(f for run in runs for f in run.config_dirs)
-               for arg in ("--config-dir", folder)]  # fmt: skip
-    command = [sys.executable, "-m", "harness", "report", *folders, "compare", *sides,
-               "--fail-on-regression", factor, "--looks", str(looks), "--out", out]  # fmt: skip
-    return subprocess.run(command, capture_output=True, text=True)
-
-
-class _Rerun:
-    """A sweep's command, to be run again on its own code: each run a new sweep (`sweeps`: the
-    original, then each rerun)."""
-
-    def __init__(self, sweep_id: str, manifest: dict, digest: str, out: str, kept: Path) -> None:
-        import shlex
-
-        from harness.names import split_flags
-        from harness.pinning import codestore
-
-        arguments, _ = split_flags(shlex.split(manifest.get("command", ""))[3:])
-        kept_args = [a for a in arguments if a.split("=", 1)[0].lstrip("+~") not in AGAIN_REPLACED]
-        self.config_dirs = list(manifest.get("config_dirs", []))
-        folders = [arg for folder in self.config_dirs for arg in ("--config-dir", folder)]
-        original = manifest.get("again_of") or sweep_id  # a rerun's reruns are its original's
-        arguments = [*folders, *kept_args, "reuse=false", f"out={Path(out).resolve()}",
-                     f"code_store={kept}", f"again_of={original}"]  # fmt: skip
-        self.digest, self.sweeps, self.failed = digest, [sweep_id], 0
-        self.command, self.environment = codestore.harness_from(kept, digest, arguments)
-
-    def again(self, said: str) -> bool:
-        """One more sweep of the command; False (its exit code in `failed`) where it failed."""
-        import re
-        import subprocess
-
-        print(f"{said}, sweep {self.sweeps[0]}'s command on its code {self.digest}:", flush=True)
-        ran = subprocess.run(self.command, env=self.environment, stdout=subprocess.PIPE, text=True)
-        sys.stdout.write(ran.stdout)
-        made = re.search(r"^sweep (\S+): ", ran.stdout, re.M)
-        if ran.returncode or not made:
-            print(f"error: the run of sweep {self.sweeps[0]} again ended with exit code "
-                  f"{ran.returncode}", file=sys.stderr)  # fmt: skip
-            self.failed = ran.returncode or 1
-            return False
-        self.sweeps.append(made[1])
-        return True
 
 
 def code_and_reuse(rows) -> list[str]:
