@@ -19,7 +19,7 @@ from commands import call_command
 
 from harness import store
 from harness.names import HERE
-from harness.pinning import codestore
+from harness.pinning import codestore, sources
 
 ROOT = HERE.parent
 
@@ -187,7 +187,7 @@ def test_what_cannot_be_pinned_is_one_line_and_leaves_no_sweep(own, monkeypatch,
         (own.folder / "minepkg" / "again").symlink_to(own.folder / "minepkg")
         said = "a link loop"
     else:
-        monkeypatch.setattr(codestore, "MAX_FILES", 5)
+        monkeypatch.setattr(sources, "MAX_FILES", 5)
         for n in range(8):
             (own.folder / "minepkg" / f"extra{n}.py").write_text("#" * (100 * n))
         said = "holds more files than an experiment's folder should"

@@ -1,11 +1,13 @@
 """Hydra's own flags: --cfg, --resolve, --package, --info, --help and -m; none of the showing
-ones runs anything or writes anything."""
+ones runs anything or writes anything. And the options of the commands beside a sweep (status,
+compact, code, again): key=value as a sweep's overrides are written, or --key value."""
 
 import pytest
 from commands import SUPPORT
 from omegaconf import OmegaConf
 
 from harness import store
+from harness.command.cli import as_flags, commands
 
 
 def shown(result) -> tuple[list[str], dict]:
@@ -132,3 +134,71 @@ def test_help_and_cfg_refuse_what_the_run_refuses(harness, tmp_path, flag, spec,
         assert result.returncode == 2, result.stdout + result.stderr
         assert result.stderr == f"error: tabled: {said}\n"
     assert not (harness.cwd / "outputs").exists()
+
+
+@pytest.mark.parametrize(
+    "tokens, flags",
+    [
+        (["last", "out=o", "+experiment=exp"], ["last", "--out", "o", "--experiment", "exp"]),
+        (["A", "B", "times=2", "budget_s=60"], ["A", "B", "--times", "2", "--budget-s", "60"]),
+        (["A", "out=a=b", "code_store=~/c"], ["A", "--out", "a=b", "--code-store", "~/c"]),
+        (["A", "--out", "x=y", "--out=z"], ["A", "--out", "x=y", "--out=z"]),  # as given
+        (["prune", "out=a", "out=b"], ["prune", "--out", "a", "--out", "b"]),
+    ],
+)
+def test_a_commands_key_value_options_are_its_flags(tokens, flags):
+    assert as_flags(tokens, {"out", "experiment", "times", "budget_s", "code_store"}) == flags
+
+
+def test_a_key_value_of_a_key_the_command_lacks_is_refused():
+    with pytest.raises(ValueError, match="unknown option seed="):
+        as_flags(["A", "seed=1"], {"out"})
+
+
+def test_again_reads_its_settings_typed_whichever_way_given():
+    again = commands()["again"]
+    given = again.parse_args(as_flags(["A", "B", "times=2", "most=5", "factor=1.2",
+                                       "budget_s=90.5", "out=o"], again.keys))  # fmt: skip
+    flagged = again.parse_args(["A", "B", "--times", "2", "--most", "5", "--factor", "1.2",
+                                "--budget-s", "90.5", "--out", "o"])  # fmt: skip
+    assert given == flagged
+    settings = (given.times, given.most, given.factor, given.budget_s, given.out)
+    assert settings == (2, 5, 1.2, 90.5, "o") and type(given.times) is int
+    assert (given.sweep_ids, given.code_store) == (["A", "B"], None)
+    plain = again.parse_args(["A"])
+    assert (plain.times, plain.most, plain.factor, plain.budget_s) == (None,) * 4  # again's own
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["status"], "status: the following arguments are required: SWEEP_ID"),
+        (["status", "last", "seed=1"], "status: unknown option seed="),
+        (["status", "last", "--seed", "1"], "status: unrecognized arguments: --seed 1"),
+        (["compact", "A", "B"], "compact: unrecognized arguments: B"),
+        (["status", "a/b"], "sweep id 'a/b' is not a plain name"),
+        (["status", "last", "+experiment=a b"], "experiment 'a b' is not a plain name"),
+        (["code", "A", "B", "C"], "code: one sweep id, or two to compare, not 3"),
+        (["code", "prune", "A"], "code: prune takes out folders (out=DIR), not A"),
+        (["again", "A", "times=two"], "again: times: must be a whole number, got 'two'"),
+        (["again", "A", "--factor", "x"], "again: factor: must be a number, got 'x'"),
+        (["again", "A", "budget_s="], "again: budget_s: must be a number, got ''"),
+    ],
+)
+def test_a_commands_bad_option_is_one_line_and_exit_2(harness, args, message):
+    result = harness(*args)
+    assert result.returncode == 2 and result.stdout == "", result.stdout + result.stderr
+    assert result.stderr.startswith("error: ") and message in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1 and not (harness.cwd / "outputs").exists()
+    if "plain name" not in message:  # argparse's: with the command's usage
+        assert f"(usage: python -m harness {args[0]} " in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args", [["status"], ["compact"], ["code"], ["code", "prune"], ["again"]], ids=" ".join
+)
+def test_each_commands_help_shows_its_key_value_usage(harness, args):
+    result = harness(*args, "--help")
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert result.stdout.startswith(f"usage: python -m harness {args[0]} ")
+    assert "out=DIR" in result.stdout and not (harness.cwd / "outputs").exists()

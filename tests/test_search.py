@@ -14,6 +14,7 @@ from probes import held, wait_for
 from harness import files, store
 from harness.names import setting
 from harness.searching import search
+from harness.searching.journal import JOURNAL, _JournalLock, storage
 from octlm_analysis import point_lines
 
 SEARCH = [
@@ -239,7 +240,7 @@ def test_a_journal_line_a_killed_trial_cut_short_is_cut_off_before_the_next_appe
 
     first = search.study(tmp_path, PLAIN, 0)
     first.tell(first.ask(), 0.5)
-    journal = tmp_path / search.JOURNAL
+    journal = tmp_path / JOURNAL
     with open(journal, "ab") as f:
         f.write(b'{"op_code": 4, "worker_id": "killed-mid-wri')
     forget()  # a new process's storage
@@ -260,7 +261,7 @@ def test_a_journal_that_cannot_be_read_leaves_status_without_trials_not_a_traceb
 
     study = search.study(tmp_path, PLAIN, 0)
     study.tell(study.ask(), 0.5)
-    journal = tmp_path / search.JOURNAL
+    journal = tmp_path / JOURNAL
     if damage == "a link":
         journal.rename(tmp_path / "elsewhere")
         journal.symlink_to(tmp_path / "elsewhere")
@@ -277,7 +278,7 @@ def test_a_journal_that_cannot_be_read_leaves_status_without_trials_not_a_traceb
     if damage == "a link":
         assert "is a symlink" in said
         with pytest.raises(files.Linked):
-            search.storage(tmp_path)
+            storage(tmp_path)
 
 
 def test_a_trial_that_failed_before_its_study_answered_counts_in_its_cell(tmp_path):
@@ -344,10 +345,10 @@ def test_a_holder_of_the_journals_lock_killed_mid_append_holds_up_no_one(tmp_pat
     import subprocess
     import sys
 
-    journal = tmp_path / search.JOURNAL
+    journal = tmp_path / JOURNAL
     code = (
-        "import sys, time; from harness.searching import search; "
-        f"search._JournalLock({str(journal)!r}).acquire(); print('held', flush=True); "
+        "import sys, time; from harness.searching.journal import _JournalLock; "
+        f"_JournalLock({str(journal)!r}).acquire(); print('held', flush=True); "
         "time.sleep(600)"
     )
     holder = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
@@ -369,4 +370,4 @@ def test_a_holder_of_the_journals_lock_killed_mid_append_holds_up_no_one(tmp_pat
     journal.with_name(journal.name + ".flock").unlink()
     journal.with_name(journal.name + ".flock").symlink_to(tmp_path / "aside")
     with pytest.raises(files.Linked):
-        search._JournalLock(str(journal)).acquire()
+        _JournalLock(str(journal)).acquire()

@@ -1,14 +1,20 @@
-"""The command line: a sweep from Hydra overrides, a sweep's status, its compaction, its code,
-its runs again, or the report (octlm_analysis's command line); bad input is one line on stderr
-and exit code 2."""
+"""The command line: a sweep from Hydra's overrides (python -m harness +experiment=NAME
+key=value ...), and beside it the commands, each an argparse subcommand: status, compact, code
+and again, whose options are typed as a sweep's overrides are (out=DIR, or --out DIR), and
+report, the report's own command line (octlm_analysis's). Bad input is one line on stderr and
+exit code 2."""
 
+import argparse
 import os
+import re
 import sys
-import time
-from pathlib import Path
 
 from harness.errors import BadInput, os_error, reader_gone
 from harness.names import PLAIN, check_name, key_of, split_flags, usage
+
+PROG = "python -m harness"
+OPTION = re.compile(r"\+?([a-z_]+)=(.*)", re.DOTALL)  # key=value, +key=value alike
+MOST_AGAIN = 16  # sweeps again takes at once
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -19,8 +25,10 @@ def main(argv: list[str] | None = None) -> None:
     if argv[0] == "help":
         argv = ["--help", *argv[1:]]
     try:
-        command = COMMANDS.get(argv[0])
-        code = command(argv) if command else _sweep(argv)
+        if argv[0] == "report":
+            code = _report(argv[1:])
+        else:
+            code = run_command(argv) if argv[0] in commands() else _sweep(argv)
     except BadInput as error:
         print(f"error: {error}", file=sys.stderr)
         code = 2
@@ -58,73 +66,7 @@ def _sweep(argv: list[str]) -> int:
             raise BadInput(f"{again}: resume it with python -m harness") from None
         sys.stdout.flush()
         sys.stderr.flush()
-        os.execve(sys.executable, *harness_from(again.store, again.digest, argv))
-
-
-def _status(sweep_id: str, out: str, experiment: str | None) -> int:
-    from harness.command.status import status
-
-    return status(sweep_id, out, experiment)
-
-
-def _compact(sweep_id: str, out: str, experiment: str | None) -> int:
-    """Merge the sweep's job files into one (store.compact); refused while SLURM runs points."""
-    from harness import store
-    from harness.command.status import find_experiment, still_scheduled
-
-    results = Path(out).resolve() / "results"
-    sweep_id = store.named_sweep(results, sweep_id, experiment)
-    experiment = find_experiment(results, sweep_id)
-    running = still_scheduled(store.read_manifest(results, experiment, sweep_id) or {})
-    if running:
-        raise BadInput(
-            f"sweep {sweep_id} still has {len(running)} points queued or running on SLURM; "
-            f"compact it once they end (python -m harness status {sweep_id})"
-        )
-    started = time.perf_counter()
-    path, absorbed = store.compact(results, experiment, sweep_id)
-    if (
-        path is None
-        and (store.read(results, experiment, sweep_id)["status"] == store.RUNNING).any()
-    ):
-        print(f"sweep {sweep_id} ({experiment}) has a training point still running: compact it "
-              "once it ends (or resume it)")  # fmt: skip
-    elif path is None:
-        print(f"sweep {sweep_id} ({experiment}) has no rows to compact")
-    elif not absorbed:
-        print(f"sweep {sweep_id} ({experiment}) is compacted already: {path}")
-    else:
-        seconds = time.perf_counter() - started
-        print(
-            f"sweep {sweep_id} ({experiment}): {len(absorbed)} files merged into {path} in "
-            f"{seconds:.1f} s"
-        )
-    return 0
-
-
-def _code(argv: list[str]) -> int:
-    """The files of a sweep's code, the unified diff between two sweeps' code, or (prune) the
-    code store rid of the codes that no sweep under the out folders given ran."""
-    from harness.command.code import code, prune_code
-
-    if argv[1:2] == ["prune"]:
-        outs = [_out({"out": a.partition("=")[2]}) for a in argv[2:] if key_of(a) == "out"]
-        rest = [argv[0], *(a for a in argv[2:] if key_of(a) != "out")]
-        options, _ = _options(rest, {"code_store"}, "prune [out=DIR ...]", (0, 0))
-        return prune_code(outs or ["outputs"], options.get("code_store"))
-    options, ids = _options(argv, {"out", "code_store"}, "SWEEP_ID [OTHER_SWEEP_ID]", (1, 2))
-    return code(ids, _out(options), options.get("code_store"))
-
-
-def _again(argv: list[str]) -> int:
-    """Sweeps run again, each on its own code, in turns (a timing gate's processes apart)."""
-    from harness.command.status import again
-
-    settings = ("times", "most", "factor", "budget_s")
-    options, ids = _options(argv, {"out", "code_store", *settings}, "SWEEP_ID [SWEEP_ID ...]",
-                            (1, 16))  # fmt: skip
-    settings = {key: options[key] for key in settings if key in options}
-    return again(ids, _out(options), options.get("code_store"), **settings)
+        os.execve(sys.executable, *harness_from(again.code_store, again.digest, argv))
 
 
 def _report(argv: list[str]) -> int:
@@ -132,47 +74,194 @@ def _report(argv: list[str]) -> int:
     reads the store; the harness's layers below the command line never import it."""
     from octlm_analysis.__main__ import main
 
-    return main(argv[1:])
+    return main(argv)
 
 
-COMMANDS = {
-    "report": _report,
-    "status": lambda argv: _status(*_sweep_and_out(argv)),
-    "compact": lambda argv: _compact(*_sweep_and_out(argv)),
-    "code": _code,
-    "again": _again,
-}
+def run_command(argv: list[str]) -> int:
+    """python -m harness COMMAND ARGS (status, compact, code, again): ARGS parsed by the
+    command's parser, its key=value options as --key value (as_flags), and the command run."""
+    parser = commands()[argv[0]]
+    try:
+        flags = as_flags(argv[1:], parser.keys)
+    except ValueError as error:
+        parser.error(str(error))
+    arguments = parser.parse_args(flags)
+    return arguments.run(arguments, parser)
 
 
-PLACEHOLDERS = {"times": "times=N", "most": "most=N", "factor": "factor=F",
-                "budget_s": "budget_s=S", "experiment": "+experiment=NAME"}  # fmt: skip
+def as_flags(tokens: list[str], keys) -> list[str]:
+    """A command's arguments as argparse reads them: each key=value (+key=value alike) as
+    --key value, an _ in the key as -; the rest as given (a value after --key too). ValueError
+    for a key=value of a key not in `keys`."""
+    flags, value_next = [], False
+    for token in tokens:
+        found = None if value_next else OPTION.fullmatch(token)
+        value_next = token.startswith("--") and "=" not in token and token != "--help"
+        if found is None:
+            flags.append(token)
+            continue
+        key, value = found.groups()
+        if key not in keys:
+            raise ValueError(f"unknown option {key}=")
+        flags += [f"--{key.replace('_', '-')}", value]
+    return flags
 
 
-def _options(argv: list[str], keys: set[str], usage_: str, count=(1, 1)) -> tuple[dict, list]:
-    """A command's key=value options (of `keys`; +key=value as key=value) and its sweep ids
-    (their count in `count`)."""
-    options = {key.lstrip("+"): value for key, value in
-               (a.split("=", 1) for a in argv[1:] if "=" in a)}  # fmt: skip
-    ids = [check_name("sweep id", a) for a in argv[1:] if "=" not in a]
-    if not count[0] <= len(ids) <= count[1] or set(options) - keys:
-        shown = " ".join(f"[{PLACEHOLDERS.get(key, key + '=DIR')}]" for key in sorted(keys))
-        raise BadInput(f"usage: python -m harness {argv[0]} {usage_} {shown}")
-    return options, ids
+class Parser(argparse.ArgumentParser):
+    """A command's parser: its errors are BadInput (one line, with the command's usage), and
+    `keys` its options by key (out, code_store), each also key=value."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.keys: dict[str, str] = {}
+
+    def option(self, key: str, metavar: str, what: str, plus: str = "", **kwargs) -> None:
+        """The option `key`, given as key=VALUE or --key VALUE (an _ in key as -); `plus`: "+"
+        where the documented form is +key=VALUE (as Hydra's for a key the config lacks)."""
+        self.keys[key] = metavar
+        self.add_argument(f"--{key.replace('_', '-')}", dest=key, metavar=metavar,
+                          help=f"{plus}{key}={metavar}: {what}", **kwargs)  # fmt: skip
+
+    def error(self, message: str):
+        message = re.sub(r"argument --([\w-]+)", lambda m: m[1].replace("-", "_"), message)
+        command = self.prog.removeprefix(f"{PROG} ")
+        forms = self.format_usage().removeprefix("usage:").splitlines()
+        raise BadInput(f"{command}: {message} (usage: {' or '.join(f.strip() for f in forms)})")
 
 
-def _sweep_and_out(argv: list[str]) -> tuple[str, str, str | None]:
-    """`status SWEEP_ID [out=DIR] [+experiment=NAME]`'s sweep id, out dir and experiment (whose
-    newest sweep `last` names; the same for compact)."""
-    options, ids = _options(argv, {"out", "experiment"}, "SWEEP_ID")
-    experiment = options.get("experiment")
-    return ids[0], _out(options), experiment and check_name("experiment", experiment)
+def sweep_id(text: str) -> str:
+    return check_name("sweep id", text)
 
 
-def _out(options: dict) -> str:
-    out = options.get("out", "outputs")  # plain, or quoted and escaped as Hydra reads it
-    if not PLAIN.fullmatch(out):
-        from harness.names import reads_as
+def experiment(text: str) -> str:
+    return check_name("experiment", text)
 
-        said = reads_as(f"out={out}")
-        out = said if isinstance(said, str) else out
-    return out
+
+def out_folder(text: str) -> str:
+    """An out folder as given: plain, or quoted and escaped as Hydra reads it (the commands the
+    harness prints quote it so)."""
+    if PLAIN.fullmatch(text):
+        return text
+    from harness.names import reads_as
+
+    said = reads_as(f"out={text}")
+    return said if isinstance(said, str) else text
+
+
+def whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+
+
+def number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+
+
+def _status(arguments, parser) -> int:
+    from harness.command.status import status
+
+    return status(arguments.sweep_id, arguments.out, arguments.experiment)
+
+
+def _compact(arguments, parser) -> int:
+    from harness.command.compact import compact
+
+    return compact(arguments.sweep_id, arguments.out, arguments.experiment)
+
+
+def _code(arguments, parser) -> int:
+    from harness.command.code import code, prune_code
+
+    ids, outs = arguments.sweep_ids, arguments.out or []
+    if ids[0] == "prune":
+        if ids[1:]:
+            parser.error(f"prune takes out folders (out=DIR), not {' '.join(ids[1:])}")
+        return prune_code(outs or ["outputs"], arguments.code_store)
+    if len(ids) > 2:
+        parser.error(f"one sweep id, or two to compare, not {len(ids)}")
+    return code([sweep_id(i) for i in ids], (outs or ["outputs"])[-1], arguments.code_store)
+
+
+AGAIN_SETTINGS = ("times", "most", "factor", "budget_s")  # again's own defaults where not given
+
+
+def _again(arguments, parser) -> int:
+    from harness.command.again import again
+
+    if len(arguments.sweep_ids) > MOST_AGAIN:
+        parser.error(f"at most {MOST_AGAIN} sweeps, not {len(arguments.sweep_ids)}")
+    given = {key: getattr(arguments, key) for key in AGAIN_SETTINGS}
+    settings = {key: value for key, value in given.items() if value is not None}
+    return again(arguments.sweep_ids, arguments.out, arguments.code_store, **settings)
+
+
+OUT = "the out folder whose store (DIR/results) holds the sweep (default: outputs)"
+CODE_STORE = "the code store the sweep kept its code in (default: its code_store setting)"
+
+
+def commands() -> dict[str, Parser]:
+    """The commands beside a sweep by name, each its parser, which names its function (`run`)."""
+    top = argparse.ArgumentParser(prog=PROG, add_help=False)
+    parsers = top.add_subparsers(dest="command", parser_class=Parser)
+    for name, run, what in (
+        ("status", _status, "Each point of a sweep: pending, running, ok, failed (its error), "
+         "killed or not run, and the command that finishes it."),
+        ("compact", _compact, "A sweep's job files merged into one Parquet file (refused while "
+         "SLURM still runs its points)."),
+    ):  # fmt: skip
+        parser = parsers.add_parser(
+            name, usage=f"{PROG} {name} SWEEP_ID [out=DIR] [+experiment=NAME]", description=what
+        )
+        parser.add_argument("sweep_id", metavar="SWEEP_ID", type=sweep_id,
+                            help="a sweep id, or last: the newest sweep")  # fmt: skip
+        parser.option("out", "DIR", OUT, type=out_folder, default="outputs")
+        parser.option("experiment", "NAME", "the experiment whose newest sweep last names",
+                      plus="+", type=experiment)  # fmt: skip
+        parser.set_defaults(run=run)
+    _code_parser(parsers)
+    _again_parser(parsers)
+    return parsers.choices
+
+
+def _code_parser(parsers) -> None:
+    parser = parsers.add_parser(
+        "code",
+        usage=f"{PROG} code SWEEP_ID [OTHER_SWEEP_ID] [out=DIR] [code_store=DIR]\n"
+        f"       {PROG} code prune [out=DIR ...] [code_store=DIR]",
+        description="The files of the code a sweep ran, or the files that differ between two "
+        "sweeps' code and their unified diff; prune: the code store rid of every code that no "
+        "sweep under the out folders ran.",
+    )
+    parser.add_argument(
+        "sweep_ids", nargs="+", metavar="SWEEP_ID",
+        help="a sweep id (last: the newest sweep), two to compare, or prune",
+    )  # fmt: skip
+    parser.option("out", "DIR", f"{OUT}; prune: once per out folder whose sweeps keep their code",
+                  type=out_folder, action="append")  # fmt: skip
+    parser.option("code_store", "DIR", CODE_STORE)
+    parser.set_defaults(run=_code)
+
+
+def _again_parser(parsers) -> None:
+    parser = parsers.add_parser(
+        "again",
+        usage=f"{PROG} again SWEEP [SWEEP ...] [times=N] [most=N] [factor=F] [budget_s=S] "
+        "[out=DIR] [code_store=DIR]",
+        description="Each sweep run again on its own code, in turns, until each has `times` "
+        "sweeps; of two sweeps of one experiment, the timing gate: it compares them, one more "
+        "of each while a timing is not decided, and exits as the comparison (0, 1 or 3).",
+    )
+    parser.add_argument("sweep_ids", nargs="+", metavar="SWEEP", type=sweep_id,
+                        help="a sweep id (last: the newest sweep)")  # fmt: skip
+    parser.option("times", "N", "sweeps of each before the first comparison", type=whole)
+    parser.option("most", "N", "sweeps of a side at most", type=whole)
+    parser.option("factor", "F", "the slowdown the gate fails (B/A)", type=number)
+    parser.option("budget_s", "S", "seconds after which it runs no more sweeps", type=number)
+    parser.option("out", "DIR", OUT, type=out_folder, default="outputs")
+    parser.option("code_store", "DIR", CODE_STORE)
+    parser.set_defaults(run=_again)

@@ -74,10 +74,10 @@ def _codes_of(results: Path, experiment: str, sweep: str) -> set[str]:
     return {code for code in [manifest.get("code_digest"), *ran] if isinstance(code, str)}
 
 
-def listing(store: Path, digest: str) -> dict[str, Path]:
+def listing(code_store: Path, digest: str) -> dict[str, Path]:
     """The files of the snapshot of `digest` by relative path (the experiment's own first);
-    BadInput when the store has no such snapshot."""
-    pinned = codestore.verify(store, digest)
+    BadInput when the code store has no such snapshot."""
+    pinned = codestore.verify(code_store, digest)
     found: dict[str, Path] = {}
     for folder in pinned.folders:
         for where, _, names in os.walk(folder):
@@ -87,9 +87,9 @@ def listing(store: Path, digest: str) -> dict[str, Path]:
     return found
 
 
-def diff(store: Path, old: str, new: str, names: tuple[str, str]) -> tuple[list[str], str]:
+def diff(code_store: Path, old: str, new: str, names: tuple[str, str]) -> tuple[list[str], str]:
     """The files that differ between two snapshots, and their unified diff."""
-    before, after = listing(store, old), listing(store, new)
+    before, after = listing(code_store, old), listing(code_store, new)
     changed, lines = [], []
     for rel in sorted(set(before) | set(after)):
         a = before[rel].read_text(errors="replace").splitlines(True) if rel in before else []
@@ -101,10 +101,11 @@ def diff(store: Path, old: str, new: str, names: tuple[str, str]) -> tuple[list[
     return changed, "".join(line if line.endswith("\n") else line + "\n" for line in lines)
 
 
-def differing(store: Path, old: str, new: str) -> int | None:
-    """How many files differ between two snapshots; None where either is not in the store."""
+def differing(code_store: Path, old: str, new: str) -> int | None:
+    """How many files differ between two snapshots; None where either is not in the code
+    store."""
     try:
-        before, after = listing(store, old), listing(store, new)
+        before, after = listing(code_store, old), listing(code_store, new)
     except BadInput:
         return None
     old_hashes, new_hashes = ({rel: boot.file_hash(p.read_bytes()) for rel, p in found.items()}

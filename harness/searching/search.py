@@ -17,357 +17,36 @@ its point ends with a row of status "pruned" (an answer: resume does not rerun i
 the objective of its last row that matches `where` is told to the study (a point that failed,
 or has no such value, is a failed trial). Its rows carry `cell` and `trial` (the trial's number
 in its cell's study) and the trial's parameters as their columns.
+
+Here: a trial's point as it runs (Trial) and each cell's best rows. The space and the settings
+are harness.searching.space's, the studies harness.searching.journal's; what callers use of
+them is importable from here too.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-import os
-import sys
-import types
-import typing
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from harness import files
-from harness.errors import BadInput, one_line
-from harness.lifetime import per_command
-from harness.names import key_of, setting
-from harness.store.search_settings import shape_fault
+from harness.searching.journal import JOURNAL, fail_orphans, progress, studies, study, values_said
+from harness.searching.space import (
+    check_launcher,
+    command_line,
+    distribution,
+    of_manifest,
+    sampler,
+    slots,
+    spec,
+)
 
-if TYPE_CHECKING:  # Hydra and Optuna load where a search is planned or run, not for a report
-    from hydra.core.override_parser.types import Override
-
-JOURNAL = "_study.journal"
-PARAMS = "search.params."  # the command line's search space: search.params.KEY=interval(...)
-GRAMMAR = "interval(a, b), tag(log, interval(a, b)), range(a, b, step) or choice(a, b, ...)"
+__all__ = [  # what the harness, the report and the tests use of the search, by this module
+    "JOURNAL", "Pruned", "Trial", "best_rows", "check_launcher", "command_line", "fail_orphans",
+    "of_manifest", "progress", "slots", "spec", "studies", "study", "values_said",
+]  # fmt: skip
 
 
 class Pruned(Exception):
     """The pruner stopped the trial: its point ends with a row of status "pruned"."""
-
-
-def command_line(overrides: list[Override]) -> tuple[list[Override], list[str]]:
-    """The command line's overrides without its search space and the search's mappings, and
-    those as plain lines: the space (++search.params.lr='tag(log, interval(1e-4, 1e-2))'), where
-    a sweep override is the space of a search, not an axis of the grid, and a key the config may
-    not have yet; a mapping given whole (search.where={phase: eval}) as ++search.where=..., whose
-    keys its empty mapping in conf/config.yaml would refuse otherwise."""
-    from harness.names import override
-
-    others, lines = [], []
-    for given in overrides:
-        key, text = key_of(given.input_line), given.input_line.partition("=")[2]
-        mapping = isinstance(given.value(), dict) and not given.input_line.startswith("~")
-        if key.startswith(PARAMS):
-            lines.append(f"++{override(key, text)}")
-        elif key == PARAMS.rstrip(".") and mapping:  # search.params={lr: interval(0.01, 0.1)}
-            lines += [f"++{override(PARAMS + str(name), _said(value))}"
-                      for name, value in given.value().items()]  # fmt: skip
-        elif key.removeprefix("search.") in _mappings() and mapping:
-            lines.append(f"++{key}={text}")
-        else:
-            others.append(given)
-    return others, lines
-
-
-@functools.cache
-def _mappings() -> tuple[str, ...]:
-    """The keys of conf/config.yaml's search that are mappings (where, prune_on, params, the
-    sampler's and the pruner's options)."""
-    import yaml
-
-    from harness.names import CONF
-
-    node = yaml.safe_load((CONF / "config.yaml").read_text()).get("search") or {}
-    return tuple(key for key, value in node.items() if isinstance(value, dict))
-
-
-def _said(value) -> str:
-    """A search.params value as the sweeper grammar writes it: what Hydra read inside a mapping
-    given whole (an IntervalSweep, a ChoiceSweep, a RangeSweep, or a string of them)."""
-    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
-
-    if isinstance(value, IntervalSweep):
-        text = f"interval({value.start}, {value.end})"
-    elif isinstance(value, RangeSweep):
-        text = f"range({value.start}, {value.stop}, {value.step})"
-    elif isinstance(value, ChoiceSweep):
-        text = f"choice({', '.join(map(str, value.list))})"
-    else:
-        return str(value)
-    tags = sorted(getattr(value, "tags", None) or ())
-    return f"tag({', '.join(tags)}, {text})" if tags else text
-
-
-def of_manifest(manifest: dict | None) -> dict | None:
-    """The sweep's search as its manifest records it (plan: in its experiment_config), or None."""
-    return ((manifest or {}).get("experiment_config") or {}).get("search")
-
-
-def spec(values: dict, experiment, grid: list[str]) -> dict | None:
-    """The config's search, checked (one line of BadInput for what cannot work) and plain;
-    None where it has no params (a grid alone)."""
-    node = values.get("search") or {}
-    params = node.get("params") or {}
-    if not params:
-        return None
-    for key in params:
-        if key not in experiment.parameters:
-            raise BadInput(f"search.params.{key}: {experiment.name} takes no parameter {key}")
-        if key in grid:
-            raise BadInput(f"{key} is both an axis of the grid and searched: give it to one")
-    fault = shape_fault(node)
-    if fault:
-        raise BadInput(fault)
-    checked = {**node, "params": {key: str(text) for key, text in params.items()}}
-    for key in ("where", "prune_on", "sampler_options", "pruner_options"):
-        checked[key] = dict(node.get(key) or {})
-    if "seed" in checked["sampler_options"]:
-        raise BadInput("search.sampler_options.seed: each trial's sampler is seeded from seed")
-    try:
-        _sampler(checked, 0), _pruner(checked)
-    except (TypeError, ValueError) as error:
-        said = f"sampler={checked['sampler']}, pruner={checked['pruner']}"
-        raise BadInput(f"search: {said}: {one_line(error)}") from None
-    for key, text in checked["params"].items():
-        _check_bounds(experiment, values, key, distribution(key, text, experiment.hints.get(key)))
-    return checked
-
-
-def distribution(key: str, text: str, hint=None):
-    """The Optuna distribution of a search.params value; an int parameter's interval and range
-    are of whole numbers."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
-    from hydra.errors import HydraException
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-
-    try:
-        value = OverridesParser.create().parse_override(f"{key}={text}").value()
-    except HydraException as error:
-        raise BadInput(f"search.params.{key}={text}: {one_line(error)}") from None
-    whole = hint is int or (typing.get_origin(hint) in (typing.Union, types.UnionType)
-                            and int in typing.get_args(hint))  # fmt: skip
-    log = "log" in getattr(value, "tags", set())
-    try:
-        if isinstance(value, IntervalSweep):
-            kind = IntDistribution if whole else FloatDistribution
-            low, high = (int(v) if whole else float(v) for v in (value.start, value.end))
-            return kind(low, high, log=log)
-        if isinstance(value, RangeSweep) and not log:
-            last = (
-                value.start + (math.ceil((value.stop - value.start) / value.step) - 1) * value.step
-            )
-            if whole or all(isinstance(v, int) for v in (value.start, value.stop, value.step)):
-                return IntDistribution(int(value.start), int(last), step=int(value.step))
-            return FloatDistribution(float(value.start), float(last), step=float(value.step))
-        if isinstance(value, ChoiceSweep) and not log:
-            return CategoricalDistribution(value.list)
-    except (ValueError, TypeError) as error:
-        raise BadInput(f"search.params.{key}={text}: {error}") from None
-    raise BadInput(f"search.params.{key}={text}: give {GRAMMAR}")
-
-
-def _check_bounds(experiment, values: dict, key: str, space) -> None:
-    """The space's ends (each choice) are values the experiment takes: one line before any
-    trial runs, not a failed trial each."""
-    ends = getattr(space, "choices", None) or (space.low, space.high)
-    for end in ends:
-        try:
-            experiment.params({**values, key: end})
-        except BadInput as error:
-            raise BadInput(f"search.params.{key}: {end!r} is out of its domain: {error}") from None
-
-
-def check_launcher(launcher) -> None:
-    """A trial is one process: a point of several would ask for (and tell) a trial in each."""
-    if launcher.get("tasks_per_node", 1) * launcher.get("nodes", 1) > 1:
-        raise BadInput("a search's trials run as one process each: tasks_per_node=1, nodes=1")
-
-
-def slots(points: list, search: dict, renumber) -> list:
-    """Each cell's `trials` points, in cell order: renumber(point, job, cell, slot) makes one."""
-    trials = search["trials"]
-    return [
-        renumber(point, cell * trials + slot, cell, slot)
-        for cell, point in enumerate(points)
-        for slot in range(trials)
-    ]
-
-
-def storage(folder: Path):
-    """The sweep's studies: Optuna's journal file storage in its folder, one per process (it
-    reads the journal once, then only what other processes appended since); files.Linked for a
-    journal that is a symlink, which would take the trials' writes elsewhere."""
-    path = Path(folder).resolve() / JOURNAL
-    files.no_links(path)
-    return _storage(str(path))
-
-
-@per_command
-@functools.lru_cache(maxsize=8)
-def _storage(path: str):
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    lock = _JournalLock(path)  # the lock every append takes
-    _cut_partial_line(path, lock)
-    return JournalStorage(JournalFileBackend(path, lock_obj=lock))
-
-
-class _JournalLock:
-    """The journal's lock, as Optuna's file backend takes it (acquire, release): files.lock on
-    JOURNAL.flock, which the kernel lets go when its holder dies, so that a trial killed while
-    it appended holds up no one. (Optuna's own symlink lock stays behind a kill, and the next
-    writer waits out its grace period, 30 s, before it takes it over.)"""
-
-    def __init__(self, journal: str):
-        self.path, self.opened = Path(journal + ".flock"), None
-
-    def acquire(self) -> bool:
-        opened = files.lock(self.path)
-        self.opened = opened  # set once held: one holder at a time, across threads too
-        return True
-
-    def release(self) -> None:
-        opened, self.opened = self.opened, None
-        if opened is not None:
-            files.unlock(opened)
-
-
-def _cut_partial_line(path: str, lock) -> None:
-    """Cut a last line without its end off the journal: what a writer killed mid-append left
-    (under the lock every append takes, so no live writer's). Optuna skips such a line, but
-    the next append would join it into one line that no read could parse again."""
-    journal = Path(path)
-    if not _ends_cut(journal):
-        return
-    lock.acquire()
-    try:
-        if not _ends_cut(journal):
-            return
-        text = journal.read_bytes()
-        kept = text.rfind(b"\n") + 1
-        os.truncate(journal, kept)
-        print(f"warning: {journal}: cut off a partial last line ({len(text) - kept} bytes) that "
-              "a killed trial left", file=sys.stderr)  # fmt: skip
-    finally:
-        lock.release()
-
-
-def _ends_cut(journal: Path) -> bool:
-    """Whether the journal's last byte is not a line's end (False for none or an empty one)."""
-    try:
-        with open(journal, "rb") as f:
-            if f.seek(0, os.SEEK_END) == 0:
-                return False
-            f.seek(-1, os.SEEK_END)
-            return f.read(1) != b"\n"
-    except FileNotFoundError:
-        return False
-
-
-def study(folder: Path, search: dict, cell: int):
-    """The cell's study (created by the first trial that asks), with the search's sampler
-    (unseeded: a trial seeds its own) and pruner."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return optuna.create_study(
-        storage=storage(folder),
-        study_name=f"cell-{cell}",
-        direction=search["direction"],
-        sampler=_sampler(search, None),
-        pruner=_pruner(search),
-        load_if_exists=True,
-    )
-
-
-def _sampler(search: dict, seed: int | None):
-    import optuna
-
-    kind = {"tpe": optuna.samplers.TPESampler, "random": optuna.samplers.RandomSampler}
-    return kind[search["sampler"]](seed=seed, **search.get("sampler_options", {}))
-
-
-def _pruner(search: dict):
-    import optuna
-
-    kind = {
-        "median": optuna.pruners.MedianPruner,
-        "successive_halving": optuna.pruners.SuccessiveHalvingPruner,
-        "hyperband": optuna.pruners.HyperbandPruner,
-        "none": optuna.pruners.NopPruner,
-    }
-    return kind[search["pruner"]](**search.get("pruner_options", {}))
-
-
-def studies(folder: Path) -> dict[int, object]:
-    """cell -> its study, of those the sweep's journal holds (none before a trial asked)."""
-    import optuna
-
-    if not (Path(folder) / JOURNAL).exists():
-        return {}
-    try:
-        held = storage(folder)
-        return {
-            int(s.study_name.removeprefix("cell-")): optuna.load_study(
-                study_name=s.study_name, storage=held
-            )
-            for s in optuna.get_all_study_summaries(held)
-            if s.study_name.startswith("cell-")
-        }
-    except Exception as error:  # a link, a damaged or foreign line: whatever replaying raises
-        print(f"warning: the sweep's trials cannot be read from {Path(folder) / JOURNAL}: "
-              f"{type(error).__name__}: {one_line(error)[:200]}", file=sys.stderr)  # fmt: skip
-        return {}
-
-
-def fail_orphans(folder: Path, kept: set[int]) -> list[str]:
-    """Fail the trials a kill left running that no point will take back: asked but killed
-    before the trial recorded its job, or of a job that `kept` (the points a resume reruns,
-    and those SLURM still runs) does not hold. A line per cell saying which."""
-    import optuna
-
-    said = []
-    for cell, held in sorted(studies(folder).items()):
-        running = held.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-        orphans = [t.number for t in running if t.user_attrs.get("job") not in kept]
-        for number in orphans:
-            held.tell(number, state=optuna.trial.TrialState.FAIL)
-        if orphans:
-            listed = ", ".join(map(str, orphans))
-            trials = "trial" if len(orphans) == 1 else "trials"
-            said.append(f"cell {cell}: failed {trials} {listed}, which a killed run left running")
-    return said
-
-
-def progress(folder: Path, search: dict, points: dict[int, str] | None = None) -> list[str]:
-    """A line per cell's study: its trials by state (Optuna's: running, complete, pruned,
-    fail), and the best so far with its parameters. A trial its study still holds running whose
-    point `points` (job -> its state, as status says) says ended otherwise (killed, failed)
-    is counted as that: a kill tells the study nothing."""
-    lines = []
-    for cell, held in sorted(studies(folder).items()):
-        trials = held.get_trials(deepcopy=False)
-        states = {}
-        for trial in trials:
-            state = trial.state.name.lower()
-            said = (points or {}).get(trial.user_attrs.get("job"))
-            if state == "running" and said in ("killed", "failed", "not run"):
-                state = said
-            states[state] = states.get(state, 0) + 1
-        counts = ", ".join(f"{n} {state}" for state, n in states.items())
-        line = f"cell {cell}: {len(trials)} trials asked of {search['trials']} ({counts})"
-        done = [t for t in trials if t.state.name == "COMPLETE"]
-        if done:
-            best = held.best_trial
-            said = f"trial {best.number} ({values_said(best.params)})"
-            line += f"; best {search['objective']}={best.value:.4g}, {said}"
-        lines.append(line)
-    return lines
 
 
 class Trial:
@@ -381,7 +60,7 @@ class Trial:
         own = [t for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get("job") == job]
         last = own[-1] if own else None
         # Seeded by job and attempt: a new trial after a failed one draws afresh.
-        self.study.sampler = _sampler(search, (seed * 1_000_003 + job) * 1_009 + len(own))
+        self.study.sampler = sampler(search, (seed * 1_000_003 + job) * 1_009 + len(own))
         if last is not None and last.state != optuna.trial.TrialState.FAIL:
             self.trial = optuna.trial.Trial(self.study, last._trial_id)
             self.params = dict(last.params)
@@ -444,11 +123,6 @@ class Trial:
         else:
             self.study.tell(self.trial, state=State.FAIL)
         return None
-
-
-def values_said(params: dict) -> str:
-    """lr=0.006466 warmup=50: a trial's values as a line prints them (names.setting)."""
-    return " ".join(setting(k, v) for k, v in params.items())
 
 
 def _matches(row: dict, where: dict) -> bool:
