@@ -5,14 +5,15 @@ so a reader sees all of it or none; a writer killed mid-write leaves only the te
 remove_temporaries takes away once its writer is known to be gone or an hour has passed. A row
 file (write_table; or write_parts, in the memory of one part: a training job's segments merged)
 carries Parquet page checksums and, in its metadata, a digest of its rows; read_checked checks
-both and raises DamagedFile for a file that cannot be trusted. uninterrupted()
+both and raises DamagedFile for a file that cannot be trusted; a point's rows that this process
+wrote itself, in a file unchanged since (its inode, mtime and size), are not read back (what the
+sweep's compaction reads, say): they are the rows it wrote. uninterrupted()
 holds off Ctrl-C, SIGTERM and SIGHUP while a file replaces others, so that no reader sees both.
 """
 
 import contextlib
 import errno
 import fcntl
-import functools
 import hashlib
 import json
 import os
@@ -28,6 +29,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from harness import digests
+from harness.lifetime import per_command
+
 STALE_S = 3600  # a hidden temporary file this old is a killed writer's: no write takes an hour
 # Each file's metadata holds a digest of its rows, checked on read: of their values (a table of
 # up to SMALL cells, a point's rows: no Parquet round trip to take it), or of the table as a
@@ -37,6 +41,7 @@ VALUES_DIGEST = b"harness_values_sha256"
 # Of a file written in parts (write_parts): of its row groups, each as a reader returns it alone.
 GROUPS_DIGEST = b"harness_row_groups_sha256"
 SMALL = 10_000
+KEPT = 20_000  # the files of a point's rows whose rows this process keeps (_written), newest
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # what a merge finishes before obeying
 # a job's file, or one of its segments (of a rank, in a point of several processes)
 
@@ -137,15 +142,45 @@ def write_table(path: Path, table: pa.Table, sync: bool = True) -> None:
     """Write rows with Parquet page checksums and a digest of the rows in the file's metadata."""
     small = table.num_rows * table.num_columns <= SMALL  # a point's rows: no dictionaries
     if small:
-        table = table.replace_schema_metadata({VALUES_DIGEST: _values_digest(table)})
+        table = table.replace_schema_metadata({VALUES_DIGEST: digests.values_digest(table)})
     else:
-        table = table.replace_schema_metadata({DIGEST: _digest(_as_read(table))})
+        table = table.replace_schema_metadata(
+            {DIGEST: digests.table_digest(digests.as_read(table))}
+        )
 
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:
             pq.write_table(table, f, write_page_checksum=True, use_dictionary=not small)
 
     replace_atomically(path, write, sync)
+    if small and not any(pa.types.is_nested(field.type) for field in table.schema):
+        _keep_written(path, table.replace_schema_metadata(None))  # (a list's items are renamed)
+
+
+# The rows of the small files this process wrote (a point's), by path: their identity when
+# written and their table, as read_checked would return it (Parquet keeps the Arrow schema).
+_written: dict[str, tuple[tuple[int, int, int], pa.Table]] = per_command({})
+
+
+def _keep_written(path: Path, table: pa.Table) -> None:
+    stat = os.stat(path)
+    _written.pop(str(path), None)
+    _written[str(path)] = ((stat.st_ino, stat.st_mtime_ns, stat.st_size), table)
+    if len(_written) > KEPT:
+        del _written[next(iter(_written))]
+
+
+def _still_written(path: Path) -> tuple[pa.Table, tuple[int, int, int]] | None:
+    """The rows this process wrote to `path`, where the file is still the one it wrote."""
+    kept = _written.get(str(path))
+    if kept is None:
+        return None
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    identity = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    return (kept[1], identity) if identity == kept[0] else None
 
 
 def write_parts(path: Path, parts: Callable[[], Iterable[pa.Table]], schema: pa.Schema,
@@ -154,10 +189,11 @@ def write_parts(path: Path, parts: Callable[[], Iterable[pa.Table]], schema: pa.
     page checksums, and a digest of the row groups as a reader returns each. `parts` gives the
     same parts each time it is called: once for the digest, once for the file."""
     digest, options = hashlib.sha256(), {"use_dictionary": True, "write_page_checksum": True}
-    read_as = _as_read(schema.empty_table(), **options).schema  # Parquet's names of list items
-    with pa.ipc.new_stream(_Hashing(digest), read_as) as stream:
+    # Parquet's names of list items:
+    read_as = digests.as_read(schema.empty_table(), **options).schema
+    with pa.ipc.new_stream(digests.Hashing(digest), read_as) as stream:
         for part in parts():
-            stream.write_table(_as_read(part, **options))
+            stream.write_table(digests.as_read(part, **options))
     schema = schema.with_metadata({GROUPS_DIGEST: digest.hexdigest()})
 
     def write(tmp: Path) -> None:
@@ -168,40 +204,14 @@ def write_parts(path: Path, parts: Callable[[], Iterable[pa.Table]], schema: pa.
     replace_atomically(path, write, sync)
 
 
-class _Hashing:
-    """A file-like sink that only hashes what is written to it."""
-
-    def __init__(self, digest):
-        self.digest, self.closed = digest, False
-
-    def write(self, data) -> int:
-        self.digest.update(data)
-        return len(data)
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
-
-
-def _groups_digest(parquet: pq.ParquetFile) -> tuple[pa.Table, str]:
-    """A file's rows, and the digest of its row groups as write_parts takes it."""
-    digest = hashlib.sha256()
-    groups = []
-    schema = parquet.schema_arrow.remove_metadata()
-    with pa.ipc.new_stream(_Hashing(digest), schema) as stream:
-        for number in range(parquet.num_row_groups):
-            group = parquet.read_row_group(number, use_threads=False).replace_schema_metadata(None)
-            stream.write_table(group)
-            groups.append(group)
-    return pa.concat_tables(groups) if groups else schema.empty_table(), digest.hexdigest()
-
-
 def read_checked(path: Path) -> tuple[pa.Table, tuple[int, int, int]]:
     """A file's rows and identity (inode, mtime, size) from one open: what was read is what
     the identity names, even if the file is replaced a moment later. DamagedFile when the rows
-    cannot be trusted (see the module's docstring)."""
+    cannot be trusted (see the module's docstring). Rows this process wrote to a file unchanged
+    since are not read again."""
+    written = _still_written(path) if _written else None
+    if written is not None:
+        return written
     try:
         with open(path, "rb") as f:
             data, stat = f.read(), os.fstat(f.fileno())
@@ -216,13 +226,13 @@ def read_checked(path: Path) -> tuple[pa.Table, tuple[int, int, int]]:
         parquet = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True)
         metadata = parquet.schema_arrow.metadata or {}
         if GROUPS_DIGEST in metadata:
-            kind, (table, digest) = GROUPS_DIGEST, _groups_digest(parquet)
+            kind, (table, digest) = GROUPS_DIGEST, digests.groups_digest(parquet)
             intact = metadata[kind] == digest.encode()
         else:
             table = parquet.read(use_threads=False).replace_schema_metadata(None)
-            digests = {VALUES_DIGEST: _values_digest, DIGEST: _digest}
-            kind = next((key for key in digests if key in metadata), None)
-            intact = kind is not None and metadata[kind] == digests[kind](table).encode()
+            taken = {VALUES_DIGEST: digests.values_digest, DIGEST: digests.table_digest}
+            kind = next((key for key in taken if key in metadata), None)
+            intact = kind is not None and metadata[kind] == taken[kind](table).encode()
     except Exception as error:  # whatever a damaged file makes the reader raise
         raise DamagedFile(path, f"unreadable ({type(error).__name__}: {error})") from None
     if kind is None:
@@ -368,52 +378,3 @@ def uninterrupted() -> Iterator[None]:
             signal.signal(stop, handler)
         if caught:
             signal.raise_signal(caught[0])
-
-
-def _digest(table: pa.Table) -> str:
-    """A digest of a table as a Parquet reader returns it (types and values, as Arrow IPC).
-
-    Taken of the table read back (_as_read), never of the table as built: a reader lays out
-    buffers its own way (a validity buffer where no value is null, its own values under a
-    null, a slice's parent's bits), and the IPC bytes carry all of that."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return hashlib.sha256(sink.getvalue()).hexdigest()
-
-
-def _values_digest(table: pa.Table) -> str:
-    """A digest of a table's column names, types and values, whatever the buffers' layout:
-    the same for the table as built and as any Parquet reader returns it. Times are listed as
-    the integers they are stored as, not as the datetime objects a pyarrow release makes."""
-    listed = [
-        (
-            field.name,
-            _type_name(field.type),
-            field.nullable,
-            (column.cast(pa.int64()) if pa.types.is_timestamp(field.type) else column).to_pylist(),
-        )
-        for field, column in zip(table.schema, table.columns, strict=True)
-    ]
-    return hashlib.sha256(repr(listed).encode()).hexdigest()
-
-
-@functools.cache
-def _type_name(type_: pa.DataType) -> str:
-    """A type as text, without the names of list items (Parquet names them its own way)."""
-    if pa.types.is_list(type_) or pa.types.is_large_list(type_):
-        item = type_.value_field
-        return f"{type_.__class__.__name__}<{_type_name(item.type)}, {item.nullable}>"
-    if pa.types.is_struct(type_):
-        fields = [type_.field(i) for i in range(type_.num_fields)]
-        inner = ", ".join(f"{f.name}: {_type_name(f.type)}, {f.nullable}" for f in fields)
-        return f"struct<{inner}>"
-    return str(type_)
-
-
-def _as_read(table: pa.Table, **options) -> pa.Table:
-    """The table as it will read back from Parquet (its buffers laid out as a reader lays them,
-    list fields named as Parquet names them): what _digest is taken of when writing."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, **options)
-    return pq.ParquetFile(pa.BufferReader(sink.getvalue())).read(use_threads=False)

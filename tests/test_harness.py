@@ -278,8 +278,8 @@ def test_a_sweep_in_this_process_leaves_its_settings_as_they_were(tmp_path, args
 
 EXITS = """
 import os, threading
-from harness.running import job
-with job._exits_refused():
+from harness.running import calling
+with calling._exits_refused():
     try:
         os._exit(3)
     except SystemExit as refused:

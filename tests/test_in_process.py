@@ -11,12 +11,11 @@ from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf, open_dict
 
-from harness.launchers.dispatch import job_overrides
 from harness.launchers.in_process import InProcess
 from harness.names import CONF, available_experiments
 from harness.planning.config import compose_config
 from harness.planning.experiment import config_values
-from harness.planning.plan import plan
+from harness.planning.plan import job_overrides, plan
 
 SUPPORT = Path(__file__).resolve().parent / "support"  # the probe experiments
 EXPERIMENTS = available_experiments()

@@ -10,12 +10,10 @@ from probes import PROBE_PATH, SUPPORT, UNSETTLE, _seen_state
 
 from harness import store
 from harness.launchers import in_process
-from harness.launchers.dispatch import job_overrides
 from harness.launchers.fresh import ProcessState
-from harness.launchers.protocol import JobSpec
 from harness.planning.config import compose_config
 from harness.planning.plan import plan
-from harness.running.job import Job
+from harness.running.job import Task
 
 STATE = list(_seen_state())  # what the unsettling probe sees, a column each
 SEEN = ["dtype", "draw", "precision", "grad", "cpu_threads"]
@@ -128,10 +126,10 @@ def test_run_here_starts_each_point_from_the_state_the_first_started_from(
         ["+experiment=exp014_tiled", f"out={tmp_path}", "sweep_id=S"], "exp014_tiled", []
     )
     sweep = plan(master, [])
-    jobs = [JobSpec(p.job, job_overrides(sweep, p), p.planned()) for p in sweep.points[:3]]
+    jobs = [p.job_of(sweep) for p in sweep.points[:3]]
     seen = []
 
-    def point(values: dict, run_dir: str, command, planned) -> dict:
+    def point(values: dict, run_dir: str, command, job) -> dict:
         seen.append((str(torch.get_default_dtype()), float(numpy.random.random()),
                      torch.get_float32_matmul_precision(), torch.is_grad_enabled(),
                      torch.get_num_threads()))  # fmt: skip
@@ -144,7 +142,7 @@ def test_run_here_starts_each_point_from_the_state_the_first_started_from(
     monkeypatch.setattr(in_process, "run_point", point)
     before = ProcessState()
     try:
-        ran = list(in_process.run_here(master, Job(), jobs))
+        ran = list(in_process.run_here(master, Task(), jobs))
         after = (str(torch.get_default_dtype()), torch.get_float32_matmul_precision())
     finally:
         before.restore(command=False)  # the job log's handlers gone, and all else as it was

@@ -419,3 +419,45 @@ def test_a_logged_value_a_parquet_column_cannot_hold_is_refused_naming_its_colum
         store.check_values({"loss": 1.0, "step": 2**63})
     with pytest.raises(ValueError, match=r"^column 'loss' holds a Tensor, which a Parquet"):
         store.check_values({"loss": torch.tensor(1.0)})
+
+
+def test_rows_this_process_wrote_are_the_rows_a_reader_of_the_file_gets(tmp_path):
+    """A point's file that this process wrote is not read back while it is unchanged: what
+    read_checked returns then is what reading the file gives (each kind of value a row holds),
+    and a file replaced or rewritten since is read from the disk."""
+    from harness import lifetime
+
+    rows = [
+        {"job": 3, "status": "ok", "n": 1, "x": 0.5, "flag": True, "name": "a", "error": None,
+         "started_at": datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC), "shape": [1, 2],
+         "config_hash": "h", "note": None},
+        {"job": 3, "status": "failed", "n": None, "x": float("nan"), "flag": False, "name": None,
+         "error": "ValueError: x", "started_at": None, "shape": [], "config_hash": "h",
+         "note": "b"},
+    ]  # fmt: skip
+    path = tmp_path / "job-000003.parquet"
+    store.write_rows(path, rows)
+    kept, identity = files.read_checked(path)
+    lifetime.forget()  # what this process kept is gone: the file is read
+    read, read_identity = files.read_checked(path)
+    assert str(kept.schema) == str(read.schema) and identity == read_identity
+    assert kept.to_pandas().equals(read.to_pandas())  # NaN equal to NaN
+    assert read["n"].to_pylist() == [1, None] and read["shape"].to_pylist() == [[1, 2], []]
+    flat = tmp_path / "job-000004.parquet"
+    store.write_rows(flat, [{k: v for k, v in row.items() if k != "shape"} for row in rows])
+    assert files._still_written(flat) is not None, "a flat point's rows are kept"
+    kept = files.read_checked(flat)[0]
+    lifetime.forget()
+    read = files.read_checked(flat)[0]
+    assert str(kept.schema) == str(read.schema) and kept.to_pandas().equals(read.to_pandas())
+
+    store.write_rows(path, rows[:1])
+    other = tmp_path / "other.parquet"
+    store.write_rows(other, rows[1:])
+    os.replace(other, path)  # another writer's file in its place
+    assert files.read_checked(path)[0]["status"].to_pylist() == ["failed"]
+    store.write_rows(path, rows[:1])
+    path.write_bytes(path.read_bytes()[:-9] + b"x" * 9)  # the same file, its end damaged
+    os.utime(path, ns=(0, 0))
+    with pytest.raises(files.DamagedFile):
+        files.read_checked(path)

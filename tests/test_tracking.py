@@ -18,7 +18,7 @@ from probes import held, wait_for
 
 from harness import files, store, tracking
 from harness.errors import StoreUnwritable
-from harness.running import job
+from harness.running import calling
 
 STEPS = 20
 
@@ -201,7 +201,7 @@ def test_a_write_the_store_cannot_take_is_the_named_error_and_the_tracker_keeps_
 def test_a_store_failure_the_experiment_swallowed_still_stops_the_sweep(
     tmp_path, monkeypatch, full
 ):
-    """harness.running.job.measure raises the tracker's StoreUnwritable whatever the experiment
+    """harness.running.calling.measure raises the tracker's StoreUnwritable whatever the experiment
     raised after it (here its own ValueError): no failed row for a store that could not take it."""
 
     def run(tracker):
@@ -216,10 +216,10 @@ def test_a_store_failure_the_experiment_swallowed_still_stops_the_sweep(
     try:
         if full:
             with pytest.raises(StoreUnwritable) as caught:
-                job.measure(experiment, {}, 0, tracker)
+                calling.measure(experiment, {}, 0, tracker)
             assert caught.value is tracker.unwritable
         else:
-            [row] = job.measure(experiment, {}, 0, tracker)
+            [row] = calling.measure(experiment, {}, 0, tracker)
             assert row["status"] == "failed" and "the experiment's own" in row["error"]
     finally:
         tracker.close()

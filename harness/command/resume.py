@@ -21,9 +21,10 @@ from harness.names import (
     key_of,
 )
 from harness.pinning import codestore
+from harness.planning.checks import check_code
 from harness.planning.config import command, compose_config, results_root
 from harness.planning.experiment import Experiment, config_values, hasher, keyed_config
-from harness.planning.plan import Point, Sweep, check_code, reuse_setting, sweep_of
+from harness.planning.plan import Point, Sweep, reuse_setting, sweep_of
 from harness.searching import search
 
 

@@ -25,8 +25,7 @@ from harness.launchers import protocol
 from harness.launchers.hydra_internals import hydra_context, is_basic_launcher
 from harness.launchers.hydra_plugin import HydraPluginLauncher
 from harness.launchers.in_process import InProcess, InProcessLauncher
-from harness.names import override
-from harness.running.job import Job, resumed_note, reused_answer
+from harness.running.job import Task, resumed_note, reused_answer
 
 
 def launch(cfg: DictConfig, sweep, launcher) -> bool:
@@ -36,10 +35,7 @@ def launch(cfg: DictConfig, sweep, launcher) -> bool:
     points = {point.job: point for point in sweep.points}
     progress = Progress(len(points), shown_first(sweep.experiment.config))
     reused, decided = reuse_answered(cfg, sweep, launcher.point_process(), progress)
-    shared = {"reuse": sweep.reuse} if sweep.reuse else {}
-    jobs = [protocol.JobSpec(p.job, job_overrides(sweep, p),
-                             {**p.planned(), **shared, "decided": p.job in decided})
-            for p in sweep.points if p.job not in reused]  # fmt: skip
+    jobs = [p.job_of(sweep, p.job in decided) for p in sweep.points if p.job not in reused]
     if not jobs:
         return True
     try:
@@ -144,7 +140,7 @@ def prepare_launcher(cfg: DictConfig, command: str | None):
     """The configured launcher, its jobs' task function carrying the sweep's `command`, or one
     line saying why its settings cannot work: before anything is planned or written."""
     try:
-        launcher = make_launcher(cfg, Job(command))
+        launcher = make_launcher(cfg, Task(command))
     except ValueError as error:
         raise BadInput(f"hydra.launcher: {error}") from None
     except (HydraException, TypeError, ImportError) as error:
@@ -183,18 +179,6 @@ def make_launcher(cfg: DictConfig, task_function) -> protocol.Launcher:
     if is_basic_launcher(launcher) and InProcess.suits(cfg):
         return InProcessLauncher(cfg, task_function)
     return HydraPluginLauncher(launcher, cfg, task_function)
-
-
-def job_overrides(sweep, point) -> list[str]:
-    """A job's overrides: the sweep's own, the point's grid values, then the harness's (out
-    quoted for Hydra: a folder's name may hold spaces, "=" or brackets)."""
-    return [
-        *sweep.overrides,
-        *point.overrides,
-        override("out", str(sweep.results.parent)),
-        f"sweep_id={sweep.id}",
-        f"job={point.job}",
-    ]
 
 
 def check_devices(points: list, launcher) -> None:

@@ -7,7 +7,7 @@ hooks (sys.meta_path; after a command, the packages a sweep's snapshot took over
 harness.pinning.boot.leave), signal handlers,
 logging's levels and the handlers the unit added, torch's threads, default dtype, grad mode,
 deterministic flag, autocast flags and random states (Python's, NumPy's, torch's), the other
-settings that change what a computation returns or how long it takes (_settings: torch's
+settings that change what a computation returns or how long it takes (launchers.settings: torch's
 default device, numerics flags and matmul precision, NumPy's error handling, the warnings
 filters, the time zone, umask, resource limits, ...), CUDA's peak-memory statistics and current
 device (its cached blocks given back), and it forgets what the harness keeps for a command or a
@@ -28,25 +28,19 @@ an experiment whose module-level state must start anew each point runs with fres
 (harness.launchers.local).
 """
 
-import contextlib
-import decimal
 import functools
 import gc
-import locale
 import logging
-import operator
 import os
 import random
-import resource
 import signal
 import sys
 import threading
 import time
-import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 from harness import files, lifetime, provenance
+from harness.launchers.settings import set_back, settings
 from harness.pinning import boot
 
 AUTOCAST = ("cpu", "cuda")  # the devices whose autocast flag a point may leave set
@@ -87,7 +81,7 @@ class ProcessState:
         )
         self.autocast = {kind: torch.is_autocast_enabled(kind) for kind in AUTOCAST}
         self.device = torch.cuda.current_device() if torch.cuda.is_initialized() else None
-        self.settings = {name: get() for name, (get, _) in _settings().items()}
+        self.settings = {name: get() for name, (get, _) in settings().items()}
         self.functions = _functions()
         self.threads = set(threading.enumerate())
 
@@ -123,7 +117,7 @@ class ProcessState:
         torch.random.set_rng_state(rng)
         for kind, enabled in self.autocast.items():
             torch.set_autocast_enabled(kind, enabled)
-        unset = _set_back(self.settings)
+        unset = set_back(self.settings)
         if torch.cuda.is_initialized():
             torch.cuda.synchronize()  # an error the point left in its context is raised here
             gc.collect()  # what the point held, given back to the GPU for the next one
@@ -140,7 +134,7 @@ class ProcessState:
         """What the unit of work changed that restore() did not put back, each said in a few
         words: a setting it could not set again, a library function it replaced, a thread it
         left running. A process that reports any should not run another unit."""
-        said = [f"{name} changed" for name, (get, _) in _settings().items()
+        said = [f"{name} changed" for name, (get, _) in settings().items()
                 if get() != self.settings[name]]  # fmt: skip
         return said + self._kept()
 
@@ -224,89 +218,6 @@ def _forget(name: str) -> None:
 
 
 @functools.cache
-def _settings() -> dict[str, tuple[Callable[[], object], Callable[[object], None]]]:
-    """What else of this process changes what a computation returns or how long it takes, by
-    name: (read it, set it back). Read before and after each unit of work, and set back where
-    it differs; the environment (TZ among it) is back by then, so time.tzset reads it again."""
-    import numpy
-    import torch
-
-    flags = {"cudnn": ("enabled", "benchmark", "deterministic"),
-             "cuda.matmul": ("allow_fp16_reduced_precision_reduction",
-                             "allow_bf16_reduced_precision_reduction"),
-             "mkldnn": ("enabled",), "opt_einsum": ("enabled",)}  # fmt: skip
-    settings = {}
-    for where, names in flags.items():
-        owner = operator.attrgetter(where)(torch.backends)
-        for name in names:
-            settings[f"torch.backends.{where}.{name}"] = (
-                functools.partial(getattr, owner, name),
-                functools.partial(setattr, owner, name),
-            )
-    for kind in ("flash", "mem_efficient", "math", "cudnn"):  # SDPA's backends, each allowed
-        settings[f"SDPA's {kind} backend"] = (
-            getattr(torch.backends.cuda, f"{kind}_sdp_enabled"),
-            getattr(torch.backends.cuda, f"enable_{kind}_sdp"),
-        )
-    settings |= {
-        "torch's default device": (
-            lambda: str(torch.get_default_device()),
-            lambda device: torch.set_default_device(None if device == "cpu" else device),
-        ),
-        "float32 precision (TF32)": (_precision, _set_precision),
-        "flush-denormal mode": (_flushes_denormals, torch.set_flush_denormal),
-        "autograd's anomaly mode": (
-            lambda: (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
-            lambda mode: torch.set_anomaly_enabled(*mode),
-        ),
-        "NumPy's floating-point errors": (numpy.geterr, lambda errors: numpy.seterr(**errors)),
-        "the warnings filters": (lambda: list(warnings.filters), _set_warning_filters),
-        "the time zone": (lambda: time.tzname, lambda _: time.tzset()),
-        "the umask": (_umask, os.umask),
-        "the resource limits": (_limits, _set_limits),
-        "the scheduling priority": (
-            lambda: os.getpriority(os.PRIO_PROCESS, 0),
-            lambda nice: os.setpriority(os.PRIO_PROCESS, 0, nice),
-        ),
-        "the CPU affinity": (
-            lambda: os.sched_getaffinity(0),
-            lambda cpus: os.sched_setaffinity(0, cpus),
-        ),
-        "the recursion limit": (sys.getrecursionlimit, sys.setrecursionlimit),
-        "the thread switch interval": (sys.getswitchinterval, sys.setswitchinterval),
-        "the garbage collector": (lambda: (gc.isenabled(), gc.get_threshold()), _set_gc),
-        "decimal's context": (_decimal, _set_decimal),
-        "the locale": (
-            lambda: locale.setlocale(locale.LC_ALL),
-            lambda name: locale.setlocale(locale.LC_ALL, name),
-        ),
-        "the standard streams": (lambda: (sys.stdin, sys.stdout, sys.stderr), _set_streams),
-        "a trace or profile function": (
-            lambda: (
-                sys.gettrace(),
-                sys.getprofile(),
-                threading.gettrace(),
-                threading.getprofile(),
-            ),
-            _set_tracing,
-        ),
-    }
-    return settings
-
-
-def _set_back(saved: dict) -> list[str]:
-    """Each of the _settings that differs from `saved` set back; the names of those that still
-    differ (a hard limit lowered cannot be raised again)."""
-    unset = []
-    for name, (get, put) in _settings().items():
-        if get() != saved[name]:
-            with contextlib.suppress(OSError, ValueError, RuntimeError):  # named, as unset
-                put(saved[name])
-            if get() != saved[name]:
-                unset.append(name)
-    return unset
-
-
 def _numpy_state(numpy) -> tuple:
     """NumPy's global generator's state, as set_state takes it: its key a list, which set_state
     reads 15 times faster than the array get_state gives."""
@@ -316,105 +227,6 @@ def _numpy_state(numpy) -> tuple:
 
 # Where torch keeps float32's precision (TF32 or not) per backend and operator (torch 2.9 on);
 # the legacy flags (allow_tf32) are views of these, and reading them raises once they differ.
-PRECISIONS = ("fp32_precision", "cuda.matmul.fp32_precision", "cudnn.fp32_precision",
-              "cudnn.conv.fp32_precision", "cudnn.rnn.fp32_precision", "mkldnn.fp32_precision",
-              "mkldnn.matmul.fp32_precision", "mkldnn.conv.fp32_precision",
-              "mkldnn.rnn.fp32_precision")  # fmt: skip
-LEGACY_PRECISIONS = ("cuda.matmul.allow_tf32", "cudnn.allow_tf32")  # before torch 2.9
-
-
-def _precision() -> tuple:
-    """float32 matmul precision as set_float32_matmul_precision left it ("mixed": set both
-    ways), and each backend's precision."""
-    import torch
-
-    try:
-        matmul = torch.get_float32_matmul_precision()
-    except RuntimeError:  # set through the new API and the legacy one
-        matmul = "mixed"
-    new = hasattr(torch.backends, "fp32_precision")
-    return matmul, *(operator.attrgetter(path)(torch.backends)
-                     for path in (PRECISIONS if new else LEGACY_PRECISIONS))  # fmt: skip
-
-
-def _set_precision(saved: tuple) -> None:
-    import torch
-
-    matmul, *each = saved
-    if matmul != "mixed":
-        torch.set_float32_matmul_precision(matmul)
-    paths = PRECISIONS if hasattr(torch.backends, "fp32_precision") else LEGACY_PRECISIONS
-    for path, value in zip(paths, each, strict=True):
-        where, _, name = path.rpartition(".")
-        owner = operator.attrgetter(where)(torch.backends) if where else torch.backends
-        if getattr(owner, name) != value:
-            setattr(owner, name, value)
-
-
-def _flushes_denormals() -> bool:
-    """Whether this thread flushes denormals, as torch.set_flush_denormal makes it (the CPU's
-    FTZ and DAZ flags, which NumPy's arithmetic obeys too): a product of NumPy's, some 4 times
-    cheaper than one of torch's."""
-    import numpy
-
-    return float(numpy.float32(1e-39) * numpy.float32(0.5)) == 0.0  # a denormal float32, halved
-
-
-def _set_warning_filters(filters: list) -> None:
-    warnings.filters[:] = filters
-    warnings._filters_mutated()  # noqa: SLF001 - the caches of warnings that were shown once
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-LIMITS = [getattr(resource, name) for name in dir(resource) if name.startswith("RLIMIT_")]
-
-
-def _limits() -> list:
-    return [resource.getrlimit(limit) for limit in LIMITS]
-
-
-def _set_limits(limits: list) -> None:
-    for limit, value in zip(LIMITS, limits, strict=True):
-        if resource.getrlimit(limit) != value:
-            resource.setrlimit(limit, value)  # a raised hard limit: ValueError unless root
-
-
-def _set_gc(state: tuple) -> None:
-    enabled, threshold = state
-    gc.enable() if enabled else gc.disable()
-    gc.set_threshold(*threshold)
-
-
-def _decimal() -> tuple:
-    """decimal's context in this thread: precision, rounding, exponents, and its traps."""
-    context = decimal.getcontext()
-    traps = tuple(sorted(signal.__name__ for signal, on in context.traps.items() if on))
-    return (context.prec, context.rounding, context.Emin, context.Emax, context.capitals,
-            context.clamp, traps)  # fmt: skip
-
-
-def _set_decimal(saved: tuple) -> None:
-    *fields, traps = saved
-    traps = [getattr(decimal, name) for name in traps]
-    decimal.setcontext(decimal.Context(*fields, flags=[], traps=traps))
-
-
-def _set_streams(streams: tuple) -> None:
-    sys.stdin, sys.stdout, sys.stderr = streams
-
-
-def _set_tracing(functions: tuple) -> None:
-    sys.settrace(functions[0])
-    sys.setprofile(functions[1])
-    threading.settrace(functions[2])
-    threading.setprofile(functions[3])
-
-
 def _functions() -> dict[str, tuple[object, set, dict, list]]:
     """The functions and classes of the WATCHED libraries (those imported), and torch.Tensor's
     and torch.nn.Module's methods: by owner's name, (owner, every name it has, {name: function},

@@ -1,14 +1,14 @@
 """Any other of Hydra's launcher plugins (joblib, ray, rq, or the basic launcher where the loop
 cannot reproduce its jobs: hydra.callbacks, env_set, chdir) through Hydra's own API, in batches:
 each batch of consecutive job numbers (at most BATCH jobs) is one launch(), which the plugin may
-run in parallel, and ends before the next starts, as Hydra's sweepers hand it over. Each job reads
-its planned point from the sweep's manifest (harness.running.job)."""
+run in parallel, and ends before the next starts, as Hydra's sweepers hand it over. Each job's
+record travels in the task function (harness.running.job.Task), which the plugin hands each job."""
 
 from collections.abc import Iterator
 
 from omegaconf import DictConfig
 
-from harness.launchers.protocol import JobSpec, Launcher, summary_of
+from harness.launchers.protocol import Job, Launcher, summary_of
 
 BATCH = 64
 
@@ -17,17 +17,18 @@ class HydraPluginLauncher(Launcher):
     def __init__(self, plugin, config: DictConfig, task_function):
         self.plugin, self.config, self.task_function = plugin, config, task_function
 
-    def follow(self, jobs: list[JobSpec], placement: dict) -> Iterator[tuple[int, dict]]:
+    def follow(self, jobs: list[Job], placement: dict) -> Iterator[tuple[int, dict]]:
+        self.task_function.jobs.update({spec.job: spec for spec in jobs})
         for batch in batches(jobs):
-            results = self.plugin.launch([spec.overrides for spec in batch], batch[0].job)
+            results = self.plugin.launch([list(spec.overrides) for spec in batch], batch[0].job)
             for spec, result in zip(batch, results, strict=True):
                 yield spec.job, summary_of(result)
 
 
-def batches(jobs: list[JobSpec]) -> list[list[JobSpec]]:
+def batches(jobs: list[Job]) -> list[list[Job]]:
     """The jobs in runs of consecutive job numbers (Hydra numbers a launch's jobs from its
     first), at most BATCH each."""
-    runs: list[list[JobSpec]] = []
+    runs: list[list[Job]] = []
     for spec in jobs:
         if runs and spec.job == runs[-1][-1].job + 1 and len(runs[-1]) < BATCH:
             runs[-1].append(spec)

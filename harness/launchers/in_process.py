@@ -29,6 +29,7 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import cloudpickle
@@ -45,7 +46,7 @@ from harness import files
 from harness.errors import StoreUnwritable, with_type
 from harness.launchers.fresh import ProcessState
 from harness.launchers.hydra_internals import hydra_context
-from harness.launchers.protocol import JobSpec, Launcher, PointProcess, summary_of, unwritable
+from harness.launchers.protocol import Job, Launcher, PointProcess, summary_of, unwritable
 from harness.planning.experiment import config_values
 from harness.running.job import run_point
 
@@ -115,11 +116,12 @@ class InProcess:
             cfg.hydra.job.override_dirname = _override_dirname(cfg, parsed)
         return cfg
 
-    def run(self, overrides: list[str], job: int, planned: dict | None = None) -> dict:
-        """Run one job as Hydra's run_job would (`planned`: its manifest entry, for the job);
-        its summary (a failed one for an exception outside the experiment, which the job
-        itself turns into a row). An OSError, a store or folder that cannot be written, is
-        raised: the sweep stops rather than compute points whose rows cannot land."""
+    def run(self, spec: Job) -> dict:
+        """Run one job as Hydra's run_job would; its summary (a failed one for an exception
+        outside the experiment, which the job itself turns into a row). An OSError, a store or
+        folder that cannot be written, is raised: the sweep stops rather than compute points
+        whose rows cannot land."""
+        overrides, job = list(spec.overrides), spec.job
         try:
             shape = self.prepare(overrides, job)
             run_dir = shape.run_dir()
@@ -133,7 +135,7 @@ class InProcess:
             self._log_to(shape, run_dir, configure)
             self._save(shape, overrides, run_dir)
             with self.same.point(job) if self.same else contextlib.nullcontext():
-                return run_point(shape.values, str(run_dir), self.task_function.command, planned)
+                return run_point(shape.values, str(run_dir), self.task_function.command, spec)
         except OSError:
             raise
         except Exception as error:
@@ -322,11 +324,11 @@ class InProcessLauncher(Launcher):
         """Its points run in this process, as it is."""
         return PointProcess(dict(os.environ), here=True)
 
-    def follow(self, jobs: list[JobSpec], placement: dict) -> Iterator[tuple[int, dict]]:
+    def follow(self, jobs: list[Job], placement: dict) -> Iterator[tuple[int, dict]]:
         yield from run_here(self.config, self.task_function, jobs)
 
 
-def run_here(config: DictConfig, task_function, jobs: Iterable[JobSpec]) -> Iterator[tuple]:
+def run_here(config: DictConfig, task_function, jobs: Iterable[Job]) -> Iterator[tuple]:
     """Run jobs in this process, one after another, each point from the state the first one
     started from (SameStart): (job number, summary) as each ends. A store that cannot be
     written raises its OSError."""
@@ -337,7 +339,7 @@ def run_here(config: DictConfig, task_function, jobs: Iterable[JobSpec]) -> Iter
 
 def job_runner(
     config: DictConfig, task_function, same: "SameStart | None" = None
-) -> Callable[[JobSpec], dict]:
+) -> Callable[[Job], dict]:
     """What runs one job in this process, its summary returned: its config composed as Hydra's
     basic launcher composes it, at the cost of a loop (harness.launchers.in_process), or by Hydra
     itself where that cannot reproduce it. Kept for job after job (a warm worker's), it composes
@@ -345,7 +347,7 @@ def job_runner(
     started from (a warm worker puts its state back itself)."""
     if InProcess.suits(config):
         runner = InProcess(config, task_function, same)
-        return lambda spec: runner.run(spec.overrides, spec.job, spec.planned)
+        return runner.run
     return lambda spec: _hydra_job(config, task_function, spec, same)
 
 
@@ -390,7 +392,7 @@ class SameStart:
 
 
 def work(
-    config: DictConfig, task_function, jobs: list[JobSpec], state: dict
+    config: DictConfig, task_function, jobs: list[Job], state: dict
 ) -> list[dict | StoreUnwritable]:
     """What a process of its own (a submitit job, a pool's worker) runs: this process's Hydra
     `state` (Singleton.get_state(), its config search path), then run_here's jobs; their
@@ -407,7 +409,7 @@ def work(
     return summaries
 
 
-def pack(launcher: Launcher, jobs: list[JobSpec]) -> bytes:
+def pack(launcher: Launcher, jobs: list[Job]) -> bytes:
     """What a process of its own needs to run these jobs of `launcher` (its config, task
     function, this process's Hydra state), as bytes to send it (cloudpickle: Hydra's state
     holds functions pickle cannot take); the process runs them with work_packed."""
@@ -420,9 +422,9 @@ def work_packed(payload: bytes) -> list[dict | StoreUnwritable]:
     return work(*cloudpickle.loads(payload))
 
 
-def _hydra_job(config: DictConfig, task_function, spec: JobSpec, same: SameStart | None) -> dict:
+def _hydra_job(config: DictConfig, task_function, spec: Job, same: SameStart | None) -> dict:
     """One job as Hydra runs it (its composition, run_job): for what the loop cannot reproduce
-    (hydra.callbacks, env_set, chdir). Its planned point is read from the manifest."""
+    (hydra.callbacks, env_set, chdir), its task function given the job's record."""
     loader = GlobalHydra.instance().config_loader()
     sweep_config = loader.load_sweep_config(config, list(spec.overrides))
     with open_dict(sweep_config.hydra.job):
@@ -430,7 +432,8 @@ def _hydra_job(config: DictConfig, task_function, spec: JobSpec, same: SameStart
     try:
         with same.point(spec.job) if same else contextlib.nullcontext():
             result = run_job(
-                hydra_context=hydra_context(sweep_config), task_function=task_function,
+                hydra_context=hydra_context(sweep_config),
+                task_function=replace(task_function, jobs={spec.job: spec}),
                 config=sweep_config, job_dir_key="hydra.sweep.dir",
                 job_subdir_key="hydra.sweep.subdir",
             )  # fmt: skip

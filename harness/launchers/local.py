@@ -28,7 +28,7 @@ from hydra.core.singleton import Singleton
 from omegaconf import OmegaConf
 
 from harness.launchers import warm, workers
-from harness.launchers.protocol import JobSpec, check_kinds
+from harness.launchers.protocol import Job, check_kinds
 from harness.launchers.submitit_jobs import (
     GPU_ENV,
     SWEEP_ENV,
@@ -114,7 +114,7 @@ class LocalLauncher(SubmititLauncher):
             raise ValueError(f"experiment.fresh must be true or false, got {leaks!r}")
         return not (self.fresh or leaks or self.tasks > 1 or self.params.get("setup"))
 
-    def follow(self, jobs: list[JobSpec], placement: dict) -> Iterator[tuple[int, dict]]:
+    def follow(self, jobs: list[Job], placement: dict) -> Iterator[tuple[int, dict]]:
         """Run the jobs, max_parallel at a time, each with a GPU of its own where there are;
         (job number, summary) as each ends. If the sweep stops (Ctrl-C, SIGTERM), the jobs
         still running are stopped with it."""
@@ -140,7 +140,7 @@ class LocalLauncher(SubmititLauncher):
         gpu = self.gpus[slot] if self.gpus else os.environ.get("CUDA_VISIBLE_DEVICES")
         return {"CUDA_VISIBLE_DEVICES": gpu, "OMP_NUM_THREADS": str(threads) if threads else None}
 
-    def _each_a_process(self, jobs: list[JobSpec]) -> Iterator[tuple[int, dict]]:
+    def _each_a_process(self, jobs: list[Job]) -> Iterator[tuple[int, dict]]:
         """Each job a process of its own (submitit's local executor), cancelled if the sweep
         stops."""
         executor, free, waiting = self.executor(), list(self.gpus), list(jobs)

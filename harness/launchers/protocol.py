@@ -7,8 +7,10 @@ service) is one file: a class with these methods, named by a hydra/launcher/NAME
   work here, before anything is planned, written or instantiated.
 - detached: whether its jobs run on without this process (then wait=false may leave them, and
   status asks the launcher where they are).
-- start(jobs) hands the jobs over and returns their placement: JSON that the manifest records
-  (`launches`: launcher, placement) where there is any, for status, resume and compact.
+- start(jobs) hands the jobs over (each a harness.planning.plan.Job, a frozen record: its
+  number, overrides, parameters and config_hash, shipped as it is) and returns their
+  placement: JSON that the manifest records (`launches`: launcher, placement) where there is
+  any, for status, resume and compact.
 - follow(jobs, placement) yields (job number, summary) as each job ends: what the job returned
   (harness.running.job's summary), or why it returned nothing ({"status": "killed", "error": why}).
   A job whose rows the store could not take is the StoreUnwritable (harness.errors) that its
@@ -21,10 +23,11 @@ service) is one file: a class with these methods, named by a hydra/launcher/NAME
   it cannot tell (environ None, the default), each point's process decides; None for a
   launcher whose points are groups of processes, which are never reused.
 
-A launcher's jobs run the harness's own job (harness.running.job.Job, its task function, which
-calls run_point) wherever they run, through harness.launchers.in_process (but a Hydra plugin's): in
-this process one after another (run_here), or in a process of their own (work; pack and work_packed
-carry them there as bytes), which takes this process's Hydra state with it. Hydra's plugin launchers
+A launcher's jobs run the harness's own job (run_point; harness.running.job.Task, the task
+function that calls it, where Hydra runs a job) wherever they run, through
+harness.launchers.in_process (but a Hydra plugin's): in this process one after another
+(run_here), or in a process of their own (work; pack and work_packed carry them there as
+bytes), which takes this process's Hydra state with it. Hydra's plugin launchers
 (basic, joblib, ray, ...) keep Hydra's API: harness.launchers.dispatch runs Hydra's basic
 launcher's jobs here as a loop (in_process) and hands any other plugin its jobs in batches
 (hydra_plugin).
@@ -38,16 +41,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from harness.errors import StoreUnwritable, one_line, with_type
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """One job as a launcher receives it: its number, the overrides its config is composed
-    from, and its planned point (the manifest's params and config_hash), which it runs."""
-
-    job: int
-    overrides: list[str]
-    planned: dict
+from harness.planning.plan import Job
 
 
 @dataclass(frozen=True)
@@ -78,10 +72,10 @@ class Launcher:
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
         self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
 
-    def start(self, jobs: list[JobSpec]) -> dict:
+    def start(self, jobs: list[Job]) -> dict:
         return {}
 
-    def follow(self, jobs: list[JobSpec], placement: dict) -> Iterator[tuple[int, dict]]:
+    def follow(self, jobs: list[Job], placement: dict) -> Iterator[tuple[int, dict]]:
         raise NotImplementedError
 
     @classmethod

@@ -17,7 +17,7 @@ import submitit
 from submitit.core.utils import FailedJobError, JobPaths
 
 from harness.launchers import slurm_cli
-from harness.launchers.protocol import JobSpec, check_kinds
+from harness.launchers.protocol import Job, check_kinds
 from harness.launchers.submitit_jobs import SubmititLauncher, outcome
 
 POLL_S = 0.5
@@ -62,7 +62,7 @@ class SlurmLauncher(SubmititLauncher):
         only then can this process tell what a task gets (sbatch hands it this environment)."""
         return slurm_cli.only_this_machine(self.params.get("partition"))
 
-    def start(self, jobs: list[JobSpec]) -> dict:
+    def start(self, jobs: list[Job]) -> dict:
         """Submit the jobs, points_per_task to an array task; their placement: each task's
         jobs (in pack order) and the submitit folder."""
         executor, size = self.executor(), slurm_cli.max_array_size()
@@ -88,7 +88,7 @@ class SlurmLauncher(SubmititLauncher):
             "submitit_folder": str(Path(self.params["submitit_folder"]).absolute()),
         }
 
-    def follow(self, jobs: list[JobSpec], placement: dict) -> Iterator[tuple[int, dict]]:
+    def follow(self, jobs: list[Job], placement: dict) -> Iterator[tuple[int, dict]]:
         """(job number, summary) as each task ends: when its result file exists, or when SLURM
         no longer runs or queues it (killed: scancel, a time limit, a failed node) before it
         could write one. Without accounting submitit cannot tell the second case, so this asks

@@ -22,7 +22,7 @@ from submitit.core.utils import UncompletedJobError
 
 from harness.errors import with_type
 from harness.launchers.in_process import InProcess, work
-from harness.launchers.protocol import JobSpec, Launcher, PointProcess, check_kinds
+from harness.launchers.protocol import Job, Launcher, PointProcess, check_kinds
 from harness.pinning import codestore
 from harness.running import distributed
 
@@ -56,7 +56,7 @@ class SubmititLauncher(BaseSubmititLauncher, Launcher):
             raise ValueError("a point of several processes (tasks_per_node, nodes) runs alone in "
                              "its task: points_per_task must be 1")  # fmt: skip
 
-    def __call__(self, pack: list[JobSpec], singleton_state: dict) -> list[dict]:
+    def __call__(self, pack: list[Job], singleton_state: dict) -> list[dict]:
         """In the job: its GPU, as many threads as CPUs it was given (torch's and OpenMP's, for
         the processes it starts too: points that share a machine with threads for every core
         each would make each other many times slower), then its pack's points one after
@@ -117,7 +117,7 @@ class SubmititLauncher(BaseSubmititLauncher, Launcher):
         return executor
 
     @staticmethod
-    def job_arguments(pack: list[JobSpec]) -> tuple:
+    def job_arguments(pack: list[Job]) -> tuple:
         """What each job's __call__ receives: its points and Hydra's state."""
         return list(pack), Singleton.get_state()
 

@@ -36,7 +36,7 @@ import cloudpickle
 
 from harness.errors import with_type
 from harness.launchers.in_process import job_runner
-from harness.launchers.protocol import JobSpec, unwritable
+from harness.launchers.protocol import Job, unwritable
 from harness.launchers.warm import context
 from harness.pinning import boot, codestore
 
@@ -69,7 +69,7 @@ class Pool:
     sweep: str | None  # the sweep's process (process_identity), which a worker ends with
     workers: dict[int, Worker] = field(default_factory=dict)
 
-    def run(self, jobs: list[JobSpec]) -> Iterator[tuple[int, dict]]:
+    def run(self, jobs: list[Job]) -> Iterator[tuple[int, dict]]:
         """(job number, summary) as each job ends, at most `slots` at once."""
         waiting = list(jobs)
         try:
@@ -85,7 +85,7 @@ class Pool:
         worker = self.workers.get(slot)
         return worker is None or worker.job is None
 
-    def _hand(self, slot: int, spec: JobSpec) -> None:
+    def _hand(self, slot: int, spec: Job) -> None:
         """Give the slot's worker the job; one that died idle (the OOM killer) is replaced."""
         worker = self.workers.get(slot)
         if worker is not None and not _sent(worker, spec):
@@ -161,7 +161,7 @@ class Pool:
         self.workers.clear()
 
 
-def _sent(worker: Worker, spec: JobSpec) -> bool:
+def _sent(worker: Worker, spec: Job) -> bool:
     """Whether the worker took the job: a worker that is gone has closed its end of the pipe."""
     try:
         worker.connection.send(spec)
@@ -196,7 +196,7 @@ def serve(
     environ: dict[str, str],
     log: str,
 ) -> None:
-    """A worker: each JobSpec received, run, and its (job, summary, resident MiB, whether this
+    """A worker: each Job received, run, and its (job, summary, resident MiB, whether this
     worker ends) sent back, this process's state restored after each (harness.launchers.fresh); None
     or a closed pipe: the end.
     It takes the sweep's environment (a forked worker has the forkserver's), and its output

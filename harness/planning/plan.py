@@ -8,7 +8,6 @@ import glob
 import itertools
 import math
 import os
-import re
 import secrets
 import shutil
 from dataclasses import dataclass, field, replace
@@ -16,27 +15,40 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import ChoiceSweep, Override, QuotedString, RangeSweep
+from hydra.core.override_parser.types import Override, QuotedString
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from harness import reuse, store
 from harness.errors import BadInput, one_line
+from harness.measuring import columns
 from harness.names import (
-    HARNESS_KEYS,
     SET_BY_HARNESS,
     check_name,
-    closest,
     experiment_file,
     keeping,
     key_of,
     typo_of,
 )
+from harness.names import (
+    override as override_line,
+)
 from harness.pinning import codestore
+from harness.planning.checks import (
+    axis_size,
+    check_code,
+    check_environment,
+    check_fail_fast,
+    check_file_name,
+    check_keys,
+    check_parameter_names,
+    check_positive_int,
+    check_report_spec,
+    check_size,
+    check_streaming,
+)
 from harness.planning.config import compose_config
 from harness.planning.experiment import Experiment, config_values, hasher, keyed_config
-from harness.results.claims import validate as validate_claims
-from harness.results.tables import check_table_names, validate_plots, validate_table
 from harness.searching import search
 
 ABSENT = object()
@@ -52,10 +64,47 @@ class Point:
     slot: int | None = None
 
     def planned(self) -> dict:
-        """What the point's job runs (its manifest entry's params and config_hash; a trial's
-        cell and slot)."""
+        """Its manifest entry's params and config_hash (a trial's cell and slot)."""
         trial = {"cell": self.cell, "slot": self.slot} if self.cell is not None else {}
         return {"params": self.params, "config_hash": self.config_hash, **trial}
+
+    def job_of(self, sweep: "Sweep", decided: bool = False) -> "Job":
+        """The point as its job: what a launcher ships and run_point runs."""
+        searched = sweep.experiment.config.get("search") if self.cell is not None else None
+        return Job(self.job, tuple(job_overrides(sweep, self)), self.params, self.config_hash,
+                   self.cell, self.slot, sweep.reuse, decided, searched)  # fmt: skip
+
+
+def job_overrides(sweep: "Sweep", point: Point) -> list[str]:
+    """A job's overrides: the sweep's own, the point's grid values, then the harness's (out
+    quoted for Hydra: a folder's name may hold spaces, "=" or brackets)."""
+    return [
+        *sweep.overrides,
+        *point.overrides,
+        override_line("out", str(sweep.results.parent)),
+        f"sweep_id={sweep.id}",
+        f"job={point.job}",
+    ]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job of a sweep, fixed when the sweep was planned (or resumed): what a launcher ships as
+    it is and harness.running.job.run_point runs. Its number, the overrides its config is
+    composed from, the parameters it computes and their config_hash; a search's trial's cell
+    and slot, and the sweep's search; the sweep's reuse (harness.reuse.setting) and whether
+    its answer was looked up before it was launched (`decided`: else the point's process
+    looks)."""
+
+    job: int
+    overrides: tuple[str, ...]
+    params: dict
+    config_hash: str
+    cell: int | None = None
+    slot: int | None = None
+    reuse: dict | None = None
+    decided: bool = False
+    search: dict | None = None
 
 
 @dataclass
@@ -117,27 +166,27 @@ def plan(
     import is hashed and kept first (harness.pinning.codestore), and the experiment imported from
     that snapshot."""
     values = config_values(cfg)
-    _check_name(cfg, values["experiment"])
+    check_file_name(cfg, values["experiment"])
     chosen = _chosen(seeded_grid(cfg), sweeps, cfg, added)
-    _check_size(chosen, values["max_points"])  # before the experiment (and torch) is imported
-    _check_streaming(values)
+    check_size(chosen, values["max_points"])  # before the experiment (and torch) is imported
+    check_streaming(values)
     keeping(values.get("checkpoint"))  # checkpoint.keep, .best, .mode: one line here
-    _check_fail_fast(values.get("fail_fast", 0))
+    check_fail_fast(values.get("fail_fast", 0))
     if values.get("threads") is not None:
-        _check_positive_int("threads", values["threads"])
+        check_positive_int("threads", values["threads"])
     if not isinstance(values.get("reuse"), bool):
         raise BadInput(f"reuse must be true or false, got {values.get('reuse')!r}")
     if isinstance(values["seed"], bool) or not isinstance(values["seed"], int):
         raise BadInput(f"seed must be a whole number, got {values['seed']!r}")
     check_code(values.get("code"))
-    _check_environment(values["experiment"].get("environment"))
+    check_environment(values["experiment"].get("environment"))
     digest, code_store = None, codestore.store_of(values.get("code_store"))
     if pin:
         digest = codestore.pin(values["experiment"], values["out"], code_store, config_dirs)
         codestore.enter(code_store, digest)
     experiment = Experiment.load(values["experiment"])
-    _check_parameter_names(experiment)
-    _check_keys(experiment, values, sweeps)
+    check_parameter_names(experiment)
+    check_keys(experiment, values, sweeps)
     axes = _axes(chosen)
     points = []
     interpolated = any(_interpolates(value) for axis in axes.values() for _, value in axis)
@@ -152,7 +201,7 @@ def plan(
     if not points:
         empty = " ".join(f"{key}=[]" for key, values in axes.items() if not values)
         raise BadInput(f"the grid has no points ({empty})")
-    _check_report_spec(experiment, points)
+    check_report_spec(experiment, points)
     searched = search.spec(values, experiment, list(axes))
     if searched:
         search.check_launcher(cfg.hydra.launcher)
@@ -210,25 +259,6 @@ def _trial_point(point: Point, job: int, cell: int, slot: int) -> Point:
     return Point(job, point.overrides, point.params, hashed, cell, slot)
 
 
-def check_code(choice, null: str = "") -> None:
-    """code= is current (this tree's code) or null (`null`: what that runs, said in the
-    message); BadInput otherwise."""
-    if choice not in (None, "current"):
-        raise BadInput(f"code must be current (this tree's code) or null{null}, got {choice!r}")
-
-
-def _check_name(cfg: DictConfig, node: dict) -> None:
-    """experiment.name is its file's name: the store's folders, resume and status find the
-    sweep by it."""
-    name, chosen = node.get("name"), cfg.hydra.runtime.choices.get("experiment")
-    if chosen is not None and name != chosen:
-        raise BadInput(
-            f"experiment.name is {name!r} in experiment/{chosen}.yaml: an experiment's name is "
-            f"its file's name, set experiment.name: {chosen}"
-        )
-    check_name("experiment", str(name))
-
-
 def absent_keys(cfg: DictConfig, sweeps: list[Override]) -> list[str]:
     """For each grid key the config lacks (a parameter with only its function's default), the
     line that adds it with its first value, +KEY=VALUE: every job carries it, so that each
@@ -240,22 +270,6 @@ def absent_keys(cfg: DictConfig, sweeps: list[Override]) -> list[str]:
             first = next(texts, None) if texts else override.get_value_element_as_str()
             lines += [f"+{key}={first}"] if first is not None else []
     return lines
-
-
-def _check_report_spec(experiment: Experiment, points: list[Point]) -> None:
-    """The experiment's table, plots and claims can be read (harness.results.tables,
-    harness.results.claims): one line before anything runs, not a traceback after every sweep.
-    A claim's where is checked against the parameters' values on the planned `points` too
-    (`n == '2'` where n is a number would select none of them)."""
-    try:
-        names = list(experiment.parameters)
-        values = {name: [point.params.get(name) for point in points] for name in names}
-        validate_table(experiment.config.get("table"))
-        check_table_names(experiment.config.get("table"), names)
-        validate_plots(experiment.config.get("plots"))
-        validate_claims(experiment.config, names, values=values)
-    except ValueError as error:
-        raise BadInput(f"{experiment.name}: {error}") from None
 
 
 def seeded_grid(cfg: DictConfig) -> dict:
@@ -272,38 +286,11 @@ def sweep_of(cfg: DictConfig, experiment: Experiment, points: list[Point]) -> Sw
         check_name("again_of", str(again_of))
     tag = None if cfg.get("tag") is None else check_name("tag", str(cfg.tag))
     grid = seeded_grid(cfg)
-    own = math.prod(_axis_size(o) for o in OverridesParser.create().parse_overrides(
+    own = math.prod(axis_size(o) for o in OverridesParser.create().parse_overrides(
         [f"{key}={value}" for key, value in grid.items()]))  # fmt: skip
     return Sweep(cfg.sweep_id, experiment, results, task, points, list(cfg.hydra.overrides.hydra),
                  again_of=None if again_of is None else str(again_of), tag=tag,
                  own_grid=own)  # fmt: skip
-
-
-def _check_parameter_names(experiment: Experiment) -> None:
-    """No parameter is named as a column the harness writes in every row (store.RESERVED,
-    compared without case): its value would be taken for the harness's, or the reverse."""
-    taken = [name for name in experiment.parameters if name.lower() in store.RESERVED]
-    if taken:
-        raise BadInput(
-            f"{experiment.name}'s parameter {taken[0]} is named as a column the harness writes in "
-            f"every row (names compared without case): rename it in {experiment.config['run']}'s "
-            f"signature ({taken[0]}_value, say)"
-        )
-
-
-def _check_keys(experiment: Experiment, values: dict, sweeps: list[Override]) -> None:
-    """Every key the experiment's config sets, or the command line sweeps, is a parameter."""
-    keys = [k for k in values if k not in HARNESS_KEYS and k != "experiment"]
-    keys += [o.get_key_element().lstrip("+") for o in sweeps]
-    unknown = sorted({k for k in keys if k not in experiment.parameters})
-    if unknown:
-        names, near = ", ".join(experiment.parameters), closest(unknown[0], experiment.parameters)
-        raise BadInput(
-            f"{experiment.name} does not take {', '.join(unknown)}{near} (it takes {names})"
-        )
-    for override in sweeps:
-        if not override.is_discrete_sweep():
-            raise BadInput(f"{override.input_line}: only lists, range() and choice() can be swept")
 
 
 def _chosen(
@@ -316,52 +303,6 @@ def _chosen(
     parser = OverridesParser.create()
     grid = parser.parse_overrides([f"{k}={v}" for k, v in yaml_params.items() if k not in fixed])
     return {override.get_key_element().lstrip("+"): override for override in [*grid, *sweeps]}
-
-
-def _check_streaming(values: dict) -> None:
-    """stream_rows is a whole number of rows, stream_s a number of seconds, both above 0."""
-    _check_positive_int("stream_rows", values["stream_rows"])
-    seconds = values["stream_s"]
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
-        raise BadInput(f"stream_s must be a number of seconds above 0, got {seconds!r}")
-
-
-ENVIRONMENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _check_environment(names) -> None:
-    """experiment.environment: the names of environment variables the experiment's numbers
-    depend on (recorded in its rows and part of reuse's key), a list."""
-    if names is None:
-        return
-    if not isinstance(names, list) or not all(
-        isinstance(name, str) and ENVIRONMENT_NAME.fullmatch(name) for name in names
-    ):
-        raise BadInput(f"experiment.environment must be a list of environment variables' names "
-                       f"(environment: [MY_FLAG]), got {names!r}")  # fmt: skip
-
-
-def _check_fail_fast(value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise BadInput(f"fail_fast must be a whole number of points (0: never stop), got {value!r}")
-
-
-def _check_positive_int(key: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BadInput(f"{key} must be a positive integer, got {value!r}")
-
-
-def _check_size(chosen: dict[str, Override], max_points) -> None:
-    """Refuse a grid of more than max_points points, counted without expanding any axis."""
-    _check_positive_int("max_points", max_points)
-    sizes = {key: _axis_size(override) for key, override in chosen.items()}
-    total = math.prod(sizes.values())
-    if total > max_points:
-        shape = " x ".join(f"{key} {size:,}" for key, size in sizes.items() if size > 1)
-        raise BadInput(
-            f"the grid has {total:,} points ({shape}), more than max_points={max_points:,}; "
-            "narrow it, or raise max_points"
-        )
 
 
 def _axes(chosen: dict[str, Override]) -> dict:
@@ -384,9 +325,7 @@ def _check_distinct(key: str, values: list[tuple[str, object]]) -> None:
     own, one cell of every table and one key of the store's lines)."""
     seen: dict = {}
     for text, value in values:
-        number = (
-            float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-        )
+        number = float(value) if columns.is_number(value) else None
         for alike in (("text", str(value)), ("number", number)):
             if alike[1] is None:
                 continue
@@ -435,14 +374,6 @@ def _resolved(cfg: DictConfig, point_values: dict) -> dict:
     except OmegaConfBaseException as error:
         raise BadInput(one_line(error)) from None
     return {key: functools.reduce(dict.get, key.split("."), values) for key in point_values}
-
-
-def _axis_size(override: Override) -> int:
-    """How many values an axis has, without listing them."""
-    value = override.value()
-    if isinstance(value, RangeSweep):
-        return max(0, math.ceil((value.stop - value.start) / value.step))
-    return len(value.list) if isinstance(value, ChoiceSweep) else 1
 
 
 def record_plan(sweep: Sweep) -> None:

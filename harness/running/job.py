@@ -1,17 +1,15 @@
 """One job of a sweep: run one point of the grid and write its rows (run_point, the one way a
-point runs, whatever its launcher); Job is Hydra's task function, which calls it."""
+point runs, whatever its launcher, given its harness.planning.plan.Job); Task is Hydra's task
+function, which calls it where Hydra runs a job itself."""
 
 import contextlib
 import functools
 import json
 import logging
 import os
-import random
-import threading
 import time
-import traceback
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,13 +17,14 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from harness import files, measuring, provenance, reuse, store, tracking
-from harness.errors import StoreUnwritable
-from harness.lifetime import per_command
+from harness.measuring import columns
 from harness.names import keeping
 from harness.pinning import boot, codestore
-from harness.planning.experiment import Experiment, config_hash, config_values
+from harness.planning.experiment import Experiment, config_values
+from harness.planning.plan import Job
 from harness.results import runs
 from harness.running import distributed
+from harness.running.calling import measure, row_check
 from harness.running.sinks import PointInfo, Sinks
 from harness.searching import search
 from harness.tracking import Tracker
@@ -34,89 +33,145 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Job:
-    """Hydra's task function for a sweep's jobs: what a launcher runs for each point (through
-    run_point), carrying what every job of the sweep shares (the command that started it); it
-    is pickled into each submitit job as it is."""
+class Task:
+    """Hydra's task function for a sweep's jobs, where Hydra runs a job itself (a launcher plugin
+    of Hydra's, or its basic launcher where the loop cannot reproduce a job): it carries what
+    every job of the sweep shares (the command that started it) and each job's record by number
+    (`jobs`, given as the jobs are launched: Hydra hands a job only its config). It is pickled
+    into each job's process as it is."""
 
     command: str | None = None
+    jobs: dict[int, Job] = field(default_factory=dict)
 
     def __call__(self, cfg: DictConfig) -> dict:
-        """A job Hydra runs itself (a launcher plugin of Hydra's): its planned point is read
-        from the sweep's manifest."""
-        return run_point(config_values(cfg), HydraConfig.get().runtime.output_dir, self.command)
+        values = config_values(cfg)
+        job = self.jobs[values["job"]]
+        return run_point(values, HydraConfig.get().runtime.output_dir, self.command, job)
 
 
-def run_point(values: dict, run_dir: str, command: str | None, planned: dict | None = None) -> dict:
-    """Run one point, whatever its launcher, and write its rows; a short summary of them.
+def run_point(values: dict, run_dir: str, command: str | None, job: Job) -> dict:
+    """Run one job, whatever its launcher, and write its rows; a short summary of them.
 
-    `values` is the job's config (resolved, without Hydra's node) and `planned` its manifest
-    entry (params, config_hash; read from the manifest where the launcher has none at hand):
-    the point runs the parameters its sweep planned, so that a YAML edited since, or a value
-    that differs each time it is read (${now:...}), changes nothing it computes. In turn: where
-    its sweep asks for reuse, an answer another sweep holds is copied instead, where its
-    launcher left that to the point (harness.reuse); else the experiment is called,
-    its rows written (a training point's as they come, through its tracker) and, where its
-    sweep asks for reuse and it read nothing undeclared, its answer recorded. While it runs, a
-    log that cannot be written (a full disk) is no traceback, and the process is as it was
-    afterwards."""
+    `values` is the job's config (resolved, without Hydra's node) and `job` its record: the
+    point runs the parameters its sweep planned, so that a YAML edited since, or a value that
+    differs each time it is read (${now:...}), changes nothing it computes. In turn: where its
+    sweep asks for reuse and its launcher left that to the point, an answer another sweep holds
+    is copied instead (harness.reuse); else the experiment is called, its rows written (a
+    training point's as they come, through its tracker) and, where its sweep asks for reuse
+    and it read nothing undeclared, its answer recorded. While it runs, a log that cannot be
+    written (a full disk) is no traceback, and the process is as it was afterwards."""
     with _quiet_logging_errors():
-        experiment = Experiment.load(values["experiment"])
-        root, sweep, job = Path(values["out"]) / "results", values["sweep_id"], values["job"]
-        planned = planned or planned_point(root, experiment.name, sweep, job) or {}
-        params = planned["params"] if planned else experiment.params(values)
-        _note_changes(params, values)
-        hashed = planned.get("config_hash") or config_hash(experiment.name, params, values)
-        trial = _trial(root, experiment, sweep, job, planned, values["seed"])
-        if trial is not None:  # a search's trial: the parameters its study asked for, typed
-            params = {**params, **{k: experiment._typed(k, v) for k, v in trial.params.items()}}
-            trial.fixed = params
-        group = distributed.current()
-        setting = _reuse(values, planned) if trial is None and group is None else None
-        found, key = _reuse_key(setting, params, experiment, values.get("threads"))
-        if key is not None and not planned.get("decided"):  # its launcher left that to it
-            summary = reused_answer(root, experiment, sweep, job, hashed, params, key,
-                                    setting["copies"])  # fmt: skip
+        point = _Point(values, run_dir, job)
+        if point.key is not None and not job.decided:  # its launcher left reuse to the point
+            summary = reused_answer(point.root, point.experiment, point.sweep, job.job,
+                                    job.config_hash, point.params, point.key,
+                                    point.setting["copies"])  # fmt: skip
             if summary.get("reused_from"):
                 return summary
             if summary.get("passed"):
                 log.info("not reused: %s", summary["passed"])
-        path = store.job_file(root, experiment.name, sweep, job)
-        extra = {"rank": group.rank, "world_size": group.world_size} if group else {}
-        extra |= {"cell": trial.cell, "trial": trial.number} if trial else {}
-        if found is not None:
-            extra["declared_inputs"] = json.dumps(found, sort_keys=True)
-        prepare = _Columns(params, {"job": job, "config_hash": hashed}, command, run_dir, extra,
-                           _named_env(experiment))  # fmt: skip
-        point = PointInfo(experiment.name, sweep, job, params, Path(values["out"]))
-        sending = values.get("sinks") and not (group and group.rank)  # rank 0's: the point's
-        sinks = Sinks(values.get("sinks"), point, functools.partial(_say, job)) if sending else None
-        tracker = _tracker(experiment, values, (sweep, job, path), prepare, params, hashed, sinks,
-                           group, trial)  # fmt: skip
+        prepare, sinks, tracker = point.harness_columns(command, run_dir), None, None
+        if values.get("sinks") and not (point.group and point.group.rank):  # rank 0's
+            sinks = Sinks(values["sinks"], point.info(), functools.partial(_say, job.job))
+        if point.experiment.tracked:
+            tracker = point.tracker(prepare, sinks)
         measuring.start_point()
-        watch = _watch(values, path, run_dir, found) if key is not None else None
+        watch = point.watch(run_dir) if point.key is not None else None
         prepare.watch = watch
         with torch_threads(values.get("threads")):  # its rows record them (provenance)
-            seed = params.get("seed", values["seed"])
-            returned = measure(experiment, params, seed, tracker, watch)
-            rows = [prepare(row) for row in returned]
+            rows = measure(point.experiment, point.params, point.seed, tracker, watch)
+            rows = [prepare(row) for row in rows]
+        trial = point.trial
         if trial is not None:  # told before the rows are written: a restart takes it back
             trial.tell(rows, next((row["status"] for row in rows if row["status"] != "ok"), "ok"))
         if tracker is not None:  # its job file replaces its segments; the sinks get the rest
             rows = tracker.end(rows)
-        elif group and group.rank:  # every process of the group ran it: rank 0's rows are kept
-            return summarize(rows, params)
+        elif point.group and point.group.rank:  # every process of the group ran it: rank 0's
+            return summarize(rows, point.params)  # rows are the point's
         else:
-            store.write_rows(path, rows)
+            store.write_rows(point.path, rows)
             if sinks is not None:  # a point without a tracker: its rows once they are stored
                 sinks.send(rows)
-        _keep_package_list(store.sweep_dir(root, experiment.name, sweep))
-        told = summarize(rows, params, last=tracker is not None)
+        _keep_package_list(point.path.parent)
+        told = summarize(rows, point.params, last=tracker is not None)
         if tracker is not None and tracker.resumed:  # for its progress line, on every launcher
             told["resumed"] = tracker.resumed
         if watch is not None:
-            told |= _record(root, experiment.name, sweep, job, rows, watch, key, setting, params)
+            told |= _record(point, rows, watch)
         return {**told, "trial": trial.label()} if trial else told
+
+
+class _Point:
+    """What run_point sets up for one job: its experiment, where its rows go, its parameters
+    (a search's trial's typed in), its group of processes, and where its sweep asks for reuse,
+    its declared inputs hashed and its reuse key."""
+
+    def __init__(self, values: dict, run_dir: str, job: Job):
+        self.values, self.job, self.out = values, job, Path(values["out"])
+        self.experiment = Experiment.load(values["experiment"])
+        self.root, self.sweep = self.out / "results", values["sweep_id"]
+        self.path = store.job_file(self.root, self.experiment.name, self.sweep, job.job)
+        self.params = dict(job.params)
+        _note_changes(self.params, values)
+        self.trial = None
+        if job.cell is not None:  # a search's trial: the parameters its study asked for, typed
+            folder = self.path.parent
+            self.trial = search.Trial(folder, job.search, {"cell": job.cell, "slot": job.slot},
+                                      job.job, values["seed"], self.experiment.hints)  # fmt: skip
+            typed = {k: self.experiment._typed(k, v) for k, v in self.trial.params.items()}
+            self.params |= typed
+            self.trial.fixed = self.params
+        self.seed = self.params.get("seed", values["seed"])  # the planned one, where it is one
+        self.group = distributed.current()
+        own = self.trial is None and self.group is None and values.get("reuse")
+        self.setting = job.reuse if own else None  # reuse=false given to a resume too
+        self.found, self.key = _reuse_key(self.setting, self.params, self.experiment,
+                                          values.get("threads"))  # fmt: skip
+
+    def harness_columns(self, command: str | None, run_dir: str) -> "_Columns":
+        extra = {"rank": self.group.rank, "world_size": self.group.world_size} if self.group else {}
+        if self.trial is not None:
+            extra |= {"cell": self.trial.cell, "trial": self.trial.number}
+        if self.found is not None:
+            extra["declared_inputs"] = json.dumps(self.found, sort_keys=True)
+        first = {"job": self.job.job, "config_hash": self.job.config_hash}
+        return _Columns(self.params, first, command, run_dir, extra, _named_env(self.experiment))
+
+    def info(self) -> PointInfo:
+        return PointInfo(self.experiment.name, self.sweep, self.job.job, self.params, self.out)
+
+    def tracker(self, prepare: "_Columns", sinks: Sinks | None) -> Tracker:
+        """A training experiment's Tracker (harness.tracking)."""
+        job, hashed, trial = self.job.job, self.job.config_hash, self.trial
+        return Tracker(
+            self.path,
+            tracking.checkpoint_dir(self.out, self.experiment.name, self.sweep, job),
+            prepare,
+            config_hash=hashed if trial is None else f"{hashed}.trial-{trial.number}",
+            check=row_check(self.params),
+            clock=prepare.clock,
+            every_rows=self.values.get("stream_rows", 1000),
+            every_s=self.values.get("stream_s", 1.0),
+            say=functools.partial(_say, job),
+            shown=lambda row: store.first_numbers(row, self.params),
+            sinks=sinks,
+            group=self.group,
+            observe=trial.observe if trial else None,
+            keeping=keeping(self.values.get("checkpoint")),
+        )
+
+    def watch(self, run_dir: str) -> reuse.Watch:
+        """The tripwire on what the point reads (harness.reuse.Watch): its own folders are
+        its run folder, its checkpoints' and its sweep's rows."""
+        name, job = self.experiment.name, self.job.job
+        checkpoints = tracking.checkpoint_dir(self.out, name, self.sweep, job)
+        own = []
+        for folder in map(os.path.abspath, (run_dir, checkpoints, self.path.parent)):
+            above, base = os.path.split(folder)  # the harness's own folder, of no link
+            own += [os.path.join(folder, ""), os.path.join(reuse.real_folder(above), base, "")]
+        pinned = boot.pinned_here()
+        tops, before = (pinned.tops, pinned.before) if pinned else (frozenset(), frozenset())
+        return reuse.Watch(tuple(own), self.found, tops, before)
 
 
 @contextlib.contextmanager
@@ -137,35 +192,6 @@ def _named_env(experiment: Experiment) -> tuple[str, ...]:
     return tuple(experiment.config.get("environment") or ())
 
 
-def _tracker(experiment, values, where, prepare, params, hashed, sinks, group, trial):
-    """A training experiment's Tracker (harness.tracking); None for any other."""
-    if not experiment.tracked:
-        return None
-    sweep, job, path = where
-    return Tracker(
-        path,
-        tracking.checkpoint_dir(values["out"], experiment.name, sweep, job),
-        prepare,
-        config_hash=hashed if trial is None else f"{hashed}.trial-{trial.number}",
-        check=_row_check(params),
-        clock=prepare.clock,
-        every_rows=values.get("stream_rows", 1000),
-        every_s=values.get("stream_s", 1.0),
-        say=functools.partial(_say, job),
-        shown=lambda row: store.first_numbers(row, params),
-        sinks=sinks,
-        group=group,
-        observe=trial.observe if trial else None,
-        keeping=keeping(values.get("checkpoint")),
-    )
-
-
-def _reuse(values: dict, planned: dict) -> dict | None:
-    """The sweep's reuse, planned with the point (harness.reuse.setting); None where it
-    copies nothing (reuse=false given to a resume too)."""
-    return planned.get("reuse") if values.get("reuse") else None
-
-
 def _reuse_key(setting, params: dict, experiment: Experiment, threads) -> tuple:
     """The point's declared inputs, hashed, and its key (harness.reuse.key); (None,
     None) where its sweep copies nothing, or an input cannot be read (said in its log)."""
@@ -178,28 +204,16 @@ def _reuse_key(setting, params: dict, experiment: Experiment, threads) -> tuple:
         return None, None
 
 
-def _watch(values: dict, path: Path, run_dir: str, found: dict) -> reuse.Watch:
-    """The tripwire on what the point reads (harness.reuse.Watch): its own folders are
-    its run folder, its checkpoints' and its sweep's rows."""
-    sweep, job, out = values["sweep_id"], values["job"], values["out"]
-    checkpoints = tracking.checkpoint_dir(out, values["experiment"]["name"], sweep, job)
-    own = []
-    for folder in map(os.path.abspath, (run_dir, checkpoints, path.parent)):
-        above, name = os.path.split(folder)  # the harness's own folder, of no link: its sweep's
-        own += [os.path.join(folder, ""), os.path.join(reuse.real_folder(above), name, "")]
-    pinned = boot.pinned_here()
-    tops, before = (pinned.tops, pinned.before) if pinned else (frozenset(), frozenset())
-    return reuse.Watch(tuple(own), found, tops, before)
-
-
-def _record(root, experiment: str, sweep: str, job: int, rows, watch, key, setting, params):
+def _record(point: _Point, rows: list[dict], watch: reuse.Watch) -> dict:
     """The point's answer recorded for reuse where it read nothing its experiment does not
     declare; else, the line that says what it read ({"undeclared": line})."""
     undeclared = watch.keep()  # read into a cache, say: counted for the points after too
     if undeclared:
-        return {"undeclared": reuse.undeclared_line(job, undeclared, setting, params)}
-    measured = measuring.taken() or any(k.endswith("_samples_ms") for row in rows for k in row)
-    reuse.record(root, experiment, sweep, job, rows, key, bool(measured), setting["copies"])
+        line = reuse.undeclared_line(point.job.job, undeclared, point.setting, point.params)
+        return {"undeclared": line}
+    measured = measuring.taken() or any(columns.is_samples(k) for row in rows for k in row)
+    reuse.record(point.root, point.experiment.name, point.sweep, point.job.job, rows, point.key,
+                 bool(measured), point.setting["copies"])  # fmt: skip
     return {}
 
 
@@ -271,46 +285,6 @@ def torch_threads(threads: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def planned_point(root: Path, experiment: str, sweep: str, job: int) -> dict | None:
-    """The manifest's point of this job (params, config_hash); None where the manifest cannot
-    tell (a job run outside a sweep: its config's values run)."""
-    return _planned(root, experiment, sweep)[0].get(job)
-
-
-def _planned(root: Path, experiment: str, sweep: str) -> tuple[dict[int, dict], dict | None]:
-    """job -> its planned point, and the sweep's search (harness.searching.search), from its
-    manifest."""
-    path = store.sweep_dir(root, experiment, sweep) / store.MANIFEST
-    try:
-        stat = path.stat()
-    except OSError:
-        return {}, None
-    return _read_plan(root, experiment, sweep, (stat.st_ino, stat.st_mtime_ns))
-
-
-@per_command
-@functools.lru_cache(maxsize=4)
-def _read_plan(root: Path, experiment: str, sweep: str, version: tuple) -> tuple[dict, dict | None]:
-    """_planned, read once per version of the manifest in this process (a SLURM task's pack of
-    points reads it once), each point with its sweep's reuse."""
-    manifest = store.read_manifest(root, experiment, sweep) or {"points": []}
-    shared = {"reuse": manifest["reuse"]} if manifest.get("reuse") else {}
-    points = {point["job"]: {**point, **shared} for point in manifest["points"]}
-    return points, search.of_manifest(manifest)
-
-
-def _trial(root: Path, experiment: Experiment, sweep: str, job: int, planned, seed: int):
-    """The search's trial that this job runs (harness.searching.search.Trial), or None: a grid's
-    point."""
-    if not planned or planned.get("cell") is None:
-        return None
-    searched = _planned(root, experiment.name, sweep)[1]
-    if not searched:
-        raise ValueError(f"job {job} is a trial of a search that the sweep's manifest lacks")
-    folder = store.sweep_dir(root, experiment.name, sweep)
-    return search.Trial(folder, searched, planned, job, seed, experiment.hints)
-
-
 def _note_changes(params: dict, values: dict) -> None:
     """Log the parameters whose value in the job's config is not the one planned (a YAML
     edited before a resume): the planned values run."""
@@ -318,107 +292,6 @@ def _note_changes(params: dict, values: dict) -> None:
     for key, value in changed.items():
         log.warning("%s is %r in the config now; the sweep planned %r, which runs", key,
                     values[key], value)  # fmt: skip
-
-
-def measure(
-    experiment: Experiment,
-    params: dict,
-    seed: int,
-    tracker: Tracker | None = None,
-    watch: contextlib.AbstractContextManager | None = None,
-) -> list[dict]:
-    """The experiment's rows for one point; a point that raises, or tries to end the process
-    (sys.exit, os._exit), is one failed row. A training experiment gets the tracker, and may
-    return no rows beyond those it logged. A store that cannot take the tracker's rows or
-    checkpoints (a full disk) is no failed row: its StoreUnwritable stops the sweep. `watch`
-    is entered while the experiment runs (what it reads, watched: harness.reuse)."""
-    _seed_everything(seed)
-    try:
-        with _exits_refused(), watch or contextlib.nullcontext():
-            if tracker is None:
-                rows = _as_rows(experiment.run(**params))
-            else:
-                with tracker.slurm_signals():
-                    rows = _as_rows(experiment.run(**params, tracker=tracker) or [])
-        # Rank 0's rows are the point's: the other processes of a group may log and return none.
-        logged = tracker.logged or tracker.rank if tracker else 0
-        _check_rows(rows, params, logged=logged)
-        store.check_columns(rows)  # a value Parquet cannot hold is the experiment's failed row
-        return rows
-    except tracking.Requeued:  # the task is requeued: this process ends
-        raise
-    except StoreUnwritable:  # the store cannot take the rows: the sweep stops
-        raise
-    except search.Pruned as stop:  # a search's pruner stopped the trial: an answer
-        return [{"status": "pruned", "error": str(stop)}]
-    except (Exception, SystemExit) as error:
-        if tracker is not None and tracker.unwritable is not None:  # whatever the experiment
-            raise tracker.unwritable from None  # made of it (a landing's RuntimeError, say)
-        if tracker is not None:
-            tracker.raised = True
-        log.error("%s failed:\n%s", experiment.name, traceback.format_exc())
-        if isinstance(error, SystemExit):  # which would end the sweep without a word
-            called = error if isinstance(error, ProcessExit) else f"sys.exit({error.code!r})"
-            return [{"status": "failed", "error": f"the experiment called {called}"}]
-        return [{"status": "failed", "error": f"{type(error).__name__}: {error}{_beside(error)}"}]
-
-
-def _beside(error: BaseException) -> str:
-    """What to do where the experiment looked for a file beside its code that its sweep did not
-    pin (a path in the sweep's snapshot, found from the module's own __file__); "" otherwise."""
-    pinned = codestore.running()
-    name = getattr(error, "filename", None)
-    if not isinstance(error, FileNotFoundError) or not pinned or not isinstance(name, str):
-        return ""
-    inside = os.path.relpath(os.path.realpath(name), os.path.realpath(pinned[0]))
-    if inside == os.pardir or inside.startswith(os.pardir + os.sep):
-        return ""
-    if any(part.startswith(".") for part in Path(inside).parts[1:]):  # below its bundle-DIGEST
-        return (" (a hidden file beside the experiment's code: the sweep's snapshot of its code "
-                "leaves hidden files and folders out; name it without the leading dot, or give "
-                "its path as a parameter)")  # fmt: skip
-    return (" (a path in the sweep's snapshot of its code, from its module's own path: the "
-            "sweep pins the files of the experiment's package or folder only; keep the file "
-            "there, or give its path as a parameter)")  # fmt: skip
-
-
-def _as_rows(returned) -> list[dict]:
-    """The experiment's rows, each a dict of its own; ValueError saying what to return for
-    anything but an iterable of mappings (a lone dict, say)."""
-    if isinstance(returned, (dict, str, bytes)) or not hasattr(returned, "__iter__"):
-        raise ValueError(f"the experiment returned a {type(returned).__name__}: it returns a list "
-                         "of rows, each a dict (return [row] for one)")  # fmt: skip
-    rows = []
-    for row in returned:
-        try:
-            rows.append(dict(row))
-        except (TypeError, ValueError):
-            raise ValueError(f"the experiment's rows hold a {type(row).__name__}: each row is a "
-                             "dict of column to value") from None  # fmt: skip
-    return rows
-
-
-class ProcessExit(SystemExit):
-    """os._exit called by an experiment, refused: it would end the sweep without a word."""
-
-
-@contextlib.contextmanager
-def _exits_refused():
-    """While an experiment runs, os._exit called by the thread that runs it raises ProcessExit
-    (a SystemExit, as sys.exit raises), so that the point is a failed row; in any other thread
-    (a library's, the harness's own) and in a forked child it exits as it would."""
-    real, pid, own = os._exit, os.getpid(), threading.get_ident()
-
-    def refused(code: int) -> None:
-        if os.getpid() != pid or threading.get_ident() != own:
-            real(code)
-        raise ProcessExit(f"os._exit({code})")
-
-    os._exit = refused
-    try:
-        yield
-    finally:
-        os._exit = real
 
 
 def summarize(rows: list[dict], params: dict, last: bool = False) -> dict:
@@ -435,64 +308,6 @@ def summarize(rows: list[dict], params: dict, last: bool = False) -> dict:
         "metrics": store.metrics(shown, params),
         "seconds": rows[-1]["duration_s"],  # this run's, not a restored row's first run
     }
-
-
-def _reserved(params: dict) -> frozenset[str]:
-    """The columns an experiment's rows may not set, in lower case: its parameters, the
-    harness's own (store.RESERVED)."""
-    return store.RESERVED | {name.lower() for name in params}
-
-
-def _clashes(keys, reserved: frozenset[str]) -> list[str]:
-    """The keys that are a reserved column, compared without case (but status and error)."""
-    return sorted({k for k in keys if k.lower() in reserved and k not in store.ROW_SETS})
-
-
-def _row_check(params: dict) -> Callable[[dict], None]:
-    """_check_rows of one logged row (a training point's first, say), at the cost of a set's
-    isdisjoint of its lowered keys when it passes (a row's own status, which a reserved name
-    matches, is the rare row that takes the whole check)."""
-    reserved = _reserved(params)
-
-    def check(row: dict) -> None:
-        clash = not reserved.isdisjoint(map(str.lower, row))
-        if clash or row.get("status", "ok") not in store.ROW_STATUSES:
-            _check_rows([row], params)
-
-    return check
-
-
-def _check_rows(rows: list[dict], params: dict, logged: int = 0) -> None:
-    """ValueError, saying what to do, for no rows or rows that set a parameter's or the
-    harness's column (which the harness writes in every row), compared without case, or give a
-    status no experiment may (running: a phantom that every resume would rerun)."""
-    if not rows and not logged:
-        raise ValueError("the experiment returned no rows")
-    statuses = [row["status"] for row in rows if row.get("status", "ok") not in store.ROW_STATUSES]
-    if statuses:
-        raise ValueError(
-            f"the experiment's rows give status {statuses[0]!r:.40}: a row's status is one of "
-            f"{', '.join(store.ROW_STATUSES)} (or none, for ok)"
-        )
-    clashes = _clashes({key for row in rows for key in row}, _reserved(params))
-    if not clashes:
-        return
-    folded = {name.lower() for name in params}
-    given = [c for c in clashes if c.lower() in folded]
-    own = [c for c in clashes if c.lower() not in folded]
-    said = []
-    if own:
-        said.append(
-            f"{', '.join(own)}, which the harness writes in every row (column names compared "
-            f"without case): name {'it' if len(own) == 1 else 'them'} otherwise in the rows "
-            f"({own[0]}_measured, say)"
-        )
-    if given:
-        said.append(
-            f"{', '.join(given)}, the point's parameter{'s' if len(given) > 1 else ''}, which "
-            "every row has already: leave it out of the rows"
-        )
-    raise ValueError(f"the experiment's rows set {'; and '.join(said)}")
 
 
 def _row(row: dict, params: dict, harness_columns: dict) -> dict:
@@ -514,15 +329,3 @@ def _keep_package_list(folder: Path) -> None:
     path = folder / f"_packages-{provenance.packages_digest()}.json"
     if not path.exists():
         files.write_json(path, {"packages": list(listing)})
-
-
-def _seed_everything(seed: int) -> None:
-    import torch
-
-    random.seed(seed)
-    # torch.manual_seed also seeds each device type the build knows, queued with a stack trace
-    # until that device starts (a millisecond a point); a build without any has none to seed.
-    if torch.accelerator.current_accelerator() is None:  # asks the build, starts nothing
-        torch.random.default_generator.manual_seed(seed)
-    else:
-        torch.manual_seed(seed)

@@ -37,7 +37,7 @@ from harness import (  # noqa: E402
     store,
     tracking,
 )
-from harness.running import job  # noqa: E402
+from harness.running import calling, job  # noqa: E402
 
 LOOP, ROUNDS, STEPS, OLD_STEPS = 10_000, 5, 1_000_000, 20_000
 OLD = "66a4563^"  # the last commit whose tracker rewrote every row at each landing
@@ -67,14 +67,14 @@ def point(folder: Path, old: bool, **kwargs):
 
     def prepare(row: dict) -> dict:
         if old:  # what harness.running.job's prepare did for a logged row
-            job._check_rows([row], PARAMS)
+            calling._check_rows([row], PARAMS)
         return job._row(row, PARAMS, {**shared, "duration_s": time.perf_counter() - clock})
 
     checkpoints = folder / "checkpoints"
     if old:
         return old_tracking().Tracker(path, checkpoints, prepare, config_hash="h", **kwargs)
     return tracking.Tracker(path, checkpoints, prepare, config_hash="h", clock=clock,
-                            check=job._row_check(PARAMS), **kwargs)  # fmt: skip
+                            check=calling.row_check(PARAMS), **kwargs)  # fmt: skip
 
 
 def step_row(step: int) -> dict:

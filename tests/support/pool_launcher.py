@@ -9,7 +9,7 @@ import signal
 from collections.abc import Iterator
 
 from harness.launchers.in_process import pack, work_packed
-from harness.launchers.protocol import JobSpec, Launcher, check_kinds
+from harness.launchers.protocol import Job, Launcher, check_kinds
 
 
 class PoolLauncher(Launcher):
@@ -20,7 +20,7 @@ class PoolLauncher(Launcher):
     def preflight(cls, settings: dict) -> None:
         check_kinds(settings, {"workers": "positive"})
 
-    def follow(self, jobs: list[JobSpec], placement: dict) -> Iterator[tuple[int, dict]]:
+    def follow(self, jobs: list[Job], placement: dict) -> Iterator[tuple[int, dict]]:
         # Leaving the block, at the end or on Ctrl-C, terminates the workers: no point outlives
         # the sweep (the launchers' contract). Ctrl-C reaches them too: this process answers it.
         spawn = multiprocessing.get_context("spawn")
