@@ -41,6 +41,7 @@ VALUES_DIGEST = b"harness_values_sha256"
 # Of a file written in parts (write_parts): of its row groups, each as a reader returns it alone.
 GROUPS_DIGEST = b"harness_row_groups_sha256"
 SMALL = 10_000
+PLAIN = {"use_dictionary": False, "compression": "none", "write_statistics": False}
 KEPT = 20_000  # the files of a point's rows whose rows this process keeps (_written), newest
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # what a merge finishes before obeying
 # a job's file, or one of its segments (of a rank, in a point of several processes)
@@ -139,8 +140,11 @@ def no_links_below(folder: Path, skip: Iterable[str] = ()) -> None:
 
 
 def write_table(path: Path, table: pa.Table, sync: bool = True) -> None:
-    """Write rows with Parquet page checksums and a digest of the rows in the file's metadata."""
-    small = table.num_rows * table.num_columns <= SMALL  # a point's rows: no dictionaries
+    """Write rows with Parquet page checksums and a digest of the rows in the file's metadata. A
+    point's few rows (SMALL cells at most) are written plain: no dictionaries, no compression
+    and no statistics, which cost more than they save on a row or two (the compaction that
+    merges them has them all)."""
+    small = table.num_rows * table.num_columns <= SMALL
     if small:
         table = table.replace_schema_metadata({VALUES_DIGEST: digests.values_digest(table)})
     else:
@@ -150,7 +154,7 @@ def write_table(path: Path, table: pa.Table, sync: bool = True) -> None:
 
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:
-            pq.write_table(table, f, write_page_checksum=True, use_dictionary=not small)
+            pq.write_table(table, f, write_page_checksum=True, **(PLAIN if small else {}))
 
     replace_atomically(path, write, sync)
     if small and not any(pa.types.is_nested(field.type) for field in table.schema):

@@ -33,7 +33,7 @@ STEPS = {  # what is timed: (where the function is looked up when called, its na
     " its .hydra files": (in_process.InProcess, "_save"),
     " the point (run_point)": (in_process, "run_point"),
     " its state put back after it": (in_process.SameStart, "_put_back"),
-    "  the experiment itself": (job, "measure"),
+    "  the experiment itself": (job, "measure"),  # run_point's name for calling.measure
     "  its rows written": (store, "write_rows"),
     "  provenance": (provenance, "provenance"),
     "  the package list": (job, "_keep_package_list"),
