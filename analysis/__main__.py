@@ -178,7 +178,7 @@ def _main(argv: list[str] | None) -> int:
             f"{claim.result:10} {claim.experiment} {claim.sweep}: {claim.claim} ({outcome(claim)})"
         )
     for experiment, sweep in pairs:
-        manifest = store.read_manifest(results, experiment, sweep)
+        manifest = store.read_manifest(store.SweepPaths(results, experiment, sweep))
         if claims_changed(manifest, experiment, config_dirs):
             note = claims_note(args.current_claims).replace("**", "")
             print(f"sweep {sweep} ({experiment}): {note}")

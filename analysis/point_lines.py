@@ -59,7 +59,8 @@ def of_experiment(root: Path, experiment: str, report_dir: Path) -> pd.DataFrame
     """Every sweep of the experiment, a line per planned point (of_sweep), oldest sweep first;
     attrs["params"]: the parameters' names."""
     kept = [
-        of_sweep(root, experiment, sweep, report_dir) for sweep in store.sweeps(root, experiment)
+        of_sweep(store.SweepPaths(root, experiment, sweep), report_dir)
+        for sweep in store.sweeps(root, experiment)
     ]
     table = pd.DataFrame([point for one in kept for point in one["points"]])  # one construction
     for column in ("sweep", "job", "status", PLANNED, *PROVENANCE):
@@ -71,21 +72,18 @@ def of_experiment(root: Path, experiment: str, report_dir: Path) -> pd.DataFrame
     return table
 
 
-def of_sweep(root: Path, experiment: str, sweep: str, report_dir: Path) -> dict:
+def of_sweep(sweep: store.SweepPaths, report_dir: Path) -> dict:
     """One sweep's points ({"params": names, "points": records}), from the cache when its
     fingerprint still holds."""
-
-    path = report_dir / CACHE / experiment / f"{sweep}.json"
-    folder = store.sweep_dir(root, experiment, sweep)
-    return cached(path, folder, lambda: _kept(compute(root, experiment, sweep)))
+    path = report_dir / CACHE / sweep.experiment / f"{sweep.sweep}.json"
+    return cached(path, sweep.folder, lambda: _kept(compute(sweep)))
 
 
-def keep(root: Path, experiment: str, sweep: str, report_dir: Path, points: pd.DataFrame) -> None:
+def keep(sweep: store.SweepPaths, report_dir: Path, points: pd.DataFrame) -> None:
     """A sweep's points computed elsewhere (a report section, from the rows it read) kept as
     `of_sweep` would keep them, so that they are not read again."""
-    path = report_dir / CACHE / experiment / f"{sweep}.json"
-    folder = store.sweep_dir(root, experiment, sweep)
-    cached(path, folder, lambda: _kept(points), fresh=True)
+    path = report_dir / CACHE / sweep.experiment / f"{sweep.sweep}.json"
+    cached(path, sweep.folder, lambda: _kept(points), fresh=True)
 
 
 def _kept(points: pd.DataFrame) -> dict:
@@ -221,12 +219,11 @@ def file_version(path: Path | None) -> list | None:
     return [str(path), stat.st_size, stat.st_mtime_ns]
 
 
-def compute(root: Path, experiment: str, sweep: str) -> pd.DataFrame:
+def compute(sweep: store.SweepPaths) -> pd.DataFrame:
     """A sweep's points read from the store (of_rows)."""
-    manifest = store.read_manifest(root, experiment, sweep)
-    return of_rows(
-        store.as_planned(store.read(root, experiment, sweep), manifest, root), manifest, sweep
-    )
+    manifest = store.read_manifest(sweep)
+    rows = store.read(sweep.root, sweep.experiment, sweep.sweep)
+    return of_rows(store.as_planned(rows, manifest, sweep.root), manifest, sweep.sweep)
 
 
 def of_rows(rows: pd.DataFrame, manifest: dict | None, sweep: str) -> pd.DataFrame:

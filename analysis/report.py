@@ -54,14 +54,15 @@ def latest_sweep(root: Path, experiment: str) -> tuple[str | None, list[str]]:
     of those python -m harness again did not make (its reruns, whose manifests name their
     original as again_of: all of them where there is no other). A sweep folder that a kill left
     with nothing but an hour-old temporary file (a manifest cut short) is no sweep: it goes."""
-    sweeps = [s for s in store.sweeps(root, experiment) if not store.prune(root, experiment, s)]
+    every = [store.SweepPaths(root, experiment, s) for s in store.sweeps(root, experiment)]
+    kept = [paths for paths in every if not store.prune(paths)]
     originals = []
-    for sweep in reversed(sweeps):  # the newest first: the chosen one is near the end
-        if not (store.read_manifest(root, experiment, sweep) or {}).get("again_of"):
-            originals.insert(0, sweep)
-            if store.result_files(root, experiment, sweep):
+    for paths in reversed(kept):  # the newest first: the chosen one is near the end
+        if not (store.read_manifest(paths) or {}).get("again_of"):
+            originals.insert(0, paths.sweep)
+            if store.result_files(root, experiment, paths.sweep):
                 break
-    sweeps = originals or sweeps
+    sweeps = originals or [paths.sweep for paths in kept]
     landed = [sweep for sweep in sweeps if store.result_files(root, experiment, sweep)]
     chosen = landed[-1] if landed else (sweeps[-1] if sweeps else None)
     return chosen, sweeps[sweeps.index(chosen) + 1 :] if chosen else []
@@ -86,24 +87,24 @@ def judged(
     `claims`, where the section has); kept in the report folder's cache, as its points are,
     while what it was judged `by` (judging) holds."""
 
+    paths = store.SweepPaths(root, experiment, sweep)
+
     def computed() -> dict:
-        manifest = store.read_manifest(root, experiment, sweep)
+        manifest = store.read_manifest(paths)
         said = claims
         if said is None and manifest:
             config = trusted_config(manifest, experiment, config_dirs, current_claims)
             try:
                 rows = store.as_planned(store.read(root, experiment, sweep), manifest, root)
                 # Its points from the same read, kept as the page's sweep list reads them.
-                point_lines.keep(root, experiment, sweep, report_dir,
-                                 point_lines.of_rows(rows, manifest, sweep))  # fmt: skip
+                point_lines.keep(paths, report_dir, point_lines.of_rows(rows, manifest, sweep))
                 said = claims_table(rows, config, manifest["points"])
             except Exception:  # its own section says what went wrong
                 said = pd.DataFrame({"result": ["ERROR"]})
         return {"again_of": (manifest or {}).get("again_of"), "claims": verdicts(said)}
 
     path = report_dir / point_lines.CACHE / experiment / f"{sweep}.judged.json"
-    folder = store.sweep_dir(root, experiment, sweep)
-    return point_lines.cached(path, folder, computed, by, fresh=claims is not None)
+    return point_lines.cached(path, paths.folder, computed, by, fresh=claims is not None)
 
 
 def verdicts(claims: pd.DataFrame | None) -> str:
@@ -121,11 +122,11 @@ def killed(root: Path, experiment: str, points: pd.DataFrame) -> pd.DataFrame:
     sweep a command runs now here is left as it is: its points run there)."""
     running = points[points["status"] == store.RUNNING] if "status" in points else points[:0]
     for sweep, jobs in running.groupby("sweep")["job"]:
-        if store.run_by(root, experiment, sweep):
+        paths = store.SweepPaths(root, experiment, sweep)
+        if store.run_by(paths):
             continue
         for index, job in jobs.items():
-            path = store.job_file(root, experiment, sweep, int(job))
-            if store.still_running(path) is False:
+            if store.still_running(paths.job(int(job)).file) is False:
                 points.loc[index, "status"] = "killed"
     return points
 

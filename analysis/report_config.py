@@ -9,10 +9,8 @@ import functools
 import importlib.util
 from pathlib import Path
 
-import yaml
-
-from harness.measuring.columns import is_number
 from harness.names import available_experiments, experiment_file
+from harness.yaml_files import read_yaml
 
 IMPORTED = {"derive": "tables", "report": "report module"}  # config keys that name code
 
@@ -47,8 +45,9 @@ def own_config(experiment: str, config_dirs: list[Path]) -> dict | None:
 
 @functools.lru_cache(maxsize=64)
 def _yaml_experiment(path: str, version: int) -> dict:
-    """A YAML file's experiment node, read once for each version of the file (its mtime)."""
-    return (yaml.safe_load(Path(path).read_text()) or {}).get("experiment") or {}
+    """A YAML file's experiment node as Hydra reads it (1e-5 a float, as in the manifest),
+    read once for each version of the file (its mtime)."""
+    return (read_yaml(Path(path)) or {}).get("experiment") or {}
 
 
 def claims_changed(manifest: dict | None, experiment: str, config_dirs: list[Path]) -> bool:
@@ -59,22 +58,7 @@ def claims_changed(manifest: dict | None, experiment: str, config_dirs: list[Pat
         return False
     recorded = (manifest.get("experiment_config") or {}).get("claims") or []
     today = own.get("claims") or []
-    return _numbers(recorded) != _numbers(today)
-
-
-def _numbers(value):
-    """A claim's values with numbers written as text read as numbers: YAML's reader takes 1e-5
-    for a string where Hydra's (the manifest's) takes it for a float."""
-    if isinstance(value, dict):
-        return {key: _numbers(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_numbers(item) for item in value]
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return float(value) if is_number(value) else value
+    return recorded != today
 
 
 def report_module(config: dict):

@@ -86,18 +86,17 @@ def section(
     (octlm_analysis.page.section's `shown`, its points those of
     octlm_analysis.point_lines); its plots go to `report_dir` (their links are relative to the
     report's own folder, its parent if report_dir is a sweeps/ID/ one)."""
-    manifest = store.read_manifest(root, experiment, sweep)
+    paths = store.SweepPaths(root, experiment, sweep)
+    manifest = store.read_manifest(paths)
     rows = store.as_planned(store.read(root, experiment, sweep), manifest, root)
     config = trusted_config(manifest, experiment, config_dirs, current_claims)
     plan = manifest["points"] if manifest else None
     every = planned(rows, plan)
     tables = derived_tables(every, config)
     params = parameters(plan)
-    claims = (
-        claims_of(tables, config, params) if manifest else _unknown_plan(root, experiment, sweep)
-    )
+    claims = claims_of(tables, config, params) if manifest else _unknown_plan(paths)
     header = sweep_header(rows, manifest, sweep)
-    notes = _notes(root, experiment, sweep, manifest, config, claims)
+    notes = _notes(paths, manifest, config, claims)
     if claims_changed(manifest, experiment, config_dirs):
         notes.append(claims_note(current_claims))
     parts = [f"## {experiment}", header, *notes]
@@ -119,7 +118,7 @@ def section(
     if module is None and not rows.empty:  # the claims' plots, where no module draws its own
         module_parts += _claims_png(shown, report_dir, experiment)
     if config.get("search") and not rows.empty:  # each cell's best trial, the studies' plots
-        best, figures, failed = _searched(root, experiment, sweep, config, tables["best"], params)
+        best, figures, failed = _searched(paths, config, tables["best"], params)
         module_parts, shown, parts = [*module_parts, best], [*shown, *figures], [*parts, *failed]
     parts += module_parts
     points = point_lines.of_rows(rows, manifest, sweep)
@@ -147,7 +146,7 @@ def _claims_png(figures: list[dict], report_dir: Path, experiment: str) -> list[
     return [] if plot is None else _linked([f"![the sweep's metrics]({plot.name})"], report_dir)
 
 
-def _searched(root: Path, experiment: str, sweep: str, config: dict, best: pd.DataFrame,
+def _searched(sweep: store.SweepPaths, config: dict, best: pd.DataFrame,
               params: list[str]) -> tuple[str, list[dict], list[str]]:  # fmt: skip
     """A search's best trial per cell as Markdown, the studies' own plots, and a note where
     they cannot be drawn (a study that cannot be read: the table stands)."""
@@ -155,19 +154,19 @@ def _searched(root: Path, experiment: str, sweep: str, config: dict, best: pd.Da
     said = f"Best trial per cell ({searched['direction']} {searched['objective']})"
     table = f"{said}:\n\n{markdown(search.best_table(best, searched, params), index=False)}"
     try:
-        return table, search.figures(root, experiment, sweep), []
+        return table, search.figures(sweep), []
     except Exception as error:
         return table, [], [f"**Not drawn:** the search's plots failed ({error!r})."]
 
 
-def _notes(root: Path, experiment: str, sweep: str, manifest: dict | None, config: dict,
+def _notes(sweep: store.SweepPaths, manifest: dict | None, config: dict,
            claims: pd.DataFrame) -> list[str]:  # fmt: skip
     """What a section says of its sweep beside the header: damaged, code not loaded, skipped."""
     notes = []
     if manifest is None:
         notes.append(f"**Damaged:** {claims['worst'].iloc[0]}: its plan and claims are unknown.")
     notes += untrusted_code(manifest, config)
-    for path, reason in store.skipped(root, experiment, sweep).items():
+    for path, reason in store.skipped(sweep).items():
         notes.append(f"**Skipped** `{path.name}` ({reason}): its point counts as not run.")
     return notes
 
@@ -247,10 +246,9 @@ PNG_PANELS = 4  # the most plots REPORT.md's PNG of an experiment without a modu
 SWEEPS = "sweeps"  # the report folder's subfolder of the chosen sweeps' plots
 
 
-def _unknown_plan(root: Path, experiment: str, sweep: str) -> pd.DataFrame:
+def _unknown_plan(sweep: store.SweepPaths) -> pd.DataFrame:
     """The claims of a sweep without a readable manifest: unknown, which --check fails."""
-    path = store.sweep_dir(root, experiment, sweep) / store.MANIFEST
-    said = f"{path} is missing or unreadable"
+    said = f"{sweep.manifest} is missing or unreadable"
     line = {"claim": "the sweep's plan and claims can be read", "result": "ERROR", "worst": said}
     return pd.DataFrame([line | {"points": MISSING, "missing": ""}])
 
@@ -259,7 +257,8 @@ def cached_section(root, experiment, sweep, report_dir, folder, config_dirs, cur
     """_reported(), kept in the report folder's cache (octlm_analysis.point_lines.cached) while the
     sweep's files, the code and the experiment's config are as they were, and the plots its
     text links to are still there; a sweep that could not be reported is not kept."""
-    manifest = store.read_manifest(root, experiment, sweep)
+    paths = store.SweepPaths(root, experiment, sweep)
+    manifest = store.read_manifest(paths)
     own = experiment_file(experiment, config_dirs) if experiment in available_experiments(
         config_dirs) else None  # fmt: skip
     config = trusted_config(manifest, experiment, config_dirs)
@@ -271,18 +270,18 @@ def cached_section(root, experiment, sweep, report_dir, folder, config_dirs, cur
     def computed() -> dict:
         text, claims, view = _reported(root, experiment, sweep, folder, config_dirs, current_claims)
         if not view.get("failed"):  # its points, from the rows it read: not read twice
-            point_lines.keep(root, experiment, sweep, report_dir, view["points"])
+            point_lines.keep(paths, report_dir, view["points"])
         view["points"] = page.reading_order(view["points"])  # as the page shows them
         tables = {k: _table(view[k]) for k in ("claims", "problems", "points")}
         kept = {**view, **tables, "figures": json.loads(to_json_plotly(view["figures"]))}
         return {"text": text, "claims": _table(claims), "view": kept}
 
     path = report_dir / point_lines.CACHE / experiment / f"{sweep}.section.json"
-    value = point_lines.cached(path, store.sweep_dir(root, experiment, sweep), computed, extra)
+    value = point_lines.cached(path, paths.folder, computed, extra)
     linked = re.findall(r"\]\(([^)/:]+(?:/[^)/:]+)*\.png)\)", value["text"])
     if not all((report_dir / link).exists() for link in linked):
         path.unlink(missing_ok=True)
-        value = point_lines.cached(path, store.sweep_dir(root, experiment, sweep), computed, extra)
+        value = point_lines.cached(path, paths.folder, computed, extra)
     if value["view"].get("failed"):
         path.unlink(missing_ok=True)  # tried again next time: the fault may pass
     view = value["view"] | {k: _frame(value["view"][k]) for k in ("claims", "problems", "points")}

@@ -2,8 +2,6 @@
 parameters, and, from the cell's study, Optuna's own Plotly figures: the optimization history and
 the parameters' importance (fANOVA, once a cell has two trials with a value)."""
 
-from pathlib import Path
-
 import pandas as pd
 
 from harness import store
@@ -24,12 +22,12 @@ def best_table(best: pd.DataFrame, searched: dict, params: list[str]) -> pd.Data
     return table.assign(status=table["status"].replace({"ok": "ended", "running": "so far"}))
 
 
-def figures(root: Path, experiment: str, sweep: str) -> list[dict]:
+def figures(sweep: store.SweepPaths) -> list[dict]:
     """Each cell's optimization history and parameter importances, as Plotly figure dicts."""
     import optuna.visualization as shown
 
     drawn = []
-    for cell, study in sorted(search.studies(store.sweep_dir(root, experiment, sweep)).items()):
+    for cell, study in sorted(search.studies(sweep.folder).items()):
         complete = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
         if not complete:
             continue

@@ -68,20 +68,22 @@ def _sweep(results: Path, sweep_id: str, config_dirs: list[Path]) -> Side:
     experiment = store.experiment_of(results, sweep_id)
     if experiment is None:
         raise CompareError(f"no sweep {sweep_id} in {results}")
-    manifest = store.read_manifest(results, experiment, sweep_id)
+    paths = store.SweepPaths(results, experiment, sweep_id)
+    manifest = store.read_manifest(paths)
     if manifest is None:
         raise CompareError(f"sweep {sweep_id} has no manifest ({store.MANIFEST}) in {results}")
-    _check_files(results, experiment, sweep_id)
+    _check_files(paths)
     rows = store.as_planned(store.read(results, experiment, sweep_id), manifest, results)
     config = trusted_config(manifest, experiment, config_dirs)
     return Side(sweep_id, experiment, manifest, rows, config)
 
 
-def _check_files(results: Path, experiment: str, sweep_id: str) -> None:
+def _check_files(sweep: store.SweepPaths) -> None:
     """DamagedSide where a row file of the sweep is damaged (a flipped byte, a cut file): every
     other reader skips it, naming it, but a gate that judged what is left would judge a sweep
     with points or rows missing as if it were whole."""
-    for path in store.result_files(results, experiment, sweep_id):
+    sweep_id = sweep.sweep
+    for path in store.result_files(sweep.root, sweep.experiment, sweep_id):
         try:
             store.read_job_file(path)
         except files.DamagedFile as damaged:

@@ -77,7 +77,7 @@ def listed(results: Path) -> list[str]:
         f"{experiment}/{sweep}/{name} {size} {mtime}"
         for experiment in store.experiments(results)
         for sweep in store.sweeps(results, experiment)
-        for name, size, mtime in fingerprint(store.sweep_dir(results, experiment, sweep))
+        for name, size, mtime in fingerprint(store.SweepPaths(results, experiment, sweep).folder)
     ]
 
 

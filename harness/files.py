@@ -5,9 +5,7 @@ so a reader sees all of it or none; a writer killed mid-write leaves only the te
 remove_temporaries takes away once its writer is known to be gone or an hour has passed. A row
 file (write_table; or write_parts, in the memory of one part: a training job's segments merged)
 carries Parquet page checksums and, in its metadata, a digest of its rows; read_checked checks
-both and raises DamagedFile for a file that cannot be trusted; a point's rows that this process
-wrote itself, in a file unchanged since (its inode, mtime and size), are not read back (what the
-sweep's compaction reads, say): they are the rows it wrote. uninterrupted()
+both and raises DamagedFile for a file that cannot be trusted. uninterrupted()
 holds off Ctrl-C, SIGTERM and SIGHUP while a file replaces others, so that no reader sees both.
 """
 
@@ -30,7 +28,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness import digests
-from harness.lifetime import per_command
 
 STALE_S = 3600  # a hidden temporary file this old is a killed writer's: no write takes an hour
 # Each file's metadata holds a digest of its rows, checked on read: of their values (a table of
@@ -41,8 +38,6 @@ VALUES_DIGEST = b"harness_values_sha256"
 # Of a file written in parts (write_parts): of its row groups, each as a reader returns it alone.
 GROUPS_DIGEST = b"harness_row_groups_sha256"
 SMALL = 10_000
-PLAIN = {"use_dictionary": False, "compression": "none", "write_statistics": False}
-KEPT = 20_000  # the files of a point's rows whose rows this process keeps (_written), newest
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # what a merge finishes before obeying
 # a job's file, or one of its segments (of a rank, in a point of several processes)
 
@@ -140,11 +135,8 @@ def no_links_below(folder: Path, skip: Iterable[str] = ()) -> None:
 
 
 def write_table(path: Path, table: pa.Table, sync: bool = True) -> None:
-    """Write rows with Parquet page checksums and a digest of the rows in the file's metadata. A
-    point's few rows (SMALL cells at most) are written plain: no dictionaries, no compression
-    and no statistics, which cost more than they save on a row or two (the compaction that
-    merges them has them all)."""
-    small = table.num_rows * table.num_columns <= SMALL
+    """Write rows with Parquet page checksums and a digest of the rows in the file's metadata."""
+    small = table.num_rows * table.num_columns <= SMALL  # a point's rows: no dictionaries
     if small:
         table = table.replace_schema_metadata({VALUES_DIGEST: digests.values_digest(table)})
     else:
@@ -154,37 +146,9 @@ def write_table(path: Path, table: pa.Table, sync: bool = True) -> None:
 
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:
-            pq.write_table(table, f, write_page_checksum=True, **(PLAIN if small else {}))
+            pq.write_table(table, f, write_page_checksum=True, use_dictionary=not small)
 
     replace_atomically(path, write, sync)
-    if small and not any(pa.types.is_nested(field.type) for field in table.schema):
-        _keep_written(path, table.replace_schema_metadata(None))  # (a list's items are renamed)
-
-
-# The rows of the small files this process wrote (a point's), by path: their identity when
-# written and their table, as read_checked would return it (Parquet keeps the Arrow schema).
-_written: dict[str, tuple[tuple[int, int, int], pa.Table]] = per_command({})
-
-
-def _keep_written(path: Path, table: pa.Table) -> None:
-    stat = os.stat(path)
-    _written.pop(str(path), None)
-    _written[str(path)] = ((stat.st_ino, stat.st_mtime_ns, stat.st_size), table)
-    if len(_written) > KEPT:
-        del _written[next(iter(_written))]
-
-
-def _still_written(path: Path) -> tuple[pa.Table, tuple[int, int, int]] | None:
-    """The rows this process wrote to `path`, where the file is still the one it wrote."""
-    kept = _written.get(str(path))
-    if kept is None:
-        return None
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return None
-    identity = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-    return (kept[1], identity) if identity == kept[0] else None
 
 
 def write_parts(path: Path, parts: Callable[[], Iterable[pa.Table]], schema: pa.Schema,
@@ -211,11 +175,7 @@ def write_parts(path: Path, parts: Callable[[], Iterable[pa.Table]], schema: pa.
 def read_checked(path: Path) -> tuple[pa.Table, tuple[int, int, int]]:
     """A file's rows and identity (inode, mtime, size) from one open: what was read is what
     the identity names, even if the file is replaced a moment later. DamagedFile when the rows
-    cannot be trusted (see the module's docstring). Rows this process wrote to a file unchanged
-    since are not read again."""
-    written = _still_written(path) if _written else None
-    if written is not None:
-        return written
+    cannot be trusted (see the module's docstring)."""
     try:
         with open(path, "rb") as f:
             data, stat = f.read(), os.fstat(f.fileno())

@@ -520,7 +520,7 @@ def test_a_rerun_by_again_is_shown_with_its_original_and_never_judged_as_the_new
               "20261129-130000-cccc": 1e-5}  # fmt: skip
     for sweep, value in sweeps.items():
         write_sweep(results, [value] * 4, sweep=sweep)
-    rerun = store.read_manifest(results, "exp014_tiled", "20261129-130000-cccc")
+    rerun = store.read_manifest(store.SweepPaths(results, "exp014_tiled", "20261129-130000-cccc"))
     store.write_manifest(results, {**rerun, "again_of": "20261129-120000-bbbb"})
     checked = analysis("--check")
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -553,7 +553,9 @@ def test_last_names_the_newest_sweep_in_compare_and_sweep_too(tmp_path, analysis
 def test_the_report_shows_no_absolute_path_of_the_machine_that_ran_it(tmp_path, analysis):
     results = tmp_path / "outputs" / "results"
     write_sweep(results, [1e-7] * 4)
-    manifest = store.read_manifest(results, "exp014_tiled", "20261129-120000-aaaa")
+    manifest = store.read_manifest(
+        store.SweepPaths(results, "exp014_tiled", "20261129-120000-aaaa")
+    )
     command = (f"python -m harness --config-dir {tmp_path}/conf +experiment=exp014_tiled "
                f"reuse=false out={tmp_path}/outputs "
                "code_store=/home/someone/.cache/codes")  # fmt: skip
@@ -605,7 +607,7 @@ def test_names_one_letter_from_a_parameter_that_are_columns_of_their_own_are_not
 def test_an_experiment_whose_every_sweep_is_a_rerun_is_still_reported(tmp_path, analysis):
     results = tmp_path / "outputs" / "results"
     write_sweep(results, [1e-5] * 4, sweep="20261129-130000-cccc")
-    rerun = store.read_manifest(results, "exp014_tiled", "20261129-130000-cccc")
+    rerun = store.read_manifest(store.SweepPaths(results, "exp014_tiled", "20261129-130000-cccc"))
     store.write_manifest(results, {**rerun, "again_of": "20261129-120000-gone"})
     checked = analysis("--check")
     assert checked.returncode == 1, checked.stdout + checked.stderr

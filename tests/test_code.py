@@ -155,7 +155,7 @@ def test_a_snapshot_changed_or_gone_is_one_line_and_runs_nothing(own):
     and no point runs on code that does not hash to the sweep's digest."""
     assert own("x=-1,1").returncode == 1
     sweep = newest(own.harness)
-    digest = store.read_manifest(own.harness.results, "own", sweep)["code_digest"]
+    digest = store.read_manifest(store.SweepPaths(own.harness.results, "own", sweep))["code_digest"]
     bundle = next(p for p in own.codes.glob("bundle-*") if (p / "minepkg").is_dir())
     kernel = bundle / "minepkg" / "kernel.py"
     kernel.chmod(0o644)
@@ -214,7 +214,9 @@ def test_an_edit_while_warm_workers_run_a_sweep_changes_none_of_its_rows(own, tm
     assert sweeping.returncode == 0, output
     rows = sweep_rows(own.harness, newest(own.harness))
     assert rows["value"].tolist() == [1, 2, 3]
-    planned = store.read_manifest(own.harness.results, "own", newest(own.harness))["code_digest"]
+    planned = store.read_manifest(
+        store.SweepPaths(own.harness.results, "own", newest(own.harness))
+    )["code_digest"]
     assert rows["code_digest"].eq(planned).all()
 
 
@@ -225,7 +227,9 @@ def test_a_resume_runs_the_sweeps_own_code_and_code_current_runs_this_trees(own)
     and runs on this tree's code with code=current, whose rows carry the new digest."""
     assert own("x=-1,1").returncode == 1
     sweep = newest(own.harness)
-    planned = store.read_manifest(own.harness.results, "own", sweep)["code_digest"]
+    planned = store.read_manifest(store.SweepPaths(own.harness.results, "own", sweep))[
+        "code_digest"
+    ]
     text = (own.folder / "minepkg" / "kernel.py").read_text()
     (own.folder / "minepkg" / "kernel.py").write_text(text.replace("x == -1", "x == -5"))
     command = [sys.executable, "-m", "harness", "--config-dir", str(own.folder),
@@ -276,7 +280,7 @@ def test_a_resume_after_the_projects_own_code_changed_starts_again_from_the_snap
     assert first.returncode == 1 and "x=-1 fails" in first.stdout, first.stdout + first.stderr
     results = tmp_path / "outputs" / "results"
     sweep = store.newest_sweep(results, "fails")
-    planned = store.read_manifest(results, "fails", sweep)["code_digest"]
+    planned = store.read_manifest(store.SweepPaths(results, "fails", sweep))["code_digest"]
     with (tree / "experiments" / "fails.py").open("a") as kernel:
         kernel.write('raise RuntimeError("the edited tree")\n')
     with (tree / "harness" / "command" / "closing.py").open("a") as summary:
@@ -309,7 +313,10 @@ def test_again_runs_each_sweep_anew_on_its_own_code_in_turns(own):
         assert rows["code_digest"].eq(sweep_rows(own.harness, old)["code_digest"][0]).all()
     assert f"compare {one},{made[0]} {two},{made[1]}" in ran.stdout
     # Each rerun names its original; the report judges the newest original, the rerun beside it.
-    manifests = [store.read_manifest(own.harness.results, "own", s) for s in (one, two, *made)]
+    manifests = [
+        store.read_manifest(store.SweepPaths(own.harness.results, "own", s))
+        for s in (one, two, *made)
+    ]
     assert [m.get("again_of") for m in manifests] == [None, None, one, two]
     report = call_command("analysis", cwd=own.harness.cwd)
     assert f"sweeps shown: own {two}" in report.stdout, report.stdout + report.stderr
@@ -355,7 +362,7 @@ def test_a_resume_of_a_manifest_that_names_no_code_is_one_line(harness):
             f"code_store={harness.cwd / 'codes'}"]  # fmt: skip
     assert harness(*tiny).returncode == 0
     sweep = store.newest_sweep(harness.results, "exp014_tiled")
-    manifest = store.read_manifest(harness.results, "exp014_tiled", sweep)
+    manifest = store.read_manifest(store.SweepPaths(harness.results, "exp014_tiled", sweep))
     del manifest["code_digest"]
     store.write_manifest(harness.results, manifest)
     resumed = harness(f"resume={sweep}", f"code_store={harness.cwd / 'codes'}")
@@ -382,18 +389,25 @@ def test_an_answers_hint_is_never_written_through_a_link_and_a_torn_one_reads_as
     hints = tmp_path / "results" / "experiment=e" / reuse.ANSWERS / "h"
     hints.mkdir(parents=True)
     (hints / "s1.0.json").symlink_to(victim)
-    reuse.record(tmp_path / "results", "e", "s1", 0, [row], key, False, "answers")
+    reuse.record(
+        store.SweepPaths(tmp_path / "results", "e", "s1").job(0), [row], key, False, "answers"
+    )
     assert victim.read_text() == "a user's own words\n"
     (hints / "s1.0.json").unlink()
     hints.rmdir()
     hints.symlink_to(tmp_path, target_is_directory=True)
-    reuse.record(tmp_path / "results", "e", "s1", 0, [row], key, False, "answers")
+    reuse.record(
+        store.SweepPaths(tmp_path / "results", "e", "s1").job(0), [row], key, False, "answers"
+    )
     assert not (tmp_path / "s1.0.json").exists()
     hints.unlink()
     hints.mkdir()
     (hints / "s1.0.json").write_text('{"sweep": "s1", "job": 0, "code_di')
     forget()
-    assert reuse.find(tmp_path / "results", "e", "h", key, "s2", "answers").rows is None
+    assert (
+        reuse.find(store.SweepPaths(tmp_path / "results", "e", "s2"), "h", key, "answers").rows
+        is None
+    )
 
 
 def test_an_answers_hint_never_truncates_a_file_hard_linked_at_its_name(tmp_path):
@@ -406,9 +420,17 @@ def test_an_answers_hint_never_truncates_a_file_hard_linked_at_its_name(tmp_path
     hints = tmp_path / "results" / "experiment=e" / reuse.ANSWERS / "h"
     hints.mkdir(parents=True)
     os.link(victim, hints / "s1.0.json")
-    reuse.record(tmp_path / "results", "e", "s1", 0, [row], {}, False, "answers")
+    reuse.record(
+        store.SweepPaths(tmp_path / "results", "e", "s1").job(0), [row], {}, False, "answers"
+    )
     assert victim.read_text() == "a user's own words\n"
-    reuse.record(tmp_path / "results", "e", "s1", 1, [{**row, "job": 1}], {}, False, "answers")
+    reuse.record(
+        store.SweepPaths(tmp_path / "results", "e", "s1").job(1),
+        [{**row, "job": 1}],
+        {},
+        False,
+        "answers",
+    )
     assert json.loads((hints / "s1.1.json").read_text())["job"] == 1
 
 
@@ -585,7 +607,7 @@ def test_prune_keeps_the_code_of_the_sweeps_named_and_removes_the_rest(own, tmp_
     assert pruned.returncode == 0, pruned.stderr
     assert "1 codes removed" in pruned.stdout
     results = tmp_path / "kept" / "results"
-    kept = store.read_manifest(results, "own", store.newest_sweep(results, "own"))
+    kept = store.read_manifest(store.SweepPaths(results, "own", store.newest_sweep(results, "own")))
     assert (own.codes / f"snapshot-{kept['code_digest']}.json").exists()
     gone = store.newest_sweep(tmp_path / "gone" / "results", "own")
     resumed = own(f"out={tmp_path / 'gone'}", f"resume={gone}")
@@ -643,7 +665,9 @@ def test_a_snapshot_gone_before_a_process_starts_is_the_harness_line_and_exit_3(
     from harness.pinning import boot
 
     assert own().returncode == 0
-    digest = store.read_manifest(own.harness.results, "own", newest(own.harness))["code_digest"]
+    digest = store.read_manifest(store.SweepPaths(own.harness.results, "own", newest(own.harness)))[
+        "code_digest"
+    ]
     command = shlex.split(codestore.boot_command(own.codes, digest))
     codestore._remove(own.codes)
     ran = subprocess.run([*command, "-u", "-m", "harness", "--help"], capture_output=True,

@@ -46,7 +46,7 @@ def once_each(rows: pd.DataFrame, jobs=range(JOBS)) -> bool:
 def test_compaction_leaves_one_file_that_every_reader_reads_once(tmp_path):
     write_sweep(tmp_path, "s1")
     write_sweep(tmp_path, "s2", jobs=range(5))
-    path, absorbed = store.compact(tmp_path, "exp", "s1")
+    path, absorbed = store.compact(store.SweepPaths(tmp_path, "exp", "s1"))
     assert files(tmp_path, "s1") == ["compacted-000001.parquet"] == [path.name]
     assert len(absorbed) == JOBS and files(tmp_path, "s2")[0] == "job-000000.parquet"
     rows = store.read(tmp_path)
@@ -62,7 +62,7 @@ def test_compaction_leaves_one_file_that_every_reader_reads_once(tmp_path):
     query = f"select count(*), count(distinct (sweep, job)), count(time_ms) from {parquet}"
     timed = int(rows["time_ms"].notna().sum())
     assert duckdb.connect().execute(query).fetchone() == (JOBS + 5, JOBS + 5, timed)
-    assert store.compact(tmp_path, "exp", "s1") == (path, [])  # compacted already
+    assert store.compact(store.SweepPaths(tmp_path, "exp", "s1")) == (path, [])  # compacted already
 
 
 def test_every_state_a_compaction_passes_through_reads_each_row_once(tmp_path, monkeypatch):
@@ -72,11 +72,13 @@ def test_every_state_a_compaction_passes_through_reads_each_row_once(tmp_path, m
     write_sweep(tmp_path, "s1")
     removal = store.compaction._remove_unchanged
     monkeypatch.setattr(store.compaction, "_remove_unchanged", lambda folder, identities: None)
-    store.compact(tmp_path, "exp", "s1")  # as if it crashed before removing what it absorbed
+    store.compact(
+        store.SweepPaths(tmp_path, "exp", "s1")
+    )  # as if it crashed before removing what it absorbed
     assert len(files(tmp_path, "s1")) == JOBS + 1
     assert once_each(store.read(tmp_path)) and len(pd.read_parquet(tmp_path)) == 2 * JOBS
     write_sweep(tmp_path, "s1", jobs=[3, 5], version=1)  # reruns, newer than the merged rows
-    store.compact(tmp_path, "exp", "s1")
+    store.compact(store.SweepPaths(tmp_path, "exp", "s1"))
     assert files(tmp_path, "s1")[:2] == ["compacted-000001.parquet", "compacted-000002.parquet"]
     rows = store.read(tmp_path).set_index("job")
     assert once_each(rows.reset_index()) and rows["version"].sum() == 2
@@ -85,15 +87,15 @@ def test_every_state_a_compaction_passes_through_reads_each_row_once(tmp_path, m
     rows = store.read(tmp_path).set_index("job")
     assert once_each(rows.reset_index()) and rows.loc[[3, 5], "version"].tolist() == [1, 2]
     monkeypatch.setattr(store.compaction, "_remove_unchanged", removal)
-    store.compact(tmp_path, "exp", "s1")
+    store.compact(store.SweepPaths(tmp_path, "exp", "s1"))
     assert files(tmp_path, "s1") == ["compacted-000003.parquet"]
     by_pandas = pd.read_parquet(tmp_path).set_index("job")
     assert once_each(by_pandas.reset_index()) and by_pandas.loc[[3, 5], "version"].tolist() == [
         1,
         2,
     ]
-    assert store.has_rows(tmp_path, "exp", "s1", 5) and not store.has_rows(
-        tmp_path, "exp", "s1", 99
+    assert store.has_rows(store.SweepPaths(tmp_path, "exp", "s1").job(5)) and not store.has_rows(
+        store.SweepPaths(tmp_path, "exp", "s1").job(99)
     )
 
 
@@ -103,7 +105,7 @@ def test_a_listing_that_missed_the_compacted_file_is_taken_again(tmp_path, monke
     starts over instead of returning only the job files the first listing saw."""
     write_sweep(tmp_path, "s1")
     monkeypatch.setattr(store.compaction, "_remove_unchanged", lambda folder, identities: None)
-    store.compact(tmp_path, "exp", "s1")
+    store.compact(store.SweepPaths(tmp_path, "exp", "s1"))
     listdir, calls = os.listdir, []
 
     def torn_listing(folder):
@@ -117,11 +119,11 @@ def test_a_listing_that_missed_the_compacted_file_is_taken_again(tmp_path, monke
 
 def test_release_gives_jobs_their_own_files_back(tmp_path):
     write_sweep(tmp_path, "s1")
-    store.compact(tmp_path, "exp", "s1")
+    store.compact(store.SweepPaths(tmp_path, "exp", "s1"))
     write_sweep(tmp_path, "s1", jobs=[5], version=1)  # a rerun that did not release job 5
     before = store.read(tmp_path)
     assert len(pd.read_parquet(tmp_path)) == JOBS + 1
-    assert store.release(tmp_path, "exp", "s1", [3, 10, 99]) == [3, 10]
+    assert store.release(store.SweepPaths(tmp_path, "exp", "s1"), [3, 10, 99]) == [3, 10]
     assert files(tmp_path, "s1") == [
         "compacted-000002.parquet",
         "job-000003.parquet",
@@ -131,7 +133,7 @@ def test_release_gives_jobs_their_own_files_back(tmp_path):
     assert len(pd.read_parquet(tmp_path)) == JOBS  # job 5's stale merged row is gone too
     after = store.read(tmp_path)
     pd.testing.assert_frame_equal(after[before.columns], before)
-    alone = pd.read_parquet(store.job_file(tmp_path, "exp", "s1", 3))
+    alone = pd.read_parquet(store.SweepPaths(tmp_path, "exp", "s1").job(3).file)
     assert alone["status"].tolist() == ["failed"] and "time_ms" not in alone  # as written
 
 
@@ -174,12 +176,14 @@ def test_a_reader_during_compactions_and_reruns_sees_every_row_once(tmp_path, mo
         for round_ in range(5):
             sweep = f"s{round_}"
             write_sweep(staging, sweep)  # then moved into place whole: a reader sees all or none
-            store.sweep_dir(staging, "exp", sweep).rename(store.sweep_dir(root, "exp", sweep))
-            store.compact(root, "exp", sweep)
+            store.SweepPaths(staging, "exp", sweep).folder.rename(
+                store.SweepPaths(root, "exp", sweep).folder
+            )
+            store.compact(store.SweepPaths(root, "exp", sweep))
             rerun = list(range(round_, JOBS, 5))
-            assert store.release(root, "exp", sweep, rerun) == rerun
+            assert store.release(store.SweepPaths(root, "exp", sweep), rerun) == rerun
             write_sweep(root, sweep, jobs=rerun, version=1)
-            store.compact(root, "exp", sweep)
+            store.compact(store.SweepPaths(root, "exp", sweep))
     finally:
         stop.touch()
         output, _ = reader.communicate(timeout=120)
@@ -200,10 +204,10 @@ def test_resume_and_status_on_a_compacted_sweep(harness):
     assert result.returncode == 0 and "is compacted already" in result.stdout, result.stderr
     first = store.read(harness.results)
     # Job 1 loses its rows and job 2 fails, inside the compacted file.
-    store.release(harness.results, "exp014_tiled", sweep, [1, 2])
-    store.job_file(harness.results, "exp014_tiled", sweep, 1).unlink()
+    store.release(store.SweepPaths(harness.results, "exp014_tiled", sweep), [1, 2])
+    store.SweepPaths(harness.results, "exp014_tiled", sweep).job(1).file.unlink()
     failed = [{"job": 2, "status": "failed", "error": "x"}]
-    store.write_rows(store.job_file(harness.results, "exp014_tiled", sweep, 2), failed)
+    store.write_rows(store.SweepPaths(harness.results, "exp014_tiled", sweep).job(2).file, failed)
     harness("compact", sweep)
     assert files(harness.results, sweep, "exp014_tiled") == ["compacted-000003.parquet"]
     status = harness("status", sweep)

@@ -51,7 +51,7 @@ def write_sweep(results, sweep: str, experiment: str = EXPERIMENT) -> None:
     points = []
     for job, (params, row) in enumerate(point_rows(sweep)):
         full = {"job": job, "status": "ok", **params, **row}
-        store.write_rows(store.job_file(results, experiment, sweep, job), [full])
+        store.write_rows(store.SweepPaths(results, experiment, sweep).job(job).file, [full])
         points.append({"job": job, "overrides": [], "params": params})
     manifest = {
         "experiment": experiment,
@@ -163,7 +163,7 @@ def test_a_setting_that_differs_is_shown_and_not_matched_on(tmp_path):
     results = tmp_path / "results"
     write_sweep(results, A)
     write_sweep(results, B)
-    manifest = store.read_manifest(results, EXPERIMENT, B)
+    manifest = store.read_manifest(store.SweepPaths(results, EXPERIMENT, B))
     for point in manifest["points"]:
         point["params"]["min_time_s"] = 0.05
     store.write_manifest(results, manifest)
@@ -174,7 +174,7 @@ def test_a_setting_that_differs_is_shown_and_not_matched_on(tmp_path):
 
 def test_two_sweeps_with_no_point_in_common_say_so_and_exit_1(results, analysis):
     """Nothing matched is no comparison: not "the same at every point", and no exit 0."""
-    manifest = store.read_manifest(results, EXPERIMENT, B)
+    manifest = store.read_manifest(store.SweepPaths(results, EXPERIMENT, B))
     for point in manifest["points"]:
         point["params"]["length"] += 10_000
     store.write_manifest(results, manifest)
@@ -247,7 +247,7 @@ def write_timed(results, sweep: str, row: dict) -> None:
     params = {"backend": "flash", "length": 128}
     started = pd.Timestamp("2026-11-29", tz="UTC") + pd.Timedelta(seconds=next(STARTS))
     line = {"job": 0, "status": "ok", "started_at": started, **params, **row}
-    store.write_rows(store.job_file(results, EXPERIMENT, sweep, 0), [line])
+    store.write_rows(store.SweepPaths(results, EXPERIMENT, sweep).job(0).file, [line])
     points = [{"job": 0, "overrides": [], "params": params}]
     manifest = {"experiment": EXPERIMENT, "sweep": sweep, "command": "python -m harness"}
     store.write_manifest(results, {**manifest, "experiment_config": CONFIG, "points": points})
@@ -533,7 +533,7 @@ def test_copies_of_another_measurement_count_once_and_the_gate_says_so(tmp_path,
 def test_a_damaged_row_file_is_named_and_nothing_is_judged(tmp_path, analysis):
     results = tmp_path / "outputs" / "results"
     a, b = sides(results, SAME, [1.005, 0.995, 1.01])
-    path = store.job_file(results, EXPERIMENT, b.split(",")[1], 0)
+    path = store.SweepPaths(results, EXPERIMENT, b.split(",")[1]).job(0).file
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF  # a flipped byte
     path.write_bytes(bytes(data))

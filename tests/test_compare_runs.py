@@ -41,7 +41,7 @@ def write_sweep(results, sweep: str) -> None:
     for job, width in enumerate(WIDTHS[sweep]):
         params = {"width": width, "lr": 0.1 if sweep == A else 0.05}
         rows = [{"job": job, "status": "ok", **params, **row} for row in run_rows(sweep, width)]
-        store.write_rows(store.job_file(results, EXPERIMENT, sweep, job), rows)
+        store.write_rows(store.SweepPaths(results, EXPERIMENT, sweep).job(job).file, rows)
         points.append({"job": job, "overrides": [], "params": params})
     store.write_manifest(results, {"experiment": EXPERIMENT, "sweep": sweep,
                                    "command": f"python -m harness +experiment={EXPERIMENT}",

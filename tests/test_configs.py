@@ -107,7 +107,9 @@ def tiny_runs(tmp_path_factory):
         assert result.returncode == 0, result.stderr + result.stdout
         results = folder / "outputs" / "results"
         (sweep,) = store.sweeps(results, name)
-        return store.read(results, name, sweep), store.read_manifest(results, name, sweep)
+        return store.read(results, name, sweep), store.read_manifest(
+            store.SweepPaths(results, name, sweep)
+        )
 
     return run
 

@@ -59,7 +59,7 @@ def test_every_command_names_a_damaged_job_file_and_resume_reruns_its_point(
 def test_a_sweep_without_a_readable_manifest_is_damaged_and_fails_the_check(
     harness, analysis, swept, damage, monkeypatch
 ):
-    manifest = store.sweep_dir(harness.results, "exp014_tiled", swept) / store.MANIFEST
+    manifest = store.SweepPaths(harness.results, "exp014_tiled", swept).folder / store.MANIFEST
     kept = json.loads(manifest.read_text())
     if damage == "deleted":
         manifest.unlink()
@@ -100,7 +100,7 @@ def test_a_manifest_whose_settings_are_of_the_wrong_kind_is_damaged_not_a_traceb
 ):
     """A manifest is anyone's to edit: a setting a command reads, of the wrong kind, marks the
     sweep damaged, and each command says so in a line."""
-    path = store.sweep_dir(harness.results, "exp014_tiled", swept) / store.MANIFEST
+    path = store.SweepPaths(harness.results, "exp014_tiled", swept).folder / store.MANIFEST
     manifest = json.loads(path.read_text())
     if key == "search":
         manifest["experiment_config"]["search"] = value

@@ -24,7 +24,7 @@ TWO = ["hydra/launcher=local", "hydra.launcher.tasks_per_node=2",
 
 
 def test_segments_of_each_rank_are_named_apart_and_read_in_rank_order(tmp_path):
-    path = store.job_file(tmp_path, "e", "s", 3)
+    path = store.SweepPaths(tmp_path, "e", "s").job(3).file
     path.parent.mkdir(parents=True)
     for rank, number in [(1, 2), (None, 1), (1, 1), (0, 1), (0, 2)]:
         part = store.segment_file(path, number, rank)
@@ -60,7 +60,7 @@ class RankOneAlone:
 
 
 def test_a_rank_that_fails_before_its_first_landing_leaves_none_of_an_earlier_runs_rows(tmp_path):
-    path = store.job_file(tmp_path, "e", "s", 0)
+    path = store.SweepPaths(tmp_path, "e", "s").job(0).file
     path.parent.mkdir(parents=True)
     for number in (1, 2, 3):  # an earlier run of rank 1, killed without a checkpoint
         table = pa.table({"job": [0], "status": ["running"], "step": [number]})

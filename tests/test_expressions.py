@@ -178,7 +178,7 @@ def test_a_planted_manifest_runs_nothing_and_its_claims_are_errors(harness, anal
     ran = harness("+experiment=exp014_tiled", "length=64,80", "block=16", "heads=2")
     assert ran.returncode == 0, ran.stderr
     (sweep,) = store.sweeps(harness.results, "exp014_tiled")
-    path = store.sweep_dir(harness.results, "exp014_tiled", sweep) / "_sweep.json"
+    path = store.SweepPaths(harness.results, "exp014_tiled", sweep).folder / "_sweep.json"
     manifest = json.loads(path.read_text())
     first, second = manifest["experiment_config"]["claims"]
     first["max"] = f'100 + @pd.io.common.os.system("touch {tmp_path / "FILE"}")'

@@ -54,7 +54,7 @@ def only_sweep(results: Path, experiment: str) -> str:
 
 
 def manifest_path(results: Path, experiment: str, sweep: str) -> Path:
-    return store.sweep_dir(results, experiment, sweep) / store.MANIFEST
+    return store.SweepPaths(results, experiment, sweep).folder / store.MANIFEST
 
 
 def duckdb_count(results: Path) -> int:
@@ -194,7 +194,7 @@ def test_a_sweep_stopped_while_it_compacts_reads_each_row_once(harness, stop):
         f"interrupted; its points had ended; see them with: python -m harness status {sweep}"
         in (result.stderr)
     )
-    folder = store.sweep_dir(harness.results, "exp014_tiled", sweep)
+    folder = store.SweepPaths(harness.results, "exp014_tiled", sweep).folder
     assert [p.name for p in folder.glob("*.parquet")] == ["compacted-000001.parquet"]
     assert duckdb_count(harness.results) == 20 and len(pd.read_parquet(harness.results)) == 20
 
@@ -211,7 +211,7 @@ def test_compact_stopped_by_ctrl_c_finishes_the_merge_first(harness):
         text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600,
     )  # fmt: skip
     assert result.returncode == 130 and result.stderr == "\ninterrupted\n", result.stderr
-    folder = store.sweep_dir(harness.results, "exp014_tiled", sweep)
+    folder = store.SweepPaths(harness.results, "exp014_tiled", sweep).folder
     assert len(list(folder.glob("*.parquet"))) == 1 and duckdb_count(harness.results) == 10
 
 
@@ -417,10 +417,10 @@ def test_a_temporary_file_a_kill_left_goes_at_the_next_resume_or_report(harness,
     assert harness(*TINY, "length=64,80").returncode == 0
     sweep = only_sweep(harness.results, "exp014_tiled")
     own_file(harness.results, "exp014_tiled", sweep, 1).unlink()
-    folder = store.sweep_dir(harness.results, "exp014_tiled", sweep)
+    folder = store.SweepPaths(harness.results, "exp014_tiled", sweep).folder
     left = folder / ".job-000001.parquet.999.abcd1234.tmp"
     left.write_bytes(b"half a file")
-    cut = store.sweep_dir(harness.results, "exp014_tiled", "20261201-000000-0000")
+    cut = store.SweepPaths(harness.results, "exp014_tiled", "20261201-000000-0000").folder
     cut.mkdir()
     manifest_left = cut / "._sweep.json.999.abcd1234.tmp"
     manifest_left.write_text('{"points": [')

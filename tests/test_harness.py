@@ -74,12 +74,13 @@ def test_the_seeded_sweep_end_to_end(harness):
     assert rows["command"].iloc[0] == "python -m harness +experiment=exp014_tiled"
     assert rows["torch_version"].str.startswith("2.").all() and (rows["threads"] > 0).all()
     assert rows["config_hash"].nunique() == 9
-    manifest = store.read_manifest(harness.results, "exp014_tiled", sweep)
+    manifest = store.read_manifest(store.SweepPaths(harness.results, "exp014_tiled", sweep))
     assert [p["job"] for p in manifest["points"]] == list(range(9))
     digest = rows["packages_digest"].iloc[0]
     packages = json.loads(
         (
-            store.sweep_dir(harness.results, "exp014_tiled", sweep) / f"_packages-{digest}.json"
+            store.SweepPaths(harness.results, "exp014_tiled", sweep).folder
+            / f"_packages-{digest}.json"
         ).read_text()
     )["packages"]
     assert any(p.startswith("torch==") for p in packages)
@@ -137,7 +138,7 @@ def test_resume_runs_only_the_points_without_an_ok_row(harness):
     grid = ("+experiment=exp014_tiled", "length=64,96", "block=16,32", "heads=2", "seed=7")
     assert harness(*grid).returncode == 0
     sweep = only_sweep(harness.results)
-    folder = store.sweep_dir(harness.results, "exp014_tiled", sweep)
+    folder = store.SweepPaths(harness.results, "exp014_tiled", sweep).folder
     first = store.read(harness.results)
     own_file(harness.results, "exp014_tiled", sweep, 1).unlink()
     store.write_rows(folder / "job-000002.parquet", [{"job": 2, "status": "failed", "error": "x"}])
@@ -214,7 +215,7 @@ def test_nothing_is_written_through_a_link_under_the_out_dir(harness, tmp_path, 
     made = harness("+experiment=exp014_tiled", "length=16", "block=16", "seed=0,1")
     assert made.returncode == 0, made.stderr
     (sweep,) = store.sweeps(harness.results, "exp014_tiled")
-    folder = store.sweep_dir(harness.results, "exp014_tiled", sweep)
+    folder = store.SweepPaths(harness.results, "exp014_tiled", sweep).folder
     for path in folder.glob("*.parquet"):
         path.unlink()  # points to rerun
     link = harness.cwd / "outputs" / LINKS[place].replace("S", sweep)
@@ -436,7 +437,7 @@ def test_a_users_own_experiment_runs_and_resumes_through_config_dir(probe, gate)
     result = probe("point=0,1,2", f"folder={gate}")
     assert result.returncode == 0, result.stderr
     (sweep,) = store.sweeps(probe.results, "rendezvous")
-    manifest = store.read_manifest(probe.results, "rendezvous", sweep)
+    manifest = store.read_manifest(store.SweepPaths(probe.results, "rendezvous", sweep))
     assert manifest["command"].startswith("python -m harness --config-dir ")
     own_file(probe.results, "rendezvous", sweep, 1).unlink()
     resumed = probe(f"resume={sweep}")
@@ -472,7 +473,7 @@ def test_a_store_that_fails_mid_sweep_stops_it_with_the_resume_command(probe, ga
     sweeping = probe.start("point=0,1,2", f"folder={gate}", "release=open", "hold=1")
     await_arrivals(gate, 2)
     (sweep,) = store.sweeps(probe.results, "rendezvous")
-    folder = store.sweep_dir(probe.results, "rendezvous", sweep)
+    folder = store.SweepPaths(probe.results, "rendezvous", sweep).folder
     folder.rename(tmp_path / "kept")
     folder.write_text("in the way")  # point 1's rows cannot be written now
     (gate / "open").touch()

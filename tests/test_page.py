@@ -481,7 +481,7 @@ def test_a_summary_is_a_line_per_planned_point_with_its_last_row(tmp_path):
              for s in (1, 2, 3)]  # fmt: skip
     evaluation = {"job": 0, "status": "ok", "lr": 0.1, "phase": "eval", "step": 3, "loss": 0.25}
     write_jobs(results, "exp017_recall", sweep, [*train, evaluation])
-    points = point_lines.compute(results, "exp017_recall", sweep)
+    points = point_lines.compute(store.SweepPaths(results, "exp017_recall", sweep))
     assert points["status"].tolist() == ["ok", "not run"]
     assert points.loc[0, "loss"] == 0.25 and pd.isna(points.loc[1, "loss"])
     assert points.attrs["params"] == ["lr"]
@@ -533,7 +533,7 @@ def test_the_page_stands_for_odd_sweeps_and_shows_their_text_as_text(tmp_path, a
              "error": "OOM"},
         ])  # fmt: skip
     # A sweep whose manifest is damaged and that has no rows.
-    damaged = store.sweep_dir(results, "exp014_tiled", "20261129-140000-cccc")
+    damaged = store.SweepPaths(results, "exp014_tiled", "20261129-140000-cccc").folder
     damaged.mkdir(parents=True)
     (damaged / store.MANIFEST).write_text("{not json")
     made = analysis()

@@ -140,7 +140,7 @@ def test_the_sweep_list_says_killed_where_status_does(tmp_path, analysis):
         rows = [{"job": 0, "status": "ok", "step": 1, "loss": 0.5},
                 {"job": 1, "status": "running", "step": 1, "loss": 0.4}]  # fmt: skip
         write_jobs(results, "student", sweep, rows)
-        path = store.job_file(results, "student", sweep, 1)
+        path = store.SweepPaths(results, "student", sweep).job(1).file
         marker = store.hold_running(path)
         if not held:
             store.release_running(marker)

@@ -40,8 +40,8 @@ def tuned(harness):
 
 def _sweep(results) -> tuple[str, dict, pd.DataFrame, dict]:
     (sweep,) = store.sweeps(results, "tuned")
-    manifest = store.read_manifest(results, "tuned", sweep)
-    studies = search.studies(store.sweep_dir(results, "tuned", sweep))
+    manifest = store.read_manifest(store.SweepPaths(results, "tuned", sweep))
+    studies = search.studies(store.SweepPaths(results, "tuned", sweep).folder)
     return sweep, manifest, store.read(results, "tuned", sweep), studies
 
 
@@ -290,12 +290,12 @@ def test_a_trial_that_failed_before_its_study_answered_counts_in_its_cell(tmp_pa
     from harness.launchers.dispatch import finish
     from harness.planning.plan import Point
 
-    sweep = SimpleNamespace(results=tmp_path, experiment=SimpleNamespace(name="tuned"), id="s1")
+    sweep = SimpleNamespace(paths=store.SweepPaths(tmp_path, "tuned", "s1"))
     progress = SimpleNamespace(update=lambda point, summary: None)
     for job, status in enumerate(["ok", "failed", "killed"]):
         point = Point(job, [], {"variant": "a"}, f"hash{job}", cell=0, slot=job)
         if status == "ok":
-            path = store.job_file(tmp_path, "tuned", "s1", job)
+            path = store.SweepPaths(tmp_path, "tuned", "s1").job(job).file
             row = {"job": job, "cell": 0, "trial": job, "status": "ok", "phase": "eval",
                    "accuracy": 0.97, "variant": "a"}  # fmt: skip
             store.write_rows(path, [row])
@@ -313,7 +313,7 @@ def test_a_trial_a_kill_left_running_is_failed_at_the_next_resume(tuned):
     ran = tuned(SEARCH[0], "search.trials=2", "search.pruner=none", "variant=a")
     assert ran.returncode == 0, ran.stderr
     sweep, manifest, _, studies = _sweep(tuned.results)
-    folder = store.sweep_dir(tuned.results, "tuned", sweep)
+    folder = store.SweepPaths(tuned.results, "tuned", sweep).folder
     orphan = studies[0].ask()  # as a kill before set_user_attr("job") leaves it
     resumed = tuned(f"resume={sweep}")
     assert resumed.returncode == 0, resumed.stderr

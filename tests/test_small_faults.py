@@ -58,7 +58,7 @@ def test_a_where_given_whole_is_the_row_each_trial_tells(tuned):
     assert ran.returncode == 0, ran.stderr
     (sweep,) = store.sweeps(tuned.results, "tuned")
     rows = store.read(tuned.results, "tuned", sweep)
-    (study,) = search.studies(store.sweep_dir(tuned.results, "tuned", sweep)).values()
+    (study,) = search.studies(store.SweepPaths(tuned.results, "tuned", sweep).folder).values()
     for trial in study.get_trials():
         evaluated = rows[(rows["trial"] == trial.number) & (rows["phase"] == "eval")]["score"]
         assert trial.value == pytest.approx(evaluated.item() / 2)
@@ -138,7 +138,9 @@ def test_points_behind_another_in_their_task_are_pending(harness, tmp_path, monk
     manifest = {"experiment": "packed", "sweep": sweep, "points": points, "launches": [launch],
                 "command": "python -m harness"}  # fmt: skip
     store.write_manifest(results, manifest)
-    store.write_rows(store.job_file(results, "packed", sweep, 0), [{"job": 0, "status": "ok"}])
+    store.write_rows(
+        store.SweepPaths(results, "packed", sweep).job(0).file, [{"job": 0, "status": "ok"}]
+    )
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     fake_command(bin_, "squeue", "12_0|RUNNING|None\\n12_1|RUNNING|None\\n")

@@ -74,7 +74,9 @@ def test_the_last_sweep_is_read_by_name_and_sweeps_read_as_text(tmp_path):
 def test_polars_reads_the_store_as_docs_store_md_shows(tmp_path):
     write_sweep(tmp_path, jobs=3)
     write_sweep(tmp_path, experiment="other", sweep="s2", jobs=2)
-    store.write_rows(store.job_file(tmp_path, "other", "s2", 9), [{"job": 9, "extra": 1.5}])
+    store.write_rows(
+        store.SweepPaths(tmp_path, "other", "s2").job(9).file, [{"job": 9, "extra": 1.5}]
+    )
     frame = pl.read_parquet(
         f"{tmp_path}/**/*.parquet", hive_partitioning=True, missing_columns="insert",
         schema=pl.read_parquet_schema(tmp_path / "columns"),
@@ -87,9 +89,9 @@ def test_columns_only_some_files_have_are_seen_by_every_folder_reader(tmp_path):
     """pyarrow's discovery (and so pandas') takes the schema of the first file in path order:
     the store's common schema file is that one, so later files' columns are there too."""
     write_sweep(tmp_path, jobs=3, extra={"time_ms": 1.5, "note": "late"})
-    store.write_rows(store.job_file(tmp_path, "zz", "s9", 0),
+    store.write_rows(store.SweepPaths(tmp_path, "zz", "s9").job(0).file,
                      [{"job": 0, "status": "ok", "length": 1.5, "loss": 2, "tag": 7}])  # fmt: skip
-    store.write_rows(store.job_file(tmp_path, "zz", "s9", 1),
+    store.write_rows(store.SweepPaths(tmp_path, "zz", "s9").job(1).file,
                      [{"job": 1, "status": "ok", "loss": 0.5, "tag": "seven"}])  # fmt: skip
     wanted = {"time_ms", "note", "loss", "tag", "length", "experiment", "sweep"}
     by_pandas = pd.read_parquet(tmp_path)
@@ -113,23 +115,27 @@ def test_a_store_without_the_common_schema_gets_it_from_its_files_footers(tmp_pa
     write_sweep(tmp_path, jobs=3, extra={"time_ms": 1.5})
     (tmp_path / "columns").unlink()  # a store written before the file existed
     assert "time_ms" not in pd.read_parquet(tmp_path).columns, "pandas: the first file's"
-    store.write_rows(store.job_file(tmp_path, "exp", "s2", 0), [{"job": 0, "other": 1.0}])
+    store.write_rows(
+        store.SweepPaths(tmp_path, "exp", "s2").job(0).file, [{"job": 0, "other": 1.0}]
+    )
     assert {"time_ms", "other", "max_abs_diff"} <= set(pd.read_parquet(tmp_path).columns)
     (tmp_path / "columns").unlink()
     (tmp_path / "columns").symlink_to(tmp_path / "exp-notes")  # not followed, replaced
-    store.write_rows(store.job_file(tmp_path, "exp", "s2", 1), [{"job": 1, "later": 1.0}])
+    store.write_rows(
+        store.SweepPaths(tmp_path, "exp", "s2").job(1).file, [{"job": 1, "later": 1.0}]
+    )
     assert not (tmp_path / "columns").is_symlink() and not (tmp_path / "exp-notes").exists()
     assert {"time_ms", "later"} <= set(pd.read_parquet(tmp_path).columns)
 
 
 def test_ints_and_floats_of_one_column_unify(tmp_path):
-    store.write_rows(store.job_file(tmp_path, "e", "s", 0), [{"job": 0, "value": 1}])
-    store.write_rows(store.job_file(tmp_path, "e", "s", 1), [{"job": 1, "value": 2.5}])
+    store.write_rows(store.SweepPaths(tmp_path, "e", "s").job(0).file, [{"job": 0, "value": 1}])
+    store.write_rows(store.SweepPaths(tmp_path, "e", "s").job(1).file, [{"job": 1, "value": 2.5}])
     assert store.read(tmp_path)["value"].tolist() == [1.0, 2.5]
 
 
 def test_a_job_that_runs_again_replaces_its_rows(tmp_path):
-    path = store.job_file(tmp_path, "e", "s", 4)
+    path = store.SweepPaths(tmp_path, "e", "s").job(4).file
     store.write_rows(path, [{"job": 4, "status": "failed", "error": "boom"}])
     store.write_rows(path, [{"job": 4, "status": "ok", "value": 1.0}])
     rows = store.read(tmp_path)
@@ -138,7 +144,7 @@ def test_a_job_that_runs_again_replaces_its_rows(tmp_path):
 
 def test_hidden_and_underscore_files_are_not_rows(tmp_path):
     write_sweep(tmp_path, jobs=1)
-    folder = store.sweep_dir(tmp_path, "exp", "s1")
+    folder = store.SweepPaths(tmp_path, "exp", "s1").folder
     files.write_json(folder / store.MANIFEST, {"points": []})
     (folder / ".job-000009.parquet.123.tmp").write_bytes(b"PAR1 half a file")
     assert len(store.read(tmp_path)) == 1
@@ -149,7 +155,7 @@ WRITER = """
 import sys
 from harness import store
 rows = [{"job": 0, "status": "ok", "value": float(i), "text": "x" * 50} for i in range(400_000)]
-path = store.job_file(sys.argv[1], "e", "s", 0)
+path = store.SweepPaths(sys.argv[1], "e", "s").job(0).file
 print("ready", flush=True)
 while True:
     store.write_rows(path, rows)
@@ -163,7 +169,7 @@ def test_a_writer_killed_mid_write_leaves_no_partial_file(tmp_path):
     The kill waits for an event, not a moment: on even attempts for a temporary file to exist
     (a write in progress), on odd ones for the whole file; the store is checked after each.
     """
-    folder = store.sweep_dir(tmp_path, "e", "s")
+    folder = store.SweepPaths(tmp_path, "e", "s").folder
     seen_whole, seen_mid_write = False, False
     for attempt in range(40):
         writer = subprocess.Popen(
@@ -200,10 +206,14 @@ def test_a_new_sweep_appears_with_its_manifest_or_not_at_all(tmp_path, monkeypat
     the sweep holding it is left as it was; a killed creator's hidden folder goes later."""
     store.write_manifest(tmp_path, _manifest("s1"), new=True)
     assert store.sweeps(tmp_path, "exp") == ["s1"]
-    assert store.read_manifest(tmp_path, "exp", "s1")["points"] == [{"job": 0, "params": {}}]
+    assert store.read_manifest(store.SweepPaths(tmp_path, "exp", "s1"))["points"] == [
+        {"job": 0, "params": {}}
+    ]
     with pytest.raises(FileExistsError):
         store.write_manifest(tmp_path, {**_manifest("s1"), "points": []}, new=True)
-    assert store.read_manifest(tmp_path, "exp", "s1")["points"] == [{"job": 0, "params": {}}]
+    assert store.read_manifest(store.SweepPaths(tmp_path, "exp", "s1"))["points"] == [
+        {"job": 0, "params": {}}
+    ]
 
     def fails(path, text):
         raise OSError(28, "No space left on device")
@@ -244,13 +254,13 @@ DAMAGE = {
 @pytest.mark.parametrize("kind", DAMAGE)
 def test_a_damaged_file_is_named_skipped_and_set_aside(tmp_path, kind, capsys):
     write_sweep(tmp_path, jobs=3)
-    bad = store.job_file(tmp_path, "exp", "s1", 1)
+    bad = store.SweepPaths(tmp_path, "exp", "s1").job(1).file
     bad.write_bytes(DAMAGE[kind](bad.read_bytes()))
     assert sorted(store.read(tmp_path)["job"]) == [0, 2]
     assert capsys.readouterr().err.count(f"warning: skipping {bad}: unreadable") == 1
-    path, absorbed = store.compact(tmp_path, "exp", "s1")
+    path, absorbed = store.compact(store.SweepPaths(tmp_path, "exp", "s1"))
     assert bad.name not in absorbed and bad.exists(), "compaction leaves it as it lies"
-    (moved,) = store.set_aside(tmp_path, "exp", "s1")
+    (moved,) = store.set_aside(store.SweepPaths(tmp_path, "exp", "s1"))
     assert not bad.exists() and moved.name.startswith("_damaged-job-000001.parquet")
     assert not moved.name.endswith(".parquet")
     for rows in (pd.read_parquet(tmp_path), ds.dataset(tmp_path).to_table().to_pandas()):
@@ -261,7 +271,9 @@ def test_a_damaged_file_is_named_skipped_and_set_aside(tmp_path, kind, capsys):
 
 def test_a_job_file_holding_another_jobs_rows_is_damaged(tmp_path, capsys):
     write_sweep(tmp_path, jobs=2)
-    store.write_rows(store.job_file(tmp_path, "exp", "s1", 1), [{"job": 0, "status": "ok"}])
+    store.write_rows(
+        store.SweepPaths(tmp_path, "exp", "s1").job(1).file, [{"job": 0, "status": "ok"}]
+    )
     assert store.read(tmp_path)["job"].tolist() == [0]
     assert "a file of job 1 holding rows of jobs [0]" in capsys.readouterr().err
 
@@ -280,7 +292,7 @@ def test_no_flipped_byte_changes_a_value_silently(tmp_path, nested, small, monke
     metadata one that Parquet would read as another value (about 1 in 100 offsets without it),
     with flat columns (some all null, some partly) and with a list column."""
     monkeypatch.setattr(files, "SMALL", small)
-    path = store.job_file(tmp_path, "exp", "s1", 3)
+    path = store.SweepPaths(tmp_path, "exp", "s1").job(3).file
     row = {"job": 3, "status": "ok", "length": 1024, "max_abs_diff": 3.5e-7, "error": None,
            "slurm_restarts": None, "slurm_job_id": None,
            "started_at": datetime.now(UTC)}  # fmt: skip
@@ -308,7 +320,7 @@ def test_every_table_reads_back_matching_its_digest(tmp_path, small, monkeypatch
         "list": lambda: [rng.choice([rng.random(), None]) for _ in range(rng.randint(0, 3))],
         "record": lambda: {"n": rng.randint(0, 9), "names": ["a"] * rng.randint(0, 2)},
     }
-    path = store.job_file(tmp_path, "exp", "s1", 1)
+    path = store.SweepPaths(tmp_path, "exp", "s1").job(1).file
     for _ in range(300):
         kinds = rng.choices(list(values), k=rng.randint(1, 6))
         rows = [
@@ -326,7 +338,7 @@ def test_every_table_reads_back_matching_its_digest(tmp_path, small, monkeypatch
 
 def test_compact_removes_what_killed_writers_left_and_keeps_fresh_temporaries(tmp_path):
     write_sweep(tmp_path, jobs=2)
-    folder = store.sweep_dir(tmp_path, "exp", "s1")
+    folder = store.SweepPaths(tmp_path, "exp", "s1").folder
     stale, fresh = (
         folder / ".job-000001.parquet.123.ab12.tmp",
         folder / ".job-000002.parquet.9.c.tmp",
@@ -335,14 +347,14 @@ def test_compact_removes_what_killed_writers_left_and_keeps_fresh_temporaries(tm
         path.write_bytes(b"half a write")
     old = time.time() - files.STALE_S - 60
     os.utime(stale, (old, old))
-    store.compact(tmp_path, "exp", "s1")
+    store.compact(store.SweepPaths(tmp_path, "exp", "s1"))
     assert not stale.exists() and fresh.exists(), "a fresh one may be a writer at work"
 
 
 def test_a_file_written_in_parts_reads_back_whole_and_no_flipped_byte_changes_it(tmp_path):
     """What a training job's end writes (files.write_parts: a row group per segment, each
     taken alone for the digest): partly null, list and time columns, an int column as floats."""
-    path = store.job_file(tmp_path, "exp", "s1", 0)
+    path = store.SweepPaths(tmp_path, "exp", "s1").job(0).file
     started = datetime.now(UTC)
     parts = [
         store.rows_to_table(
@@ -419,45 +431,3 @@ def test_a_logged_value_a_parquet_column_cannot_hold_is_refused_naming_its_colum
         store.check_values({"loss": 1.0, "step": 2**63})
     with pytest.raises(ValueError, match=r"^column 'loss' holds a Tensor, which a Parquet"):
         store.check_values({"loss": torch.tensor(1.0)})
-
-
-def test_rows_this_process_wrote_are_the_rows_a_reader_of_the_file_gets(tmp_path):
-    """A point's file that this process wrote is not read back while it is unchanged: what
-    read_checked returns then is what reading the file gives (each kind of value a row holds),
-    and a file replaced or rewritten since is read from the disk."""
-    from harness import lifetime
-
-    rows = [
-        {"job": 3, "status": "ok", "n": 1, "x": 0.5, "flag": True, "name": "a", "error": None,
-         "started_at": datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC), "shape": [1, 2],
-         "config_hash": "h", "note": None},
-        {"job": 3, "status": "failed", "n": None, "x": float("nan"), "flag": False, "name": None,
-         "error": "ValueError: x", "started_at": None, "shape": [], "config_hash": "h",
-         "note": "b"},
-    ]  # fmt: skip
-    path = tmp_path / "job-000003.parquet"
-    store.write_rows(path, rows)
-    kept, identity = files.read_checked(path)
-    lifetime.forget()  # what this process kept is gone: the file is read
-    read, read_identity = files.read_checked(path)
-    assert str(kept.schema) == str(read.schema) and identity == read_identity
-    assert kept.to_pandas().equals(read.to_pandas())  # NaN equal to NaN
-    assert read["n"].to_pylist() == [1, None] and read["shape"].to_pylist() == [[1, 2], []]
-    flat = tmp_path / "job-000004.parquet"
-    store.write_rows(flat, [{k: v for k, v in row.items() if k != "shape"} for row in rows])
-    assert files._still_written(flat) is not None, "a flat point's rows are kept"
-    kept = files.read_checked(flat)[0]
-    lifetime.forget()
-    read = files.read_checked(flat)[0]
-    assert str(kept.schema) == str(read.schema) and kept.to_pandas().equals(read.to_pandas())
-
-    store.write_rows(path, rows[:1])
-    other = tmp_path / "other.parquet"
-    store.write_rows(other, rows[1:])
-    os.replace(other, path)  # another writer's file in its place
-    assert files.read_checked(path)[0]["status"].to_pylist() == ["failed"]
-    store.write_rows(path, rows[:1])
-    path.write_bytes(path.read_bytes()[:-9] + b"x" * 9)  # the same file, its end damaged
-    os.utime(path, ns=(0, 0))
-    with pytest.raises(files.DamagedFile):
-        files.read_checked(path)

@@ -40,7 +40,7 @@ def test_rows_land_while_the_point_runs_and_every_reader_sees_them(trainer):
     rows = landed(trainer.results)
     assert rows["step"].tolist() == list(range(1, 11))
     assert set(rows["status"]) == {"running"}
-    folder = store.sweep_dir(trainer.results, "trainer", sweep_of(trainer.results))
+    folder = store.SweepPaths(trainer.results, "trainer", sweep_of(trainer.results)).folder
     assert len(pd.read_parquet(folder)) == 10
     assert ds.dataset(folder, format="parquet").count_rows() == 10
     query = f"select count(distinct step) from read_parquet('{folder}/*.parquet')"
@@ -87,9 +87,9 @@ def test_a_sigkilled_run_keeps_its_rows_and_resume_continues_from_its_checkpoint
     shown = trainer.harness("status", sweep).stdout
     assert "| killed" in shown and "its process is gone" in shown and "step=10" in shown
     assert f"resume={sweep}" in shown, "status says how to finish it"
-    folder = store.sweep_dir(trainer.results, "trainer", sweep)
+    folder = store.SweepPaths(trainer.results, "trainer", sweep).folder
     assert not list(folder.glob("compacted-*")), "a sweep with a point still running stays"
-    checkpoints = tracking.checkpoint_dir(trainer.harness.cwd / "outputs", "trainer", sweep, 0)
+    checkpoints = store.SweepPaths(trainer.results, "trainer", sweep).job(0).checkpoints
     left = checkpoints / ".checkpoint.pt.999.abcd1234.tmp"  # what a kill mid-save leaves
     left.write_bytes(b"half a checkpoint")
 
@@ -120,7 +120,7 @@ class Planted:
 @pytest.mark.process
 def test_a_tampered_checkpoint_runs_nothing_and_its_point_starts_afresh(trainer, tmp_path):
     sweep = killed_at_step_10(trainer)
-    folder = tracking.checkpoint_dir(trainer.harness.cwd / "outputs", "trainer", sweep, 0)
+    folder = store.SweepPaths(trainer.results, "trainer", sweep).job(0).checkpoints
     saved = torch.load(folder / tracking.CHECKPOINT, weights_only=True)
     planted = tmp_path / "planted"
     torch.save({**saved, "state": Planted(planted)}, folder / tracking.CHECKPOINT)
@@ -317,7 +317,7 @@ def test_a_landing_writes_only_the_rows_logged_since_the_last_one(tmp_path, monk
 
 def sweep_tracker(root, **kwargs) -> tracking.Tracker:
     """A tracker of job 0 of sweep s of experiment exp under root, as the harness makes one."""
-    path = store.job_file(root, "exp", "s", 0)
+    path = store.SweepPaths(root, "exp", "s").job(0).file
     path.parent.mkdir(parents=True, exist_ok=True)
 
     def prepare(row):
@@ -329,7 +329,7 @@ def sweep_tracker(root, **kwargs) -> tracking.Tracker:
 
 def seen_once(root, steps: list[int]) -> None:
     """Every reader sees each of `steps` once in sweep s (of experiment exp) under root."""
-    folder = store.sweep_dir(root, "exp", "s")
+    folder = store.SweepPaths(root, "exp", "s").folder
     assert sorted(store.read(root)["step"]) == sorted(steps)
     assert sorted(pq.read_table(folder)["step"].to_pylist()) == sorted(steps)
     assert ds.dataset(folder, format="parquet").count_rows() == len(steps)
@@ -349,7 +349,7 @@ def test_every_reader_sees_each_landed_row_once_while_the_point_runs_and_after(t
     assert rows["duration_s"].is_monotonic_increasing, "each row's own time"
     told = tracker.end([{"job": 0, "status": "ok", "lr": 0.1, "step": 0, "duration_s": 9.0}])
     assert [row["step"] for row in told] == [0], "the summary's rows: the last"
-    path = store.job_file(root, "exp", "s", 0)
+    path = store.SweepPaths(root, "exp", "s").job(0).file
     assert [row["step"] for row in store.job_rows(path)] == [*range(1, 26), 0]
     seen_once(root, [*range(1, 26), 0])
     assert store.segments(path) == [] and set(store.read(root)["status"]) == {"ok"}
@@ -362,11 +362,11 @@ def test_a_job_file_beside_the_segments_it_replaced_is_read_alone_and_compaction
     for step in range(1, 11):
         tracker.log({"step": step})
     tracker.close()
-    path = store.job_file(root, "exp", "s", 0)
+    path = store.SweepPaths(root, "exp", "s").job(0).file
     store.write_rows(path, store.settled(store.job_rows(path)))  # the segments stay
     assert len(store.segments(path)) == 2
     assert sorted(store.read(root)["step"]) == list(range(1, 11))
-    compacted, _ = store.compact(root, "exp", "s")
+    compacted, _ = store.compact(store.SweepPaths(root, "exp", "s"))
     assert [p.name for p in store.result_files(root)] == [compacted.name]
     seen_once(root, list(range(1, 11)))
 
@@ -382,25 +382,25 @@ def test_compact_by_hand_leaves_a_sweep_alone_while_a_point_restores_and_ends_it
         if step == 3:
             first.save({"step": step})
     first.end([])
-    path = store.job_file(root, "exp", "s", 0)
+    path = store.SweepPaths(root, "exp", "s").job(0).file
     again = sweep_tracker(root, every_rows=100, every_s=3600)  # holds the running mark
     kept = store.job_table(path).slice(0, 3)
     store.write_file(store.segment_file(path, 1), store.as_running(kept))  # as a rank's cut
-    assert store.compact(root, "exp", "s") == (None, [])
+    assert store.compact(store.SweepPaths(root, "exp", "s")) == (None, [])
     assert path.exists() and len(store.segments(path)) == 1
     assert sorted(store.read(root)["step"]) == [1, 2, 3, 4, 5], "the job file's rows, once"
     assert again.restore() == {"step": 3} and not path.exists()
     again.log({"step": 4})
     again.end([])
     assert [row["step"] for row in store.job_rows(path)] == [1, 2, 3, 4]
-    compacted, absorbed = store.compact(root, "exp", "s")
+    compacted, absorbed = store.compact(store.SweepPaths(root, "exp", "s"))
     assert compacted is not None and absorbed == [path.name]
     seen_once(root, [1, 2, 3, 4])
 
 
 def test_a_running_mark_that_is_a_symlink_is_refused_and_its_target_left_as_it_was(tmp_path):
     root = tmp_path / "results"
-    path = store.job_file(root, "exp", "s", 0)
+    path = store.SweepPaths(root, "exp", "s").job(0).file
     path.parent.mkdir(parents=True)
     victim = tmp_path / "precious.txt"
     victim.write_text("a user's own words\n")
@@ -469,7 +469,7 @@ def test_a_sigkill_with_the_default_settings_keeps_what_landed_and_resume_goes_o
     wait_for(lambda: held(trainer.gate), 60, "the run to hold at step 10")
     wait_for(lambda: len(landed(trainer.results)) == 10, 60, "its 10 rows to land")
     sweep = sweep_of(trainer.results)
-    path = store.job_file(trainer.results, "trainer", sweep, 0)
+    path = store.SweepPaths(trainer.results, "trainer", sweep).job(0).file
     sizes = segment_sizes(path)
     assert not path.exists() and sum(sizes) == 10
     assert {4, 8} <= set(itertools.accumulate(sizes)), "each checkpoint ends a segment"
@@ -488,7 +488,7 @@ def test_a_sigkill_with_the_default_settings_keeps_what_landed_and_resume_goes_o
 @pytest.mark.process
 def test_a_damaged_segment_is_skipped_and_its_point_reruns_on_resume(trainer):
     sweep = killed_at_step_10(trainer)
-    path = store.job_file(trainer.results, "trainer", sweep, 0)
+    path = store.SweepPaths(trainer.results, "trainer", sweep).job(0).file
     first, *rest = store.segments(path)
     kept = sum(len(store.job_rows(segment)) for segment in rest)
     first.write_bytes(first.read_bytes()[:-20])  # a torn write that no checksum accepts

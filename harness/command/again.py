@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import store
-from harness.command.status import find_experiment, pinned_sweep
+from harness.command.status import find_sweep, pinned_sweep
 from harness.errors import BadInput
 from harness.names import AGAIN_REPLACED, key_of, split_flags
 from harness.pinning import codestore
@@ -182,7 +182,7 @@ def rerun_of(results: Path, sweep_id: str, out: str, kept: Path) -> "Rerun":
              "reuse=false", f"out={Path(out).resolve()}", f"code_store={kept}",
              f"again_of={original}"]  # fmt: skip
     command, environment = codestore.harness_from(kept, digest, given)
-    experiment = find_experiment(results, sweep_id)
+    experiment = find_sweep(results, sweep_id).experiment
     return Rerun(experiment, original, digest, folders, results, command, environment, [sweep_id])
 
 
@@ -222,6 +222,7 @@ class Rerun:
 def new_reruns(results: Path, experiment: str, original: str, before: set[str]) -> list[str]:
     """The experiment's sweeps that were not among `before` and whose manifests name
     `original` as what they run again (again_of): what a rerun of it made."""
-    return [sweep for sweep in store.sweeps(results, experiment) if sweep not in before
-            and (store.read_manifest(results, experiment, sweep) or {}).get("again_of")
-            == original]  # fmt: skip
+    new = [store.SweepPaths(results, experiment, sweep)
+           for sweep in store.sweeps(results, experiment) if sweep not in before]  # fmt: skip
+    return [paths.sweep for paths in new
+            if (store.read_manifest(paths) or {}).get("again_of") == original]  # fmt: skip

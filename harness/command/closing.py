@@ -34,7 +34,7 @@ def report(sweep: Sweep, manifest: dict, seconds: float, check: bool = False) ->
         print(line)
     print(
         f"sweep {sweep.id}: {store.status_counts(statuses, total)}; in {seconds:.1f} s; "
-        f"rows in {store.sweep_dir(sweep.results, sweep.experiment.name, sweep.id)}"
+        f"rows in {sweep.paths.folder}"
     )
     if unfinished:
         print(

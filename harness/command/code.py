@@ -51,7 +51,7 @@ def prune_code(outs: list[str], code_store: str | None) -> int:
                            "keep their code (out=DIR, once each)")  # fmt: skip
         for experiment in store.experiments(results):
             for sweep in store.sweeps(results, experiment):
-                named |= _codes_of(results, experiment, sweep)
+                named |= _codes_of(store.SweepPaths(results, experiment, sweep))
     kept = codestore.store_of(code_store)
     removed, freed = codestore.prune(kept, named)
     print(f"code store {kept}: {len(removed)} codes removed ({freed / 2**20:,.1f} MiB freed); "
@@ -60,16 +60,16 @@ def prune_code(outs: list[str], code_store: str | None) -> int:
     return 0
 
 
-def _codes_of(results: Path, experiment: str, sweep: str) -> set[str]:
+def _codes_of(sweep: store.SweepPaths) -> set[str]:
     """The codes a sweep ran: its manifest's, and each its rows name (a code=current resume's);
     BadInput where its manifest cannot be read (prune would remove what it pinned)."""
-    manifest = store.read_manifest(results, experiment, sweep)
+    manifest = store.read_manifest(sweep)
     if manifest is None:
         raise BadInput(
-            f"sweep {sweep} ({experiment}) has no readable manifest in {results}: "
+            f"sweep {sweep.sweep} ({sweep.experiment}) has no readable manifest in {sweep.root}: "
             "prune keeps the code of each sweep it can read; mend or remove it first"
         )
-    rows = store.read_table(results, experiment, sweep, partitions=False)
+    rows = store.read_table(sweep.root, sweep.experiment, sweep.sweep, partitions=False)
     ran = store.values(rows, "code_digest") if "code_digest" in rows.column_names else []
     return {code for code in [manifest.get("code_digest"), *ran] if isinstance(code, str)}
 

@@ -5,7 +5,7 @@ import time
 from pathlib import Path
 
 from harness import store
-from harness.command.status import find_experiment, still_scheduled
+from harness.command.status import find_sweep, still_scheduled
 from harness.errors import BadInput
 
 
@@ -13,16 +13,16 @@ def compact(sweep_id: str, out: str, experiment: str | None) -> int:
     """Merge the sweep's job files into one (store.compact) and say what it did; BadInput while
     SLURM runs points of it."""
     results = Path(out).resolve() / "results"
-    sweep_id = store.named_sweep(results, sweep_id, experiment)
-    experiment = find_experiment(results, sweep_id)
-    running = still_scheduled(store.read_manifest(results, experiment, sweep_id) or {})
+    paths = find_sweep(results, store.named_sweep(results, sweep_id, experiment))
+    sweep_id, experiment = paths.sweep, paths.experiment
+    running = still_scheduled(store.read_manifest(paths) or {})
     if running:
         raise BadInput(
             f"sweep {sweep_id} still has {len(running)} points queued or running on SLURM; "
             f"compact it once they end (python -m harness status {sweep_id})"
         )
     started = time.perf_counter()
-    path, absorbed = store.compact(results, experiment, sweep_id)
+    path, absorbed = store.compact(paths)
     if (
         path is None
         and (store.read(results, experiment, sweep_id)["status"] == store.RUNNING).any()

@@ -45,14 +45,15 @@ def resumed(
     results = results_root(overrides)
     given = next((str(o.value()) for o in overrides if key_of(o.input_line) == "experiment"), None)
     sweep_id = store.named_sweep(results, check_name("sweep id", sweep_id), given)
-    experiment = _experiment_to_resume(results, sweep_id, given)
-    _check_writable(store.sweep_dir(results, experiment, sweep_id))
+    paths = _sweep_to_resume(results, sweep_id, given)
+    experiment = paths.experiment
+    _check_writable(paths.folder)
     try:  # before the manifest is read: what it says now is what this command goes on
-        hold.enter_context(store.claim(results, experiment, sweep_id))
+        hold.enter_context(store.claim(paths))
     except (store.Claimed, files.Linked) as taken:
         raise BadInput(str(taken)) from None
-    manifest = _manifest_to_resume(results, experiment, sweep_id)
-    _check_config_dirs(manifest, experiment, sweep_id, config_dirs, results)
+    manifest = _manifest_to_resume(paths)
+    _check_config_dirs(manifest, paths, config_dirs)
     resources = manifest.get("experiment_config", {}).get("resources") or []
     settings = _settings(overrides, sweep_id, resources)
     # The code store and code are this command's own: a manifest names no folder to run from.
@@ -88,8 +89,7 @@ def resumed(
     changed = {key: values[key] for key in resources if _key_given(key, settings)}
     sweep.points = _unfinished(sweep, manifest, scheduled, values)
     if searched:  # no point takes back a trial a kill left running without its job
-        folder = store.sweep_dir(results, experiment, sweep_id)
-        for line in search.fail_orphans(folder, {p.job for p in sweep.points} | scheduled):
+        for line in search.fail_orphans(paths.folder, {p.job for p in sweep.points} | scheduled):
             print(line)
     if changed:  # the manifest says what each point runs with, so its rerun's rows match it
         _rerun_with(changed, sweep, experiment_, manifest, values)
@@ -201,9 +201,9 @@ def _a_setting(override: Override, allowed: tuple[str, ...]) -> bool:
     return override.is_hydra_override() or key_of(override.input_line) in allowed
 
 
-def _experiment_to_resume(results: Path, sweep_id: str, given: str | None) -> str:
-    """The sweep's experiment, found from the sweep itself; one line when there is no such
-    sweep, or it is another experiment's than +experiment (`given`) names."""
+def _sweep_to_resume(results: Path, sweep_id: str, given: str | None) -> store.SweepPaths:
+    """Where the sweep lies, its experiment found from the sweep itself; one line when there is
+    no such sweep, or it is another experiment's than +experiment (`given`) names."""
     experiment = store.experiment_of(results, sweep_id)
     if experiment is None:
         known = ", ".join(store.sweeps(results, given)[-3:]) if given else ""
@@ -214,30 +214,28 @@ def _experiment_to_resume(results: Path, sweep_id: str, given: str | None) -> st
             f"sweep {sweep_id} is {experiment}'s, not {given}'s: resume it with "
             f"+experiment={experiment}, or with resume={sweep_id} alone"
         )
-    return experiment
+    return store.SweepPaths(results, experiment, sweep_id)
 
 
-def _manifest_to_resume(results: Path, experiment: str, sweep_id: str) -> dict:
+def _manifest_to_resume(sweep: store.SweepPaths) -> dict:
     """The sweep's manifest; one line when it is missing or cannot be read."""
-    manifest = store.read_manifest(results, experiment, sweep_id)
+    manifest = store.read_manifest(sweep)
     if manifest is None:
-        folder = store.sweep_dir(results, experiment, sweep_id)
-        raise BadInput(f"{folder / store.MANIFEST} is missing or unreadable: cannot resume")
+        raise BadInput(f"{sweep.manifest} is missing or unreadable: cannot resume")
     return manifest
 
 
-def _check_config_dirs(
-    manifest: dict, experiment: str, sweep_id: str, config_dirs: list[Path], results: Path
-) -> None:
+def _check_config_dirs(manifest: dict, sweep: store.SweepPaths, config_dirs: list[Path]) -> None:
     """One line with the command that works when the sweep's experiment is one of a
     --config-dir that this command line does not give (the manifest says which it was run
     with; the harness does not import code from a folder because a manifest names it)."""
+    experiment, sweep_id = sweep.experiment, sweep.sweep
     if experiment in available_experiments(config_dirs):
         return
     recorded = [Path(folder) for folder in manifest.get("config_dirs") or []]
     if not recorded:
         raise BadInput(f"sweep {sweep_id} is of experiment {experiment}, which is not here")
-    shown = command([f"resume={sweep_id}"], recorded, results.parent)
+    shown = command([f"resume={sweep_id}"], recorded, sweep.root.parent)
     raise BadInput(
         f"sweep {sweep_id} is of {experiment}, an experiment of --config-dir "
         f"{' '.join(map(str, recorded))}; resume it with: {shown}"
@@ -285,18 +283,17 @@ def _unfinished(sweep: Sweep, manifest: dict, scheduled: set[int], values: dict)
     """
     rows = store.read(sweep.results, sweep.experiment.name, sweep.id)
     statuses = store.job_statuses(store.as_planned(rows, manifest, sweep.results))
-    for moved in store.set_aside(sweep.results, sweep.experiment.name, sweep.id):
+    for moved in store.set_aside(sweep.paths):
         print(f"moved a damaged file aside: {moved}")
     done = set(statuses[statuses.isin(store.DONE)].index)
-    name, config_hash = sweep.experiment.name, hasher(sweep.experiment.name, values)
+    config_hash = hasher(sweep.experiment.name, values)
     points = [
         Point(p["job"], p.get("overrides", []), p["params"],
               p.get("config_hash") or config_hash(p["params"]), p.get("cell"), p.get("slot"))
         for p in manifest["points"]
         if p["job"] not in done and p["job"] not in scheduled
     ]  # fmt: skip
-    folder = store.sweep_dir(sweep.results, name, sweep.id)
-    names = [store.job_file(sweep.results, name, sweep.id, p.job).name for p in points]
-    files.remove_temporaries(folder, files.STALE_S, of=names)  # their killed runs' too
-    store.release(sweep.results, name, sweep.id, [p.job for p in points])
+    names = [sweep.paths.job(p.job).file.name for p in points]
+    files.remove_temporaries(sweep.paths.folder, files.STALE_S, of=names)  # their killed runs'
+    store.release(sweep.paths, [p.job for p in points])
     return points

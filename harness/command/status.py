@@ -27,15 +27,15 @@ def status(sweep_id: str, out: str = "outputs", experiment: str | None = None) -
     """Print the sweep's points with their states; the exit code is 0 (2 for an unknown id).
     `last` names the newest sweep (of `experiment`, if given)."""
     results = Path(out).resolve() / "results"
-    sweep_id = store.named_sweep(results, sweep_id, experiment)
-    experiment = find_experiment(results, sweep_id)
-    manifest = store.read_manifest(results, experiment, sweep_id)
+    paths = find_sweep(results, store.named_sweep(results, sweep_id, experiment))
+    sweep_id, experiment = paths.sweep, paths.experiment
+    manifest = store.read_manifest(paths)
     if manifest is None:
         raise BadInput(f"sweep {sweep_id} has no readable manifest ({store.MANIFEST}) in {results}")
     mended = common_schema.mend(results)
     if mended:
         print(f"warning: {mended}", file=sys.stderr)
-    if compact_if_finished(results, experiment, sweep_id, manifest):
+    if compact_if_finished(paths, manifest):
         print(f"sweep {sweep_id} has ended: its files are compacted into one")
     rows, points, running = sweep_points(results, manifest)
     print(f"sweep {sweep_id} ({experiment}): {manifest.get('command', '')}")
@@ -47,8 +47,7 @@ def status(sweep_id: str, out: str = "outputs", experiment: str | None = None) -
     searched = search.of_manifest(manifest)
     if searched:
         states_by_job = {point["job"]: point["state"] for point in points}
-        folder = store.sweep_dir(results, experiment, sweep_id)
-        for line in search.progress(folder, searched, states_by_job):
+        for line in search.progress(paths.folder, searched, states_by_job):
             print(line)
     if running:
         print(f"a command runs it now ({running[0]}, since "
@@ -95,13 +94,14 @@ def sweep_points(results: Path, manifest: dict) -> tuple[pa.Table, list[dict], t
     experiment, sweep_id = manifest["experiment"], manifest["sweep"]
     rows = store.read_table(results, experiment, sweep_id, partitions=False)
     points = point_states(manifest, store.as_planned(rows, manifest, results), results)
-    running = store.run_by(results, experiment, sweep_id)
+    paths = store.SweepPaths(results, experiment, sweep_id)
+    running = store.run_by(paths)
     if running:
-        _in_hand(points, store.runs_dir(results, experiment, sweep_id), running[1])
+        _in_hand(points, paths, running[1])
     return rows, points, running
 
 
-def _in_hand(points: list[dict], runs: Path, since: float) -> None:
+def _in_hand(points: list[dict], sweep: store.SweepPaths, since: float) -> None:
     """The points without rows of a sweep that a command runs now (a local sweep, whose points
     no scheduler tracks): running where their job's log was written since that command took
     the sweep (Hydra's job folder, runs/EXPERIMENT/SWEEP/job-N), pending otherwise."""
@@ -109,27 +109,28 @@ def _in_hand(points: list[dict], runs: Path, since: float) -> None:
         if point["state"] != "not run":
             continue
         try:
-            started = (runs / f"job-{point['job']}" / "harness.log").stat().st_mtime >= since
+            log = sweep.job(point["job"]).run_folder / "harness.log"
+            started = log.stat().st_mtime >= since
         except OSError:
             started = False
         point["state"] = "running" if started else "pending"
 
 
-def compact_if_finished(results: Path, experiment: str, sweep: str, manifest: dict | None) -> bool:
+def compact_if_finished(sweep: store.SweepPaths, manifest: dict | None) -> bool:
     """Compact a sweep whose points have all ended (each has rows, and SLURM runs none of them)
     and that is not compacted yet, so that reading it is one file; whether it compacted now.
     A sweep with points still to come (or without a manifest) is left as it is."""
-    if manifest is None or len(store.result_files(results, experiment, sweep)) <= 1:
+    if manifest is None or len(store.result_files(sweep.root, sweep.experiment, sweep.sweep)) <= 1:
         return False
-    landed = store.jobs_with_rows(results, experiment, sweep)
+    landed = store.jobs_with_rows(sweep)
     if any(point["job"] not in landed for point in manifest["points"]):
         return False
     if still_scheduled(manifest):
         return False
     try:
-        _, absorbed = store.compact(results, experiment, sweep)
+        _, absorbed = store.compact(sweep)
     except OSError as error:  # read-only, full: reading it file by file still works
-        print(f"warning: could not compact sweep {sweep}: {error}", file=sys.stderr)
+        print(f"warning: could not compact sweep {sweep.sweep}: {error}", file=sys.stderr)
         return False
     return bool(absorbed)
 
@@ -145,11 +146,13 @@ def pipe_table(lines: list[dict]) -> str:
     return "\n".join(padded)
 
 
-def find_experiment(results: Path, sweep_id: str) -> str:
+def find_sweep(results: Path, sweep_id: str) -> store.SweepPaths:
+    """Where the sweep of this id lies, in whichever experiment has it; BadInput where none
+    has."""
     experiment = store.experiment_of(results, sweep_id)
     if experiment is None:
         raise BadInput(f"no sweep {sweep_id} in {results}")
-    return experiment
+    return store.SweepPaths(results, experiment, sweep_id)
 
 
 def still_scheduled(manifest: dict) -> list[int]:
@@ -168,6 +171,7 @@ def point_states(manifest: dict, rows: pa.Table, results: Path) -> list[dict]:
     point whose process let its running mark go is killed. A point without rows behind another
     in its running task (points_per_task) is pending."""
     landed, placed = _landed(rows, manifest), scheduled(manifest)
+    sweep = store.SweepPaths(results, manifest["experiment"], manifest["sweep"])
     behind = _behind(manifest, landed)
     searched = search.of_manifest(manifest)
     drawn = _drawn(rows, list(searched["params"])) if searched else {}
@@ -177,10 +181,9 @@ def point_states(manifest: dict, rows: pa.Table, results: Path) -> list[dict]:
         state, detail = placed.get(job, ("not run", ""))
         if job in landed:
             row_state, row_detail = landed[job]
-            path = store.job_file(results, manifest["experiment"], manifest["sweep"], job)
             if row_state == store.RUNNING and state in HELD:
                 detail = f"{detail}; {row_detail}"
-            elif row_state == store.RUNNING and store.still_running(path) is False:
+            elif row_state == store.RUNNING and store.still_running(sweep.job(job).file) is False:
                 state, detail = "killed", f"its process is gone; it last logged {row_detail}"
             else:
                 state, detail = row_state, row_detail
@@ -284,7 +287,7 @@ def pinned_sweep(results: Path, sweep_id: str) -> tuple[str, dict, str]:
     """The sweep (`last` named), its manifest and the digest of the code it pinned; BadInput
     where its manifest names none."""
     sweep_id = store.named_sweep(results, sweep_id)
-    manifest = store.read_manifest(results, find_experiment(results, sweep_id), sweep_id) or {}
+    manifest = store.read_manifest(find_sweep(results, sweep_id)) or {}
     digest = manifest.get("code_digest")
     if not isinstance(digest, str):
         raise BadInput(f"sweep {sweep_id}'s manifest names no code (code_digest)")

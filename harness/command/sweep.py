@@ -57,7 +57,7 @@ def run(argv: list[str]) -> int:
         else:
             experiment = experiment_name(overrides, config_dirs)
             sweep, cfg, launcher = _new_sweep(argv, overrides, experiment, config_dirs)
-            hold.enter_context(store.claim(sweep.results, experiment, sweep.id))
+            hold.enter_context(store.claim(sweep.paths))
         experiment = sweep.experiment.name
         print(f"sweep {sweep.id}: {experiment}, {len(sweep.points)} points to run", flush=True)
         started, ended = time.perf_counter(), False
@@ -65,8 +65,8 @@ def run(argv: list[str]) -> int:
             with _terminate_as_interrupt():
                 ended = launch(cfg, sweep, launcher)
                 if ended:  # reports read one file
-                    manifest = store.read_manifest(sweep.results, experiment, sweep.id)
-                    compact_if_finished(sweep.results, experiment, sweep.id, manifest)
+                    manifest = store.read_manifest(sweep.paths)
+                    compact_if_finished(sweep.paths, manifest)
         except KeyboardInterrupt as stop:
             if ended:
                 advice = f"its points had ended; see them with: {status_command(sweep)}"
@@ -120,7 +120,7 @@ def _no_links(cfg, sweep) -> None:
     entry, moved aside); where a link appears while the sweep runs, the write that meets it
     stops the sweep."""
     out, runs = Path(cfg.out).absolute(), Path(cfg.hydra.sweep.dir).absolute()
-    results = store.sweep_dir(sweep.results, sweep.experiment.name, sweep.id).absolute()
+    results = sweep.paths.folder.absolute()
     try:
         files.no_links_within(out, runs)
         files.no_links_below(runs, skip={".submitit"})  # submitit's: it links its own files

@@ -90,10 +90,7 @@ def reuse_answered(cfg: DictConfig, sweep, process, progress: "Progress") -> tup
             passed.append(f"job {point.job}: {why}")
             continue
         summary = reused_answer(
-            sweep.results,
-            sweep.experiment,
-            sweep.id,
-            point.job,
+            sweep.paths.job(point.job),
             point.config_hash,
             point.params,
             key,
@@ -207,7 +204,7 @@ def check_devices(points: list, launcher) -> None:
 def finish(sweep, point, summary: dict, progress: "Progress") -> None:
     """Make sure the point has a row that says how it ended (a killed job wrote none, or only
     the "running" rows a training job landed as it went), then print its progress line."""
-    path = store.job_file(sweep.results, sweep.experiment.name, sweep.id, point.job)
+    paths = sweep.paths.job(point.job)
     ended = {
         "job": point.job,
         "status": summary["status"],
@@ -216,20 +213,20 @@ def finish(sweep, point, summary: dict, progress: "Progress") -> None:
         "config_hash": point.config_hash,
         **({"cell": point.cell} if point.cell is not None else {}),  # a trial counts in its cell
     }
-    if not store.has_rows(sweep.results, sweep.experiment.name, sweep.id, point.job):
-        store.write_rows(path, [ended])
+    if not store.has_rows(paths):
+        store.write_rows(paths.file, [ended])
     elif summary["status"] not in store.DONE:
-        replaced = store.segments(path)  # read before the rows: only those read go
-        landed = store.job_rows(path)
+        replaced = store.segments(paths.file)  # read before the rows: only those read go
+        landed = store.job_rows(paths.file)
         if any(row["status"] == store.RUNNING for row in landed):
-            store.write_rows(path, [*store.settled(landed), ended], replacing=replaced)
+            store.write_rows(paths.file, [*store.settled(landed), ended], replacing=replaced)
     progress.update(point, summary)
 
 
 def record_launch(sweep, target: str, detached: bool, jobs: list, placement: dict) -> None:
     """Note in the manifest which launcher has which jobs, and where it placed them (its
     placement, JSON), for status, resume and compact to ask it (protocol.Launcher.states)."""
-    manifest = store.read_manifest(sweep.results, sweep.experiment.name, sweep.id)
+    manifest = store.read_manifest(sweep.paths)
     at = datetime.now(UTC).isoformat(timespec="seconds")
     launch = {"at": at, "launcher": target, "detached": detached,
               "jobs": [spec.job for spec in jobs], "placement": placement}  # fmt: skip

@@ -31,6 +31,7 @@ from harness.names import (
     nearest,
     override,
 )
+from harness.yaml_files import read_yaml
 
 
 def parse(argv: list[str]) -> list[Override]:
@@ -157,7 +158,7 @@ def _other_launchers(name: str, config_dirs: list[Path]) -> list[tuple[str, str]
     found = []
     for path in sorted(path for folder in folders for path in folder.glob("*.yaml")):
         try:
-            node = _parsed(path.read_text())
+            node = read_yaml(path)
         except (OSError, yaml.YAMLError):
             continue
         keys = [str(k) for k in node] if isinstance(node, dict) else []
@@ -184,7 +185,7 @@ def _check_experiment_file(experiment: str, config_dirs: list[Path]) -> None:
     path = experiment_file(experiment, config_dirs)
     try:
         text = path.read_text()
-        node = _parsed(text)
+        node = read_yaml(text)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -200,26 +201,16 @@ def _check_experiment_file(experiment: str, config_dirs: list[Path]) -> None:
                        "every key of the file as experiment.KEY (put it first)")  # fmt: skip
 
 
-def _parsed(text: str):
-    """YAML parsed by libyaml where PyYAML has it (0.4 ms for exp019's file against 7.7 in
-    Python: every command reads its experiment's); a text it refuses, by the Python parser,
-    whose error says what is wrong in more words."""
-    try:
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError:
-        return yaml.safe_load(text)
-
-
 def _keys(experiment: str, config_dirs: list[Path]) -> tuple[list[str], list[str]]:
     """The keys a command line may set: the experiment config's own, then the harness's (each
     once: an experiment's config may set seed, say); and its function's parameters, where it
     imports (for a message: [] where it does not)."""
-    node = OmegaConf.load(experiment_file(experiment, config_dirs))
+    node = read_yaml(experiment_file(experiment, config_dirs))
     names = [str(k) for k in node if k not in ("experiment", "hydra")]
     from harness.planning.experiment import Experiment  # an error's message: off the hot path
 
     try:
-        parameters = list(Experiment.load(OmegaConf.to_container(node.experiment)).parameters)
+        parameters = list(Experiment.load(node["experiment"]).parameters)
     except Exception:  # its own error is said once the key is fixed
         parameters = []
     return list(dict.fromkeys([*sorted(names), *USER_KEYS])), parameters

@@ -125,6 +125,11 @@ class Sweep:
     own_grid: int | None = None  # the points of its experiment's own grid (its YAML's)
     reuse: dict | None = None  # what it copies, and its inputs (harness.reuse.setting)
 
+    @property
+    def paths(self) -> store.SweepPaths:
+        """Where its files lie."""
+        return store.SweepPaths(self.results, self.experiment.name, self.id)
+
 
 class SweepExists(Exception):
     """The new sweep's id is taken: another sweep started in the same millisecond."""
@@ -412,15 +417,12 @@ def record_plan(sweep: Sweep) -> None:
         raise SweepExists(sweep.id) from None
     except OSError as error:
         discard(sweep)
-        folder = store.sweep_dir(sweep.results, sweep.experiment.name, sweep.id)
-        raise BadInput(f"cannot write to {folder}: {error.strerror or error}") from None
+        raise BadInput(f"cannot write to {sweep.paths.folder}: {error.strerror or error}") from None
 
 
 def discard(sweep: Sweep) -> None:
     """Remove a new sweep's folders while it holds no rows (only its manifest): its store
     folder and its run folder (hydra.sweep.dir: Hydra's and submitit's files)."""
-    folder = store.sweep_dir(sweep.results, sweep.experiment.name, sweep.id)
     if not store.result_files(sweep.results, sweep.experiment.name, sweep.id):
-        shutil.rmtree(folder, ignore_errors=True)
-        runs = store.runs_dir(sweep.results, sweep.experiment.name, sweep.id)
-        shutil.rmtree(runs, ignore_errors=True)
+        shutil.rmtree(sweep.paths.folder, ignore_errors=True)
+        shutil.rmtree(sweep.paths.runs, ignore_errors=True)

@@ -186,16 +186,17 @@ def _folder(root: Path, experiment: str, config_hash: str) -> Path:
     return Path(root) / f"experiment={experiment}" / ANSWERS / config_hash
 
 
-def record(root: Path, experiment: str, sweep: str, job: int, rows: list[dict], key: dict,
-           measured: bool, copies: str) -> None:  # fmt: skip
+def record(job: store.JobPaths, rows: list[dict], key: dict, measured: bool,
+           copies: str) -> None:  # fmt: skip
     """Note a point's answer as reusable, under its key and the stamps of the modules it
     imported: rows all ok, and measurements only where the sweep copies them (copies "all")."""
     if (measured and copies != "all") or not rows or any(r.get("status") != "ok" for r in rows):
         return
     modules, found = imported()
-    entry = {"sweep": sweep, "job": job, **key, "modules": modules, "measured": measured}
-    folder = _folder(root, experiment, rows[0]["config_hash"])
-    listed = Path(root) / f"experiment={experiment}" / ANSWERS / MODULES / f"{modules}.json"
+    sweep = job.sweep
+    entry = {"sweep": sweep.sweep, "job": job.job, **key, "modules": modules, "measured": measured}
+    folder = _folder(sweep.root, sweep.experiment, rows[0]["config_hash"])
+    listed = sweep.root / f"experiment={sweep.experiment}" / ANSWERS / MODULES / f"{modules}.json"
     # Hints, written in place: met half-written, or lost to a crash, they only mean the point
     # is computed again.
     try:
@@ -203,7 +204,7 @@ def record(root: Path, experiment: str, sweep: str, job: int, rows: list[dict], 
         files.no_links(listed.parent)
         if not listed.exists():
             files.write_json(listed, found)
-        files.write_in_place(folder / f"{sweep}.{job}.json", json.dumps(entry))
+        files.write_in_place(folder / f"{sweep.sweep}.{job.job}.json", json.dumps(entry))
     except OSError:
         pass
 
@@ -218,12 +219,12 @@ class Found:
     passed: str | None = None
 
 
-def find(root: Path, experiment: str, config_hash: str, key: dict, sweep: str,
-         copies: str) -> Found:  # fmt: skip
+def find(sweep: store.SweepPaths, config_hash: str, key: dict, copies: str) -> Found:
     """The one decision to copy: the newest answer on record for this config in another sweep
-    whose key is this point's (`key`), whose modules are as they were, and which is no
-    measurement unless the sweep copies "all"; and its rows, read and checked. None (and why,
-    where one is on record) otherwise."""
+    of the experiment than `sweep` whose key is this point's (`key`), whose modules are as they
+    were, and which is no measurement unless the sweep copies "all"; and its rows, read and
+    checked. None (and why, where one is on record) otherwise."""
+    root, experiment = sweep.root, sweep.experiment
     if config_hash not in _answered(Path(root), experiment):
         return Found()
     folder = _folder(root, experiment, config_hash)
@@ -234,13 +235,13 @@ def find(root: Path, experiment: str, config_hash: str, key: dict, sweep: str,
     passed = None
     for name in names:
         entry = _hint(folder / name)
-        if entry is None or entry.get("sweep") == sweep:
+        if entry is None or entry.get("sweep") == sweep.sweep:
             continue
         source = f"{entry.get('sweep')}/{entry.get('job')}"
         why = _passed(root, experiment, entry, key, copies)
         if why is None:
-            rows = _answer(root, experiment, str(entry.get("sweep")), entry.get("job"),
-                           config_hash)  # fmt: skip
+            recorded = store.SweepPaths(root, experiment, str(entry.get("sweep")))
+            rows = _answer(recorded, entry.get("job"), config_hash)
             if rows and all(_as_recorded(row, key) for row in rows):  # the new point's own
                 return Found([{**row, "reused_from": source} for row in rows], source)
             why = "its rows are gone or not what its record says"
@@ -322,16 +323,17 @@ def may_have(root: Path, experiment: str, config_hash: str) -> bool:
     return config_hash in _answered(Path(root), experiment)
 
 
-def _answer(root: Path, experiment: str, sweep: str, job, config_hash: str) -> list[dict]:
-    """The job's rows as the store reads them (its file, else the sweep's compacted files)."""
-    if isinstance(job, bool) or not isinstance(job, int) or not NAME.fullmatch(sweep):
+def _answer(sweep: store.SweepPaths, job, config_hash: str) -> list[dict]:
+    """The job's rows as the store reads them (its file, else the sweep's compacted files): a
+    record's sweep and job, read as data."""
+    if isinstance(job, bool) or not isinstance(job, int) or not NAME.fullmatch(sweep.sweep):
         return []
     try:
-        path = store.job_file(root, experiment, sweep, job)
+        path = sweep.job(job).file
         if path.exists():
             rows = store.job_rows(path)
         else:
-            rows = [row for row in _sweep_rows(root, experiment, sweep) if row.get("job") == job]
+            rows = [row for row in _sweep_rows(sweep) if row.get("job") == job]
     except (OSError, ValueError, LookupError, RuntimeError, files.DamagedFile):
         return []
     return [row for row in rows if row.get("config_hash") == config_hash]
@@ -339,8 +341,8 @@ def _answer(root: Path, experiment: str, sweep: str, job, config_hash: str) -> l
 
 @per_command
 @functools.lru_cache(maxsize=2)
-def _sweep_rows(root: Path, experiment: str, sweep: str) -> list[dict]:
-    return store.read_table(root, experiment, sweep, partitions=False).to_pylist()
+def _sweep_rows(sweep: store.SweepPaths) -> list[dict]:
+    return store.read_table(sweep.root, sweep.experiment, sweep.sweep, partitions=False).to_pylist()
 
 
 def advice(path: str, setting: dict, params: dict) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from harness import files, measuring, provenance, reuse, store, tracking
+from harness import files, measuring, provenance, reuse, store
 from harness.measuring import columns
 from harness.names import keeping
 from harness.pinning import boot, codestore
@@ -63,8 +63,7 @@ def run_point(values: dict, run_dir: str, command: str | None, job: Job) -> dict
     with _quiet_logging_errors():
         point = _Point(values, run_dir, job)
         if point.key is not None and not job.decided:  # its launcher left reuse to the point
-            summary = reused_answer(point.root, point.experiment, point.sweep, job.job,
-                                    job.config_hash, point.params, point.key,
+            summary = reused_answer(point.paths, job.config_hash, point.params, point.key,
                                     point.setting["copies"])  # fmt: skip
             if summary.get("reused_from"):
                 return summary
@@ -89,10 +88,10 @@ def run_point(values: dict, run_dir: str, command: str | None, job: Job) -> dict
         elif point.group and point.group.rank:  # every process of the group ran it: rank 0's
             return summarize(rows, point.params)  # rows are the point's
         else:
-            store.write_rows(point.path, rows)
+            store.write_rows(point.paths.file, rows)
             if sinks is not None:  # a point without a tracker: its rows once they are stored
                 sinks.send(rows)
-        _keep_package_list(point.path.parent)
+        _keep_package_list(point.paths.sweep.folder)
         told = summarize(rows, point.params, last=tracker is not None)
         if tracker is not None and tracker.resumed:  # for its progress line, on every launcher
             told["resumed"] = tracker.resumed
@@ -102,20 +101,20 @@ def run_point(values: dict, run_dir: str, command: str | None, job: Job) -> dict
 
 
 class _Point:
-    """What run_point sets up for one job: its experiment, where its rows go, its parameters
+    """What run_point sets up for one job: its experiment, where its files go, its parameters
     (a search's trial's typed in), its group of processes, and where its sweep asks for reuse,
     its declared inputs hashed and its reuse key."""
 
     def __init__(self, values: dict, run_dir: str, job: Job):
         self.values, self.job, self.out = values, job, Path(values["out"])
         self.experiment = Experiment.load(values["experiment"])
-        self.root, self.sweep = self.out / "results", values["sweep_id"]
-        self.path = store.job_file(self.root, self.experiment.name, self.sweep, job.job)
+        sweep = store.SweepPaths(self.out / "results", self.experiment.name, values["sweep_id"])
+        self.paths = sweep.job(job.job)
         self.params = dict(job.params)
         _note_changes(self.params, values)
         self.trial = None
         if job.cell is not None:  # a search's trial: the parameters its study asked for, typed
-            folder = self.path.parent
+            folder = sweep.folder
             self.trial = search.Trial(folder, job.search, {"cell": job.cell, "slot": job.slot},
                                       job.job, values["seed"], self.experiment.hints)  # fmt: skip
             typed = {k: self.experiment._typed(k, v) for k, v in self.trial.params.items()}
@@ -138,14 +137,15 @@ class _Point:
         return _Columns(self.params, first, command, run_dir, extra, _named_env(self.experiment))
 
     def info(self) -> PointInfo:
-        return PointInfo(self.experiment.name, self.sweep, self.job.job, self.params, self.out)
+        sweep = self.paths.sweep.sweep
+        return PointInfo(self.experiment.name, sweep, self.job.job, self.params, self.out)
 
     def tracker(self, prepare: "_Columns", sinks: Sinks | None) -> Tracker:
         """A training experiment's Tracker (harness.tracking)."""
         job, hashed, trial = self.job.job, self.job.config_hash, self.trial
         return Tracker(
-            self.path,
-            tracking.checkpoint_dir(self.out, self.experiment.name, self.sweep, job),
+            self.paths.file,
+            self.paths.checkpoints,
             prepare,
             config_hash=hashed if trial is None else f"{hashed}.trial-{trial.number}",
             check=row_check(self.params),
@@ -163,10 +163,8 @@ class _Point:
     def watch(self, run_dir: str) -> reuse.Watch:
         """The tripwire on what the point reads (harness.reuse.Watch): its own folders are
         its run folder, its checkpoints' and its sweep's rows."""
-        name, job = self.experiment.name, self.job.job
-        checkpoints = tracking.checkpoint_dir(self.out, name, self.sweep, job)
-        own = []
-        for folder in map(os.path.abspath, (run_dir, checkpoints, self.path.parent)):
+        own, paths = [], self.paths
+        for folder in map(os.path.abspath, (run_dir, paths.checkpoints, paths.sweep.folder)):
             above, base = os.path.split(folder)  # the harness's own folder, of no link
             own += [os.path.join(folder, ""), os.path.join(reuse.real_folder(above), base, "")]
         pinned = boot.pinned_here()
@@ -212,22 +210,21 @@ def _record(point: _Point, rows: list[dict], watch: reuse.Watch) -> dict:
         line = reuse.undeclared_line(point.job.job, undeclared, point.setting, point.params)
         return {"undeclared": line}
     measured = measuring.taken() or any(columns.is_samples(k) for row in rows for k in row)
-    reuse.record(point.root, point.experiment.name, point.sweep, point.job.job, rows, point.key,
-                 bool(measured), point.setting["copies"])  # fmt: skip
+    reuse.record(point.paths, rows, point.key, bool(measured), point.setting["copies"])
     return {}
 
 
-def reused_answer(root: Path, experiment: Experiment, sweep: str, job: int, config_hash: str,
-                  params: dict, key: dict, copies: str) -> dict:  # fmt: skip
+def reused_answer(job: store.JobPaths, config_hash: str, params: dict, key: dict,
+                  copies: str) -> dict:  # fmt: skip
     """The summary of a point whose answer another sweep holds under its `key`
     (harness.reuse.find; `copies`: what its sweep copies), its rows copied into this
     sweep as the job's own ("reused_from" names them); where there is none to copy, {} or,
     where one on record was passed over, {"passed": why}."""
-    found = reuse.find(root, experiment.name, config_hash, key, sweep, copies)
+    found = reuse.find(job.sweep, config_hash, key, copies)
     if found.rows is None:
         return {"passed": found.passed} if found.passed else {}
-    rows = [{**row, "job": job} for row in found.rows]
-    store.write_rows(store.job_file(root, experiment.name, sweep, job), rows)
+    rows = [{**row, "job": job.job} for row in found.rows]
+    store.write_rows(job.file, rows)
     return {**summarize(rows, params), "reused_from": found.source}
 
 

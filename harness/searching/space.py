@@ -51,11 +51,10 @@ def command_line(overrides: list[Override]) -> tuple[list[Override], list[str]]:
 def _mappings() -> tuple[str, ...]:
     """The keys of conf/config.yaml's search that are mappings (where, prune_on, params, the
     sampler's and the pruner's options)."""
-    import yaml
-
     from harness.names import CONF
+    from harness.yaml_files import read_yaml
 
-    node = yaml.safe_load((CONF / "config.yaml").read_text()).get("search") or {}
+    node = read_yaml(CONF / "config.yaml").get("search") or {}
     return tuple(key for key, value in node.items() if isinstance(value, dict))
 
 

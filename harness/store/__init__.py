@@ -35,7 +35,8 @@ rows. Resume reads the sweep, moves the files that read skipped aside (set_aside
 name no Parquet reader lists, and reruns their points.
 
 
-Its rooms: harness.store.layout (names, columns, locks and marks), .manifest (the
+Its rooms: harness.store.layout (where a sweep's and a job's files lie, SweepPaths and JobPaths;
+names, columns, locks and marks), .manifest (the
 manifest, the listing of sweeps), .rows (row tables and their files), .reading (the reading
 rule, statuses, planned points) and .compaction (merging, releasing, setting aside). This
 package is the one surface the rest of the harness uses.
@@ -67,20 +68,19 @@ from harness.store.layout import (  # noqa: F401
     SEGMENT,
     SET_ASIDE,
     Claimed,
+    JobPaths,
+    SweepPaths,
     claim,
     hold_running,
-    job_file,
     read_job_file,
     release_running,
     run_by,
-    runs_dir,
     segment_file,
     segment_number,
     segment_rank,
     segments,
     skipped,  # noqa: F401
     still_running,
-    sweep_dir,
 )
 from harness.store.manifest import (  # noqa: F401
     TAG,

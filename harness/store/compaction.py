@@ -15,18 +15,16 @@ import pyarrow.compute as pc
 from harness import files
 from harness.store.layout import (
     LOCK,
-    MANIFEST,
     SET_ASIDE,
+    SweepPaths,
     a_point_runs,
     compacted_files,
-    job_file,
     job_files,
     job_segments,
     listing,
     next_generation,
     replaced_segments,
     skipped,  # noqa: F401
-    sweep_dir,
     sweep_lock,
 )
 from harness.store.manifest import read_manifest
@@ -41,7 +39,7 @@ from harness.store.reading import (
 from harness.store.rows import concat, without_empty_columns, write_file
 
 
-def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[str]]:
+def compact(sweep: SweepPaths) -> tuple[Path | None, list[str]]:
     """Merge a sweep's files into one, compacted-N.parquet; the merged file and what it absorbed.
 
     The merged rows go to a hidden temporary file, fsynced and renamed into place before any
@@ -54,7 +52,7 @@ def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[
     (its running mark held: a restore writes its rows back as segments beside its job file,
     which a compaction would take for replaced ones), is left as it is: (None, []).
     """
-    folder = sweep_dir(root, experiment, sweep)
+    folder = sweep.folder
     if not folder.is_dir():
         return None, []
     with sweep_lock(folder), files.uninterrupted():
@@ -65,7 +63,7 @@ def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[
         if a_point_runs(folder):  # its files are its own until it ends (a restore rewrites them)
             return None, []
         parts, identities = read_parts(folder, names)
-        foreign = _foreign_files(root, experiment, sweep, parts)
+        foreign = _foreign_files(sweep, parts)
         parts = {name: part for name, part in parts.items() if name not in foreign}
         identities = {name: ident for name, ident in identities.items() if name not in foreign}
         if not identities or any(has_running_rows(table) for table in parts.values()):
@@ -78,7 +76,7 @@ def compact(root: Path, experiment: str, sweep: str) -> tuple[Path | None, list[
     return path, sorted(identities)
 
 
-def _foreign_files(root: Path, experiment: str, sweep: str, parts: dict) -> set[str]:
+def _foreign_files(sweep: SweepPaths, parts: dict) -> set[str]:
     """The job files whose rows are not the sweep's planned point's (as_planned names them):
     never merged, left for resume to set aside."""
     files = job_files(list(parts))
@@ -90,18 +88,18 @@ def _foreign_files(root: Path, experiment: str, sweep: str, parts: dict) -> set[
     if not hashes:
         return set()
     rows = concat(hashes)
-    kept = as_planned(rows, read_manifest(root, experiment, sweep), root)
+    kept = as_planned(rows, read_manifest(sweep), sweep.root)
     return {files[job] for job in set(rows["job"].to_pylist()) - set(kept["job"].to_pylist())}
 
 
-def release(root: Path, experiment: str, sweep: str, jobs: Iterable[int]) -> list[int]:
+def release(sweep: SweepPaths, jobs: Iterable[int]) -> list[int]:
     """Move these jobs' rows out of the sweep's compacted file into job files of their own.
 
     Resume calls this before it reruns them, so that a rerun replaces a job's rows the usual
     way, by replacing its job file, and the folder as it lies holds every row once. Returns
     the jobs moved.
     """
-    folder = sweep_dir(root, experiment, sweep)
+    folder = sweep.folder
     if not compacted_files(listing(folder)):  # never compacted: nothing to move, nothing to lock
         return []
     with sweep_lock(folder), files.uninterrupted():
@@ -116,7 +114,7 @@ def release(root: Path, experiment: str, sweep: str, jobs: Iterable[int]) -> lis
         if not moved:
             return []
         for job, rows in moved.items():
-            write_file(job_file(root, experiment, sweep, job), without_empty_columns(rows))
+            write_file(sweep.job(job).file, without_empty_columns(rows))
         kept = merged.filter(pc.invert(pc.or_(moving, jobs_in(merged["job"], own))))
         if kept.num_rows:
             write_file(folder / f"compacted-{next_generation(names):06d}.parquet", kept)
@@ -126,13 +124,13 @@ def release(root: Path, experiment: str, sweep: str, jobs: Iterable[int]) -> lis
     return sorted(moved)
 
 
-def set_aside(root: Path, experiment: str, sweep: str) -> list[Path]:
+def set_aside(sweep: SweepPaths) -> list[Path]:
     """Move the sweep's files that reads in this process skipped (skipped) out of every
     reader's way: a "_damaged-" name without the .parquet suffix, kept for a post-mortem.
     Returns where they went."""
-    folder, moved = sweep_dir(root, experiment, sweep), []
+    folder, moved = sweep.folder, []
     with sweep_lock(folder):
-        for path in skipped(root, experiment, sweep):
+        for path in skipped(sweep):
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
             target = folder / f"{SET_ASIDE}{path.name}-{stamp}.bad"
             os.replace(path, target)
@@ -142,11 +140,11 @@ def set_aside(root: Path, experiment: str, sweep: str) -> list[Path]:
     return moved
 
 
-def prune(root: Path, experiment: str, sweep: str) -> bool:
+def prune(sweep: SweepPaths) -> bool:
     """Remove a sweep folder that holds nothing but temporaries older than files.STALE_S (a sweep
     whose manifest a kill cut short, planned and never started): whether it went."""
-    folder = sweep_dir(root, experiment, sweep)
-    if (folder / MANIFEST).exists() or listing(folder):
+    folder = sweep.folder
+    if sweep.manifest.exists() or listing(folder):
         return False
     files.remove_temporaries(folder, older_than_s=files.STALE_S)
     with contextlib.suppress(OSError):

@@ -1,7 +1,7 @@
-"""The store's layout: where a sweep's files lie and what their names say (job files,
-segments, compacted files, the manifest), the harness's own columns and statuses, and the locks
-and marks that say who is writing a sweep now (a command that runs it, a compaction, a point's
-process).
+"""The store's layout: where a sweep's and a job's files lie (SweepPaths, JobPaths) and what
+their names say (job files, segments, compacted files, the manifest), the harness's own columns
+and statuses, and the locks and marks that say who is writing a sweep now (a command that runs
+it, a compaction, a point's process).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -88,18 +89,67 @@ RESERVED = frozenset(name.lower() for name in [*HARNESS_COLUMNS, *PARTITIONS.nam
 ROW_SETS = ("status", "error")
 
 
-def sweep_dir(root: Path, experiment: str, sweep: str) -> Path:
-    return Path(root) / f"experiment={experiment}" / f"sweep={sweep}"
+@dataclass(frozen=True)
+class SweepPaths:
+    """Where a sweep's files lie: its folder in the store `root` (ROOT/experiment=NAME/sweep=ID:
+    its manifest, row files, locks and marks) and, beside the store, its run folder and its
+    checkpoints'. Every function that reads or writes one sweep's files takes this."""
+
+    root: Path
+    experiment: str
+    sweep: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def folder(self) -> Path:
+        return self.root / f"experiment={self.experiment}" / f"sweep={self.sweep}"
+
+    @property
+    def manifest(self) -> Path:
+        return self.folder / MANIFEST
+
+    @property
+    def runs(self) -> Path:
+        """The run folder beside the store (hydra.sweep.dir in conf/config.yaml: Hydra's job
+        folders, job-N, and submitit's)."""
+        return self.root.parent / "runs" / self.experiment / self.sweep
+
+    @property
+    def checkpoints(self) -> Path:
+        """The checkpoints' folder: beside the store, not in it (weights are no rows)."""
+        return (
+            self.root.parent
+            / "checkpoints"
+            / f"experiment={self.experiment}"
+            / f"sweep={self.sweep}"
+        )
+
+    def job(self, job: int) -> JobPaths:
+        return JobPaths(self, job)
 
 
-def runs_dir(root: Path, experiment: str, sweep: str) -> Path:
-    """The sweep's run folder beside the store `root` (hydra.sweep.dir in conf/config.yaml:
-    Hydra's job folders, job-N, and submitit's)."""
-    return Path(root).parent / "runs" / experiment / sweep
+@dataclass(frozen=True)
+class JobPaths:
+    """Where one job of a sweep writes: its job file (its segments and running mark beside it),
+    its checkpoint folder and its run folder."""
 
+    sweep: SweepPaths
+    job: int
 
-def job_file(root: Path, experiment: str, sweep: str, job: int) -> Path:
-    return sweep_dir(root, experiment, sweep) / f"job-{job:06d}.parquet"
+    @property
+    def file(self) -> Path:
+        return self.sweep.folder / f"job-{self.job:06d}.parquet"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.sweep.checkpoints / f"job-{self.job:06d}"
+
+    @property
+    def run_folder(self) -> Path:
+        """Hydra's job folder (hydra.sweep.subdir in conf/config.yaml)."""
+        return self.sweep.runs / f"job-{self.job}"
 
 
 def segment_file(path: Path, number: int, rank: int | None = None) -> Path:
@@ -213,18 +263,18 @@ class Claimed(Exception):
 
 
 @contextmanager
-def claim(root: Path, experiment: str, sweep: str) -> Iterator[None]:
+def claim(sweep: SweepPaths) -> Iterator[None]:
     """Hold the sweep for this command while it runs its points: a second command that would
     run them too (two resumes) raises Claimed, naming the process that holds it. The lock goes
     with the process, however it ends."""
-    path = sweep_dir(root, experiment, sweep) / RUN_LOCK
+    path = sweep.folder / RUN_LOCK
     try:
         opened = files.lock(path, wait=False)  # a symlink there: files.Linked, written to never
     except BlockingIOError:
         holder = path.read_text().strip() or "another process"
         raise Claimed(
-            f"sweep {sweep} is being run by another command ({holder}): let it end, or "
-            f"stop it, then resume; see its points with: python -m harness status {sweep}"
+            f"sweep {sweep.sweep} is being run by another command ({holder}): let it end, or "
+            f"stop it, then resume; see its points with: python -m harness status {sweep.sweep}"
         ) from None
     try:
         os.ftruncate(opened, 0)
@@ -234,18 +284,18 @@ def claim(root: Path, experiment: str, sweep: str) -> Iterator[None]:
         files.unlock(opened)
 
 
-def skipped(root: Path, experiment: str, sweep: str) -> dict[Path, str]:
+def skipped(sweep: SweepPaths) -> dict[Path, str]:
     """The sweep's files that reads in this process skipped as damaged (and still lie there),
     with the reason."""
-    folder = sweep_dir(root, experiment, sweep)
+    folder = sweep.folder
     return {
         path: why for path, why in _named.items() if path.parent == folder and os.path.lexists(path)
     }
 
 
-def run_by(root: Path, experiment: str, sweep: str) -> tuple[str, float] | None:
+def run_by(sweep: SweepPaths) -> tuple[str, float] | None:
     """(who, since when) of the command that holds the sweep (claim) now, or None."""
-    held = _holder(sweep_dir(root, experiment, sweep) / RUN_LOCK)
+    held = _holder(sweep.folder / RUN_LOCK)
     return (held[0] or "another process", held[1]) if held else None
 
 

@@ -15,13 +15,13 @@ from pathlib import Path
 
 from harness import files
 from harness.errors import BadInput
-from harness.store.layout import MANIFEST, MANIFEST_KINDS, name_once, sweep_dir
+from harness.store.layout import MANIFEST, MANIFEST_KINDS, SweepPaths, name_once
 from harness.store.search_settings import shape_fault
 
 
-def read_manifest(root: Path, experiment: str, sweep: str) -> dict | None:
+def read_manifest(sweep: SweepPaths) -> dict | None:
     """The sweep's manifest; None when it is missing or cannot be read (named on stderr)."""
-    path = sweep_dir(root, experiment, sweep) / MANIFEST
+    path = sweep.manifest
     try:
         manifest = files.read_json(path)
     except FileNotFoundError:
@@ -71,7 +71,7 @@ def write_manifest(root: Path, manifest: dict, new: bool = False) -> None:
     """The manifest as JSON, a line per point: readable, and written by json's C encoder
     (an indented dump is pure Python: seconds for 100,000 points). `new`: a new sweep's, whose
     folder must not exist yet (FileExistsError: the id is another sweep's)."""
-    path = sweep_dir(root, manifest["experiment"], manifest["sweep"]) / MANIFEST
+    path = SweepPaths(root, manifest["experiment"], manifest["sweep"]).manifest
     header = json.dumps({k: v for k, v in manifest.items() if k != "points"}, indent=2, default=str)
     points = ",\n".join(json.dumps(point, default=str) for point in manifest["points"])
     text = f'{header[:-2]},\n  "points": [\n{points}\n]}}\n'
@@ -131,7 +131,7 @@ def named_sweep(root: Path, sweep_id: str, experiment: str | None = None) -> str
     if sweep_id.startswith(TAG):
         tag = sweep_id.removeprefix(TAG)
         names = [experiment] if experiment else experiments(root)
-        manifests = [(s, read_manifest(root, name, s) or {}) for name in names
+        manifests = [(s, read_manifest(SweepPaths(root, name, s)) or {}) for name in names
                      for s in sweeps(root, name)]  # fmt: skip
         tagged = [s for s, manifest in manifests  # never a rerun of one (again_of: its own)
                   if manifest.get("tag") == tag and not manifest.get("again_of")]  # fmt: skip
@@ -152,5 +152,5 @@ def experiments(root: Path) -> list[str]:
 
 def experiment_of(root: Path, sweep: str) -> str | None:
     """The experiment whose sweep this id is; None when no experiment in root has it."""
-    found = [e for e in experiments(root) if sweep_dir(root, e, sweep).is_dir()]
+    found = [e for e in experiments(root) if SweepPaths(root, e, sweep).folder.is_dir()]
     return found[0] if found else None

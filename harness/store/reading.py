@@ -19,15 +19,15 @@ from harness.store.layout import (
     PARTITIONS,
     READ_ATTEMPTS,
     RUNNING,
+    JobPaths,
+    SweepPaths,
     compacted_files,
     in_order,
-    job_file,
     job_files,
     job_segments,
     listing,
     name_once,
     replaced_segments,
-    sweep_dir,
     sweep_dirs,
 )
 from harness.store.manifest import LAST, newest_sweep
@@ -103,10 +103,10 @@ def _every_harness_column(table: pa.Table) -> pa.Table:
     return table
 
 
-def jobs_with_rows(root: Path, experiment: str, sweep: str) -> set[int]:
+def jobs_with_rows(sweep: SweepPaths) -> set[int]:
     """The jobs that have rows in the store: their own files or segments, and those compacted
     files hold."""
-    folder = sweep_dir(root, experiment, sweep)
+    folder = sweep.folder
     for _ in range(READ_ATTEMPTS):
         names = listing(folder)
         try:
@@ -117,11 +117,10 @@ def jobs_with_rows(root: Path, experiment: str, sweep: str) -> set[int]:
     raise RuntimeError(f"{folder} changed under every one of {READ_ATTEMPTS} reads")
 
 
-def has_rows(root: Path, experiment: str, sweep: str, job: int) -> bool:
+def has_rows(job: JobPaths) -> bool:
     """Whether the job has rows in the store: its own file, its segments, or a compacted file
     holding it."""
-    path = job_file(root, experiment, sweep, job)
-    return path.exists() or job in jobs_with_rows(root, experiment, sweep)
+    return job.file.exists() or job.job in jobs_with_rows(job.sweep)
 
 
 def job_statuses(rows: pd.DataFrame) -> pd.Series:
@@ -235,8 +234,9 @@ def as_planned(rows: pd.DataFrame | pa.Table, manifest: dict | None, root: Path)
     }
     if not foreign:
         return rows  # no copy of a sweep's millions of training rows
+    sweep = SweepPaths(root, manifest["experiment"], manifest["sweep"])
     for job in sorted({job for job, _ in foreign}):
-        path = job_file(root, manifest["experiment"], manifest["sweep"], job)
+        path = sweep.job(job).file
         why = "config_hash differs" if job in planned else "the sweep planned no such job"
         name_once(path, f"its rows are not this sweep's planned point ({why})")
     kept = [pair not in foreign for pair in job_hashes(rows)]

@@ -58,13 +58,12 @@ from harness.tracking.checkpoints import (
     INDEX,
     Checkpoints,
     at,
-    checkpoint_dir,
 )
 from harness.tracking.feed import Feed
 from harness.tracking.landing import Landing
 from harness.tracking.requeue import Requeued, SlurmSignals
 
-__all__ = ["BEST", "CHECKPOINT", "INDEX", "Requeued", "Tracker", "checkpoint_dir"]
+__all__ = ["BEST", "CHECKPOINT", "INDEX", "Requeued", "Tracker"]
 
 
 class Tracker:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness import files, store
+from harness import files
 from harness.errors import StoreUnwritable
 from harness.names import Keeping, closest
 from harness.results.runs import STEP
@@ -39,19 +39,13 @@ NUMBERED = re.compile(r"(step|rows)-\d+\.pt")
 NO_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.EXDEV)
 
 
-def checkpoint_dir(out: Path, experiment: str, sweep: str, job: int) -> Path:
-    """The job's checkpoint folder: beside results/, not in it (weights are no rows)."""
-    sweep_dir = store.sweep_dir(Path(out) / "checkpoints", experiment, sweep)
-    return sweep_dir / f"job-{job:06d}"
-
-
 class Checkpoints:
-    """A job's checkpoint folder (`folder`), for the point of `config_hash`; `say` prints what
-    happens to a checkpoint it cannot use, `unwritable` makes a failed write the error that
-    stops the sweep, `keeping` is what it keeps (Keeping). The folder is the job's own, made by
-    the harness, where it removes files of its own names: no link (one above it, which a user
-    made to keep checkpoints on another disk, is followed). One it cannot write is found here,
-    at the point's start, not at its first save."""
+    """A job's checkpoint folder (`folder`: store.JobPaths.checkpoints), for the point of
+    `config_hash`; `say` prints what happens to a checkpoint it cannot use, `unwritable` makes a
+    failed write the error that stops the sweep, `keeping` is what it keeps (Keeping). The
+    folder is the job's own, made by the harness, where it removes files of its own names: no
+    link (one above it, which a user made to keep checkpoints on another disk, is followed).
+    One it cannot write is found here, at the point's start, not at its first save."""
 
     def __init__(
         self,

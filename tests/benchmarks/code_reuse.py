@@ -224,8 +224,8 @@ def stale_lookup(results: Path, sweep: "Sweep", stale: int) -> dict:
         seconds = []
         for _ in range(5):
             started = time.perf_counter()
-            reuse.find(results, EXPERIMENT, config_hash, {**key, "code_digest": code},
-                       "20991231-000000-0000", "all")  # fmt: skip
+            reuse.find(store.SweepPaths(results, EXPERIMENT, "20991231-000000-0000"),
+                       config_hash, {**key, "code_digest": code}, "all")  # fmt: skip
             seconds.append((time.perf_counter() - started) * 1000)
         timed[name] = median(seconds)
         print(f"  reuse.find among {len(real) + stale:,} answers of one config, {name}: "

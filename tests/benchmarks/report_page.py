@@ -71,7 +71,7 @@ def tiled_sweeps(root: Path, count: int, rng: np.random.Generator) -> None:
                          "sdpa_err64": sdpa, "tiled_err64": sdpa * (1.1 + 0.2 * rng.random()),
                          "tiled_ms": 1.0 + point["length"] / 100 * (1 + 0.05 * rng.random()),
                          "sdpa_ms": 0.5 + point["length"] / 200})  # fmt: skip
-        folder = store.sweep_dir(root, "exp014_tiled", sweep)
+        folder = store.SweepPaths(root, "exp014_tiled", sweep).folder
         store.write_rows(folder / "compacted-1.parquet", rows)
 
 
@@ -95,7 +95,7 @@ def training_sweep(root: Path, points: int, steps: int, rng: np.random.Generator
         last = {**constant, "phase": "eval", "step": steps, "loss": 0.05, "accuracy": 0.99,
                 "chance": 1 / 16}  # fmt: skip
         table = pa.concat_tables([table, pa.Table.from_pylist([last])], promote_options="default")
-        store.write_rows(store.job_file(root, "exp017_recall", sweep, job), table)
+        store.write_rows(store.SweepPaths(root, "exp017_recall", sweep).job(job).file, table)
 
 
 def measure(out: Path, repeats: int) -> None:

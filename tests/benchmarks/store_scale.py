@@ -95,7 +95,7 @@ def write_sweep(results: Path, points: list[dict]) -> list[float]:
     for job, params in enumerate(points):
         rows = [row(job, params)]
         started = time.perf_counter()
-        store.write_rows(store.job_file(results, EXPERIMENT, SWEEP, job), rows)
+        store.write_rows(store.SweepPaths(results, EXPERIMENT, SWEEP).job(job).file, rows)
         seconds.append(time.perf_counter() - started)
     # One planned point more, without rows: the sweep has not ended, so the report does not
     # compact it on its own, and the report over job files is measured as such.
@@ -119,8 +119,8 @@ def write_sweep(results: Path, points: list[dict]) -> list[float]:
 
 def linked_copy(results: Path, into: Path, sweep: str, files: int) -> None:
     """A sweep of the first `files` job files, hard-linked (no bytes copied)."""
-    source = store.sweep_dir(results, EXPERIMENT, SWEEP)
-    target = store.sweep_dir(into, EXPERIMENT, sweep)
+    source = store.SweepPaths(results, EXPERIMENT, SWEEP).folder
+    target = store.SweepPaths(into, EXPERIMENT, sweep).folder
     target.mkdir(parents=True)
     for path in store.result_files(results, EXPERIMENT, SWEEP)[:files]:
         os.link(path, target / path.name)
@@ -175,10 +175,12 @@ def main(points: int, repeats: int) -> None:
             linked_copy(results, copies, f"copy-{copy}", points)
         compactions = [
             *(
-                timed(lambda c=c: store.compact(copies, EXPERIMENT, f"copy-{c}"), 1)[0]
+                timed(
+                    lambda c=c: store.compact(store.SweepPaths(copies, EXPERIMENT, f"copy-{c}")), 1
+                )[0]
                 for c in range(repeats - 1)
             ),
-            *timed(lambda: store.compact(results, EXPERIMENT, SWEEP), 1),
+            *timed(lambda: store.compact(store.SweepPaths(results, EXPERIMENT, SWEEP)), 1),
         ]
         show(f"store.compact, {points} job files into one", compactions)
         read = lambda: store.read(results, EXPERIMENT, SWEEP)  # noqa: E731

@@ -57,9 +57,9 @@ def show(name: str, seconds: list[float], extra: str = "") -> None:
 
 def copies(results: Path, sweep: str, many: int) -> None:
     """MANY more sweeps of the experiment: the sweep's folder copied under older ids."""
-    source = store.sweep_dir(results, "exp014_tiled", sweep)
+    source = store.SweepPaths(results, "exp014_tiled", sweep).folder
     for i in range(many):
-        target = store.sweep_dir(results, "exp014_tiled", f"20200101-000000-{i:04x}")
+        target = store.SweepPaths(results, "exp014_tiled", f"20200101-000000-{i:04x}").folder
         shutil.copytree(source, target)
         manifest = json.loads((target / store.MANIFEST).read_text())
         store.write_manifest(results, manifest | {"sweep": target.name.removeprefix("sweep=")})

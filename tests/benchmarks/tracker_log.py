@@ -59,7 +59,7 @@ def old_tracking():
 def point(folder: Path, old: bool, **kwargs):
     """A Tracker of job 0 in `folder`, with harness.running.job's columns (the old one: its
     prepare)."""
-    path = store.job_file(folder / "results", "bench", "s", 0)
+    path = store.SweepPaths(folder / "results", "bench", "s").job(0).file
     path.parent.mkdir(parents=True, exist_ok=True)
     started, clock = datetime.now(UTC), time.perf_counter()
     shared = {"job": 0, "config_hash": "h", "started_at": started, "command": "bench",

@@ -81,7 +81,7 @@ def write_store(folder: Path, points: int, steps: int) -> None:
                          | {k: pa.array(v) for k, v in train.items()})  # fmt: skip
         last = {**constant, "phase": "eval", "step": steps, "loss": float(loss[-1]) * 1.1}
         table = pa.concat_tables([table, pa.Table.from_pylist([last])], promote_options="default")
-        store.write_rows(store.job_file(root, EXPERIMENT, sweep, job), table)
+        store.write_rows(store.SweepPaths(root, EXPERIMENT, sweep).job(job).file, table)
 
 
 def report(folder: Path) -> float:

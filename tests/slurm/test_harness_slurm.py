@@ -96,7 +96,9 @@ def test_an_answered_grid_submits_nothing_and_a_widened_one_only_its_new_point(s
     assert "3 points reused" in answered.stdout, answered.stdout
     assert "submitted as SLURM job" not in answered.stdout, answered.stdout
     newest = store.newest_sweep(sweep.results, "exp014_tiled")
-    assert "launches" not in store.read_manifest(sweep.results, "exp014_tiled", newest)
+    assert "launches" not in store.read_manifest(
+        store.SweepPaths(sweep.results, "exp014_tiled", newest)
+    )
     rows = store.read(sweep.results, "exp014_tiled", newest).sort_values("job")
     assert rows["reused_from"].notna().all() and set(rows["status"]) == {"ok"}
     assert rows["slurm_job_id"].notna().all(), "each copied from a task's answer"
@@ -109,7 +111,9 @@ def test_points_per_task_runs_several_points_in_each_array_task(sweep):
     assert rows["job"].tolist() == list(range(9)) and set(rows["status"]) == {"ok"}
     assert rows["slurm_array_task_id"].tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 2]
     sweep_ = sweep_id(sweep.results)
-    (launch,) = store.read_manifest(sweep.results, "exp014_tiled", sweep_)["launches"]
+    (launch,) = store.read_manifest(store.SweepPaths(sweep.results, "exp014_tiled", sweep_))[
+        "launches"
+    ]
     assert launch["launcher"] == "harness.launchers.slurm.SlurmLauncher" and launch["detached"]
     assert sorted(launch["placement"]["tasks"].values()) == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
     assert "9 ok" in status(sweep, sweep_)
@@ -235,13 +239,13 @@ def test_resume_resubmits_only_the_points_without_an_ok_row(sweep):
     # and a resume leaves a point SLURM still holds to it: wait until the queue is empty.
     wait_for(lambda: sweep.cluster.queue() == [], 120, "the first array to leave the queue")
     sweep_ = sweep_id(sweep.results)
-    folder = store.sweep_dir(sweep.results, "exp014_tiled", sweep_)
+    folder = store.SweepPaths(sweep.results, "exp014_tiled", sweep_).folder
     own_file(sweep.results, "exp014_tiled", sweep_, 1).unlink()
     store.write_rows(folder / "job-000003.parquet", [{"job": 3, "status": "failed"}])
     result = sweep(f"resume={sweep_}")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 points to run" in result.stdout
-    manifest = store.read_manifest(sweep.results, "exp014_tiled", sweep_)
+    manifest = store.read_manifest(store.SweepPaths(sweep.results, "exp014_tiled", sweep_))
     assert sorted(manifest["launches"][-1]["placement"]["tasks"].values()) == [[1], [3]]
     rows = store.read(sweep.results).sort_values("job")
     assert rows["job"].tolist() == [0, 1, 2, 3] and set(rows["status"]) == {"ok"}
@@ -390,7 +394,7 @@ def test_a_search_on_slurm_killed_mid_run_resumes_the_same_trials(cluster, harne
     cluster.run("scancel", array)
     wait_for(lambda: _running_task(cluster) is None, 60, "the array to go")
     (sweep_,) = store.sweeps(harness.results, "tuned")
-    folder = store.sweep_dir(harness.results, "tuned", sweep_)
+    folder = store.SweepPaths(harness.results, "tuned", sweep_).folder
     before = {t.user_attrs["job"]: (t.number, t.params) for t in search.studies(folder)[0].trials}
     assert len(before) == 2
     (gate / "release").touch()
@@ -453,6 +457,6 @@ def test_an_array_runs_the_code_it_was_submitted_with_whatever_is_edited_meanwhi
 
     wait_for(lambda: "3 ok" in shown(), 240, "the sweep to finish", interval=1, describe=shown)
     rows = store.read(harness.results, "own", sweep_).sort_values("job")
-    planned = store.read_manifest(harness.results, "own", sweep_)["code_digest"]
+    planned = store.read_manifest(store.SweepPaths(harness.results, "own", sweep_))["code_digest"]
     assert rows["value"].tolist() == [1, 2, 3]
     assert rows["code_digest"].eq(planned).all() and rows["slurm_job_id"].notna().all()

@@ -12,7 +12,7 @@ def write_jobs(root: Path, experiment: str, sweep: str, rows: list[dict]) -> Non
     for row in rows:
         jobs.setdefault(row["job"], []).append(row)
     for job, own in jobs.items():
-        store.write_rows(store.job_file(root, experiment, sweep, job), own)
+        store.write_rows(store.SweepPaths(root, experiment, sweep).job(job).file, own)
 
 
 def write_plan(root: Path, experiment: str, sweep: str, params: list[dict], config: dict) -> None:
@@ -28,5 +28,5 @@ def write_plan(root: Path, experiment: str, sweep: str, params: list[dict], conf
 def own_file(results: Path, experiment: str, sweep: str, job: int) -> Path:
     """A job's own file in a sweep that ended (and was compacted): its rows moved back out of
     the compacted file into it, as resume moves them, for a test to delete or damage."""
-    store.release(results, experiment, sweep, [job])
-    return store.job_file(results, experiment, sweep, job)
+    store.release(store.SweepPaths(results, experiment, sweep), [job])
+    return store.SweepPaths(results, experiment, sweep).job(job).file
