@@ -202,3 +202,16 @@ def test_each_commands_help_shows_its_key_value_usage(harness, args):
     assert result.returncode == 0 and result.stderr == "", result.stderr
     assert result.stdout.startswith(f"usage: python -m harness {args[0]} ")
     assert "out=DIR" in result.stdout and not (harness.cwd / "outputs").exists()
+
+
+def test_status_takes_a_sweep_by_its_tag(harness):
+    """status tag:NAME shows the newest sweep tagged NAME; an unknown tag, or one that is no
+    plain name, is one line and exit 2."""
+    made = harness("+experiment=exp014_tiled", "length=16", "block=16", "heads=1", "tag=base")
+    assert made.returncode == 0, made.stderr
+    (sweep,) = store.sweeps(harness.results, "exp014_tiled")
+    shown = harness("status", "tag:base")
+    assert shown.returncode == 0 and f"sweep {sweep} (exp014_tiled)" in shown.stdout
+    for tag in ("tag:none", "tag:a b"):
+        refused = harness("status", tag)
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr

@@ -130,6 +130,10 @@ class Parser(argparse.ArgumentParser):
 
 
 def sweep_id(text: str) -> str:
+    """A sweep id as a command takes it: an id, last, or tag:NAME (the newest sweep tagged NAME,
+    store.named_sweep)."""
+    if text.startswith("tag:"):
+        return "tag:" + check_name("tag", text.removeprefix("tag:"))
     return check_name("sweep id", text)
 
 
