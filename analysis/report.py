@@ -79,15 +79,14 @@ def judging(experiment: str, config_dirs, current_claims: bool) -> list:
 
 
 def judged(
-    root: Path, experiment: str, sweep: str, report_dir: Path, config_dirs, current_claims: bool,
-    by: list, claims: pd.DataFrame | None = None,
+    paths: store.SweepPaths, report_dir: Path, config_dirs, current_claims: bool, by: list,
+    claims: pd.DataFrame | None = None,
 ) -> dict:  # fmt: skip
     """A sweep's claims in a few words ("1 FAIL, 2 PASS"; "" without claims) and the sweep it
     runs again ("again_of", None for an original), judged as its section would judge them (its
     `claims`, where the section has); kept in the report folder's cache, as its points are,
     while what it was judged `by` (judging) holds."""
-
-    paths = store.SweepPaths(root, experiment, sweep)
+    root, experiment, sweep = paths.root, paths.experiment, paths.sweep
 
     def computed() -> dict:
         manifest = store.read_manifest(paths)
@@ -169,8 +168,8 @@ def write_report(
 
         def judge(sweep: str, checked=None, experiment=experiment, seen=seen, by=by) -> dict:
             if sweep not in seen or checked is not None:
-                seen[sweep] = judged(root, experiment, sweep, report_dir, config_dirs,
-                                     current_claims, by, checked)  # fmt: skip
+                paths = store.SweepPaths(root, experiment, sweep)
+                seen[sweep] = judged(paths, report_dir, config_dirs, current_claims, by, checked)
             return seen[sweep]
 
         if shown is None:
@@ -184,8 +183,9 @@ def write_report(
         views = []
         for sweep in chosen:
             folder = report_dir if shown is None else report_dir / SWEEPS / sweep
+            paths = store.SweepPaths(root, experiment, sweep)
             text, checked, view = cached_section(
-                root, experiment, sweep, report_dir, folder, config_dirs, current_claims
+                paths, report_dir, folder, config_dirs, current_claims
             )
             judge(sweep, checked)
             if newer:

@@ -75,9 +75,7 @@ def _provenance(first: pd.Series, rows: pd.DataFrame) -> list[str]:
 
 
 def section(
-    root: Path,
-    experiment: str,
-    sweep: str,
+    paths: store.SweepPaths,
     report_dir: Path,
     config_dirs: list[Path] = (),
     current_claims: bool = False,
@@ -86,7 +84,7 @@ def section(
     (octlm_analysis.page.section's `shown`, its points those of
     octlm_analysis.point_lines); its plots go to `report_dir` (their links are relative to the
     report's own folder, its parent if report_dir is a sweeps/ID/ one)."""
-    paths = store.SweepPaths(root, experiment, sweep)
+    root, experiment, sweep = paths.root, paths.experiment, paths.sweep
     manifest = store.read_manifest(paths)
     rows = store.as_planned(store.read(root, experiment, sweep), manifest, root)
     config = trusted_config(manifest, experiment, config_dirs, current_claims)
@@ -253,11 +251,11 @@ def _unknown_plan(sweep: store.SweepPaths) -> pd.DataFrame:
     return pd.DataFrame([line | {"points": MISSING, "missing": ""}])
 
 
-def cached_section(root, experiment, sweep, report_dir, folder, config_dirs, current_claims):
+def cached_section(paths: store.SweepPaths, report_dir, folder, config_dirs, current_claims):
     """_reported(), kept in the report folder's cache (octlm_analysis.point_lines.cached) while the
     sweep's files, the code and the experiment's config are as they were, and the plots its
     text links to are still there; a sweep that could not be reported is not kept."""
-    paths = store.SweepPaths(root, experiment, sweep)
+    experiment, sweep = paths.experiment, paths.sweep
     manifest = store.read_manifest(paths)
     own = experiment_file(experiment, config_dirs) if experiment in available_experiments(
         config_dirs) else None  # fmt: skip
@@ -268,7 +266,7 @@ def cached_section(root, experiment, sweep, report_dir, folder, config_dirs, cur
              current_claims]  # fmt: skip
 
     def computed() -> dict:
-        text, claims, view = _reported(root, experiment, sweep, folder, config_dirs, current_claims)
+        text, claims, view = _reported(paths, folder, config_dirs, current_claims)
         if not view.get("failed"):  # its points, from the rows it read: not read twice
             point_lines.keep(paths, report_dir, view["points"])
         view["points"] = page.reading_order(view["points"])  # as the page shows them
@@ -299,12 +297,13 @@ def _frame(table: dict) -> pd.DataFrame:
     return frame
 
 
-def _reported(root: Path, experiment: str, sweep: str, folder: Path, config_dirs, current_claims):
+def _reported(paths: store.SweepPaths, folder: Path, config_dirs, current_claims):
     """section(), or, for a sweep that cannot be reported, a line saying why and an ERROR
     claim: one sweep must not sink the rest."""
     try:
-        return section(root, experiment, sweep, folder, config_dirs, current_claims)
+        return section(paths, folder, config_dirs, current_claims)
     except Exception as error:
+        experiment, sweep = paths.experiment, paths.sweep
         text = f"## {experiment}\n\nsweep `{sweep}` could not be reported: {error!r}\n"
         checked = pd.DataFrame(
             [{"claim": "the sweep can be reported", "result": "ERROR", "worst": repr(error),

@@ -175,7 +175,7 @@ def make_launcher(cfg: DictConfig, task_function) -> protocol.Launcher:
         return launcher
     if is_basic_launcher(launcher) and InProcess.suits(cfg):
         return InProcessLauncher(cfg, task_function)
-    return HydraPluginLauncher(launcher, cfg, task_function)
+    return HydraPluginLauncher(launcher, cfg, task_function, context)
 
 
 def check_devices(points: list, launcher) -> None:

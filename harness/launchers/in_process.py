@@ -433,7 +433,7 @@ def _hydra_job(config: DictConfig, task_function, spec: Job, same: SameStart | N
         with same.point(spec.job) if same else contextlib.nullcontext():
             result = run_job(
                 hydra_context=hydra_context(sweep_config),
-                task_function=replace(task_function, jobs={spec.job: spec}),
+                task_function=replace(task_function, jobs=(spec,)),
                 config=sweep_config, job_dir_key="hydra.sweep.dir",
                 job_subdir_key="hydra.sweep.subdir",
             )  # fmt: skip

@@ -9,7 +9,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -36,16 +36,17 @@ log = logging.getLogger(__name__)
 class Task:
     """Hydra's task function for a sweep's jobs, where Hydra runs a job itself (a launcher plugin
     of Hydra's, or its basic launcher where the loop cannot reproduce a job): it carries what
-    every job of the sweep shares (the command that started it) and each job's record by number
-    (`jobs`, given as the jobs are launched: Hydra hands a job only its config). It is pickled
-    into each job's process as it is."""
+    every job of the sweep shares (the command that started it) and the records of the jobs it
+    is launched for (`jobs`: Hydra hands a job only its config; a launcher sets up Hydra's
+    plugin with a Task for each batch it launches). It is pickled into each job's process as it
+    is."""
 
     command: str | None = None
-    jobs: dict[int, Job] = field(default_factory=dict)
+    jobs: tuple[Job, ...] = ()
 
     def __call__(self, cfg: DictConfig) -> dict:
         values = config_values(cfg)
-        job = self.jobs[values["job"]]
+        job = next(job for job in self.jobs if job.job == values["job"])
         return run_point(values, HydraConfig.get().runtime.output_dir, self.command, job)
 
 
