@@ -281,14 +281,14 @@ def _compare(results: Path, args: argparse.Namespace) -> int:
     except CompareError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    text, verdict = document(comparison, factor, args.looks)
+    text, code = document(comparison, factor, args.looks)
     path, text = write(args.report, comparison, text)
     print(text, end="")
     print(f"comparison: {path}")
     if not in_common(comparison):
         print(f"error: {nothing_in_common(comparison)}", file=sys.stderr)
         return 1
-    return verdict
+    return code
 
 
 if __name__ == "__main__":

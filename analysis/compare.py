@@ -36,7 +36,7 @@ from harness import store
 from harness.measuring.columns import CLOCK, LOAD, is_housekeeping, is_number_column, is_timing
 from harness.results import runs
 from octlm_analysis import plots
-from octlm_analysis.sides import PROCESS, CompareError, Side
+from octlm_analysis.sides import SWEEP_INDEX, CompareError, Side
 
 RULE = (
     "A timing is judged over processes: each sweep's value (the median of its repeats) is one "
@@ -52,7 +52,7 @@ RULE = (
     "side is not judged."
 )
 BUSY = 0.25  # a process whose timing had more than this LOAD beside it is set aside
-NOT_METRICS = {"experiment", "sweep", "repeats", LOAD, PROCESS, *store.HARNESS_COLUMNS}
+NOT_METRICS = {"experiment", "sweep", "repeats", LOAD, SWEEP_INDEX, *store.HARNESS_COLUMNS}
 # A timing X's processes, on the line of its point (octlm_analysis.compare._processes):
 VALUES, IDS = " values", " ids"  # the values that count, and each one's measurement
 BUSY_SET, COPIES, CLOCKS_SEEN = " busy", " copies", " clocks"  # set aside; the SM clocks
@@ -109,15 +109,15 @@ def _compare_runs(a: Side, b: Side, keys: list[str], settings: pd.DataFrame,
 
 
 def final_values(rows: pd.DataFrame, metrics: list[str]) -> tuple[pd.DataFrame, dict]:
-    """A line a point (and PROCESS, a side's sweep): its status and error (its last row's, or
+    """A line a point (and SWEEP_INDEX, a side's sweep): its status and error (its last row's, or
     its last row's that is not ok), and each metric's final value in each phase (runs.finals)
     as a column "METRIC PHASE" (METRIC, of rows without a phase); and metric -> {phase (None:
     none): its column}."""
     if rows.empty:
         return rows, {}
-    needed = [*runs.POINT, PROCESS, "status", "error", runs.PHASE, runs.STEP, *metrics]
+    needed = [*runs.POINT, SWEEP_INDEX, "status", "error", runs.PHASE, runs.STEP, *metrics]
     rows = rows[[c for c in dict.fromkeys(needed) if c in rows]]  # a run's many rows: only these
-    by = [c for c in ("job", PROCESS) if c in rows]
+    by = [c for c in ("job", SWEEP_INDEX) if c in rows]
     order = runs.ordered(rows)
     ok = order["status"].eq("ok") if "status" in order else pd.Series(True, index=order.index)
     lines = pd.concat([order[ok], order[~ok]]).groupby(by, sort=False).tail(1)
@@ -171,7 +171,7 @@ def measurements(sweep: Side, keys: list[str], params: set[str]) -> pd.DataFrame
         else pd.DataFrame({"job": pd.Series(dtype="int64"), "status": []})
     )
     rows = rows.drop(columns=[c for c in rows if c in params or c in ("experiment", "sweep")])
-    by = ["job", PROCESS] if PROCESS in rows else "job"
+    by = ["job", SWEEP_INDEX] if SWEEP_INDEX in rows else "job"
     rows = rows.assign(row=rows.groupby(by).cumcount())
     lines = grid.merge(rows, on="job", how="left")
     lines["status"] = lines["status"].fillna("not run")
@@ -189,9 +189,9 @@ def _processes(lines: pd.DataFrame, timings: list[str]) -> pd.DataFrame:
     median of all its processes' values. The status is ok only where every sweep's is (else
     the first that is not, its error with it); the load is the largest; the rest the first
     sweep's."""
-    if PROCESS not in lines:
-        lines = lines.assign(**{PROCESS: 0})
-    lines = lines.sort_values(PROCESS, kind="stable").reset_index(drop=True)
+    if SWEEP_INDEX not in lines:
+        lines = lines.assign(**{SWEEP_INDEX: 0})
+    lines = lines.sort_values(SWEEP_INDEX, kind="stable").reset_index(drop=True)
     groups = lines.groupby(["job", "row"], sort=True)
     pooled = groups.first()
     failed = lines[~lines["status"].eq("ok")].groupby(["job", "row"]).first()
@@ -230,7 +230,7 @@ def _processes(lines: pd.DataFrame, timings: list[str]) -> pd.DataFrame:
                     for part, column in kept.items()}  # fmt: skip
     for load in [c for c in lines if is_load(c)]:  # each timing's: the largest
         columns[load] = numbers(lines, load).groupby([lines["job"], lines["row"]]).max()
-    pooled = pd.concat([pooled.drop(columns=[PROCESS, *columns], errors="ignore"),
+    pooled = pd.concat([pooled.drop(columns=[SWEEP_INDEX, *columns], errors="ignore"),
                         pd.DataFrame(columns, index=pooled.index)], axis=1)  # fmt: skip
     return pooled.reset_index()
 

@@ -12,9 +12,9 @@ The report shows each experiment's newest sweep by default (a sweep `python -m h
 made is a rerun: shown with its original, never taken as the newest), or the sweeps chosen
 (`shown`: `python -m harness report --sweep ID`, `--all`), each chosen one's plots in sweeps/ID/;
 every section lists all the sweeps of its experiment, with their points planned and landed and
-their claims' verdicts.
+their claims' results.
 
-This module writes the whole report (write_report): the sweeps chosen, every sweep's verdicts,
+This module writes the whole report (write_report): the sweeps chosen, every sweep's claim results,
 the sweep lists, and each experiment's part of the page with its history across sweeps. One
 sweep's section is octlm_analysis.report_section's; the config a sweep is reported with (and the
 code it may import) octlm_analysis.report_config's.
@@ -69,7 +69,7 @@ def latest_sweep(root: Path, experiment: str) -> tuple[str | None, list[str]]:
 
 
 def judging(experiment: str, config_dirs, current_claims: bool) -> list:
-    """What an experiment's sweeps' verdicts are judged by, besides the code and their files:
+    """What an experiment's sweeps' claim results are judged by, besides the code and their files:
     the config dirs, its YAML's and its tables' function's files, and current_claims."""
     own = experiment_file(experiment, config_dirs) if experiment in available_experiments(
         config_dirs) else None  # fmt: skip
@@ -100,13 +100,13 @@ def judged(
                 said = claims_table(rows, config, manifest["points"])
             except Exception:  # its own section says what went wrong
                 said = pd.DataFrame({"result": ["ERROR"]})
-        return {"again_of": (manifest or {}).get("again_of"), "claims": verdicts(said)}
+        return {"again_of": (manifest or {}).get("again_of"), "claims": claim_counts(said)}
 
     path = report_dir / point_lines.CACHE / experiment / f"{sweep}.judged.json"
     return point_lines.cached(path, paths.folder, computed, by, fresh=claims is not None)
 
 
-def verdicts(claims: pd.DataFrame | None) -> str:
+def claim_counts(claims: pd.DataFrame | None) -> str:
     """Claims' results counted, the worst first: "1 FAIL, 2 PASS" ("" for none)."""
     if claims is None or claims.empty:
         return ""
@@ -131,7 +131,7 @@ def killed(root: Path, experiment: str, points: pd.DataFrame) -> pd.DataFrame:
 
 
 def sweep_list(experiment: str, states: pd.DataFrame) -> str:
-    """Every sweep of an experiment, oldest first, with its state, points, its claims' verdicts,
+    """Every sweep of an experiment, oldest first, with its state, points, its claims' results,
     the sweep it runs again (again_of) and whether this report shows it (states: the page's
     sweep list, point_lines.sweep_states)."""
     shown = states[["sweep", "started", "state", "points", "landed", "claims", "again_of", "shown"]]
@@ -178,7 +178,7 @@ def write_report(
         else:
             chosen = shown[experiment]
         every_sweep = store.sweeps(root, experiment)
-        for sweep in set(every_sweep) - set(chosen):  # before the points: a verdict's read
+        for sweep in set(every_sweep) - set(chosen):  # before the points: a claim count's read
             judge(sweep)  # keeps them too; a shown sweep's are its section's (below)
         views = []
         for sweep in chosen:

@@ -1,6 +1,6 @@
 """A side of a comparison (octlm_analysis.compare): one sweep, or several sweeps of one grid, each
 made by a command of its own and so in processes of its own (`compare A1,A2,A3 B1,B2,B3`),
-whose rows say which sweep each came from (PROCESS), and the side's claims: of several sweeps,
+whose rows say which sweep each came from (SWEEP_INDEX), and the side's claims: of several sweeps,
 each claim's worst result among them.
 """
 
@@ -15,7 +15,7 @@ from harness.errors import one_line
 from harness.results.claims import claims_table
 from octlm_analysis.report import trusted_config
 
-PROCESS = "process"  # the row's sweep among its side's (0, 1, ...): a process of its own
+SWEEP_INDEX = "sweep_index"  # the row's sweep among its side's (0, 1, ...): a process of its own
 
 
 class CompareError(Exception):
@@ -31,14 +31,14 @@ class Side:
     id: str
     experiment: str
     manifest: dict
-    rows: pd.DataFrame  # of a side of several sweeps: each row's PROCESS says whose
+    rows: pd.DataFrame  # of a side of several sweeps: each row's SWEEP_INDEX says whose
     config: dict  # the experiment config its claims are checked by
     parts: list["Side"] | None = None  # a side of several sweeps: each of them
 
 
 def load(results: Path, given: str, config_dirs: list[Path] = ()) -> Side:
     """A side of the comparison: a sweep by its id, or several sweeps of one grid (ids joined
-    by commas), each a process of its own, as one Side whose rows say whose (PROCESS)."""
+    by commas), each a process of its own, as one Side whose rows say whose (SWEEP_INDEX)."""
     ids = given.split(",")
     if len(set(ids)) < len(ids):
         raise CompareError(f"{given} names a sweep twice: a side's sweeps are its processes")
@@ -57,7 +57,7 @@ def load(results: Path, given: str, config_dirs: list[Path] = ()) -> Side:
                 f"sweeps {first.id} and {other.id} are not of one grid: a side's sweeps run "
                 "the same points, each in processes of its own"
             )
-    rows = pd.concat([p.rows.assign(**{PROCESS: n}) for n, p in enumerate(parts)],
+    rows = pd.concat([p.rows.assign(**{SWEEP_INDEX: n}) for n, p in enumerate(parts)],
                      ignore_index=True)  # fmt: skip
     return Side(given, first.experiment, first.manifest, rows, first.config, parts)
 

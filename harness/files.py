@@ -136,8 +136,7 @@ def no_links_below(folder: Path, skip: Iterable[str] = ()) -> None:
 
 def write_table(path: Path, table: pa.Table, sync: bool = True) -> None:
     """Write rows with Parquet page checksums and a digest of the rows in the file's metadata."""
-    # A point's rows: no dictionaries, nor statistics (its file lives until the sweep compacts)
-    small = table.num_rows * table.num_columns <= SMALL
+    small = table.num_rows * table.num_columns <= SMALL  # a point's rows: no dictionaries
     if small:
         table = table.replace_schema_metadata({VALUES_DIGEST: digests.values_digest(table)})
     else:
@@ -147,8 +146,7 @@ def write_table(path: Path, table: pa.Table, sync: bool = True) -> None:
 
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:
-            options = {"use_dictionary": not small, "write_statistics": not small}
-            pq.write_table(table, f, write_page_checksum=True, **options)
+            pq.write_table(table, f, write_page_checksum=True, use_dictionary=not small)
 
     replace_atomically(path, write, sync)
 

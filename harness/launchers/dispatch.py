@@ -80,14 +80,14 @@ def reuse_answered(cfg: DictConfig, sweep, process, progress: "Progress") -> tup
     if left:
         print(f"{len(left)} points may be answered in the store already: each point's process "
               "decides (this one cannot tell what its launcher gives it)", flush=True)  # fmt: skip
-    named, reused, passed = tuple(sweep.experiment.config.get("environment") or ()), set(), []
+    named, reused, passed_over = tuple(sweep.experiment.config.get("environment") or ()), set(), []
     threads = cfg.get("threads") or process.threads
     for point in (p for p in found if p.job in decided):
         try:
             _, key = reuse.key(setting, point.params, devices[point.job], named, threads,
                                process.environ)  # fmt: skip
         except reuse.Refused as why:
-            passed.append(f"job {point.job}: {why}")
+            passed_over.append(f"job {point.job}: {why}")
             continue
         summary = reused_answer(
             sweep.paths.job(point.job),
@@ -99,11 +99,11 @@ def reuse_answered(cfg: DictConfig, sweep, process, progress: "Progress") -> tup
         if summary.get("reused_from"):
             finish(sweep, point, summary, progress)
             reused.add(point.job)
-        elif summary.get("passed"):
-            passed.append(summary["passed"])
-    if passed:
-        print(f"{len(passed)} points answered before run again: {passed[0]}"
-              f"{' (and others)' if len(passed) > 1 else ''}", flush=True)  # fmt: skip
+        elif summary.get("passed_over"):
+            passed_over.append(summary["passed_over"])
+    if passed_over:
+        print(f"{len(passed_over)} points answered before run again: {passed_over[0]}"
+              f"{' (and others)' if len(passed_over) > 1 else ''}", flush=True)  # fmt: skip
     return reused, decided
 
 

@@ -216,7 +216,7 @@ class Found:
 
     rows: list[dict] | None = None
     source: str | None = None
-    passed: str | None = None
+    passed_over: str | None = None
 
 
 def find(sweep: store.SweepPaths, config_hash: str, key: dict, copies: str) -> Found:
@@ -232,21 +232,21 @@ def find(sweep: store.SweepPaths, config_hash: str, key: dict, copies: str) -> F
         names = sorted(os.listdir(folder), reverse=True)  # sweep ids sort by time
     except OSError:
         return Found()
-    passed = None
+    passed_over = None
     for name in names:
         entry = _hint(folder / name)
         if entry is None or entry.get("sweep") == sweep.sweep:
             continue
         source = f"{entry.get('sweep')}/{entry.get('job')}"
-        why = _passed(root, experiment, entry, key, copies)
+        why = _why_not(root, experiment, entry, key, copies)
         if why is None:
             recorded = store.SweepPaths(root, experiment, str(entry.get("sweep")))
             rows = _answer(recorded, entry.get("job"), config_hash)
             if rows and all(_as_recorded(row, key) for row in rows):  # the new point's own
                 return Found([{**row, "reused_from": source} for row in rows], source)
             why = "its rows are gone or not what its record says"
-        passed = passed or f"{source} {why}"
-    return Found(passed=passed)
+        passed_over = passed_over or f"{source} {why}"
+    return Found(passed_over=passed_over)
 
 
 def _as_recorded(row: dict, key: dict) -> bool:
@@ -261,7 +261,7 @@ def _as_recorded(row: dict, key: dict) -> bool:
     return row.get("status") == "ok" and inputs == key["inputs"] and machine
 
 
-def _passed(root: Path, experiment: str, entry: dict, key: dict, copies: str) -> str | None:
+def _why_not(root: Path, experiment: str, entry: dict, key: dict, copies: str) -> str | None:
     """Why an answer on record is not the one to copy (None: it may be)."""
     differs = next((k for k, value in key.items() if entry.get(k) != value), None)
     if differs == "inputs":

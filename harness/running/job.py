@@ -68,8 +68,8 @@ def run_point(values: dict, run_dir: str, command: str | None, job: Job) -> dict
                                     point.setting["copies"])  # fmt: skip
             if summary.get("reused_from"):
                 return summary
-            if summary.get("passed"):
-                log.info("not reused: %s", summary["passed"])
+            if summary.get("passed_over"):
+                log.info("not reused: %s", summary["passed_over"])
         prepare, sinks, tracker = point.harness_columns(command, run_dir), None, None
         if values.get("sinks") and not (point.group and point.group.rank):  # rank 0's
             sinks = Sinks(values["sinks"], point.info(), functools.partial(_say, job.job))
@@ -220,10 +220,10 @@ def reused_answer(job: store.JobPaths, config_hash: str, params: dict, key: dict
     """The summary of a point whose answer another sweep holds under its `key`
     (harness.reuse.find; `copies`: what its sweep copies), its rows copied into this
     sweep as the job's own ("reused_from" names them); where there is none to copy, {} or,
-    where one on record was passed over, {"passed": why}."""
+    where one on record was passed over, {"passed_over": why}."""
     found = reuse.find(job.sweep, config_hash, key, copies)
     if found.rows is None:
-        return {"passed": found.passed} if found.passed else {}
+        return {"passed_over": found.passed_over} if found.passed_over else {}
     rows = [{**row, "job": job.job} for row in found.rows]
     store.write_rows(job.file, rows)
     return {**summarize(rows, params), "reused_from": found.source}
