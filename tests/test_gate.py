@@ -2,9 +2,10 @@
 interval as the hand-written formula gave it before scipy computed it, and Holm's rule as its
 published example and statsmodels decide it."""
 
+import numpy as np
 import pytest
 
-from octlm_analysis.verdicts import estimate, holm, processes_to_decide
+from octlm_analysis.verdicts import estimate, holm, processes_to_decide, verdict
 
 # (A's processes, B's, factor, tail) -> (ratio, low, high, p_slower, log_se) and the processes a
 # side that would decide it, as the hand-written Welch interval (t quantile and Welch-Satterthwaite
@@ -77,3 +78,40 @@ def test_holm_keeps_a_small_p_behind_a_larger_one_it_keeps():
     """Step-down: 0.04 is below alpha / 1 yet kept, since 0.03 before it was not rejected."""
     assert holm([0.03, 0.04], 0.05) == [False, False]
     assert holm([0.02, 0.04], 0.05) == [True, True]
+
+
+def test_the_interval_is_welchs_on_the_logs_as_scipy_gives_it():
+    """Against scipy's own Welch test of the log values (ttest_ind, equal_var=False): each end
+    of the interval a one-sided 95% bound, so the two-sided 90% interval."""
+    from scipy import stats
+
+    a, b = [10.0, 10.4, 9.7, 10.1], [12.2, 12.9, 11.8]
+    found = estimate(a, b, factor=1.10, tail=0.05)
+    welch = stats.ttest_ind(np.log(b), np.log(a), equal_var=False)
+    low, high = welch.confidence_interval(0.90)
+    assert (found.low, found.high) == (pytest.approx(np.exp(low)), pytest.approx(np.exp(high)))
+    shifted = stats.ttest_ind(np.log(b) - np.log(1.10), np.log(a), equal_var=False,
+                              alternative="greater")  # fmt: skip
+    assert found.p_slower == pytest.approx(shifted.pvalue)
+    assert found.ratio == pytest.approx(np.exp(np.log(b).mean() - np.log(a).mean()))
+
+
+def test_holm_steps_down_and_stops_at_the_first_it_keeps():
+    assert holm([0.01, 0.04, 0.03], 0.05) == [True, False, False]  # 0.03 > 0.05 / 2
+    assert holm([0.01, 0.02, 0.04], 0.05) == [True, True, True]  # 0.01, 0.02 <= 0.025, 0.04
+    assert holm([0.2, 0.04], 0.05) == [False, False] and holm([], 0.05) == []
+
+
+@pytest.mark.parametrize(
+    "b, expected",
+    [
+        ([1.30, 1.32, 1.29], "slower"),
+        ([0.70, 0.71, 0.69], "faster"),
+        ([1.00, 1.01, 0.99], "same"),
+        ([0.88, 0.93, 0.99], "same or faster"),
+        ([1.05, 1.10, 1.16], "ambiguous"),  # beyond 1.10 or within it: not told apart
+    ],
+)
+def test_each_verdict_from_the_interval_and_the_factor(b, expected):
+    found = estimate([1.0, 1.01, 0.99], b, factor=1.10, tail=0.05)
+    assert verdict(found, slower=holm([found.p_slower], 0.05)[0], factor=1.10) == expected

@@ -9,6 +9,7 @@ exceptions and failed loads are collected per tab.
 import base64
 import itertools
 import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -167,3 +168,10 @@ class Browser:
             params["clip"] = {"x": 0, "y": 0, "width": self.size[0], "height": height, "scale": 1}
         path.write_bytes(base64.b64decode(self.send("Page.captureScreenshot", **params)["data"]))
         return path
+
+
+def page_data(path, block: str = "report-data") -> dict:
+    """The JSON block `block` of the report page at `path` (its data, its catalogs)."""
+    text = Path(path).read_text()
+    found = re.search(rf'<script type="application/json" id="{block}">(.*?)</script>', text, re.S)
+    return json.loads(found[1])
