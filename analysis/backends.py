@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.results.tables import markdown
-from octlm_analysis.plots import lines
+from octlm_analysis.plots import lines, plain
 from octlm_analysis.scaling import loglog
 from octlm_experiments.derived.backends import shape as shape_of
 from octlm_experiments.derived.scaling import with_memory
@@ -70,7 +70,7 @@ def by_length(data: pd.DataFrame, method: str, shape: list[str]) -> list[dict]:
             figure = lines(group, "length", column, series, name, hover, spread)
             if figure is not None:
                 if column == "memory_mib":
-                    figure["layout"]["yaxis"]["title"]["text"] = f"{kinds} (MiB)"
+                    figure["layout"]["yaxis"]["title"]["text"] = plain(f"{kinds} (MiB)")
                 else:
                     figure["layout"]["yaxis"]["title"]["text"] = "median time (ms; bars: IQR)"
                 shown.append(figure)

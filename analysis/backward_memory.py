@@ -22,7 +22,7 @@ def figures(rows: pd.DataFrame, derived: dict) -> list[dict]:
     figure = plots.lines(data, "length", "memory_mib", series, name, ["job", *series])
     if figure is None:
         return []
-    figure["layout"]["yaxis"]["title"]["text"] = f"{kinds} (MiB)"
+    figure["layout"]["yaxis"]["title"]["text"] = plots.plain(f"{kinds} (MiB)")
     return [figure]
 
 

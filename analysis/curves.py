@@ -41,7 +41,7 @@ def figures(rows: pd.DataFrame, params: list[str], config: dict, drawn=()) -> li
     searched = list((config.get("search") or {}).get("params") or {})
     named = [*params, *(p for p in searched if p not in params)]
     own = {f["layout"]["yaxis"]["title"]["text"] for f in drawn if _against_step(f)}
-    shown = [m for m in metrics(rows, named, config) if plots.title(m) not in own]
+    shown = [m for m in metrics(rows, named, config) if plots.plain(plots.title(m)) not in own]
     kept = ["job", runs.STEP, runs.PHASE, "status", "trial", *named, *shown[: plots.FIGURES]]
     stepped = rows[rows[runs.STEP].notna()][[c for c in dict.fromkeys(kept) if c in rows]]
     stepped = runs.ordered(stepped)  # the columns drawn alone: each copy of the rows is small
@@ -70,7 +70,8 @@ def _against_step(figure: dict) -> bool:
 
 def _points(rows: pd.DataFrame, params: list[str]) -> pd.DataFrame:
     """A line per job: its name (the parameters that vary between the jobs, else its job),
-    what its hover says (job, trial, name) and how it ended (pruned where any row says so)."""
+    what the page's box reads of it (job, trial, name), its number (job, trial) and how it
+    ended (pruned where any row says so)."""
     last = runs.ordered(rows).drop_duplicates("job", keep="last").set_index("job", drop=False)
     names = plots.varying(last, params)
     status = store.job_statuses(rows.reset_index(drop=True))
@@ -79,7 +80,8 @@ def _points(rows: pd.DataFrame, params: list[str]) -> pd.DataFrame:
     for job, point in last.iterrows():
         name = plots.label(point, names) if names else f"job {job}"
         trial = f"trial {int(point['trial'])} · " if pd.notna(point.get("trial")) else ""
-        said.append({"job": job, "name": name, "hover": f"job {job} · {trial}{name}"})
+        said.append({"job": job, "name": name, "hover": f"job {job} · {trial}{name}",
+                     "number": f"job {job} · {trial}"})  # fmt: skip
     points = pd.DataFrame(said).set_index("job")
     points["status"] = status.where(~pruned, "pruned").reindex(points.index)
     return points
@@ -113,10 +115,10 @@ def curves(rows: pd.DataFrame, points: pd.DataFrame, metric: str) -> dict | None
               _training(held).to_numpy(), _phases(held))  # fmt: skip
     traces = []
     for job in grey:
-        traces += _traces([a[at[job]] for a in arrays], points.loc[job], metric, None, GREY_POINTS)
+        traces += _traces([a[at[job]] for a in arrays], points.loc[job], None, GREY_POINTS)
     for number, job in enumerate(bright):
         said = (COLOURS[number % len(COLOURS)], final.get(job))
-        traces += _traces([a[at[job]] for a in arrays], points.loc[job], metric, said, budget)
+        traces += _traces([a[at[job]] for a in arrays], points.loc[job], said, budget)
     name = _title(metric, arrays[2], points, grey)
     finite = arrays[1][np.isfinite(arrays[1])]
     span = [finite.min(), finite.max()] if len(finite) else []  # all that the axis's type reads
@@ -147,19 +149,23 @@ def _phases(rows: pd.DataFrame) -> np.ndarray:
     return rows[runs.PHASE].astype(str).to_numpy()
 
 
-def _traces(arrays: list[np.ndarray], point: pd.Series, metric: str, bright, budget: int) -> list:
+def _traces(arrays: list[np.ndarray], point: pd.Series, bright, budget: int) -> list:
     """A job's line (its training rows, downsampled to `budget`) and its marked other rows;
     `arrays`: its steps, values, which are training rows and their phases; `bright`: (colour,
-    final value) for a highlighted job, None for a grey one."""
+    final value) for a highlighted job, None for a grey one. Its hover names it by its number,
+    its trace's name and the y axis's title (plots.plain, both); `meta` is what the page's box
+    reads."""
     steps, values, train, phases = arrays
-    hover = f"{point['hover']}<br>step %{{x}}<br>{metric} %{{y:.4g}}<extra></extra>"
+    said, value = f"{point['number']}%{{fullData.name}}", "%{yaxis.title.text} %{y:.4g}"
     colour = bright[0] if bright else GREY
     name = point["name"] if bright is None or pd.isna(bright[1]) else (
         f"{point['name']} ({bright[1]:.3g})")  # fmt: skip
     if point["status"] in DASHES:
         name += f" ({point['status']})"
+    name = plots.plain(name)
     line = {"type": "scatter", "mode": "lines", "name": name, "legendgroup": point["hover"],
-            "showlegend": bright is not None, "meta": point["hover"], "hovertemplate": hover,
+            "showlegend": bright is not None, "meta": point["hover"],
+            "hovertemplate": f"{said}<br>step %{{x}}<br>{value}<extra></extra>",
             "line": {"color": colour, "width": 2 if bright else 1,
                      "dash": DASHES.get(point["status"], "solid")}}  # fmt: skip
     traces = []
@@ -169,10 +175,10 @@ def _traces(arrays: list[np.ndarray], point: pd.Series, metric: str, bright, bud
     if not train.all():
         marks = {**line, "mode": "markers", "showlegend": bright is not None and not train.any(),
                  "x": steps[~train].astype(float).tolist(), "y": values[~train].tolist(),
-                 "text": phases[~train].tolist(),
+                 "text": [plots.plain(phase) for phase in phases[~train]],
                  "marker": {"color": colour, "symbol": "diamond", "size": 9 if bright else 5},
-                 "hovertemplate": f"{point['hover']}<br>%{{text}} at step %{{x}}<br>{metric} "
-                                  "%{y:.4g}<extra></extra>"}  # fmt: skip
+                 "hovertemplate": f"{said}<br>%{{text}} at step %{{x}}<br>{value}"
+                                  "<extra></extra>"}  # fmt: skip
         marks.pop("line")
         traces.append(marks)
     return traces

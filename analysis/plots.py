@@ -4,12 +4,16 @@ draws as they are (plotly.graph_objects.Figure(figure) validates one; the tests 
 Every figure has a title and axis titles with units, a trace per series named by the settings
 that tell its points apart (never an empty one), hover text with each point's parameters and
 value, error bars from a timing's stored spread, and a log axis where its values span more than
-a decade. Training curves are downsampled for the browser without losing their extremes
-(`downsample`: at most CURVE_POINTS points a curve, each bucket's minimum and maximum).
+a decade. Every user's text (a name, a value, a claim) goes in as `plain` text, and never into a
+hover template's own text: a trace's text or meta holds it, the template refers to it (plotly.js
+never reads a value put in for a placeholder as a template again). Training curves are downsampled
+for the browser without losing their extremes (`downsample`: at most CURVE_POINTS points a curve,
+each bucket's minimum and maximum).
 REPORT.md's still pictures of the same figures are octlm_analysis.png_figures'.
 """
 
 import base64
+import html
 import math
 import textwrap
 
@@ -31,6 +35,18 @@ GRID_TICKS = 16  # a log axis over at most this many powers of two is ticked at 
 UNITS = {"tokens_per_s": "tokens/s", "_ms": "ms", "_s": "s", "_mib": "MiB"}  # first match
 
 
+def plain(text) -> str:
+    """A user's text as plotly.js shows it, character for character: & < > as entities (it reads
+    a subset of HTML in every text it draws: <b>, <br>, &amp;) and % too (it reads %{...} in a
+    title or a trace's name as a placeholder); plotly.js decodes the entities for display."""
+    return html.escape(str(text), quote=False).replace("%", "&#37;")
+
+
+def _plain_values(values: list) -> list:
+    """An axis's values, its texts (categories, drawn as tick labels) plain."""
+    return [plain(v) if isinstance(v, str) else v for v in values]
+
+
 def title(column: str) -> str:
     """An axis title: the column and its unit, e.g. "time_ms (ms)", "memory_mib (MiB)"."""
     unit = next((unit for suffix, unit in UNITS.items() if column.endswith(suffix)), None)
@@ -43,7 +59,7 @@ def figure(traces: list[dict], name: str, x: str, y: str, xs=(), ys=()) -> dict:
     grid of powers of two ticked at the grid's values."""
     lines = textwrap.wrap(name, TITLE_CHARS) or [name]
     title = {
-        "text": "<br>".join(lines),
+        "text": "<br>".join(map(plain, lines)),
         "x": 0.01,
         "xanchor": "left",
         "yref": "container",
@@ -54,8 +70,8 @@ def figure(traces: list[dict], name: str, x: str, y: str, xs=(), ys=()) -> dict:
     # (plotly.js anchors a title of several lines higher than its top: 12 px a line more)
     layout = {
         "title": title,
-        "xaxis": {"title": {"text": x}, "type": axis_type(xs), **grid_ticks(xs)},
-        "yaxis": {"title": {"text": y}, "type": axis_type(ys)},
+        "xaxis": {"title": {"text": plain(x)}, "type": axis_type(xs), **grid_ticks(xs)},
+        "yaxis": {"title": {"text": plain(y)}, "type": axis_type(ys)},
         "hovermode": "closest",
         "legend": {"title": {"text": "click to hide or show"}},
         "margin": {"t": TOOLBAR_PX + 12 + 28 * len(lines), "r": 20},
@@ -77,11 +93,11 @@ def grid_ticks(values) -> dict:
 
 def axis_type(values) -> str:
     """log for positive values that span more than DECADES decades, linear for other numbers,
-    "-" (plotly.js's own choice: dates as dates) without any."""
-    if not len(values):
+    "-" (plotly.js's own choice: dates as dates, texts as categories) without any."""
+    numbers = pd.to_numeric(pd.Series(list(values), dtype=object), errors="coerce").dropna()
+    if not len(numbers):
         return "-"
-    values = pd.to_numeric(pd.Series(list(values), dtype=object), errors="coerce").dropna()
-    values = values[np.isfinite(values.astype(float))]
+    values = numbers[np.isfinite(numbers.astype(float))]
     if len(values) < 2 or (values <= 0).any():
         return "linear"
     return "log" if math.log10(values.max() / values.min()) > DECADES else "linear"
@@ -128,12 +144,13 @@ def lines(
         trace = {
             "type": "scatter",
             "mode": "lines+markers",
-            "name": label(dict(zip(named, _tuple(key), strict=True)), named),
-            "x": line[x].tolist(),
+            "name": plain(label(dict(zip(named, _tuple(key), strict=True)), named)),
+            "x": _plain_values(line[x].tolist()),
             "y": line[y].astype(float).tolist(),
-            "text": [label(point, list(hover)) for _, point in line.iterrows()],
-            "hovertemplate": f"%{{text}}<br>{x}=%{{x}}<br>{y}=%{{y:.4g}}<extra>%{{fullData.name}}"
-            "</extra>",
+            "text": [plain(label(point, list(hover))) for _, point in line.iterrows()],
+            "meta": [plain(x), plain(y)],
+            "hovertemplate": "%{text}<br>%{meta[0]}=%{x}<br>%{meta[1]}=%{y:.4g}"
+            "<extra>%{fullData.name}</extra>",
         }
         if spread and spread in line and line[spread].notna().any():
             trace["error_y"] = _error_bars(line, y, spread)
@@ -194,9 +211,10 @@ def with_bounds(
 
 
 def _bound_trace(fig: dict, name: str, xs: list, ys: list) -> None:
-    fig["data"].append({"type": "scatter", "mode": "lines", "name": name, "x": xs, "y": ys,
+    fig["data"].append({"type": "scatter", "mode": "lines", "name": plain(name),
+                        "x": _plain_values(xs), "y": ys,
                         "line": {"dash": "dash", "color": "#c0392b"},
-                        "hovertemplate": f"{name}: %{{y:.3g}}<extra></extra>"})  # fmt: skip
+                        "hovertemplate": "%{fullData.name}: %{y:.3g}<extra></extra>"})  # fmt: skip
 
 
 def downsample(steps: np.ndarray, values: np.ndarray, points: int = CURVE_POINTS):
@@ -255,21 +273,21 @@ def curves(
         if not len(values):
             continue
         name = labels.get(job, f"job {job}")
-        traces.append({"type": "scatter", "mode": "lines", "name": name, "legendgroup": name,
-                       "x": steps_array(steps), "y": typed(values),
-                       "hovertemplate": f"{name}<br>step %{{x}}<br>{metric} %{{y:.4g}}"
-                                        "<extra></extra>"})  # fmt: skip
+        traces.append({"type": "scatter", "mode": "lines", "name": plain(name), "legendgroup": name,
+                       "x": steps_array(steps), "y": typed(values), "meta": [plain(name),
+                       plain(metric)], "hovertemplate": "%{meta[0]}<br>step %{x}<br>%{meta[1]} "
+                                                        "%{y:.4g}<extra></extra>"})  # fmt: skip
         shown.append(values)
     if held_out is not None and metric in held_out:
         marked = held_out.dropna(subset=[metric])
         for job, row in marked.set_index("job").iterrows():
             name = labels.get(job, f"job {job}")
-            traces.append({"type": "scatter", "mode": "markers", "name": f"{name}, held out",
+            traces.append({"type": "scatter", "mode": "markers", "name": plain(f"{name}, held out"),
                            "legendgroup": name, "showlegend": False, "x": [row["step"]],
-                           "y": [float(row[metric])],
+                           "y": [float(row[metric])], "meta": [plain(name), plain(metric)],
                            "marker": {"symbol": "diamond", "size": 10, "line": {"width": 1}},
-                           "hovertemplate": f"{name}<br>held-out {metric} %{{y:.4g}} after step "
-                                            f"%{{x}}<extra></extra>"})  # fmt: skip
+                           "hovertemplate": "%{meta[0]}<br>held-out %{meta[1]} %{y:.4g} after "
+                                            "step %{x}<extra></extra>"})  # fmt: skip
             shown.append(np.array([row[metric]], dtype=float))
     if not shown:
         return None
@@ -300,13 +318,13 @@ def history(points: pd.DataFrame, metric: str, params: list[str]) -> dict | None
         line = line.sort_values("started_at")
         said = label(dict(zip(named, _tuple(key), strict=True)), named)
         traces.append({"type": "scatter", "mode": "lines+markers" if len(line) <= MARKERS
-                       else "lines", "name": _cut(said), "x": line["when"].tolist(),
-                       "y": typed(line[metric], "f8"), "showlegend": few,
-                       "hovertemplate": "%{y:.4g}" if few else f"{said}<br>%{{x}}: %{{y:.4g}}"
+                       else "lines", "name": plain(_cut(said)), "x": line["when"].tolist(),
+                       "y": typed(line[metric], "f8"), "showlegend": few, "meta": plain(said),
+                       "hovertemplate": "%{y:.4g}" if few else "%{meta}<br>%{x}: %{y:.4g}"
                                         "<extra></extra>"})  # fmt: skip
     sweeps = data.drop_duplicates("sweep").sort_values("started_at")
     text = [
-        f"sweep {s} · commit {str(c)[:10]} · torch {t} · {d}"
+        plain(f"sweep {s} · commit {str(c)[:10]} · torch {t} · {d}")
         for s, c, t, d in zip(sweeps["sweep"], sweeps.get("git_commit", [None] * len(sweeps)),
                               sweeps.get("torch_version", [None] * len(sweeps)),
                               sweeps.get("device_name", [None] * len(sweeps)), strict=True)

@@ -1,9 +1,12 @@
 """The page's figures (octlm_analysis.plots: plain dicts of traces and layout) drawn with
 matplotlib, for REPORT.md, where the page's interactive plots cannot go: a claim's bound (a
-dashed trace) as a dashed line, a log axis log, traces without a legend entry left out.
+dashed trace) as a dashed line, a log axis log, traces without a legend entry left out. Their
+texts are plotly's (octlm_analysis.plots.plain: entities for what plotly reads as markup): each
+shown as the user wrote it, a dollar sign as itself rather than matplotlib's mathtext.
 """
 
 import base64
+import html
 import textwrap
 from pathlib import Path
 
@@ -24,24 +27,27 @@ def png(figures: list[dict], path: Path) -> Path | None:
         for trace in fig["data"]:
             if trace.get("showlegend") is False:
                 continue
-            xs, ys = _values(trace["x"]), _values(trace["y"])
+            xs, ys, label = _values(trace["x"]), _values(trace["y"]), _text(trace["name"])
+            if not isinstance(xs, np.ndarray):
+                xs = [_text(x) if isinstance(x, str) else x for x in xs]
             if trace.get("line", {}).get("dash") == "dash":  # a claim's bound
                 if len(set(np.asarray(ys).tolist())) == 1:
-                    axis.axhline(ys[0], linestyle="--", label=trace["name"], linewidth=1,
+                    axis.axhline(ys[0], linestyle="--", label=label, linewidth=1,
                                  color=trace["line"].get("color"))  # fmt: skip
                 else:
-                    axis.plot(xs, ys, "--", label=trace["name"], linewidth=1)
+                    axis.plot(xs, ys, "--", label=label, linewidth=1)
                 continue
             marker = "o" if "markers" in trace.get("mode", "") else None
-            axis.plot(xs, ys, marker=marker, label=trace["name"], linewidth=1)
+            axis.plot(xs, ys, marker=marker, label=label, linewidth=1)
         for name, scale in (("x", axis.set_xscale), ("y", axis.set_yscale)):
             if layout[f"{name}axis"]["type"] == "log":
                 scale("log")
         if "tickvals" in layout["xaxis"]:
             axis.set_xticks(layout["xaxis"]["tickvals"], layout["xaxis"]["ticktext"])
             axis.minorticks_off()
-        axis.set(xlabel=layout["xaxis"]["title"]["text"], ylabel=layout["yaxis"]["title"]["text"])
-        title = layout["title"]["text"].replace("<br>", " ")
+        axis.set(xlabel=_text(layout["xaxis"]["title"]["text"]),
+                 ylabel=_text(layout["yaxis"]["title"]["text"]))  # fmt: skip
+        title = _text(layout["title"]["text"].replace("<br>", " "))
         axis.set_title(textwrap.fill(title, 60), fontsize="small")
         axis.grid(True, which="both", alpha=0.3)
         axis.legend(fontsize="x-small")
@@ -56,3 +62,8 @@ def _values(values) -> np.ndarray | list:
     if isinstance(values, dict):
         return np.frombuffer(base64.b64decode(values["bdata"]), dtype=np.dtype(values["dtype"]))
     return values
+
+
+def _text(text: str) -> str:
+    """A plotly text as the user wrote it, for matplotlib: entities decoded, a $ not mathtext."""
+    return html.unescape(str(text)).replace("$", r"\$")

@@ -1,11 +1,13 @@
 """A search's part of the report (harness.searching.search): each cell's best trial with its
 parameters, and, from the cell's study, Optuna's own Plotly figures: the optimization history and
-the parameters' importance (fANOVA, once a cell has two trials with a value)."""
+the parameters' importance (fANOVA, once a cell has two trials with a value), its parameters'
+names plain text (octlm_analysis.plots.plain), never inside a hover template."""
 
 import pandas as pd
 
 from harness import store
 from harness.searching import search
+from octlm_analysis.plots import plain
 
 IMPORTANCE_TRIALS = 2  # the complete trials an importance needs
 
@@ -37,5 +39,17 @@ def figures(sweep: store.SweepPaths) -> list[dict]:
         if len(complete) >= IMPORTANCE_TRIALS:
             importance = shown.plot_param_importances(study)
             importance.update_layout(title=f"cell {cell}: parameter importance (fANOVA)")
-            drawn.append(importance.to_dict())
+            drawn.append(_plain_names(importance.to_dict(), complete))
     return drawn
+
+
+def _plain_names(importance: dict, trials: list) -> dict:
+    """Optuna's importance figure with its parameters' names (its bars' y, their hover: name,
+    distribution and importance) as plain text, each hover's name in `customdata`."""
+    kinds = {name: type(d).__name__ for t in trials for name, d in t.distributions.items()}
+    for trace in importance["data"]:
+        names = list(trace.get("y") or [])
+        trace["y"] = [plain(name) for name in names]
+        trace["customdata"] = [plain(f"{name} ({kinds.get(name, '?')})") for name in names]
+        trace["hovertemplate"] = "%{customdata}: %{x}<extra></extra>"
+    return importance

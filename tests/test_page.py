@@ -249,6 +249,21 @@ def test_axes_are_log_only_where_values_span_decades():
     assert plots.axis_type([1.0, 5.0]) == "linear"
     assert plots.axis_type([0.0, 1e3]) == "linear", "a zero has no place on a log axis"
     assert plots.axis_type([]) == "-"
+    assert plots.axis_type(["sdpa", "tiled"]) == "-", "texts: plotly.js's categories"
+
+
+def test_the_still_pictures_show_a_users_text_as_written(tmp_path, monkeypatch):
+    """REPORT.md's PNGs draw the page's figures, whose texts are plotly's (entities): matplotlib
+    is given each as the user wrote it, a $ as itself (an odd one is no mathtext error)."""
+    rows = pd.DataFrame({"kind": ["<b>a</b>", "b & c"], "cost_$": [1.0, 2.0], "run": ["x$^", "y"]})
+    fig = plots.lines(rows, "kind", "cost_$", ["run"], "cost in $ of <i>each</i> %{y}")
+    labels = []
+    original = png_figures._text
+    monkeypatch.setattr(png_figures, "_text", lambda text: labels.append(original(text)) or
+                        labels[-1])  # fmt: skip
+    assert png_figures.png([fig], tmp_path / "p.png").stat().st_size > 0
+    assert r"cost in \$ of <i>each</i> %{y}" in labels and r"run=x\$^" in labels
+    assert "<b>a</b>" in labels and "b & c" in labels
 
 
 def test_a_log_axis_over_powers_of_two_is_ticked_at_the_grid_and_long_titles_wrap(tmp_path):
