@@ -27,6 +27,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if argv[0] == "report":
             code = _report(argv[1:])
+        elif argv[0] == "note":
+            code = _note(argv[1:])
         else:
             code = run_command(argv) if argv[0] in commands() else _sweep(argv)
     except BadInput as error:
@@ -73,6 +75,14 @@ def _report(argv: list[str]) -> int:
     """python -m harness report ARGS: the report's own command line (octlm_analysis), which only
     reads the store; the harness's layers below the command line never import it."""
     from octlm_analysis.__main__ import main
+
+    return main(argv)
+
+
+def _note(argv: list[str]) -> int:
+    """python -m harness note NOTE.md ...: a note's bindings read from the store and written
+    (octlm_analysis.note_command), which, as the report, only reads the store."""
+    from octlm_analysis.note_command import main
 
     return main(argv)
 

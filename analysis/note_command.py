@@ -1,0 +1,135 @@
+"""python -m harness note NOTE.md [--check] [--accept] [--config-dir DIR] [out=DIR]: a
+researcher's note with the store's values (octlm_analysis.notes for the bindings it holds).
+
+It writes OUT/notes/NOTE.md and NOTE.html with each bound number as the store says it now,
+linked to its sweep, its rows and its code. --check exits 1 naming each binding whose value
+moved beyond the precision the note wrote it with, whose claim's verdict changed, whose sweep
+or rows are gone, or that states no value yet; 0 when all stand. --accept writes the store's
+values into NOTE.md itself (a diff to review and commit). It never runs an experiment: it
+reads the store as `python -m harness report` does. A binding that cannot work (an experiment,
+reducer, claim or column that is not there) is one line each on stderr and exit 2, before
+anything is written.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness import files
+from harness.errors import os_error
+from octlm_analysis.note_render import accepted, render, shown
+from octlm_analysis.note_values import Sweeps, Value, evaluate
+from octlm_analysis.notes import BadBinding, parse, stands
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command; its exit code (0, 1 for a stale binding under --check, 2 for bad input)."""
+    argv = sys.argv[1:] if argv is None else argv
+    argv = [f"--out={a[4:]}" if a.startswith("out=") else a for a in argv]
+    args = _parser().parse_args(argv)
+    try:
+        text = args.note.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        print(f"error: cannot read the note {args.note}: {_said(error)}", file=sys.stderr)
+        return 2
+    values, bad = read_values(text, Path(args.out) / "results", args.config_dir)
+    if bad:
+        for line, said in bad:
+            print(f"error: {args.note}:{line}: {said}", file=sys.stderr)
+        return 2
+    try:
+        if args.accept:
+            _accept(args.note, text, values)
+            text = args.note.read_text()
+            values, _ = read_values(text, Path(args.out) / "results", args.config_dir)
+        written = render(text, values, Path(args.out) / "notes", args.note.stem,
+                         Path(args.out) / "results")  # fmt: skip
+    except files.Linked as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"error: {os_error(error)}", file=sys.stderr)
+        return 1
+    stale = [found for found in values if moved(found)]
+    for found in stale:
+        print(f"STALE {args.note}:{found.binding.line}: {{{{{found.binding.text}}}}}: "
+              f"{moved(found)}", file=sys.stdout if args.check else sys.stderr)  # fmt: skip
+    print(f"note: {written[0]} and {written[1]} ({len(values)} bindings, {len(stale)} stale)")
+    return 1 if args.check and stale else 0
+
+
+def read_values(text: str, results: Path, config_dirs) -> tuple[list[Value], list]:
+    """Each binding's value from the store, and the bad bindings (line, what is wrong)."""
+    bindings, bad = parse(text)
+    sweeps = Sweeps(results, [Path(d).resolve() for d in config_dirs])
+    values = []
+    for binding in bindings:
+        try:
+            values.append(evaluate(binding, sweeps))
+        except BadBinding as error:
+            bad.append((binding.line, str(error)))
+    return values, sorted(bad)
+
+
+def moved(found: Value) -> str:
+    """Why a binding no longer stands ("" where it does): its sweep or rows gone, no value
+    written, or the store's value beyond the written one's precision."""
+    binding = found.binding
+    if found.problem:
+        return found.problem
+    if binding.block:
+        return ""
+    if binding.written is None:
+        return f"it states no value; the store says {shown(found)} (--accept writes it)"
+    if not stands(binding.written, found.value):
+        return f"the store says {shown(found)} (sweep {found.sweep}), not {binding.written}"
+    return ""
+
+
+def _accept(note: Path, text: str, values: list[Value]) -> None:
+    """NOTE.md with the store's values, each change said."""
+    new = accepted(text, values)
+    for found in values:
+        if not found.binding.block and not found.problem and moved(found):
+            print(f"accepted {note}:{found.binding.line}: {found.binding.written or 'none'} -> "
+                  f"{shown(found)}")  # fmt: skip
+    if new != text:
+        files.write_text(note, new)
+
+
+def _said(error: Exception) -> str:
+    return error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        usage = self.format_usage().removeprefix("usage: ").strip()
+        print(f"error: note: {message} (usage: {usage})", file=sys.stderr)
+        sys.exit(2)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m harness note", description=__doc__,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("note", type=Path, metavar="NOTE.md", help="the note, plain Markdown")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 naming each binding the store no longer bears out",
+    )
+    parser.add_argument(
+        "--accept",
+        action="store_true",
+        help="write the store's values into NOTE.md (a diff to review)",
+    )
+    parser.add_argument(
+        "--config-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder of experiments of your own (DIR/experiment/NAME.yaml)",
+    )
+    parser.add_argument("--out", default="outputs", metavar="DIR",
+                        help="out=DIR: the out folder whose store (DIR/results) it reads; the "
+                        "note goes to DIR/notes")  # fmt: skip
+    return parser

@@ -1,0 +1,143 @@
+"""A note written with the store's values: OUT/notes/NOTE.md and a self-contained NOTE.html.
+
+Each bound number is the store's value now, in the form the note wrote it, with a footnote
+that names what it read: its sweep (a link to the sweep's folder in the store), its rows (how
+many, and their digest) and its code (the code digest, and the command that shows it). A table
+block becomes the experiment's declared table; a figure block a PNG (beside NOTE.md; in
+NOTE.html, inlined). NOTE.html is the Markdown made HTML with the report page's style: the
+note's text escaped first (an HTML tag in a note is text), its links kept but for scripts, its
+images only those it carries (data:image/png): it fetches nothing and runs nothing.
+
+`accepted` is --accept's: the note's own text with each binding's written value replaced by
+the store's, the rest byte for byte.
+"""
+
+import base64
+import html
+import os
+from pathlib import Path
+
+import markdown as markdown_text
+from markupsafe import Markup
+
+from harness import files, store
+from harness.results.tables import markdown
+from octlm_analysis import page, plots
+from octlm_analysis.note_values import Value
+from octlm_analysis.notes import written_like
+
+FIGURE_KEY = "harness-figure-"  # the PNGs' names: NOTE.harness-figure-N.png
+
+
+def shown(found: Value) -> str:
+    """A value as the rendered note shows it."""
+    return written_like(found.value, found.binding.written)
+
+
+def accepted(text: str, values: list[Value]) -> str:
+    """The note with each inline binding's value the store's (bindings whose sweep or rows are
+    gone, and blocks, as written)."""
+    for found in sorted(values, key=lambda v: v.binding.start, reverse=True):
+        binding = found.binding
+        if binding.block or found.problem:
+            continue
+        inside = binding.text
+        left = inside.rpartition("->")[0] if "->" in inside else inside.rstrip() + " "
+        replaced = f"{{{{{left}-> {shown(found)} }}}}"
+        text = text[: binding.start] + replaced + text[binding.end :]
+    return text
+
+
+def render(text: str, values: list[Value], out: Path, name: str, results: Path) -> list[Path]:
+    """NOTE.md and NOTE.html in `out` (and the figures' PNGs beside them); their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    files.no_links_below(out)
+    parts, notes, figures, at = [], [], {}, 0
+    for number, found in enumerate(sorted(values, key=lambda v: v.binding.start), 1):
+        binding = found.binding
+        parts.append(text[at : binding.start])
+        at = binding.end
+        notes.append(f"[^h{number}]: {_provenance(found, out, results)}")
+        if found.problem:
+            was = binding.written or "no value"
+            parts.append(f"~~{was}~~ (stale: {found.problem})[^h{number}]")
+        elif binding.block == "harness-table":
+            caption = found.table.attrs.get("caption", "")
+            parts.append(f"{markdown(found.table)}\n\n{caption}[^h{number}]\n")
+        elif binding.block == "harness-figure":
+            png = _figure(found, out / f"{name}.{FIGURE_KEY}{number}.png")
+            figures[png.name] = png
+            parts.append(f"![{binding.metric}]({png.name})[^h{number}]\n")
+        else:
+            parts.append(f"{shown(found)}[^h{number}]")
+    parts.append(text[at:])
+    body = "".join(parts).rstrip("\n") + "\n\n" + "\n".join(notes) + "\n"
+    note = out / f"{name}.md"
+    files.write_text(note, body)
+    inlined = body
+    for file, path in figures.items():
+        data = base64.b64encode(path.read_bytes()).decode()
+        inlined = inlined.replace(f"]({file})", f"](data:image/png;base64,{data})")
+    document = out / f"{name}.html"
+    files.write_text(document, _html(inlined, name))
+    return [note, document, *figures.values()]
+
+
+def _provenance(found: Value, out: Path, results: Path) -> str:
+    """What a value read, for its footnote: `exp tiled_err64 max`, sweep (linked), rows and
+    their digest, code."""
+    binding = found.binding
+    said = f"`{binding.source()}`"
+    if found.sweep is None:
+        return f"{said}: {found.problem}"
+    folder = store.SweepPaths(results, binding.experiment, found.sweep).folder
+    link = Path(os.path.relpath(folder, out)).as_posix()
+    said += f" from sweep [`{found.sweep}`]({link})"
+    if found.problem:
+        return f"{said}: {found.problem}"
+    counted = "claims" if binding.reducer == "verdict" else "rows"
+    said += f"; {found.rows} {counted}, sha256 `{found.digest[:16]}`"
+    codes = ", ".join(f"`{c[:16]}`" for c in found.code) or "none recorded"
+    return f"{said}; code {codes} (`python -m harness code {found.sweep}`)"
+
+
+def _figure(found: Value, path: Path) -> Path:
+    """The figure block's metric against the sweep's parameter with the most values, a line
+    per other parameter that varies, as a PNG."""
+    from octlm_analysis.png_figures import png
+
+    rows, metric = found.table, found.binding.metric.rpartition(".")[2]
+    params = [p for p in store.parameter_columns(rows, [metric]) if p != metric]
+    x = plots.axis(rows, {}, params) or ("job" if "job" in rows else None)
+    title = f"{found.binding.experiment}: {metric}"
+    figure = plots.lines(rows, x, metric, [p for p in params if p != x], title) if x else None
+    if figure is None or png([figure], path) is None:
+        raise ValueError(f"nothing to draw of {metric}")
+    return path
+
+
+def _html(body: str, name: str) -> str:
+    """The rendered note as one HTML page: escaped, then Markdown, with the page's style."""
+    converted = markdown_text.markdown(
+        html.escape(body, quote=False),
+        extensions=["tables", "footnotes", "fenced_code", _Carried()],
+    )
+    converted = converted.replace("<table>", '<table class="data">')
+    return page._render("note.html", title=name, body=Markup(converted))
+
+
+class _Carried(markdown_text.extensions.Extension):
+    """Links but for scripts; images only those the page carries (data:image/png)."""
+
+    def extendMarkdown(self, md) -> None:  # noqa: N802 (Markdown's name)
+        md.treeprocessors.register(_Kept(md), "carried", 0)
+
+
+class _Kept(markdown_text.treeprocessors.Treeprocessor):
+    def run(self, root) -> None:
+        for element in root.iter():
+            target = (element.get("href") or element.get("src") or "").strip().lower()
+            if element.tag == "a" and target.startswith(("javascript:", "data:", "vbscript:")):
+                element.tag, element.attrib = "span", {}
+            elif element.tag == "img" and not target.startswith("data:image/png;base64,"):
+                element.tag, element.text, element.attrib = "span", element.get("alt", ""), {}
