@@ -1,0 +1,196 @@
+"""python -m harness note: a note's bindings read from a real store, --check and --accept, the
+precision rule, bad bindings, and the note written as Markdown and HTML."""
+
+import os
+import time
+
+import pytest
+from sweeps import write_jobs, write_plan
+
+from harness import store
+from octlm_analysis.notes import parse, stands, written_like
+
+KERNEL = (
+    "VALUE = {value}\n\n\ndef run(x: int = 1) -> list[dict]:\n    return [{{'value': VALUE}}]\n"
+)
+CONFIG = {
+    "name": "exp014_tiled",
+    "table": {"index": "length", "columns": "block", "values": "max_abs_diff"},
+    "claims": [{"metric": "max_abs_diff", "max": 1e-6, "text": "tiled matches SDPA"}],
+}
+
+
+def one_point(root) -> None:
+    """A sweep of exp014_tiled of one point, max_abs_diff 1e-7."""
+    row = {"job": 0, "status": "ok", "length": 128, "block": 64, "max_abs_diff": 1e-7}
+    write_jobs(root, "exp014_tiled", "20261129-120000-aaaa", [row])
+    write_plan(root, "exp014_tiled", "20261129-120000-aaaa", [{"length": 128, "block": 64}], CONFIG)
+
+
+@pytest.fixture
+def own(harness, tmp_path):
+    """An experiment of one's own, `valued`, whose two points give VALUE (own.edit(v) changes
+    its code); own() runs a sweep of it, own.note(...) the note command with its config dir."""
+    folder = tmp_path / "mine"
+    (folder / "experiment").mkdir(parents=True)
+    (folder / "minenote").mkdir()
+    (folder / "minenote" / "__init__.py").write_text("")
+    (folder / "experiment" / "valued.yaml").write_text(
+        "# @package _global_\nexperiment:\n  name: valued\n  run: minenote.kernel.run\n"
+        "  claims:\n    - {metric: value, max: 5, text: the value is small}\n"
+        "hydra:\n  sweeper:\n    params:\n      x: 1,2\n"
+    )
+
+    def edit(value) -> None:
+        path = folder / "minenote" / "kernel.py"
+        path.write_text(KERNEL.format(value=value))
+        stamp = time.time_ns() + 10**9  # a new mtime within the file system's granularity
+        os.utime(path, ns=(stamp, stamp))
+
+    def run(*args: str):
+        return harness("--config-dir", str(folder), "+experiment=valued",
+                       f"code_store={tmp_path / 'codes'}", *args,
+                       env={"PYTHONPATH": str(folder)})  # fmt: skip
+
+    def note(*args: str):
+        return harness("note", *args, "--config-dir", str(folder))
+
+    edit(2)
+    run.edit, run.note, run.cwd = edit, note, tmp_path
+    return run
+
+
+def test_a_value_that_moved_fails_check_accept_writes_it_and_a_new_sweep_fails_it_again(own):
+    """The issue's own case: 0 against 2, accepted, then 10 after a code change."""
+    assert own().returncode == 0
+    note = own.cwd / "NOTE.md"
+    note.write_text("# Values\n\nThe largest is {{ valued value max -> 0 }}, the claim "
+                    "{{ valued value verdict -> PASS }}.\n")  # fmt: skip
+    checked = own.note("NOTE.md", "--check")
+    assert checked.returncode == 1, checked.stderr
+    assert "NOTE.md:3: {{ valued value max -> 0 }}: the store says 2" in checked.stdout
+    assert "verdict" not in checked.stdout  # the claim stands: PASS
+    accepted = own.note("NOTE.md", "--accept")
+    assert accepted.returncode == 0 and "NOTE.md:3: 0 -> 2" in accepted.stdout
+    assert "{{ valued value max -> 2 }}, the claim {{ valued value verdict -> PASS }}" in (
+        note.read_text())  # fmt: skip
+    assert own.note("NOTE.md", "--check").returncode == 0
+
+    own.edit(10)
+    assert own().returncode == 0  # its claim (value <= 5) fails: the sweep says so, exit 0
+    sweep = store.newest_sweep(own.cwd / "outputs" / "results", "valued")
+    again = own.note("NOTE.md", "--check")
+    assert again.returncode == 1
+    assert f"{{{{ valued value max -> 2 }}}}: the store says 10 (sweep {sweep}), not 2" in (
+        again.stdout)  # fmt: skip
+    assert "{{ valued value verdict -> PASS }}: the store says FAIL" in again.stdout
+    rendered = (own.cwd / "outputs" / "notes" / "NOTE.md").read_text()
+    assert "The largest is 10[^h1], the claim FAIL[^h2]." in rendered
+    assert f"sweep [`{sweep}`](../results/experiment=valued/sweep={sweep})" in rendered
+    digest = store.read_manifest(store.SweepPaths(own.cwd / "outputs" / "results", "valued",
+                                                  sweep))["code_digest"]  # fmt: skip
+    assert f"code `{digest[:16]}`" in rendered
+
+
+def test_a_verdict_is_the_one_the_report_gives(harness, analysis):
+    """A claim that fails in the store fails in the note, as in report --check."""
+    root = harness.results
+    write_jobs(root, "exp014_tiled", "20261129-120000-aaaa", [
+        {"job": j, "status": "ok", "length": length, "block": 64, "max_abs_diff": v}
+        for j, (length, v) in enumerate([(128, 1e-7), (512, 3e-6)])])  # fmt: skip
+    write_plan(root, "exp014_tiled", "20261129-120000-aaaa",
+               [{"length": 128, "block": 64}, {"length": 512, "block": 64}], CONFIG)  # fmt: skip
+    report = analysis("--check")
+    assert report.returncode == 1 and "FAIL       exp014_tiled" in report.stdout
+    (harness.cwd / "n.md").write_text("{{ exp014_tiled max_abs_diff verdict -> FAIL }}\n")
+    assert harness("note", "n.md", "--check").returncode == 0
+
+
+def test_bad_bindings_are_one_line_each_with_the_name_meant_and_nothing_is_written(harness):
+    one_point(harness.results)
+    lines = ["{{ exp014_tiledd max_abs_diff max -> 1 }}",
+             "{{ exp014_tiled max_abs_dif max -> 1 }}",
+             "{{ exp014_tiled max_abs_diff maxx -> 1 }}",
+             "{{ exp014_tiled max_abs_diff verdict -> PAS }}",
+             "{{ exp014_tiled max_abs_diff max where lenght > 2 -> 1 }}",
+             "{{ exp014_tiled max_abs_diff max were length > 2 -> 1 }}",
+             "{{ exp014_tiled max_abs_diff max -> }}",
+             "{{ exp014_tiled max_abs_diff max -> 1e-07 }}"]  # fmt: skip
+    (harness.cwd / "n.md").write_text("\n".join(lines) + "\n")
+    said = harness("note", "n.md")
+    assert said.returncode == 2 and said.stdout == ""
+    errors = said.stderr.splitlines()
+    assert len(errors) == 7 and all(line.startswith("error: n.md:") for line in errors)
+    for number, meant in enumerate(["exp014_tiled", "max_abs_diff", "max", "PASS", "length",
+                                    "where"], 1):  # fmt: skip
+        assert errors[number - 1].startswith(f"error: n.md:{number}: ")
+        assert errors[number - 1].endswith(f"did you mean {meant}?") or (
+            f"did you mean {meant} or" in errors[number - 1])  # fmt: skip
+    assert "nothing after ->" in errors[6] and "Traceback" not in said.stderr
+    assert not (harness.cwd / "outputs" / "notes").exists()
+
+
+def test_a_sweep_or_rows_gone_fail_check_and_the_note_says_why(harness):
+    one_point(harness.results)
+    (harness.cwd / "n.md").write_text(
+        "{{ exp014_tiled max_abs_diff max sweep 20261129-120000-aaab -> 1e-07 }}\n"
+        "{{ exp014_tiled max_abs_diff max where length > 128 -> 1e-07 }}\n"
+        "{{ exp014_tiled max_abs_diff max sweep tag:gone -> 1e-07 }}\n"
+        "{{ exp014_tiled max_abs_diff max sweep 20261129-120000-aaaa -> 1e-07 }}\n"
+    )
+    said = harness("note", "n.md", "--check")
+    assert said.returncode == 1
+    stale = [line for line in said.stdout.splitlines() if line.startswith("STALE")]
+    assert [line.split(":")[1] for line in stale] == ["1", "2", "3"]
+    assert "sweep 20261129-120000-aaab of exp014_tiled is no longer in the store; did you " \
+        "mean 20261129-120000-aaaa?" in stale[0]  # fmt: skip
+    assert "has no rows with a value where length > 128" in stale[1]
+    assert "tagged 'gone'" in stale[2]
+    rendered = (harness.cwd / "outputs" / "notes" / "n.md").read_text()
+    assert rendered.startswith("~~1e-07~~ (stale: sweep 20261129-120000-aaab of exp014_tiled")
+
+
+def test_the_html_is_self_contained_and_a_notes_markup_is_text(harness):
+    root = harness.results
+    write_jobs(root, "exp014_tiled", "20261129-120000-aaaa", [
+        {"job": j, "status": "ok", "length": length, "block": 64, "max_abs_diff": v}
+        for j, (length, v) in enumerate([(128, 1e-7), (512, 3e-7)])])  # fmt: skip
+    write_plan(root, "exp014_tiled", "20261129-120000-aaaa",
+               [{"length": 128, "block": 64}, {"length": 512, "block": 64}], CONFIG)  # fmt: skip
+    (harness.cwd / "n.md").write_text(
+        "# <b>Note</b>\n\nAt most {{ exp014_tiled max_abs_diff max -> 3e-07 }} "
+        "<script>alert(1)</script> [x](javascript:alert(1)) ![i](http://host/beacon.png)\n\n"
+        "```harness-table\nexp014_tiled\n```\n\n```harness-figure\nexp014_tiled max_abs_diff\n```\n"
+    )
+    assert harness("note", "n.md", "--check").returncode == 0
+    page = (harness.cwd / "outputs" / "notes" / "n.html").read_text()
+    assert "<script" not in page and "&lt;script&gt;" in page and "&lt;b&gt;" in page
+    assert "javascript:" not in page and "http://host" not in page
+    assert page.count('<img alt="max_abs_diff" src="data:image/png') == 1
+    assert '<table class="data">' in page and "3e-07" in page
+    assert (harness.cwd / "outputs" / "notes" / "n.harness-figure-3.png").stat().st_size > 5000
+
+
+@pytest.mark.parametrize(("written", "value", "holds"), [
+    ("3.1e-07", 3.14e-7, True), ("3.1e-07", 3.16e-7, False), ("3.1e-7", 3.06e-7, True),
+    ("3.0e-7", 3.05e-7, True),
+    ("0.00031", 3.14e-4, True), ("0.00031", 3.2e-4, False), ("4,928", 4928.4, True),
+    ("4,928", 4928.6, False), ("2", 2, True), ("2", 2.4, True), ("0", 2, False), ("9", 9, True),
+    ("10.5", 10.54, True), ("10.5", 10.56, False), ("PASS", "PASS", True), ("PASS", "FAIL", False),
+])  # fmt: skip
+def test_a_value_stands_at_the_place_of_its_last_written_digit(written, value, holds):
+    assert stands(written, value) is holds
+
+
+@pytest.mark.parametrize(("written", "value", "shown"), [
+    ("3.1e-07", 1.234e-6, "1.2e-06"), ("3.1e-7", 1.234e-6, "1.2e-6"), ("0.00031", 0.0031234,
+    "0.00312"), ("4,928", 12345.6, "12,346"), ("0", 2, "2"), (None, 2, "2"),
+    (None, 5.432e-7, "5.4e-07"), (None, 0.5432, "0.54"), ("PASS", "FAIL", "FAIL"),
+])  # fmt: skip
+def test_a_value_is_written_in_the_form_the_note_wrote_it(written, value, shown):
+    assert written_like(value, written) == shown
+
+
+def test_bindings_in_other_fenced_blocks_are_text():
+    bindings, bad = parse("```\n{{ a b maxx -> 1 }}\n```\n{{ a b max -> 1 }}\n")
+    assert not bad and [b.line for b in bindings] == [4]
