@@ -188,7 +188,22 @@ def _main(argv: list[str] | None) -> int:
                   sys.stdout)  # fmt: skip
     print(f"report: {path} and {path.with_name('index.html')}")
     failing = claims[claims["result"].isin(FAILING)]
-    return 1 if args.check and not failing.empty else 0
+    notes = _notes(results, config_dirs)
+    return 1 if args.check and (not failing.empty or notes) else 0
+
+
+def _notes(results: Path, config_dirs: list[Path]) -> bool:
+    """The notes report.yaml names (notes: [docs/notes/*.md]) checked, a line each binding that
+    no longer stands; whether one fails, as a failing claim does."""
+    from octlm_analysis.note_command import check_notes
+
+    try:
+        said = check_notes(results, config_dirs)
+    except ValueError as error:
+        said = [("ERROR", str(error))]
+    for result, line in said:
+        print(f"{result:10} note {line}")
+    return any(result != "PASS" for result, _ in said)
 
 
 def _smaller_than_its_grid(manifest: dict | None, experiment: str) -> str:

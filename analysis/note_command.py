@@ -17,6 +17,8 @@ from pathlib import Path
 
 from harness import files
 from harness.errors import os_error
+from harness.names import CONF
+from harness.yaml_files import read_yaml
 from octlm_analysis.note_render import accepted, render, shown
 from octlm_analysis.note_values import Sweeps, Value, evaluate
 from octlm_analysis.notes import BadBinding, parse, stands
@@ -69,6 +71,45 @@ def read_values(text: str, results: Path, config_dirs) -> tuple[list[Value], lis
         except BadBinding as error:
             bad.append((binding.line, str(error)))
     return values, sorted(bad)
+
+
+REPORT_CONFIG = "report.yaml"  # in conf/ and each --config-dir: `notes:`, globs of notes
+
+
+def configured_notes(config_dirs) -> list[Path]:
+    """The notes `python -m harness report` checks: the globs of `notes:` in conf/report.yaml
+    and each config dir's report.yaml, from the working folder; ValueError for a `notes:`
+    that is no list of text."""
+    found = []
+    for folder in (CONF, *map(Path, config_dirs)):
+        path = folder / REPORT_CONFIG
+        globs = (read_yaml(path) or {}).get("notes") or [] if path.is_file() else []
+        if not isinstance(globs, list) or not all(isinstance(g, str) for g in globs):
+            raise ValueError(f"{path}: notes is a list of globs (docs/notes/*.md), not {globs!r}")
+        for pattern in globs:
+            found += sorted(Path().glob(pattern)) if not Path(pattern).is_absolute() else sorted(
+                Path("/").glob(pattern.lstrip("/")))  # fmt: skip
+    return list(dict.fromkeys(found))
+
+
+def check_notes(results: Path, config_dirs) -> list[tuple[str, str]]:
+    """Each configured note checked as --check checks it: (PASS, "NOTE.md: N bindings stand"),
+    or a line (STALE, "NOTE.md:LINE: {{ ... }}: why") per binding that no longer stands and
+    (ERROR, "NOTE.md:LINE: what is wrong") per bad one."""
+    said = []
+    for note in configured_notes(config_dirs):
+        try:
+            values, bad = read_values(note.read_text(), results, config_dirs)
+        except (OSError, UnicodeDecodeError) as error:
+            said.append(("ERROR", f"{note}: cannot be read: {_said(error)}"))
+            continue
+        said += [("ERROR", f"{note}:{line}: {why}") for line, why in bad]
+        stale = [found for found in values if moved(found)] if not bad else []
+        said += [("STALE", f"{note}:{found.binding.line}: {{{{{found.binding.text}}}}}: "
+                  f"{moved(found)}") for found in stale]  # fmt: skip
+        if not bad and not stale:
+            said.append(("PASS", f"{note}: {len(values)} bindings stand"))
+    return said
 
 
 def moved(found: Value) -> str:

@@ -6,8 +6,9 @@ the report judges for its experiment (octlm_analysis.report.latest_sweep: the ne
 a value reducer reads the ok rows its where selects, or a table the experiment derives
 (METRIC as TABLE.COLUMN, harness.results.claims.derived_tables); a verdict is the report's own
 (claims_table over the sweep's planned points, with the config the report takes,
-trusted_config), the worst of the claims on METRIC where several are. Each sweep is read once
-however many bindings name it.
+trusted_config), the worst of the claims on METRIC where several are (N/A only where every one
+is: a claim for CUDA says nothing of a sweep on the CPU). Each sweep is read once however many
+bindings name it.
 
 A value comes with what it read: its sweep, how many rows, their digest (sha256 of the rows'
 job, metric and where columns as CSV), the code digests that made them. A binding that names
@@ -30,7 +31,7 @@ from harness.results.claims import claims_table, derived_tables, parameters
 from octlm_analysis.notes import VERDICTS, BadBinding, Binding
 from octlm_analysis.report import latest_sweep, trusted_config
 
-WORST_FIRST = ("ERROR", "FAIL", "INCOMPLETE", "N/A", "PASS")  # of several claims on one metric
+WORST_FIRST = ("ERROR", "FAIL", "INCOMPLETE", "PASS", "N/A")  # of several claims on a metric
 
 
 @dataclass

@@ -8,11 +8,13 @@ import pytest
 from sweeps import write_jobs, write_plan
 
 from harness import store
+from harness.names import HERE
 from octlm_analysis.notes import parse, stands, written_like
 
 KERNEL = (
     "VALUE = {value}\n\n\ndef run(x: int = 1) -> list[dict]:\n    return [{{'value': VALUE}}]\n"
 )
+ROOT = HERE.parent
 CONFIG = {
     "name": "exp014_tiled",
     "table": {"index": "length", "columns": "block", "values": "max_abs_diff"},
@@ -194,3 +196,49 @@ def test_a_value_is_written_in_the_form_the_note_wrote_it(written, value, shown)
 def test_bindings_in_other_fenced_blocks_are_text():
     bindings, bad = parse("```\n{{ a b maxx -> 1 }}\n```\n{{ a b max -> 1 }}\n")
     assert not bad and [b.line for b in bindings] == [4]
+
+
+SEED_NOTE = ROOT / "docs" / "notes" / "day2-sdpa-and-tiling.md"
+
+
+@pytest.mark.slow
+def test_the_seeds_note_stands_against_the_seeded_sweeps(harness):
+    """docs/notes/'s Day 2 note, checked against exp014_tiled's seeded sweep and exp014_equivalence
+    (SDPA and tiled: flex compiles for minutes here): every binding of theirs stands; those of
+    exp015_backends, whose lengths to 8,192 take minutes and gigabytes, are this machine's
+    numbers, named stale for want of a sweep and nothing else."""
+    assert harness("+experiment=exp014_tiled").returncode == 0
+    assert harness("+experiment=exp014_equivalence", "path=sdpa,tiled").returncode == 0
+    checked = harness("note", str(SEED_NOTE), "--check")
+    assert checked.returncode == 1, checked.stderr
+    stale = [line for line in checked.stdout.splitlines() if line.startswith("STALE")]
+    bound = [b for b in parse(SEED_NOTE.read_text())[0]]
+    assert len(bound) > len(stale) >= 1
+    for line in stale:
+        assert "exp015_backends has no sweep in" in line, line
+    assert len(stale) == sum(b.experiment == "exp015_backends" for b in bound)
+    rendered = (harness.cwd / "outputs" / "notes" / "day2-sdpa-and-tiling.html").read_text()
+    assert '<table class="data">' in rendered and "PASS" in rendered
+
+
+def test_report_check_fails_on_a_configured_note_as_on_a_failing_claim(harness, analysis):
+    """notes: in a config dir's report.yaml: report --check exits 1 naming the binding that
+    moved, 0 once the note says what the store does."""
+    one_point(harness.results)
+    folder = harness.cwd / "mine"
+    folder.mkdir()
+    (folder / "report.yaml").write_text("notes: [notes/*.md]\n")
+    (harness.cwd / "notes").mkdir()
+    note = harness.cwd / "notes" / "n.md"
+    note.write_text("At most {{ exp014_tiled max_abs_diff max -> 2e-07 }}.\n")
+    failed = analysis("--check", "--config-dir", str(folder))
+    assert failed.returncode == 1, failed.stderr
+    assert "PASS       exp014_tiled" in failed.stdout  # the claim itself holds
+    assert "STALE      note notes/n.md:1: {{ exp014_tiled max_abs_diff max -> 2e-07 }}: the " \
+        "store says 1e-07" in failed.stdout  # fmt: skip
+    assert analysis("--config-dir", str(folder)).returncode == 0  # without --check: said, 0
+    note.write_text("At most {{ exp014_tiled max_abs_diff max -> 1e-07 }}.\n")
+    passed = analysis("--check", "--config-dir", str(folder))
+    assert (
+        passed.returncode == 0 and "PASS       note notes/n.md: 1 bindings stand" in passed.stdout
+    )
