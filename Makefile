@@ -1,4 +1,5 @@
-# make run:       set up .venv if needed, run the seeded exp014_tiled sweep here, regenerate the report.
+# make run:       set up .venv if needed, run the seeded exp014_tiled sweep here, regenerate the report
+#                 and the Day 2 note (docs/notes/, written to outputs/notes/: docs/notes.md).
 # make test:      the same set-up, then ruff, the layer contracts (lint-imports) and the whole test
 #                 suite (what CI runs): every test but the serial ones on a worker a core and two
 #                 more (the SLURM tests, in two groups
@@ -26,6 +27,7 @@ SHELL := /bin/bash
 run: $(VENV)/.installed
 	$(BIN)/python -m harness +experiment=exp014_tiled
 	$(BIN)/python -m harness report
+	$(BIN)/python -m harness note docs/notes/day2-sdpa-and-tiling.md
 
 test: $(VENV)/.installed
 	$(BIN)/ruff check .
