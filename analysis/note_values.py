@@ -58,6 +58,7 @@ class Sweeps:
         self._judged: dict[str, str | None] = {}
         self._read: dict[tuple[str, str], tuple] = {}
         self._claims: dict[tuple[str, str], pd.DataFrame] = {}
+        self._listed: dict[str, list[str]] = {}
         self.experiments = set(store.experiments(self.root)) if self.root.is_dir() else set()
         self.known = self.experiments | set(available_experiments(self.config_dirs))
 
@@ -74,6 +75,12 @@ class Sweeps:
         if experiment not in self.experiments:
             return None
         return store.named_sweep(self.root, named, experiment)
+
+    def listed(self, experiment: str) -> list[str]:
+        """The experiment's sweeps in the store (store.sweeps), listed once."""
+        if experiment not in self._listed:
+            self._listed[experiment] = store.sweeps(self.root, experiment)
+        return self._listed[experiment]
 
     def sweep(self, experiment: str, sweep: str) -> tuple[pd.DataFrame, dict | None, dict]:
         """A sweep's planned points' rows, its manifest and its config as the report takes it."""
@@ -107,8 +114,8 @@ def evaluate(binding: Binding, sweeps: Sweeps) -> Value:
         return Value(binding, problem=str(error))
     if sweep is None:
         return Value(binding, problem=f"{binding.experiment} has no sweep in {sweeps.root}")
-    if sweep not in store.sweeps(sweeps.root, binding.experiment):
-        near = closest(sweep, store.sweeps(sweeps.root, binding.experiment))
+    if sweep not in sweeps.listed(binding.experiment):
+        near = closest(sweep, sweeps.listed(binding.experiment))
         return Value(binding, sweep=sweep, problem=f"sweep {sweep} of {binding.experiment} is "
                      f"no longer in the store{near}")  # fmt: skip
     rows, manifest, config = sweeps.sweep(binding.experiment, sweep)
