@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     stale = [found for found in values if moved(found)]
     for found in stale:
-        print(f"STALE {args.note}:{found.binding.line}: {{{{{found.binding.text}}}}}: "
+        print(f"STALE {args.note}:{found.binding.line}: {found.binding.said()}: "
               f"{moved(found)}", file=sys.stdout if args.check else sys.stderr)  # fmt: skip
     print(f"note: {written[0]} and {written[1]} ({len(values)} bindings, {len(stale)} stale)")
     return 1 if args.check and stale else 0
@@ -105,8 +105,8 @@ def check_notes(results: Path, config_dirs) -> list[tuple[str, str]]:
             continue
         said += [("ERROR", f"{note}:{line}: {why}") for line, why in bad]
         stale = [found for found in values if moved(found)] if not bad else []
-        said += [("STALE", f"{note}:{found.binding.line}: {{{{{found.binding.text}}}}}: "
-                  f"{moved(found)}") for found in stale]  # fmt: skip
+        said += [("STALE", f"{note}:{found.binding.line}: {found.binding.said()}: {moved(found)}")
+                 for found in stale]  # fmt: skip
         if not bad and not stale:
             said.append(("PASS", f"{note}: {len(values)} bindings stand"))
     return said

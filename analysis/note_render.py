@@ -15,6 +15,7 @@ the store's, the rest byte for byte.
 import base64
 import html
 import os
+import warnings
 from pathlib import Path
 
 import markdown as markdown_text
@@ -24,7 +25,7 @@ from harness import files, store
 from harness.results.tables import markdown
 from octlm_analysis import page, plots
 from octlm_analysis.note_values import Value
-from octlm_analysis.notes import written_like
+from octlm_analysis.notes import stands, written_like
 
 FIGURE_KEY = "harness-figure-"  # the PNGs' names: NOTE.harness-figure-N.png
 
@@ -35,11 +36,15 @@ def shown(found: Value) -> str:
 
 
 def accepted(text: str, values: list[Value]) -> str:
-    """The note with each inline binding's value the store's (bindings whose sweep or rows are
-    gone, and blocks, as written)."""
+    """The note with each inline binding that no longer stands given the store's value (those
+    that stand, those whose sweep or rows are gone, and blocks, as written)."""
     for found in sorted(values, key=lambda v: v.binding.start, reverse=True):
         binding = found.binding
-        if binding.block or found.problem:
+        if (
+            binding.block
+            or found.problem
+            or (binding.written and stands(binding.written, found.value))
+        ):
             continue
         inside = binding.text
         left = inside.rpartition("->")[0] if "->" in inside else inside.rstrip() + " "
@@ -111,7 +116,10 @@ def _figure(found: Value, path: Path) -> Path:
     x = plots.axis(rows, {}, params) or ("job" if "job" in rows else None)
     title = f"{found.binding.experiment}: {metric}"
     figure = plots.lines(rows, x, metric, [p for p in params if p != x], title) if x else None
-    if figure is None or png([figure], path) is None:
+    with warnings.catch_warnings():  # matplotlib's on a layout it cannot tighten
+        warnings.simplefilter("ignore", UserWarning)
+        drawn = png([figure], path) if figure is not None else None
+    if drawn is None:
         raise ValueError(f"nothing to draw of {metric}")
     return path
 

@@ -6,7 +6,7 @@ from. A block is a fenced `harness-table` (EXPERIMENT [where EXPR] [sweep ...]: 
 experiment's declared `table:`) or `harness-figure` (EXPERIMENT METRIC [where EXPR] [sweep
 ...]: the metric drawn against the sweep's parameter). On GitHub all of it reads as it stands:
 the bindings as text with their values, the blocks as code. Bindings inside other fenced blocks
-are text, left as they are.
+and code spans are text, left as they are.
 
 A VALUE binds at the place of its last written digit: `3.1e-07` at 1e-08, `0.00031` at 1e-05,
 `4,928` and `2` at units. The recomputed value stands while, rounded half to even at that
@@ -27,6 +27,7 @@ VERDICTS = ("PASS", "FAIL", "INCOMPLETE", "N/A", "ERROR")
 BLOCKS = ("harness-table", "harness-figure")
 BINDING = re.compile(r"\{\{(?P<inside>[^{}\n]*?)\}\}")
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>```+|~~~+)\s*(?P<info>\S*)")
+CODE = re.compile(r"(`+)[^`].*?\1")  # a code span: what it holds is text
 SWEEP = re.compile(r"(?:^|\s)sweep\s+(?P<sweep>\S+)\s*$")
 NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\.\d+")
 
@@ -52,6 +53,12 @@ class Binding:
     written: str | None = None
     block: str | None = None  # a fenced block's kind (BLOCKS), None for an inline binding
     text: str = field(default="", repr=False)
+
+    def said(self) -> str:
+        """The binding as a message names it: `{{ ... -> 2 }}`, or a block's kind and words."""
+        if self.block:
+            return f"{self.block} block `{self.source()}`"
+        return f"{{{{{self.text}}}}}"
 
     def source(self) -> str:
         """The binding as a note writes it, less its value: `exp014_tiled max_abs_diff max`."""
@@ -89,8 +96,11 @@ def _pieces(text: str):
                 yield first, start, offset + len(line), kind, text[body:offset]
             fenced = None
         elif fenced is None:
+            code = [span.span() for span in CODE.finditer(line)]
             for match in BINDING.finditer(line):
-                yield number, offset + match.start(), offset + match.end(), None, match["inside"]
+                if not any(a <= match.start() < b for a, b in code):  # `{{ ... }}` is text
+                    yield number, offset + match.start(), offset + match.end(), None, match[
+                        "inside"]  # fmt: skip
         offset += len(line)
 
 
@@ -179,14 +189,17 @@ def stands(written: str, value) -> bool:
 def written_like(value, written: str | None) -> str:
     """A recomputed value as the note would write it: in the written value's form (its
     exponent's significant digits, its decimals, its thousands' commas), or for a value not
-    written yet, an integer whole and anything else to two significant digits."""
+    written yet, an integer or one of 100 or more whole (with commas), anything else to two
+    significant digits."""
     if isinstance(value, str):
         return value
     value = float(value)
     if written is None or place(written) is None:
         if value.is_integer() and abs(value) < 1e15:
             return f"{int(value)}"
-        return f"{value:.1e}" if value and not 1e-3 <= abs(value) < 1e4 else f"{value:.2g}"
+        if 100 <= abs(value) < 1e15:
+            return f"{value:,.0f}"
+        return f"{value:.1e}" if value and abs(value) < 1e-3 else f"{value:.2g}"
     mantissa, e, _ = written.lower().partition("e")
     if e:
         digits = len(mantissa.lstrip("+-").replace(".", "").lstrip("0")) or 1

@@ -193,9 +193,9 @@ def test_a_value_is_written_in_the_form_the_note_wrote_it(written, value, shown)
     assert written_like(value, written) == shown
 
 
-def test_bindings_in_other_fenced_blocks_are_text():
-    bindings, bad = parse("```\n{{ a b maxx -> 1 }}\n```\n{{ a b max -> 1 }}\n")
-    assert not bad and [b.line for b in bindings] == [4]
+def test_bindings_in_other_fenced_blocks_and_code_spans_are_text():
+    bindings, bad = parse("```\n{{ a b maxx -> 1 }}\n```\n`{{ ... }}` {{ a b max -> 1 }}\n")
+    assert not bad and [(b.line, b.text) for b in bindings] == [(4, " a b max -> 1 ")]
 
 
 SEED_NOTE = ROOT / "docs" / "notes" / "day2-sdpa-and-tiling.md"
