@@ -2,13 +2,13 @@
 researcher's note with the store's values (octlm_analysis.notes for the bindings it holds).
 
 It writes OUT/notes/NOTE.md and NOTE.html with each bound number as the store says it now,
-linked to its sweep, its rows and its code. --check exits 1 naming each binding whose value
-moved beyond the precision the note wrote it with, whose claim's verdict changed, whose sweep
-or rows are gone, or that states no value yet; 0 when all stand. --accept writes the store's
-values into NOTE.md itself (a diff to review and commit). It never runs an experiment: it
-reads the store as `python -m harness report` does. A binding that cannot work (an experiment,
-reducer, claim or column that is not there) is one line each on stderr and exit 2, before
-anything is written.
+linked to its sweep, its rows and its code. --check writes nothing: it exits 1 naming each
+binding whose value moved beyond the precision the note wrote it with, whose claim's verdict
+changed, whose sweep or rows are gone, or that states no value yet; 0 when all stand.
+--accept writes the store's values into NOTE.md itself (a diff to review and commit), then the
+note. It never runs an experiment: it reads the store as `python -m harness report` does. A
+binding that cannot work (an experiment, reducer, claim or column that is not there) is one
+line each on stderr and exit 2, before anything is written.
 """
 
 import argparse
@@ -19,8 +19,7 @@ from harness import files
 from harness.errors import os_error
 from harness.names import CONF
 from harness.yaml_files import read_yaml
-from octlm_analysis.note_render import accepted, render, shown
-from octlm_analysis.note_values import Sweeps, Value, evaluate
+from octlm_analysis.note_values import Sweeps, Value, accepted, evaluate, shown
 from octlm_analysis.notes import BadBinding, parse, stands
 
 
@@ -39,13 +38,17 @@ def main(argv: list[str] | None = None) -> int:
         for line, said in bad:
             print(f"error: {args.note}:{line}: {said}", file=sys.stderr)
         return 2
+    written = []
     try:
         if args.accept:
             _accept(args.note, text, values)
             text = args.note.read_text()
             values, _ = read_values(text, Path(args.out) / "results", args.config_dir)
-        written = render(text, values, Path(args.out) / "notes", args.note.stem,
-                         Path(args.out) / "results")  # fmt: skip
+        if not args.check or args.accept:  # a check reads, and writes nothing
+            from octlm_analysis.note_render import render
+
+            written = render(text, values, Path(args.out) / "notes", args.note.stem,
+                             Path(args.out) / "results")  # fmt: skip
     except files.Linked as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -56,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     for found in stale:
         print(f"STALE {args.note}:{found.binding.line}: {found.binding.said()}: "
               f"{moved(found)}", file=sys.stdout if args.check else sys.stderr)  # fmt: skip
-    print(f"note: {written[0]} and {written[1]} ({len(values)} bindings, {len(stale)} stale)")
+    where = f"{written[0]} and {written[1]}" if written else f"{args.note} checked"
+    print(f"note: {where} ({len(values)} bindings, {len(stale)} stale)")
     return 1 if args.check and stale else 0
 
 

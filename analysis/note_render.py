@@ -7,9 +7,6 @@ block becomes the experiment's declared table; a figure block a PNG (beside NOTE
 NOTE.html, inlined). NOTE.html is the Markdown made HTML with the report page's style: the
 note's text escaped first (an HTML tag in a note is text), its links kept but for scripts, its
 images only those it carries (data:image/png): it fetches nothing and runs nothing.
-
-`accepted` is --accept's: the note's own text with each binding's written value replaced by
-the store's, the rest byte for byte.
 """
 
 import base64
@@ -24,33 +21,9 @@ from markupsafe import Markup
 from harness import files, store
 from harness.results.tables import markdown
 from octlm_analysis import page, plots
-from octlm_analysis.note_values import Value
-from octlm_analysis.notes import stands, written_like
+from octlm_analysis.note_values import Value, shown
 
 FIGURE_KEY = "harness-figure-"  # the PNGs' names: NOTE.harness-figure-N.png
-
-
-def shown(found: Value) -> str:
-    """A value as the rendered note shows it."""
-    return written_like(found.value, found.binding.written)
-
-
-def accepted(text: str, values: list[Value]) -> str:
-    """The note with each inline binding that no longer stands given the store's value (those
-    that stand, those whose sweep or rows are gone, and blocks, as written)."""
-    for found in sorted(values, key=lambda v: v.binding.start, reverse=True):
-        binding = found.binding
-        if (
-            binding.block
-            or found.problem
-            or (binding.written and stands(binding.written, found.value))
-        ):
-            continue
-        inside = binding.text
-        left = inside.rpartition("->")[0] if "->" in inside else inside.rstrip() + " "
-        replaced = f"{{{{{left}-> {shown(found)} }}}}"
-        text = text[: binding.start] + replaced + text[binding.end :]
-    return text
 
 
 def render(text: str, values: list[Value], out: Path, name: str, results: Path) -> list[Path]:

@@ -2,6 +2,7 @@
 precision rule, bad bindings, and the note written as Markdown and HTML."""
 
 import os
+import shutil
 import time
 
 import pytest
@@ -81,11 +82,14 @@ def test_a_value_that_moved_fails_check_accept_writes_it_and_a_new_sweep_fails_i
     own.edit(10)
     assert own().returncode == 0  # its claim (value <= 5) fails: the sweep says so, exit 0
     sweep = store.newest_sweep(own.cwd / "outputs" / "results", "valued")
+    shutil.rmtree(own.cwd / "outputs" / "notes")  # --accept's
     again = own.note("NOTE.md", "--check")
     assert again.returncode == 1
     assert f"{{{{ valued value max -> 2 }}}}: the store says 10 (sweep {sweep}), not 2" in (
         again.stdout)  # fmt: skip
     assert "{{ valued value verdict -> PASS }}: the store says FAIL" in again.stdout
+    assert not (own.cwd / "outputs" / "notes").exists()  # a check writes nothing
+    assert own.note("NOTE.md").returncode == 0  # stale: said on stderr, the note written
     rendered = (own.cwd / "outputs" / "notes" / "NOTE.md").read_text()
     assert "The largest is 10[^h1], the claim FAIL[^h2]." in rendered
     assert f"sweep [`{sweep}`](../results/experiment=valued/sweep={sweep})" in rendered
@@ -117,18 +121,20 @@ def test_bad_bindings_are_one_line_each_with_the_name_meant_and_nothing_is_writt
              "{{ exp014_tiled max_abs_diff max where lenght > 2 -> 1 }}",
              "{{ exp014_tiled max_abs_diff max were length > 2 -> 1 }}",
              "{{ exp014_tiled max_abs_diff max -> }}",
+             "{{ exp014_tiled max_abs_diff max where length -> 1 }}",
              "{{ exp014_tiled max_abs_diff max -> 1e-07 }}"]  # fmt: skip
     (harness.cwd / "n.md").write_text("\n".join(lines) + "\n")
     said = harness("note", "n.md")
     assert said.returncode == 2 and said.stdout == ""
     errors = said.stderr.splitlines()
-    assert len(errors) == 7 and all(line.startswith("error: n.md:") for line in errors)
+    assert len(errors) == 8 and all(line.startswith("error: n.md:") for line in errors)
     for number, meant in enumerate(["exp014_tiled", "max_abs_diff", "max", "PASS", "length",
                                     "where"], 1):  # fmt: skip
         assert errors[number - 1].startswith(f"error: n.md:{number}: ")
         assert errors[number - 1].endswith(f"did you mean {meant}?") or (
             f"did you mean {meant} or" in errors[number - 1])  # fmt: skip
     assert "nothing after ->" in errors[6] and "Traceback" not in said.stderr
+    assert errors[7].startswith("error: n.md:8: its where: a binding's where must be true or")
     assert not (harness.cwd / "outputs" / "notes").exists()
 
 
@@ -142,6 +148,7 @@ def test_a_sweep_or_rows_gone_fail_check_and_the_note_says_why(harness):
     )
     said = harness("note", "n.md", "--check")
     assert said.returncode == 1
+    assert harness("note", "n.md").returncode == 0
     stale = [line for line in said.stdout.splitlines() if line.startswith("STALE")]
     assert [line.split(":")[1] for line in stale] == ["1", "2", "3"]
     assert "sweep 20261129-120000-aaab of exp014_tiled is no longer in the store; did you " \
@@ -165,6 +172,7 @@ def test_the_html_is_self_contained_and_a_notes_markup_is_text(harness):
         "```harness-table\nexp014_tiled\n```\n\n```harness-figure\nexp014_tiled max_abs_diff\n```\n"
     )
     assert harness("note", "n.md", "--check").returncode == 0
+    assert harness("note", "n.md").returncode == 0
     page = (harness.cwd / "outputs" / "notes" / "n.html").read_text()
     assert "<script" not in page and "&lt;script&gt;" in page and "&lt;b&gt;" in page
     assert "javascript:" not in page and "http://host" not in page
@@ -217,6 +225,7 @@ def test_the_seeds_note_stands_against_the_seeded_sweeps(harness):
     for line in stale:
         assert "exp015_backends has no sweep in" in line, line
     assert len(stale) == sum(b.experiment == "exp015_backends" for b in bound)
+    assert harness("note", str(SEED_NOTE)).returncode == 0
     rendered = (harness.cwd / "outputs" / "notes" / "day2-sdpa-and-tiling.html").read_text()
     assert '<table class="data">' in rendered and "PASS" in rendered
 

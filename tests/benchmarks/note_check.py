@@ -7,13 +7,15 @@ sweep leaves them). The note's bindings: 30% on the sweep the report judges (max
 median, count of its metrics, half with a where), 50% each naming a sweep of its own, 20% the
 claims' verdicts (half of them of named sweeps); --accept writes their values first, so that
 --check finds every one standing and reads all of them. Then, REPEATS times (medians, with the
-range): --check as a process of its own (wall time, Python's start and imports included) and
-called in this process (the command alone).
+range): --check as a process of its own (Python's start and imports included) and called in
+this process (the command alone), each its wall time and its CPU time (user and system: on a
+machine others share, what the command itself costs).
 Run: python tests/benchmarks/note_check.py [--sweeps 1000] [--bindings 200] [--repeats 5]
 """
 
 import argparse
 import itertools
+import resource
 import statistics
 import subprocess
 import sys
@@ -82,10 +84,18 @@ def note(ids: list[str], count: int) -> str:
     return "# A note at scale\n\n" + "\n".join(lines) + "\n"
 
 
-def timed(call) -> float:
-    start = time.perf_counter()
+def timed(call) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (this process's and its children's: user and system) of a
+    call: on a machine others share, the CPU seconds are what the command itself costs."""
+    start, cpu = time.perf_counter(), _cpu()
     assert call() == 0
-    return time.perf_counter() - start
+    return time.perf_counter() - start, _cpu() - cpu
+
+
+def _cpu() -> float:
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                          resource.RUSAGE_CHILDREN))  # fmt: skip
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def main_() -> None:
@@ -111,8 +121,9 @@ def main_() -> None:
     print(f"{args.bindings} bindings ({named} sweeps named) over {args.sweeps} sweeps, "
           f"medians of {args.repeats}:")  # fmt: skip
     for what, times in (("note --check, a process", processes), ("in this process", in_process)):
-        print(f"  {what}: {statistics.median(times):.2f} s ({min(times):.2f} to "
-              f"{max(times):.2f})")  # fmt: skip
+        for kind, seconds in zip(("wall", "CPU"), zip(*times, strict=True), strict=True):
+            print(f"  {what}, {kind}: {statistics.median(seconds):.2f} s ({min(seconds):.2f} to "
+                  f"{max(seconds):.2f})")  # fmt: skip
 
 
 if __name__ == "__main__":
