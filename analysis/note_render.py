@@ -15,6 +15,7 @@ import os
 import warnings
 from pathlib import Path
 
+import jinja2
 import markdown as markdown_text
 from markupsafe import Markup
 
@@ -30,6 +31,8 @@ def render(text: str, values: list[Value], out: Path, name: str, results: Path) 
     """NOTE.md and NOTE.html in `out` (and the figures' PNGs beside them); their paths."""
     out.mkdir(parents=True, exist_ok=True)
     files.no_links_below(out)
+    for old in out.glob(f"{name}.{FIGURE_KEY}*.png"):  # a figure of the note as it was
+        old.unlink()
     parts, notes, figures, at = [], [], {}, 0
     for number, found in enumerate(sorted(values, key=lambda v: v.binding.start), 1):
         binding = found.binding
@@ -47,7 +50,7 @@ def render(text: str, values: list[Value], out: Path, name: str, results: Path) 
             figures[png.name] = png
             parts.append(f"![{binding.metric}]({png.name})[^h{number}]\n")
         else:
-            parts.append(f"{shown(found)}[^h{number}]")
+            parts.append(f"{_linked(found, out, results)}[^h{number}]")
     parts.append(text[at:])
     body = "".join(parts).rstrip("\n") + "\n\n" + "\n".join(notes) + "\n"
     note = out / f"{name}.md"
@@ -79,13 +82,24 @@ def _provenance(found: Value, out: Path, results: Path) -> str:
     return f"{said}; code {codes} (`python -m harness code {found.sweep}`)"
 
 
+def _linked(found: Value, out: Path, results: Path) -> str:
+    """A value linked to its sweep's folder, what it read as the link's title: "[4e-07](
+    ../results/experiment=.../sweep=ID "9 rows sha256 ...; code ...")"."""
+    folder = store.SweepPaths(results, found.binding.experiment, found.sweep).folder
+    link = Path(os.path.relpath(folder, out)).as_posix()
+    counted = "claims" if found.binding.reducer == "verdict" else "rows"
+    code = ", ".join(c[:16] for c in found.code) or "none recorded"
+    title = f"{found.rows} {counted}, sha256 {found.digest[:16]}; code {code}"
+    return f'[{shown(found)}]({link} "{title}")'
+
+
 def _figure(found: Value, path: Path) -> Path:
     """The figure block's metric against the sweep's parameter with the most values, a line
     per other parameter that varies, as a PNG."""
     from octlm_analysis.png_figures import png
 
     rows, metric = found.table, found.binding.metric.rpartition(".")[2]
-    params = [p for p in store.parameter_columns(rows, [metric]) if p != metric]
+    params = [p for p in found.params if p != metric and p in rows]
     x = plots.axis(rows, {}, params) or ("job" if "job" in rows else None)
     title = f"{found.binding.experiment}: {metric}"
     figure = plots.lines(rows, x, metric, [p for p in params if p != x], title) if x else None
@@ -104,7 +118,11 @@ def _html(body: str, name: str) -> str:
         extensions=["tables", "footnotes", "fenced_code", _Carried()],
     )
     converted = converted.replace("<table>", '<table class="data">')
-    return page._render("note.html", title=name, body=Markup(converted))
+    templates = jinja2.Environment(loader=jinja2.FileSystemLoader(page.TEMPLATES),
+                                   autoescape=True, undefined=jinja2.StrictUndefined)  # fmt: skip
+    style = Markup((page.TEMPLATES / "page.css").read_text())  # the report page's, as it is
+    return templates.get_template("note.html").render(title=name, style=style,
+                                                      body=Markup(converted))  # fmt: skip
 
 
 class _Carried(markdown_text.extensions.Extension):

@@ -46,6 +46,7 @@ class Value:
     digest: str = ""
     code: tuple[str, ...] = ()
     table: pd.DataFrame | None = None  # a block's: what it shows
+    params: tuple[str, ...] = ()  # the sweep's planned parameters
 
 
 class Sweeps:
@@ -130,12 +131,13 @@ def _evaluate(binding: Binding, sweeps: Sweeps) -> Value:
                      f"no longer in the store{near}")  # fmt: skip
     rows, manifest, config = sweeps.sweep(binding.experiment, sweep)
     code = tuple(sorted({str(c) for c in rows.get("code_digest", pd.Series()).dropna()}))
-    found = Value(binding, sweep=sweep, code=code)
+    params = tuple(parameters((manifest or {}).get("points")))
+    found = Value(binding, sweep=sweep, code=code, params=params)
     if binding.reducer == "verdict":
         return _verdict(found, sweeps.claims(binding.experiment, sweep), config)
     table, metric = _table(rows, config, manifest, binding)
     if binding.block == "harness-table":
-        return _shown(found, rows, config, parameters((manifest or {}).get("points")))
+        return _shown(found, rows, config, list(params))
     selected = _selected(table, binding, metric)
     found.rows, found.digest = len(selected), _digest(selected, binding, metric)
     if binding.block == "harness-figure":

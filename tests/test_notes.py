@@ -91,7 +91,9 @@ def test_a_value_that_moved_fails_check_accept_writes_it_and_a_new_sweep_fails_i
     assert not (own.cwd / "outputs" / "notes").exists()  # a check writes nothing
     assert own.note("NOTE.md").returncode == 0  # stale: said on stderr, the note written
     rendered = (own.cwd / "outputs" / "notes" / "NOTE.md").read_text()
-    assert "The largest is 10[^h1], the claim FAIL[^h2]." in rendered
+    assert f"The largest is [10](../results/experiment=valued/sweep={sweep} \"2 rows, sha256 " in (
+        rendered)  # fmt: skip
+    assert f'the claim [FAIL](../results/experiment=valued/sweep={sweep} "1 claims' in rendered
     assert f"sweep [`{sweep}`](../results/experiment=valued/sweep={sweep})" in rendered
     digest = store.read_manifest(store.SweepPaths(own.cwd / "outputs" / "results", "valued",
                                                   sweep))["code_digest"]  # fmt: skip
