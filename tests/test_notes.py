@@ -6,6 +6,7 @@ import shutil
 import time
 
 import pytest
+from browser import Browser, chromium
 from sweeps import write_jobs, write_plan
 
 from harness import store
@@ -253,3 +254,34 @@ def test_report_check_fails_on_a_configured_note_as_on_a_failing_claim(harness, 
     assert (
         passed.returncode == 0 and "PASS       note notes/n.md: 1 bindings stand" in passed.stdout
     )
+
+
+HOSTILE = "<img src=x onerror=document.body.dataset.broken=1> <script>alert(2)</script> & 'q'"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(chromium() is None, reason="no chromium (Debian: apt-get install chromium)")
+def test_the_html_shows_a_notes_markup_as_text_and_its_figure_in_chromium(harness):
+    """NOTE.html in headless Chromium: nothing of the note's runs, its one image is the figure
+    it carries (drawn: it has a width), the bound value reads as the store's."""
+    root = harness.results
+    write_jobs(root, "exp014_tiled", "20261129-120000-aaaa", [
+        {"job": j, "status": "ok", "length": length, "block": 64, "max_abs_diff": v}
+        for j, (length, v) in enumerate([(128, 1e-7), (512, 3e-7)])])  # fmt: skip
+    write_plan(root, "exp014_tiled", "20261129-120000-aaaa",
+               [{"length": 128, "block": 64}, {"length": 512, "block": 64}], CONFIG)  # fmt: skip
+    (harness.cwd / "n.md").write_text(
+        f"# Note {HOSTILE}\n\nAt most {{{{ exp014_tiled max_abs_diff max -> 1e-07 }}}}.\n\n"
+        "```harness-figure\nexp014_tiled max_abs_diff\n```\n"
+    )
+    assert harness("note", "n.md").returncode == 0  # 3e-07 now: stale, said, written
+    page = harness.cwd / "outputs" / "notes" / "n.html"
+    with Browser() as browser:
+        browser.open(page.as_uri(), drawn="document.readyState === 'complete'")
+        assert browser.evaluate("document.body.dataset.broken ?? null") is None
+        assert browser.evaluate("document.scripts.length") == 0
+        assert browser.evaluate("document.querySelector('h1').textContent") == f"Note {HOSTILE}"
+        images = browser.evaluate("[...document.images].map(i => [i.alt, i.naturalWidth])")
+        assert len(images) == 1 and images[0][0] == "max_abs_diff" and images[0][1] > 100
+        assert "At most 3e-07" in browser.evaluate("document.body.textContent")
+        assert browser.errors() == []
