@@ -146,15 +146,17 @@ def _said(error: Exception) -> str:
     return error.strerror if isinstance(error, OSError) and error.strerror else str(error)
 
 
+USAGE = "python -m harness note NOTE.md [--check] [--accept] [--config-dir DIR] [out=DIR]"
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
-        usage = self.format_usage().removeprefix("usage: ").strip()
-        print(f"error: note: {message} (usage: {usage})", file=sys.stderr)
+        print(f"error: note: {message} (usage: {USAGE})", file=sys.stderr)
         sys.exit(2)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m harness note", description=__doc__,
+    parser = _Parser(prog="python -m harness note", description=__doc__, usage=USAGE,
                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("note", type=Path, metavar="NOTE.md", help="the note, plain Markdown")
     parser.add_argument(

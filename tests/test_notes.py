@@ -285,3 +285,15 @@ def test_the_html_shows_a_notes_markup_as_text_and_its_figure_in_chromium(harnes
         assert len(images) == 1 and images[0][0] == "max_abs_diff" and images[0][1] > 100
         assert "At most 3e-07" in browser.evaluate("document.body.textContent")
         assert browser.errors() == []
+
+
+def test_a_note_or_flag_that_is_not_there_is_one_line_and_out_names_the_store(harness):
+    missing = harness("note", "gone.md")
+    assert missing.returncode == 2 and missing.stderr.startswith("error: cannot read the note")
+    flag = harness("note", "gone.md", "--chek")
+    assert flag.returncode == 2 and flag.stderr.count("\n") == 1 and "--chek" in flag.stderr
+    one_point(harness.cwd / "elsewhere" / "results")
+    (harness.cwd / "n.md").write_text("{{ exp014_tiled max_abs_diff max -> 1e-07 }}\n")
+    assert harness("note", "n.md", "out=elsewhere").returncode == 0
+    assert (harness.cwd / "elsewhere" / "notes" / "n.html").is_file()
+    assert harness("note", "n.md", "--check").returncode == 1  # outputs/ holds no sweep
