@@ -56,9 +56,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {os_error(error)}", file=sys.stderr)
         return 1
     stale = [found for found in values if moved(found)]
+    unswept = {} if args.check else {f.binding.experiment: f for f in stale if f.unswept}
     for found in stale:
-        print(f"STALE {args.note}:{found.binding.line}: {found.binding.said()}: "
-              f"{moved(found)}", file=sys.stdout if args.check else sys.stderr)  # fmt: skip
+        if found.binding.experiment not in unswept:
+            print(f"STALE {args.note}:{found.binding.line}: {found.binding.said()}: "
+                  f"{moved(found)}", file=sys.stdout if args.check else sys.stderr)  # fmt: skip
+    if unswept:  # a store that has not run them yet (make run's): one line, not one a binding
+        count = sum(found.unswept for found in stale)
+        print(
+            f"note: {count} bindings read experiments with no sweep in {Path(args.out)}/results"
+            f" ({', '.join(unswept)}): they show no value",
+            file=sys.stderr,
+        )
     where = f"{written[0]} and {written[1]}" if written else f"{args.note} checked"
     print(f"note: {where} ({len(values)} bindings, {len(stale)} stale)")
     return 1 if args.check and stale else 0

@@ -36,7 +36,7 @@ WORST_FIRST = ("ERROR", "FAIL", "INCOMPLETE", "PASS", "N/A")  # of several claim
 @dataclass
 class Value:
     """A binding's value as the store gives it now, and what it read; `problem`: why there is
-    none (its sweep or rows gone)."""
+    none (its sweep or rows gone; `unswept`: its experiment has no sweep in the store)."""
 
     binding: Binding
     value: object = None
@@ -47,6 +47,7 @@ class Value:
     code: tuple[str, ...] = ()
     table: pd.DataFrame | None = None  # a block's: what it shows
     params: tuple[str, ...] = ()  # the sweep's planned parameters
+    unswept: bool = False
 
 
 class Sweeps:
@@ -124,7 +125,8 @@ def _evaluate(binding: Binding, sweeps: Sweeps) -> Value:
     except BadInput as error:
         return Value(binding, problem=str(error))
     if sweep is None:
-        return Value(binding, problem=f"{binding.experiment} has no sweep in {sweeps.root}")
+        problem = f"{binding.experiment} has no sweep in {sweeps.root}"
+        return Value(binding, problem=problem, unswept=True)
     if sweep not in sweeps.listed(binding.experiment):
         near = closest(sweep, sweeps.listed(binding.experiment))
         return Value(binding, sweep=sweep, problem=f"sweep {sweep} of {binding.experiment} is "
