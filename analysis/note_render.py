@@ -4,19 +4,20 @@ Each bound number is the store's value now, in the form the note wrote it, with 
 that names what it read: its sweep (a link to the sweep's folder in the store), its rows (how
 many, and their digest) and its code (the code digest, and the command that shows it). A table
 block becomes the experiment's declared table; a figure block a PNG (beside NOTE.md; in
-NOTE.html, inlined). NOTE.html is the Markdown made HTML with the report page's style: the
-note's text escaped first (an HTML tag in a note is text), its links kept but for scripts, its
-images only those it carries (data:image/png): it fetches nothing and runs nothing.
+NOTE.html, inlined). NOTE.html is the Markdown made HTML with the report page's style: raw
+HTML in a note is text (a tag shows as written), its links kept but for scripts, its images
+only those it carries (data:image/png): it fetches nothing and runs nothing; a stale value is
+struck through, as GitHub shows NOTE.md's ~~value~~.
 """
 
 import base64
-import html
 import os
 import warnings
 from pathlib import Path
 
 import jinja2
 import markdown as markdown_text
+from markdown.inlinepatterns import SimpleTagInlineProcessor
 from markupsafe import Markup
 
 from harness import files, store
@@ -112,10 +113,10 @@ def _figure(found: Value, path: Path) -> Path:
 
 
 def _html(body: str, name: str) -> str:
-    """The rendered note as one HTML page: escaped, then Markdown, with the page's style."""
+    """The rendered note as one HTML page: its Markdown, raw HTML read as text, with the page's
+    style."""
     converted = markdown_text.markdown(
-        html.escape(body, quote=False),
-        extensions=["tables", "footnotes", "fenced_code", _Carried()],
+        body, extensions=["tables", "footnotes", "fenced_code", _Carried()]
     )
     converted = converted.replace("<table>", '<table class="data">')
     templates = jinja2.Environment(loader=jinja2.FileSystemLoader(page.TEMPLATES),
@@ -126,9 +127,15 @@ def _html(body: str, name: str) -> str:
 
 
 class _Carried(markdown_text.extensions.Extension):
-    """Links but for scripts; images only those the page carries (data:image/png)."""
+    """A note's HTML tags as text (Markdown's readers of raw HTML taken out: the writer escapes
+    what they leave), ~~struck~~ text struck (a stale value's), links but for scripts, images
+    only those the page carries (data:image/png)."""
 
     def extendMarkdown(self, md) -> None:  # noqa: N802 (Markdown's name)
+        md.preprocessors.deregister("html_block")
+        md.inlinePatterns.deregister("html")
+        struck = SimpleTagInlineProcessor(r"(~~)(.+?)~~", "del")
+        md.inlinePatterns.register(struck, "struck", 45)
         md.treeprocessors.register(_Kept(md), "carried", 0)
 
 

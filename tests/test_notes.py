@@ -160,6 +160,8 @@ def test_a_sweep_or_rows_gone_fail_check_and_the_note_says_why(harness):
     assert "tagged 'gone'" in stale[2]
     rendered = (harness.cwd / "outputs" / "notes" / "n.md").read_text()
     assert rendered.startswith("~~1e-07~~ (stale: sweep 20261129-120000-aaab of exp014_tiled")
+    page = (harness.cwd / "outputs" / "notes" / "n.html").read_text()
+    assert "<del>1e-07</del> (stale: sweep 20261129-120000-aaab" in page and "~~" not in page
 
 
 def test_the_html_is_self_contained_and_a_notes_markup_is_text(harness):
@@ -173,11 +175,14 @@ def test_the_html_is_self_contained_and_a_notes_markup_is_text(harness):
         "# <b>Note</b>\n\nAt most {{ exp014_tiled max_abs_diff max -> 3e-07 }} "
         "<script>alert(1)</script> [x](javascript:alert(1)) ![i](http://host/beacon.png)\n\n"
         "```harness-table\nexp014_tiled\n```\n\n```harness-figure\nexp014_tiled max_abs_diff\n```\n"
+        "\nIn code, `{{ ... -> VALUE }}` and `<i>`; <div>a block</div>\n"
     )
     assert harness("note", "n.md", "--check").returncode == 0
     assert harness("note", "n.md").returncode == 0
     page = (harness.cwd / "outputs" / "notes" / "n.html").read_text()
     assert "<script" not in page and "&lt;script&gt;" in page and "&lt;b&gt;" in page
+    assert "<code>{{ ... -&gt; VALUE }}</code>" in page and "<code>&lt;i&gt;</code>" in page
+    assert "&lt;div&gt;a block&lt;/div&gt;" in page
     assert "javascript:" not in page and "http://host" not in page
     assert page.count('<img alt="max_abs_diff" src="data:image/png') == 1
     assert '<table class="data">' in page and "3e-07" in page
