@@ -224,7 +224,8 @@ def test_an_edit_while_warm_workers_run_a_sweep_changes_none_of_its_rows(own, tm
 def test_a_resume_runs_the_sweeps_own_code_and_code_current_runs_this_trees(own):
     """A point that failed under the sweep's code fails again on resume (python -m harness
     runs it from the sweep's snapshot, here where its points run in the command's process),
-    and runs on this tree's code with code=current, whose rows carry the new digest."""
+    and runs on this tree's code with code=current (the same command called in this process),
+    whose rows carry the new digest."""
     assert own("x=-1,1").returncode == 1
     sweep = newest(own.harness)
     planned = store.read_manifest(store.SweepPaths(own.harness.results, "own", sweep))[
@@ -242,8 +243,7 @@ def test_a_resume_runs_the_sweeps_own_code_and_code_current_runs_this_trees(own)
     assert "code=current runs the code as it is now" in again.stdout
     rows = sweep_rows(own.harness, sweep)
     assert rows["status"].tolist() == ["failed", "ok"] and rows["code_digest"].eq(planned).all()
-    current = subprocess.run([*command, "code=current"], cwd=own.harness.cwd, env=env,
-                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    current = own.harness(*command[3:], "code=current", env={"PYTHONPATH": str(own.folder)})
     assert current.returncode == 0, current.stdout + current.stderr
     assert "its points run this tree's code" in current.stdout
     rows = sweep_rows(own.harness, sweep)
