@@ -1,7 +1,7 @@
 """The command line: a sweep from Hydra's overrides (python -m harness +experiment=NAME
 key=value ...), and beside it the commands, each an argparse subcommand: status, compact, code
 and again, whose options are typed as a sweep's overrides are (out=DIR, or --out DIR), and
-report, the report's own command line (octlm_analysis's). Bad input is one line on stderr and
+report and history, the report layer's (octlm_analysis's). Bad input is one line on stderr and
 exit code 2."""
 
 import argparse
@@ -239,6 +239,7 @@ def commands() -> dict[str, Parser]:
         parser.set_defaults(run=run)
     _code_parser(parsers)
     _again_parser(parsers)
+    _history_parser(parsers)
     return parsers.choices
 
 
@@ -279,3 +280,33 @@ def _again_parser(parsers) -> None:
     parser.option("out", "DIR", OUT, type=out_folder, default="outputs")
     parser.option("code_store", "DIR", CODE_STORE)
     parser.set_defaults(run=_again)
+
+
+def _history(arguments, parser) -> int:
+    """python -m harness history: the report layer's (octlm_analysis.history), which only reads
+    the store."""
+    from pathlib import Path
+
+    from octlm_analysis.history import main
+
+    metrics = [check_name("metric", m) for m in arguments.metrics]
+    return main(arguments.experiment, metrics, Path(arguments.out), arguments.check)
+
+
+def _history_parser(parsers) -> None:
+    parser = parsers.add_parser(
+        "history",
+        usage=f"{PROG} history EXPERIMENT [METRIC ...] [out=DIR] [--check]",
+        description="Each metric of the experiment, per point, over its sweeps in the order "
+        "planned (one value a sweep, each machine's sweeps apart): the steps found, each with "
+        "its ratio after/before and the two sweeps (codes, commits) it lies between.",
+    )
+    parser.add_argument("experiment", metavar="EXPERIMENT", type=experiment,
+                        help="the experiment whose sweeps make the history")  # fmt: skip
+    parser.add_argument("metrics", nargs="*", metavar="METRIC", default=[],
+                        help="the metrics judged (default: timings, claims' metrics)")  # fmt: skip
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 where a step made a metric worse")  # fmt: skip
+    parser.option("out", "DIR", "the out folder whose store (DIR/results) holds the sweeps "
+                  "(default: outputs)", type=out_folder, default="outputs")  # fmt: skip
+    parser.set_defaults(run=_history)

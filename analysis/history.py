@@ -1,0 +1,240 @@
+"""python -m harness history EXPERIMENT [METRIC ...] [out=DIR] [--check]: the steps in an
+experiment's history, each between the two sweeps (their codes and commits) where it lies.
+
+A series is one metric of one point (its parameters) over the experiment's sweeps in the order
+they were planned, one value a sweep: the point's value as the report's point lines hold it
+(octlm_analysis.point_lines; a timing's value is the median of its repeats, its sweep's process
+the unit, as in the gate). Only measurements count, as in the gate: a point not ok is no value,
+and a timing taken while other processes used more than compare.BUSY of the CPUs beside it is set
+aside. Sweeps of different machines (the rows' device_name) make histories of their own; a
+sweep whose points ran on several is refused. The series are judged together by
+octlm_analysis.steps (binary segmentation by Welch's t, Holm's rule over every series).
+
+The metrics: those named, else the experiment's timings (harness.measuring.columns) and the
+metrics its claims bound. A step is worse where a timing grew, or where a claimed metric moved
+toward the bound it is nearer (a claim with only a max: it grew; only a min: it fell); --check
+exits 1 where a step is worse, 0 otherwise, 2 on bad input.
+"""
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness import store
+from harness.errors import BadInput
+from harness.measuring.columns import LOAD, is_housekeeping, is_number_column, is_timing
+from octlm_analysis import point_lines, steps
+from octlm_analysis.compare import BUSY, own_column
+
+MACHINE = "device_name"  # the machine a sweep ran on, as its rows say
+
+
+@dataclass(frozen=True)
+class Series:
+    metric: str
+    point: dict  # the point's varying parameters
+    machine: str
+    sweeps: list[str]  # the sweeps with a value, in the order they were planned
+    values: np.ndarray
+    direction: int  # +1 higher is worse, -1 lower is, 0 neither
+
+
+@dataclass
+class History:
+    experiment: str
+    sweeps: pd.DataFrame  # a line per sweep: sweep, planned, machine, code_digest, git_commit
+    series: list[Series]
+    found: list[steps.Step] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # what had too few sweeps, and why
+
+    def is_worse(self, step: steps.Step) -> bool:
+        return steps.worse(step, self.series[step.series].direction)
+
+
+def history(root: Path, experiment: str, metrics: list[str], report_dir: Path,
+            side: int = steps.SIDE) -> History:  # fmt: skip
+    """The experiment's history judged: its series (of `metrics`, or its own) and their steps."""
+    if experiment not in store.experiments(root):
+        raise BadInput(f"no experiment {experiment} in {root}")
+    points = point_lines.of_experiment(root, experiment, report_dir)
+    params = points.attrs.get("params", [])
+    sweeps = sweep_lines(points)
+    config = _newest_config(root, experiment, sweeps)
+    metrics = chosen_metrics(points, params, config, metrics)
+    varying = [p for p in params if p in points and points[p].astype(str).nunique() > 1]
+    judged = History(experiment, sweeps, [])
+    for machine, own in sweeps.groupby("machine", sort=True):
+        if len(own) < 2 * side:
+            judged.skipped.append(f"{machine} ({len(own)} sweeps)")
+            continue
+        lines = points[points["sweep"].isin(own["sweep"])]
+        judged.series += series_of(lines, own, metrics, varying, machine, config, side,
+                                   judged.skipped)  # fmt: skip
+    if not judged.series:
+        most = int(sweeps.groupby("machine").size().max()) if len(sweeps) else 0
+        if most >= 2 * side and judged.skipped:
+            raise BadInput(f"no series of {experiment} to judge: {judged.skipped[0]}")
+        raise BadInput(f"{most} sweeps of {experiment} on one machine: a step needs at least "
+                       f"{side} either side ({2 * side} sweeps)")  # fmt: skip
+    judged.found = steps.find_steps([s.values for s in judged.series], side)
+    return judged
+
+
+def sweep_lines(points: pd.DataFrame) -> pd.DataFrame:
+    """A line per sweep with rows, in the order planned: its machine (one only: BadInput for
+    several), code digest and commit."""
+    ran = points[points["status"] != "not run"]
+    planned = ran[point_lines.PLANNED].fillna(ran["started_at"])
+    ran = ran.assign(planned=planned)
+    lines = []
+    for sweep, own in ran.groupby("sweep", sort=False):
+        machines = sorted(own[MACHINE].dropna().astype(str).unique())
+        if len(machines) > 1:
+            raise BadInput(f"sweep {sweep} ran on several machines ({', '.join(machines)}): "
+                           "its values are no one machine's")  # fmt: skip
+        lines.append({"sweep": sweep, "planned": own["planned"].min(),
+                      "machine": machines[0] if machines else "unknown machine",
+                      "code_digest": _first(own, "code_digest"),
+                      "git_commit": _first(own, "git_commit")})  # fmt: skip
+    table = pd.DataFrame(lines, columns=["sweep", "planned", "machine", "code_digest",
+                                         "git_commit"])  # fmt: skip
+    return table.sort_values(["planned", "sweep"], ignore_index=True)
+
+
+def _first(lines: pd.DataFrame, column: str) -> str:
+    said = lines[column].dropna() if column in lines else []
+    return str(said.iloc[0]) if len(said) else ""
+
+
+def _newest_config(root: Path, experiment: str, sweeps: pd.DataFrame) -> dict:
+    """The experiment config the newest sweep recorded (its claims)."""
+    for sweep in reversed(sweeps["sweep"].tolist()):
+        manifest = store.read_manifest(store.SweepPaths(root, experiment, sweep))
+        if manifest:
+            return manifest.get("experiment_config") or {}
+    return {}
+
+
+def chosen_metrics(points: pd.DataFrame, params: list[str], config: dict,
+                   named: list[str]) -> list[str]:  # fmt: skip
+    """The metrics judged: those named (BadInput for one the points do not have), else the
+    timings and the metrics the claims bound."""
+    measured = [c for c in points if c not in params and c not in point_lines.KEPT
+                and c not in store.HARNESS_COLUMNS and c not in ("sweep", point_lines.PLANNED)
+                and not is_housekeeping(c) and is_number_column(points[c])]  # fmt: skip
+    for metric in named:
+        if metric not in measured:
+            raise BadInput(f"no metric {metric} in the history: its metrics are "
+                           f"{', '.join(measured) or 'none'}")  # fmt: skip
+    if named:
+        return list(dict.fromkeys(named))
+    claimed = [c.get("metric") for c in config.get("claims") or [] if not c.get("table")]
+    return [m for m in dict.fromkeys([*claimed, *filter(is_timing, measured)]) if m in measured]
+
+
+def series_of(lines, sweeps: pd.DataFrame, metrics: list[str], varying: list[str], machine: str,
+              config: dict, side: int, skipped: list[str]) -> list[Series]:  # fmt: skip
+    """Each metric's series a point, of one machine's sweeps (`sweeps`, in order): a value a
+    sweep that measured it; a series with fewer than 2 * side values is left out, and where
+    the busy rule left it so, `skipped` says so."""
+    order = {sweep: n for n, sweep in enumerate(sweeps["sweep"])}
+    ok = lines[lines["status"] == "ok"]
+    groups = list(ok.groupby(varying, dropna=False, sort=True)) if varying else [((), ok)]
+    found = []
+    for metric in metrics:
+        load = own_column(metric, LOAD, lines.columns) if is_timing(metric) else None
+        for key, own in groups:
+            own = own.dropna(subset=[metric])
+            busy = pd.to_numeric(own[load], errors="coerce") > BUSY if load in own else None
+            point = dict(zip(varying, key if isinstance(key, tuple) else (key,), strict=True))
+            if busy is not None and busy.any():
+                if len(own) - busy.sum() < 2 * side <= len(own):
+                    skipped.append(f"{metric} at {_point(point)}: {busy.sum()} of {len(own)} "
+                                   f"sweeps timed with other processes using over {BUSY:.0%} "
+                                   "of the CPUs beside it, set aside")  # fmt: skip
+                own = own[~busy]
+            own = own.assign(n=own["sweep"].map(order)).sort_values("n")
+            own = own.drop_duplicates("sweep", keep="last")
+            if len(own) < 2 * side:
+                continue
+            values = own[metric].to_numpy(dtype=float)
+            direction = _direction(metric, config, float(np.median(values)))
+            found.append(Series(metric, point, machine, own["sweep"].tolist(), values, direction))
+    return found
+
+
+def _direction(metric: str, config: dict, level: float) -> int:
+    """+1 where a higher value is worse, -1 where a lower one is, 0 where neither is said: a
+    timing grows worse; a claimed metric worsens toward the bound it has, and of a min and a
+    max, toward the one nearer `level` (the series' median) on a log scale where both are
+    numbers, else toward the max."""
+    if is_timing(metric):
+        return 1
+    claims = [c for c in config.get("claims") or [] if c.get("metric") == metric]
+    lows = [b for c in claims for b in _listed(c.get("min"))]
+    highs = [b for c in claims for b in _listed(c.get("max"))]
+    if not highs:
+        return -1 if lows else 0
+    low = max((b for b in lows if _number(b)), default=None)
+    high = min((b for b in highs if _number(b)), default=None)
+    if low is None or high is None or not (0 < low < level < high):
+        return 1
+    return 1 if math.log(high / level) <= math.log(level / low) else -1
+
+
+def _listed(bound) -> list:
+    return [] if bound is None else list(bound) if isinstance(bound, list) else [bound]
+
+
+def _number(bound) -> bool:
+    return isinstance(bound, int | float) and not isinstance(bound, bool)
+
+
+def text(judged: History) -> str:
+    """The history's steps in words: a block a step, then what was judged."""
+    lines = []
+    for n, step in enumerate(judged.found, 1):
+        series = judged.series[step.series]
+        before, after = series.sweeps[step.at - 1], series.sweeps[step.at]
+        kind = "worse" if judged.is_worse(step) else "better" if series.direction else "changed"
+        lines += [
+            f"step {n}: {series.metric} at {_point(series.point)}: {steps.said(step)} ({kind}; "
+            f"{step.at - step.start} sweeps before, {step.end - step.at} after, p {step.p:.2g})",
+            f"  between sweep {_sweep(judged, before)}",
+            f"      and sweep {_sweep(judged, after)}",
+            f"  python -m harness code {before} {after}: the two codes' difference",
+        ]
+    machines = sorted({s.machine for s in judged.series})
+    lines.append(
+        f"{judged.experiment}: {len(judged.found)} step(s) in {len(judged.series)} series "
+        f"({', '.join(dict.fromkeys(s.metric for s in judged.series))}) over "
+        f"{len(judged.sweeps)} sweeps on {'; '.join(machines)}; a step is a change between "
+        f"at least {steps.SIDE} sweeps either side that Welch's t finds at 5% over every "
+        "series together (Holm's rule)"
+    )
+    if judged.skipped:
+        lines.append(f"not judged, too few sweeps: {'; '.join(judged.skipped)}")
+    return "\n".join(lines)
+
+
+def _point(point: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in point.items()) or "its one point"
+
+
+def _sweep(judged: History, sweep: str) -> str:
+    line = judged.sweeps.set_index("sweep").loc[sweep]
+    planned = pd.Timestamp(line["planned"]).strftime("%Y-%m-%d %H:%M")
+    code = str(line["code_digest"])[:12] or "none"
+    commit = str(line["git_commit"])[:10] or "none"
+    return f"{sweep} (planned {planned} UTC, code {code}, commit {commit})"
+
+
+def main(experiment: str, metrics: list[str], out: Path, check: bool) -> int:
+    """The command: the history's steps printed; with `check`, 1 where one is worse."""
+    judged = history(out / "results", experiment, metrics, out / "report")
+    print(text(judged))
+    worse = [s for s in judged.found if judged.is_worse(s)]
+    return 1 if check and worse else 0

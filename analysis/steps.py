@@ -1,0 +1,159 @@
+"""Steps in a history: where a series of values, one a sweep in the order the sweeps were
+planned, changed its level, and whether it did by more than chance.
+
+The detector is binary segmentation by Welch's t. For a segment of a series, every split that
+leaves at least `side` values either side is scored by Welch's t of the two parts' means (their
+spreads not assumed equal: a slower code is often a noisier one too), and the split of the
+smallest two-sided p is the segment's candidate. Its p value is that smallest p times the
+number of splits tried (Bonferroni: the chance that any split of a segment without a step
+scores so, at most that). A series is judged on a log scale where all its values are above
+zero (a timing's step is a ratio, as in the gate), else as it is.
+
+Across the series one history judges (every metric of every point), the family rule is Holm's,
+as the gate's: the series' candidates in rising p, the k-th (from 0) a step while p <= alpha /
+(m - k), so that a history of identical code shows any step at most `alpha` of the time, however
+many series it has. Where a series has a step, each of its two parts is judged again at
+alpha / m, and so on: a series may hold several steps. Each step's ratio after/before (its
+parts' geometric means, between its neighbouring steps) and its interval come from
+octlm_analysis.verdicts.estimate, the gate's Welch interval.
+
+Why this detector: tests/benchmarks/history_calibration.py compares it with PELT (ruptures, a
+penalty of BIC's form) on the same null and step histories; docs/performance.md has the rates.
+PELT's penalty gives no p value, so no family rule over a history's many series, and its false
+alarms grow with the series' count; this one's stay below alpha by construction, and its
+statistics are numpy's cumulative sums: a 1,000-sweep series is scored in one pass.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from octlm_analysis.verdicts import estimate, holm
+
+ALPHA = 0.05  # the chance that a history of identical code shows a step, over all its series
+SIDE = 3  # the fewest sweeps either side of a step
+
+
+@dataclass(frozen=True)
+class Step:
+    series: int  # which of the series judged
+    at: int  # the first value after the step
+    start: int  # the values before it, from start (the previous step, or 0)
+    end: int  # and after it, to end (the next step, or the series' length)
+    log: bool  # judged on a log scale: `change` is a ratio after/before, else a difference
+    change: float
+    low: float  # change's 95% interval
+    high: float
+    p: float  # the candidate's p value (Bonferroni over its segment's splits)
+
+
+def scores(values: np.ndarray, side: int) -> tuple[np.ndarray, np.ndarray]:
+    """Welch's t and its degrees of freedom for each split k of `values` (side <= k <=
+    len - side), from cumulative sums: t > 0 where the values after k are higher."""
+    x = values - values.mean()  # centred: the sums of squares lose nothing to cancellation
+    n = len(x)
+    k = np.arange(side, n - side + 1)
+    s1, s2 = np.cumsum(x), np.cumsum(x * x)
+    left_sum, left_sq = s1[k - 1], s2[k - 1]
+    right_sum, right_sq = s1[-1] - left_sum, s2[-1] - left_sq
+    n1, n2 = k.astype(float), (n - k).astype(float)
+    m1, m2 = left_sum / n1, right_sum / n2
+    v1 = np.maximum(left_sq - n1 * m1 * m1, 0) / (n1 - 1)
+    v2 = np.maximum(right_sq - n2 * m2 * m2, 0) / (n2 - 1)
+    a, b = v1 / n1, v2 / n2
+    se2 = a + b
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = (m2 - m1) / np.sqrt(se2)
+        df = se2 * se2 / (a * a / (n1 - 1) + b * b / (n2 - 1))
+    alike = se2 <= 1e-24 * max(1.0, float(np.abs(values).max()) ** 2)  # each part one value
+    t = np.where(alike, np.where(np.isclose(m1, m2, rtol=0, atol=1e-12), 0.0, np.inf), t)
+    return np.nan_to_num(t, nan=0.0), np.where(np.isfinite(df), df, n - 2.0)
+
+
+def candidate(values: np.ndarray, side: int) -> tuple[int, float] | None:
+    """The segment's best split (as an index into `values`) and its p value, Bonferroni over the
+    splits tried; None where it is too short to split."""
+    from scipy import stats  # here: importing scipy.stats takes a second
+
+    if len(values) < 2 * side:
+        return None
+    t, df = scores(values, side)
+    p = 2 * stats.t.sf(np.abs(t), df)
+    best = int(np.argmin(p))
+    return side + best, min(1.0, float(p[best]) * len(p))
+
+
+def find_steps(series: list[np.ndarray], side: int = SIDE, alpha: float = ALPHA) -> list[Step]:
+    """The steps of a history's series (each its values in the sweeps' order, NaN-free), found
+    under the module's family rule; in series order, then by position."""
+    logs = [_scaled(np.asarray(s, dtype=float)) for s in series]
+    firsts = [candidate(values, side) for values, _ in logs]
+    p_values = [1.0 if c is None else c[1] for c in firsts]
+    level = alpha / max(1, len(series))
+    found = []
+    for index, rejected in enumerate(holm(p_values, alpha)):
+        if rejected:
+            values, log = logs[index]
+            cuts = sorted(_split(values, 0, len(values), firsts[index], side, level))
+            found += _steps(index, values, log, cuts)
+    return found
+
+
+def _scaled(values: np.ndarray) -> tuple[np.ndarray, bool]:
+    """A series on a log scale where every value is above zero, else as it is."""
+    if len(values) and np.all(values > 0):
+        return np.log(values), True
+    return values, False
+
+
+def _split(values, start: int, end: int, first, side: int, level: float) -> list[tuple]:
+    """The cuts (position, p) of values[start:end], given its candidate `first` found
+    significant: it, and those of each part that pass `level`."""
+    at, p = first
+    cut = start + at
+    cuts = [(cut, p)]
+    for lo, hi in ((start, cut), (cut, end)):
+        inner = candidate(values[lo:hi], side)
+        if inner is not None and inner[1] <= level:
+            cuts += _split(values, lo, hi, inner, side, level)
+    return cuts
+
+
+def _steps(index: int, values: np.ndarray, log: bool, cuts: list[tuple]) -> list[Step]:
+    """Each cut as a Step, its change measured between its neighbouring cuts."""
+    bounds = [0, *(c for c, _ in cuts), len(values)]
+    steps = []
+    for n, (cut, p) in enumerate(cuts):
+        before, after = values[bounds[n] : cut], values[cut : bounds[n + 2]]
+        change, low, high = _change(before, after, log)
+        steps.append(Step(index, cut, bounds[n], bounds[n + 2], log, change, low, high, p))
+    return steps
+
+
+def _change(before: np.ndarray, after: np.ndarray, log: bool) -> tuple[float, float, float]:
+    """after/before (geometric means) with its 95% interval, the gate's (verdicts.estimate); of
+    a series not on a log scale, after - before with Welch's interval."""
+    if log:
+        found = estimate(np.exp(before), np.exp(after), factor=1.0, tail=0.025)
+        return found.ratio, found.low, found.high
+    from scipy import stats
+
+    difference = float(after.mean() - before.mean())
+    if np.std(before) == 0 and np.std(after) == 0:
+        return difference, difference, difference
+    low, high = stats.ttest_ind(after, before, equal_var=False).confidence_interval(0.95)
+    return difference, float(low), float(high)
+
+
+def worse(step: Step, direction: int) -> bool:
+    """Whether a step made its metric worse: `direction` +1 where higher is worse (a timing,
+    a metric below a claim's max), -1 where lower is, 0 where neither (no step is worse)."""
+    grew = step.change > 1 if step.log else step.change > 0
+    return direction != 0 and grew == (direction > 0)
+
+
+def said(step: Step) -> str:
+    """A step's change in words: x1.49 [1.42, 1.57], or +0.3 [0.2, 0.4] off a log scale."""
+    if step.log:
+        return f"x{step.change:.3g} [{step.low:.3g}, {step.high:.3g}]"
+    return f"{step.change:+.3g} [{step.low:+.3g}, {step.high:+.3g}]"
