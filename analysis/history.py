@@ -10,10 +10,10 @@ aside. Sweeps of different machines (the rows' device_name) make histories of th
 sweep whose points ran on several is refused. The series are judged together by
 octlm_analysis.steps (binary segmentation by Welch's t, Holm's rule over every series).
 
-The metrics: those named, else the experiment's timings (harness.measuring.columns) and the
-metrics its claims bound. A step is worse where a timing grew, or where a claimed metric moved
-toward the bound it is nearer (a claim with only a max: it grew; only a min: it fell); --check
-exits 1 where a step is worse, 0 otherwise, 2 on bad input.
+The metrics: those named, else every metric the points have (numbers, no timing's
+housekeeping: harness.measuring.columns). A step is worse where a timing grew, or where a
+claimed metric moved toward the bound it is nearer (a claim with only a max: it grew; only a
+min: it fell); --check exits 1 where a step is worse, 0 otherwise, 2 on bad input.
 """
 
 import math
@@ -63,7 +63,7 @@ def history(root: Path, experiment: str, metrics: list[str], report_dir: Path,
     params = points.attrs.get("params", [])
     sweeps = sweep_lines(points)
     config = _newest_config(root, experiment, sweeps)
-    metrics = chosen_metrics(points, params, config, metrics)
+    metrics = chosen_metrics(points, params, metrics)
     varying = [p for p in params if p in points and points[p].astype(str).nunique() > 1]
     judged = History(experiment, sweeps, [])
     for machine, own in sweeps.groupby("machine", sort=True):
@@ -118,10 +118,9 @@ def _newest_config(root: Path, experiment: str, sweeps: pd.DataFrame) -> dict:
     return {}
 
 
-def chosen_metrics(points: pd.DataFrame, params: list[str], config: dict,
-                   named: list[str]) -> list[str]:  # fmt: skip
-    """The metrics judged: those named (BadInput for one the points do not have), else the
-    timings and the metrics the claims bound."""
+def chosen_metrics(points: pd.DataFrame, params: list[str], named: list[str]) -> list[str]:
+    """The metrics judged: those named (BadInput for one the points do not have), else every
+    metric of numbers the points have."""
     measured = [c for c in points if c not in params and c not in point_lines.KEPT
                 and c not in store.HARNESS_COLUMNS and c not in ("sweep", point_lines.PLANNED)
                 and not is_housekeeping(c) and is_number_column(points[c])]  # fmt: skip
@@ -129,10 +128,7 @@ def chosen_metrics(points: pd.DataFrame, params: list[str], config: dict,
         if metric not in measured:
             raise BadInput(f"no metric {metric} in the history: its metrics are "
                            f"{', '.join(measured) or 'none'}")  # fmt: skip
-    if named:
-        return list(dict.fromkeys(named))
-    claimed = [c.get("metric") for c in config.get("claims") or [] if not c.get("table")]
-    return [m for m in dict.fromkeys([*claimed, *filter(is_timing, measured)]) if m in measured]
+    return list(dict.fromkeys(named)) if named else measured
 
 
 def series_of(lines, sweeps: pd.DataFrame, metrics: list[str], varying: list[str], machine: str,

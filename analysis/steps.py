@@ -3,17 +3,22 @@ planned, changed its level, and whether it did by more than chance.
 
 The detector is binary segmentation by Welch's t. For a segment of a series, every split that
 leaves at least `side` values either side is scored by Welch's t of the two parts' means (their
-spreads not assumed equal: a slower code is often a noisier one too), and the split of the
-smallest two-sided p is the segment's candidate. Its p value is that smallest p times the
+spreads not assumed equal: a slower code is often a noisier one too), as the gate judges a
+timing: the test that the ratio after/before lies beyond a factor (1.10, the gate's TOLERANCE)
+either way, since a machine drifts by a few percent over a day with no code changed, and a
+step of 5% found among fifty sweeps is that drift as often as the code. The split of the
+smallest p is the segment's candidate. Its p value is that smallest p times the
 number of splits tried (Bonferroni: the chance that any split of a segment without a step
 scores so, at most that). A series is judged on a log scale where all its values are above
-zero (a timing's step is a ratio, as in the gate), else as it is.
+zero (a timing's step is a ratio, as in the gate), else as it is, where any change counts.
 
 Across the series one history judges (every metric of every point), the family rule is Holm's,
 as the gate's: the series' candidates in rising p, the k-th (from 0) a step while p <= alpha /
 (m - k), so that a history of identical code shows any step at most `alpha` of the time, however
-many series it has. Where a series has a step, each of its two parts is judged again at
-alpha / m, and so on: a series may hold several steps. Each step's ratio after/before (its
+many series it has. Where a series has a step, each of its two parts is judged again at the
+level Holm's rule rejected the series at, and so on: a series may hold several steps. Then each
+step is placed again at the best split between its neighbours and dropped where it no longer
+passes (as Otava merges its change points), until none moves. Each step's ratio after/before (its
 parts' geometric means, between its neighbouring steps) and its interval come from
 octlm_analysis.verdicts.estimate, the gate's Welch interval.
 
@@ -24,11 +29,12 @@ alarms grow with the series' count; this one's stay below alpha by construction,
 statistics are numpy's cumulative sums: a 1,000-sweep series is scored in one pass.
 """
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from octlm_analysis.verdicts import estimate, holm
+from octlm_analysis.verdicts import TOLERANCE, estimate, holm
 
 ALPHA = 0.05  # the chance that a history of identical code shows a step, over all its series
 SIDE = 3  # the fewest sweeps either side of a step
@@ -47,9 +53,9 @@ class Step:
     p: float  # the candidate's p value (Bonferroni over its segment's splits)
 
 
-def scores(values: np.ndarray, side: int) -> tuple[np.ndarray, np.ndarray]:
-    """Welch's t and its degrees of freedom for each split k of `values` (side <= k <=
-    len - side), from cumulative sums: t > 0 where the values after k are higher."""
+def scores(values: np.ndarray, side: int, margin: float) -> tuple[np.ndarray, np.ndarray]:
+    """Welch's t of |after - before| - margin and its degrees of freedom for each split k of
+    `values` (side <= k <= len - side), from cumulative sums."""
     x = values - values.mean()  # centred: the sums of squares lose nothing to cancellation
     n = len(x)
     k = np.arange(side, n - side + 1)
@@ -62,41 +68,51 @@ def scores(values: np.ndarray, side: int) -> tuple[np.ndarray, np.ndarray]:
     v2 = np.maximum(right_sq - n2 * m2 * m2, 0) / (n2 - 1)
     a, b = v1 / n1, v2 / n2
     se2 = a + b
+    beyond = np.abs(m2 - m1) - margin
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = (m2 - m1) / np.sqrt(se2)
+        t = beyond / np.sqrt(se2)
         df = se2 * se2 / (a * a / (n1 - 1) + b * b / (n2 - 1))
     alike = se2 <= 1e-24 * max(1.0, float(np.abs(values).max()) ** 2)  # each part one value
-    t = np.where(alike, np.where(np.isclose(m1, m2, rtol=0, atol=1e-12), 0.0, np.inf), t)
+    t = np.where(alike, np.where(beyond > 1e-12, np.inf, -np.inf if margin else 0.0), t)
     return np.nan_to_num(t, nan=0.0), np.where(np.isfinite(df), df, n - 2.0)
 
 
-def candidate(values: np.ndarray, side: int) -> tuple[int, float] | None:
+def candidate(values: np.ndarray, side: int, margin: float = 0.0) -> tuple[int, float] | None:
     """The segment's best split (as an index into `values`) and its p value, Bonferroni over the
-    splits tried; None where it is too short to split."""
+    splits tried: of |after - before| > margin (one-sided), or with no margin of any change
+    (two-sided); None where the segment is too short to split."""
     from scipy import stats  # here: importing scipy.stats takes a second
 
     if len(values) < 2 * side:
         return None
-    t, df = scores(values, side)
-    p = 2 * stats.t.sf(np.abs(t), df)
+    t, df = scores(values, side, margin)
+    p = stats.t.sf(t, df) if margin else 2 * stats.t.sf(np.abs(t), df)
     best = int(np.argmin(p))
     return side + best, min(1.0, float(p[best]) * len(p))
 
 
-def find_steps(series: list[np.ndarray], side: int = SIDE, alpha: float = ALPHA) -> list[Step]:
+def find_steps(series: list[np.ndarray], side: int = SIDE, alpha: float = ALPHA,
+               factor: float = TOLERANCE) -> list[Step]:  # fmt: skip
     """The steps of a history's series (each its values in the sweeps' order, NaN-free), found
     under the module's family rule; in series order, then by position."""
     logs = [_scaled(np.asarray(s, dtype=float)) for s in series]
-    firsts = [candidate(values, side) for values, _ in logs]
+    margins = [math.log(factor) if log else 0.0 for _, log in logs]
+    firsts = [candidate(v, side, m) for (v, _), m in zip(logs, margins, strict=True)]
     p_values = [1.0 if c is None else c[1] for c in firsts]
-    level = alpha / max(1, len(series))
     found = []
-    for index, rejected in enumerate(holm(p_values, alpha)):
-        if rejected:
-            values, log = logs[index]
-            cuts = sorted(_split(values, 0, len(values), firsts[index], side, level))
-            found += _steps(index, values, log, cuts)
+    for index, level in sorted(_rejected(p_values, alpha).items()):
+        (values, log), margin = logs[index], margins[index]
+        cut = _split(values, 0, len(values), firsts[index], side, level, margin)
+        cuts = _settled(values, cut, side, level, margin)
+        found += _steps(index, values, log, cuts)
     return found
+
+
+def _rejected(p_values: list[float], alpha: float) -> dict[int, float]:
+    """Holm's rule (verdicts.holm): each series rejected, with the level it was rejected at."""
+    order = np.argsort(p_values, kind="stable")
+    rejected = holm(p_values, alpha)
+    return {int(i): alpha / (len(p_values) - k) for k, i in enumerate(order) if rejected[i]}
 
 
 def _scaled(values: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -106,16 +122,41 @@ def _scaled(values: np.ndarray) -> tuple[np.ndarray, bool]:
     return values, False
 
 
-def _split(values, start: int, end: int, first, side: int, level: float) -> list[tuple]:
+def _split(values, start: int, end: int, first, side: int, level: float,
+           margin: float) -> list[tuple]:  # fmt: skip
     """The cuts (position, p) of values[start:end], given its candidate `first` found
     significant: it, and those of each part that pass `level`."""
     at, p = first
     cut = start + at
     cuts = [(cut, p)]
     for lo, hi in ((start, cut), (cut, end)):
-        inner = candidate(values[lo:hi], side)
+        inner = candidate(values[lo:hi], side, margin)
         if inner is not None and inner[1] <= level:
-            cuts += _split(values, lo, hi, inner, side, level)
+            cuts += _split(values, lo, hi, inner, side, level, margin)
+    return cuts
+
+
+def _settled(values: np.ndarray, cuts: list[tuple], side: int, level: float,
+             margin: float) -> list[tuple]:  # fmt: skip
+    """The cuts, each placed again at its best split between its neighbours and dropped where
+    that split no longer passes `level` (as Otava merges change points), until none moves: a
+    series that rose and fell back is first cut where the whole series splits best, which is
+    neither of its steps."""
+    cuts = sorted(cuts)
+    for _ in range(len(values)):
+        settled, moved = [], False
+        for n in range(len(cuts)):
+            start = settled[-1][0] if settled else 0
+            end = cuts[n + 1][0] if n + 1 < len(cuts) else len(values)
+            found = candidate(values[start:end], side, margin)
+            if found is None or found[1] > level:
+                moved = True
+                continue
+            settled.append((start + found[0], found[1]))
+            moved |= settled[-1][0] != cuts[n][0]
+        cuts = settled
+        if not moved:
+            break
     return cuts
 
 

@@ -1,0 +1,297 @@
+"""python -m harness history: the detector on arrays (octlm_analysis.steps), the command on
+stores written through the store's own functions, and once on real sweeps of an experiment of
+one's own whose kernel does 1.5x the work after an edit."""
+
+import math
+import os
+import re
+import time
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+from sweeps import write_jobs
+
+from harness import store
+from octlm_analysis import history, steps
+
+EXPERIMENT = "own"
+START = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def noisy(count: int, seed: int, spread: float = 0.03) -> np.ndarray:
+    return np.exp(np.random.default_rng(seed).normal(0, spread, count))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_identical_series_show_no_step_and_a_half_again_shows_one_where_it_is(seed):
+    same = [noisy(12, seed), noisy(12, seed + 100)]
+    assert steps.find_steps(same) == []
+    stepped = noisy(12, seed) * np.r_[np.ones(6), np.full(6, 1.5)]
+    [step] = steps.find_steps([noisy(12, seed + 100), stepped])
+    assert (step.series, step.at, step.start, step.end, step.log) == (1, 6, 0, 12)[:4] + (True,)
+    assert step.low < 1.5 < step.high and 1.4 < step.change < 1.6
+
+
+def test_holm_over_the_series_keeps_a_step_that_one_series_alone_would_show():
+    """A step whose p lies between alpha / 50 and alpha: found alone, not among 49 series
+    more (each without a step), as the gate's Holm rule treats its timings."""
+    values = np.r_[noisy(6, 1, 0.05), noisy(6, 2, 0.05) * 1.28]
+    at, p = steps.candidate(np.log(values), steps.SIDE, math.log(steps.TOLERANCE))
+    assert steps.ALPHA / 50 < p <= steps.ALPHA, p  # the case this test is about
+    assert [s.at for s in steps.find_steps([values])] == [at]
+    assert steps.find_steps([values, *[np.ones(12)] * 49]) == []
+
+
+def test_a_series_may_hold_several_steps_each_measured_between_its_neighbours():
+    values = noisy(30, 3) * np.r_[np.ones(10), np.full(10, 2.0), np.full(10, 1.0)]
+    found = steps.find_steps([values])
+    assert [(s.at, s.start, s.end) for s in found] == [(10, 0, 20), (20, 10, 30)]
+    assert [round(s.change, 1) for s in found] == [2.0, 0.5]
+
+
+@pytest.mark.parametrize("at", [1, 2, 10, 11])
+def test_no_step_is_placed_with_fewer_than_three_sweeps_a_side(at):
+    values = np.r_[np.ones(at), np.full(12 - at, 3.0)]
+    assert all(3 <= s.at <= 9 for s in steps.find_steps([values]))
+
+
+@pytest.mark.parametrize("factor, found", [(1.05, False), (1.5, True)])
+def test_a_step_is_a_change_beyond_the_factor_either_way(factor, found):
+    """As the gate: a machine that drifts by 5% with no code changed shows no step; a step
+    down (faster) is one as a step up is."""
+    same = noisy(12, 9, 0.01)
+    assert bool(steps.find_steps([same * np.r_[np.ones(6), np.full(6, factor)]])) == found
+    assert bool(steps.find_steps([same * np.r_[np.ones(6), np.full(6, 1 / factor)]])) == found
+
+
+def test_a_series_with_zeros_is_judged_as_a_difference():
+    values = np.r_[np.zeros(6), np.full(6, 0.5)]
+    [step] = steps.find_steps([values])
+    assert (step.at, step.log, step.change) == (6, False, 0.5)
+    assert steps.said(step) == "+0.5 [+0.5, +0.5]"
+
+
+@pytest.mark.parametrize(
+    "claims, level, direction",
+    [
+        ([], 1.0, 0),
+        ([{"metric": "err", "max": 1e-5}], 1e-7, 1),
+        ([{"metric": "err", "min": 0.5}], 1.0, -1),
+        ([{"metric": "err", "min": 1e-10, "max": [1e-5, "2 * other"]}], 1e-7, 1),  # max nearer
+        ([{"metric": "err", "min": 1.0, "max": 100.0}], 2.0, -1),  # min nearer
+        ([{"metric": "err", "min": 1.0, "max": "2 * other"}], 2.0, 1),  # max not a number
+    ],
+)
+def test_a_claimed_metric_worsens_toward_its_bound(claims, level, direction):
+    assert history._direction("err", {"claims": claims}, level) == direction
+    assert history._direction("kernel_ms", {"claims": claims}, level) == 1
+
+
+def write_history(results, values: list[dict], machines=None, loads=None, config=None) -> list:
+    """Sweeps of EXPERIMENT, one a dict of `values` ({point x: {metric: value}}), planned an
+    hour apart, each with its own code digest; machines[n] the n-th sweep's device, loads[n]
+    its timings' CPU load beside. Their ids, in order."""
+    ids = []
+    for n, sweep_values in enumerate(values):
+        sweep, planned = f"20261201-{n:02d}0000-aaaa", START + timedelta(hours=n)
+        machine = (machines or {}).get(n, "cpu: the test machine")
+        points = [{"job": j, "overrides": [], "params": {"x": x}}
+                  for j, x in enumerate(sweep_values)]  # fmt: skip
+        store.write_manifest(results, {"experiment": EXPERIMENT, "sweep": sweep,
+                                       "created_at": planned.isoformat(), "points": points,
+                                       "experiment_config": config or {},
+                                       "command": "python -m harness"})  # fmt: skip
+        rows = [{"job": j, "x": x, "status": "ok", **metrics, "started_at": planned,
+                 "device_name": machine if isinstance(machine, str) else machine[j],
+                 "code_digest": f"code{n:02d}", "git_commit": f"commit{n:02d}",
+                 **({"cpu_load_beside": loads[n]} if loads else {})}
+                for j, (x, metrics) in enumerate(sweep_values.items())]  # fmt: skip
+        write_jobs(results, EXPERIMENT, sweep, rows)
+        ids.append(sweep)
+    return ids
+
+
+def sweep_values(count: int, seed: int, step_at=None, factor=1.5) -> list[dict]:
+    """A value of time_ms and err at points x=1 and 2 a sweep; from sweep `step_at` on,
+    time_ms at x=2 `factor` times."""
+    rng = np.random.default_rng(seed)
+    made = []
+    for n in range(count):
+        grow = factor if step_at is not None and n >= step_at else 1.0
+        made.append({1: {"time_ms": float(np.exp(rng.normal(0, 0.03))), "err": 1e-7},
+                     2: {"time_ms": float(2 * grow * np.exp(rng.normal(0, 0.03))),
+                         "err": 2e-7}})  # fmt: skip
+    return made
+
+
+@pytest.mark.e2e
+def test_twelve_sweeps_of_identical_code_show_no_step(harness):
+    write_history(harness.results, sweep_values(12, 0))
+    done = harness("history", EXPERIMENT, "--check")
+    assert done.returncode == 0, done.stderr
+    assert "own: 0 step(s) in 4 series (time_ms, err) over 12 sweeps" in done.stdout
+
+
+@pytest.mark.e2e
+def test_a_step_is_named_by_its_two_sweeps_and_check_fails(harness):
+    ids = write_history(harness.results, sweep_values(12, 1, step_at=6))
+    done = harness("history", EXPERIMENT, "--check")
+    assert done.returncode == 1, done.stdout + done.stderr
+    [said] = [line for line in done.stdout.splitlines() if line.startswith("step")]
+    assert said.startswith("step 1: time_ms at x=2: x1.49 [1.46, 1.53] (worse; 6 sweeps before")
+    assert f"between sweep {ids[5]} (planned 2026-12-01 05:00 UTC, code code05, commit " \
+           "commit05)" in done.stdout  # fmt: skip
+    assert f"and sweep {ids[6]} (planned 2026-12-01 06:00 UTC, code code06" in done.stdout
+    assert f"python -m harness code {ids[5]} {ids[6]}" in done.stdout
+    assert harness("history", EXPERIMENT).returncode == 0  # without --check: the steps, exit 0
+    assert harness("history", EXPERIMENT, "err", "--check").returncode == 0  # err: no step
+
+
+@pytest.mark.e2e
+def test_a_faster_code_is_a_step_that_check_passes(harness):
+    write_history(harness.results, sweep_values(12, 2, step_at=6, factor=0.6))
+    done = harness("history", EXPERIMENT, "--check")
+    assert done.returncode == 0 and "x0.6" in done.stdout and "(better;" in done.stdout
+
+
+@pytest.mark.e2e
+def test_a_claimed_metric_that_grew_toward_its_max_is_worse(harness):
+    values = sweep_values(12, 3)
+    for n in range(6, 12):
+        values[n][1]["err"] = 3e-7
+    claims = [{"metric": "err", "min": 1e-10, "max": 1e-5}]
+    write_history(harness.results, values, config={"claims": claims})
+    done = harness("history", EXPERIMENT, "--check")
+    assert done.returncode == 1
+    assert "step 1: err at x=1: x3 [3, 3] (worse;" in done.stdout
+
+
+@pytest.mark.e2e
+def test_each_machine_is_a_history_of_its_own(harness):
+    """Six sweeps on one machine and six twice as slow on another, interleaved: no step (one
+    history would show steps at every change of machine)."""
+    values = sweep_values(12, 4)
+    for n in range(1, 12, 2):
+        for x in values[n]:
+            values[n][x]["time_ms"] *= 2
+    machines = {n: "cpu: the other machine" for n in range(1, 12, 2)}
+    write_history(harness.results, values, machines=machines)
+    done = harness("history", EXPERIMENT, "time_ms", "--check")
+    assert done.returncode == 0
+    assert "0 step(s) in 4 series" in done.stdout and "the other machine" in done.stdout
+
+
+@pytest.mark.e2e
+def test_a_timing_taken_on_a_busy_machine_is_set_aside(harness):
+    """A sweep twice as slow while other processes used the CPUs, among identical ones: no
+    step; without the load it would be one value of the history like any other."""
+    values = sweep_values(14, 5, step_at=11, factor=2.0)
+    loads = [0.0] * 11 + [0.9] * 3
+    write_history(harness.results, values, loads=loads)
+    done = harness("history", EXPERIMENT, "time_ms", "--check")
+    assert done.returncode == 0 and "0 step(s)" in done.stdout
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["nope"], "error: no experiment nope in "),
+        ([EXPERIMENT, "nope"], "error: no metric nope in the history: its metrics are time_ms, "
+         "err"),
+        ([], "error: history: the following arguments are required: EXPERIMENT"),
+        ([EXPERIMENT, "bad/name"], "error: "),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_line_and_exit_2(harness, args, said):
+    write_history(harness.results, sweep_values(6, 6))
+    done = harness("history", *args)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(said) and done.stderr.count("\n") == 1, done.stderr
+
+
+@pytest.mark.e2e
+def test_too_few_sweeps_and_mixed_machines_are_bad_input(harness):
+    write_history(harness.results, sweep_values(5, 7))
+    done = harness("history", EXPERIMENT)
+    assert (done.returncode, done.stderr) == (
+        2,
+        "error: 5 sweeps of own on one machine: a step needs at least 3 either side (6 sweeps)\n",
+    )
+    sweep = write_history(harness.results, sweep_values(7, 7),
+                          machines={6: ["cpu: one", "cpu: two"]})[6]  # fmt: skip
+    done = harness("history", EXPERIMENT)
+    assert (done.returncode, done.stderr) == (2, f"error: sweep {sweep} ran on several machines "
+                                                 "(cpu: one, cpu: two): its values are no one "
+                                                 "machine's\n")  # fmt: skip
+
+
+KERNEL = """import statistics
+import time
+
+WORK = {work}
+
+
+def loop(n):
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+
+
+def cpu_ms(n):
+    samples = []
+    for _ in range(7):
+        start = time.process_time()
+        loop(n)
+        samples.append((time.process_time() - start) * 1e3)
+    return statistics.median(samples)
+
+
+def run() -> list[dict]:
+    return [{{"kernel_ms": cpu_ms(WORK), "other_ms": cpu_ms(40000)}}]
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.serial
+@pytest.mark.slow
+def test_real_sweeps_whose_kernel_does_half_again_the_work_show_one_step(harness, tmp_path):
+    """Six sweeps of an experiment of one's own, then six whose kernel loops 1.5x as long (its
+    code edited: another code digest): one step, in kernel_ms alone, between the 6th and 7th
+    sweeps. Its timings are the process's CPU time, which other processes on the machine do
+    not add to, of work large beside the machine's noise."""
+    folder = tmp_path / "mine"
+    (folder / "experiment").mkdir(parents=True)
+    (folder / "minepkg").mkdir()
+    (folder / "minepkg" / "__init__.py").write_text("")
+    (folder / "experiment" / "own.yaml").write_text(
+        "# @package _global_\nexperiment:\n  name: own\n  run: minepkg.kernel.run\n"
+    )
+    ids = []
+    for n in range(12):
+        if n in (0, 6):
+            path = folder / "minepkg" / "kernel.py"
+            path.write_text(KERNEL.format(work=40000 if n == 0 else 60000))
+            stamp = time.time_ns() + 10**9 * (n + 1)  # a new mtime within the clock's grain
+            os.utime(path, ns=(stamp, stamp))
+        done = harness(
+            "--config-dir",
+            str(folder),
+            "+experiment=own",
+            "reuse=false",
+            f"code_store={tmp_path / 'codes'}",
+            env={"PYTHONPATH": str(folder)},
+        )
+        assert done.returncode == 0, done.stderr
+        ids.append(re.search(r"^sweep (\S+): ", done.stdout, re.M).group(1))
+    done = harness("history", EXPERIMENT, "--check")
+    assert done.returncode == 1, done.stdout + done.stderr
+    steps_said = [line for line in done.stdout.splitlines() if line.startswith("step")]
+    assert len(steps_said) == 1, done.stdout
+    assert steps_said[0].startswith("step 1: kernel_ms at its one point"), done.stdout
+    assert f"between sweep {ids[5]}" in done.stdout and f"and sweep {ids[6]}" in done.stdout, (
+        done.stdout
+    )
+    assert "1 step(s) in 2 series (kernel_ms, other_ms) over 12 sweeps" in done.stdout
