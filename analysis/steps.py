@@ -15,10 +15,13 @@ zero (a timing's step is a ratio, as in the gate), else as it is, where any chan
 Across the series one history judges (every metric of every point), the family rule is Holm's,
 as the gate's: the series' candidates in rising p, the k-th (from 0) a step while p <= alpha /
 (m - k), so that a history of identical code shows any step at most `alpha` of the time, however
-many series it has. Where a series has a step, each of its two parts is judged again at the
-level Holm's rule rejected the series at, and so on: a series may hold several steps. Then each
-step is placed again at the best split between its neighbours and dropped where it no longer
-passes (as Otava merges its change points), until none moves. Each step's ratio after/before (its
+many series it has. A series' candidates come first from binary segmentation looking for a
+change of any size (a split passing alpha, then each part split again, and so on: a series may
+hold several steps), then each is tested beyond the factor between its neighbouring
+candidates, placed again at the best split there and dropped where it no longer passes (as
+Otava merges its change points), until none moves; the smallest p among a series' candidates
+enters Holm's rule, and a series it rejects keeps the candidates that pass the level it was
+rejected at. Each step's ratio after/before (its
 parts' geometric means, between its neighbouring steps) and its interval come from
 octlm_analysis.verdicts.estimate, the gate's Welch interval.
 
@@ -97,15 +100,26 @@ def find_steps(series: list[np.ndarray], side: int = SIDE, alpha: float = ALPHA,
     under the module's family rule; in series order, then by position."""
     logs = [_scaled(np.asarray(s, dtype=float)) for s in series]
     margins = [math.log(factor) if log else 0.0 for _, log in logs]
-    firsts = [candidate(v, side, m) for (v, _), m in zip(logs, margins, strict=True)]
-    p_values = [1.0 if c is None else c[1] for c in firsts]
+    cuts = [_candidates(v, side, m, alpha) for (v, _), m in zip(logs, margins, strict=True)]
+    p_values = [min((p for _, p in c), default=1.0) for c in cuts]
     found = []
     for index, level in sorted(_rejected(p_values, alpha).items()):
         (values, log), margin = logs[index], margins[index]
-        cut = _split(values, 0, len(values), firsts[index], side, level, margin)
-        cuts = _settled(values, cut, side, level, margin)
-        found += _steps(index, values, log, cuts)
+        kept = _settled(values, cuts[index], side, level, margin)
+        found += _steps(index, values, log, kept)
     return found
+
+
+def _candidates(values: np.ndarray, side: int, margin: float, loose: float) -> list[tuple]:
+    """A series' candidate steps (position, p): the changes of any size that binary
+    segmentation finds at `loose`, then each tested beyond `margin` between its neighbours
+    (_settled, at `loose` too). A rise and fall back within a long series changes the whole
+    series' mean by less than either step: looking for any change first finds both."""
+    first = candidate(values, side)
+    if first is None or first[1] > loose:
+        return []
+    liberal = _split(values, 0, len(values), first, side, loose, 0.0)
+    return _settled(values, liberal, side, loose, margin)
 
 
 def _rejected(p_values: list[float], alpha: float) -> dict[int, float]:
