@@ -227,8 +227,7 @@ def test_too_few_sweeps_and_mixed_machines_are_bad_input(harness):
                                                  "machine's\n")  # fmt: skip
 
 
-KERNEL = """import statistics
-import time
+KERNEL = """import time
 
 WORK = {work}
 
@@ -242,11 +241,11 @@ def loop(n):
 
 def cpu_ms(n):
     samples = []
-    for _ in range(7):
+    for _ in range(15):
         start = time.process_time()
         loop(n)
         samples.append((time.process_time() - start) * 1e3)
-    return statistics.median(samples)
+    return min(samples)
 
 
 def run() -> list[dict]:
@@ -261,7 +260,11 @@ def test_real_sweeps_whose_kernel_does_half_again_the_work_show_one_step(harness
     """Six sweeps of an experiment of one's own, then six whose kernel loops 1.5x as long (its
     code edited: another code digest): one step, in kernel_ms alone, between the 6th and 7th
     sweeps. Its timings are the process's CPU time, which other processes on the machine do
-    not add to, of work large beside the machine's noise."""
+    not add to, each the fastest of 15 calls: what a busy machine adds to a call (a cache
+    shared, a core's other thread) only slows it. Even so a machine that other users' work
+    keeps busy moves them by a third for minutes at a time (measured here while two others'
+    test suites ran), as it would move anyone's history: this test needs the CPUs to itself,
+    as `serial` gives it (make test runs those alone)."""
     folder = tmp_path / "mine"
     (folder / "experiment").mkdir(parents=True)
     (folder / "minepkg").mkdir()
