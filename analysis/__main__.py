@@ -18,6 +18,7 @@ from harness import files, store
 from harness.errors import BadInput, os_error, reader_gone
 from harness.results.claims import FAILING, outcome
 from harness.store import common_schema
+from octlm_analysis import point_lines
 from octlm_analysis.compare import RULE
 from octlm_analysis.report import claims_changed, claims_note, write_report
 
@@ -189,7 +190,8 @@ def _main(argv: list[str] | None) -> int:
     print(f"report: {path} and {path.with_name('index.html')}")
     failing = claims[claims["result"].isin(FAILING)]
     notes = _notes(results, config_dirs)
-    return 1 if args.check and (not failing.empty or notes) else 0
+    worse = _history_checked(results, args.report, dict.fromkeys(e for e, _ in pairs))
+    return 1 if args.check and (not failing.empty or notes or worse) else 0
 
 
 def _notes(results: Path, config_dirs: list[Path]) -> bool:
@@ -204,6 +206,34 @@ def _notes(results: Path, config_dirs: list[Path]) -> bool:
     for result, line in said:
         print(f"{result:10} note {line}")
     return any(result != "PASS" for result, _ in said)
+
+
+def _history_checked(results: Path, report: Path, experiments) -> int:
+    """Of each experiment whose YAML says `history: true` (its newest sweep's config), its
+    history's steps that made a metric worse, a line each (FAIL), or that it has none; how
+    many (the report's --check fails on any)."""
+    from octlm_analysis.history import judge, worse_lines
+
+    worse = 0
+    for experiment in experiments:
+        newest = store.newest_sweep(results, experiment)
+        manifest = store.read_manifest(store.SweepPaths(results, experiment, newest))
+        if not (manifest or {}).get("experiment_config", {}).get("history"):
+            continue
+        try:
+            judged = judge(results, experiment, point_lines.of_experiment(results, experiment,
+                                                                          report), [])  # fmt: skip
+        except BadInput as nothing:
+            print(f"{'N/A':10} {experiment} history: {nothing}")
+            continue
+        lines = worse_lines(judged)
+        for line in lines:
+            print(f"{'FAIL':10} {experiment} history: {line}")
+        if not lines:
+            print(f"{'PASS':10} {experiment} history: no step made a metric worse "
+                  f"({len(judged.found)} step(s) in {len(judged.series)} series)")  # fmt: skip
+        worse += len(lines)
+    return worse
 
 
 def _smaller_than_its_grid(manifest: dict | None, experiment: str) -> str:

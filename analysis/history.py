@@ -27,7 +27,6 @@ from harness import store
 from harness.errors import BadInput
 from harness.measuring.columns import LOAD, is_housekeeping, is_number_column, is_timing
 from octlm_analysis import point_lines, steps
-from octlm_analysis.compare import BUSY, own_column
 
 MACHINE = "device_name"  # the machine a sweep ran on, as its rows say
 
@@ -60,6 +59,13 @@ def history(root: Path, experiment: str, metrics: list[str], report_dir: Path,
     if experiment not in store.experiments(root):
         raise BadInput(f"no experiment {experiment} in {root}")
     points = point_lines.of_experiment(root, experiment, report_dir)
+    return judge(root, experiment, points, metrics, side)
+
+
+def judge(root: Path, experiment: str, points: pd.DataFrame, metrics: list[str],
+          side: int = steps.SIDE) -> History:  # fmt: skip
+    """The history of the experiment's points (point_lines.of_experiment) judged; BadInput
+    where it has nothing to judge."""
     params = points.attrs.get("params", [])
     sweeps = sweep_lines(points)
     config = _newest_config(root, experiment, sweeps)
@@ -136,6 +142,8 @@ def series_of(lines, sweeps: pd.DataFrame, metrics: list[str], varying: list[str
     """Each metric's series a point, of one machine's sweeps (`sweeps`, in order): a value a
     sweep that measured it; a series with fewer than 2 * side values is left out, and where
     the busy rule left it so, `skipped` says so."""
+    from octlm_analysis.compare import BUSY, own_column  # the gate's rule (compare imports report)
+
     order = {sweep: n for n, sweep in enumerate(sweeps["sweep"])}
     ok = lines[lines["status"] == "ok"]
     groups = list(ok.groupby(varying, dropna=False, sort=True)) if varying else [((), ok)]
@@ -226,6 +234,52 @@ def _sweep(judged: History, sweep: str) -> str:
     code = str(line["code_digest"])[:12] or "none"
     commit = str(line["git_commit"])[:10] or "none"
     return f"{sweep} (planned {planned} UTC, code {code}, commit {commit})"
+
+
+def on_page(root: Path, experiment: str, points: pd.DataFrame) -> History | None:
+    """The experiment's history for the page and the report's --check; None where it has too
+    few sweeps, or nothing else to judge."""
+    try:
+        return judge(root, experiment, points, [])
+    except BadInput:
+        return None
+
+
+def marked(figure: dict, metric: str, judged: History, points: pd.DataFrame) -> dict:
+    """A history figure (octlm_analysis.plots.history) of `metric` with its steps marked: a
+    dashed line at the first sweep after each, and a note naming the change and both sweeps."""
+    shapes, notes = [], []
+    for step in judged.found:
+        series = judged.series[step.series]
+        if series.metric != metric:
+            continue
+        before, after = series.sweeps[step.at - 1], series.sweeps[step.at]
+        when = points.loc[points["sweep"] == after, "started_at"].min()
+        x = pd.Timestamp(when).strftime("%Y-%m-%d %H:%M:%S")
+        kind = "worse" if judged.is_worse(step) else "step"
+        line = {"dash": "dash", "width": 1, "color": "#d62728" if kind == "worse" else "#7f7f7f"}
+        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": x, "x1": x, "y0": 0,
+                       "y1": 1, "line": line})  # fmt: skip
+        notes.append({"x": x, "xref": "x", "yref": "paper", "y": 1 - 0.08 * len(notes),
+                      "xanchor": "left", "showarrow": False, "font": {"size": 10},
+                      "text": f"{kind} {steps.said(step)} at {_point(series.point)}: "
+                              f"sweep {before} → {after}"})  # fmt: skip
+    if shapes:
+        layout = figure.setdefault("layout", {})
+        layout["shapes"] = [*layout.get("shapes", []), *shapes]
+        layout["annotations"] = [*layout.get("annotations", []), *notes]
+    return figure
+
+
+def worse_lines(judged: History) -> list[str]:
+    """A line for each step that made a metric worse: the report's --check fails on them."""
+    lines = []
+    for step in filter(judged.is_worse, judged.found):
+        series = judged.series[step.series]
+        before, after = series.sweeps[step.at - 1], series.sweeps[step.at]
+        lines.append(f"{series.metric} at {_point(series.point)}: {steps.said(step)} between "
+                     f"sweeps {before} and {after}")  # fmt: skip
+    return lines
 
 
 def main(experiment: str, metrics: list[str], out: Path, check: bool) -> int:

@@ -35,6 +35,7 @@ from harness.names import available_experiments, experiment_file
 from harness.results.claims import claims_table
 from harness.results.tables import markdown
 from octlm_analysis import page, plots, point_lines
+from octlm_analysis.history import marked, on_page
 from octlm_analysis.report_config import claims_changed, module_file, own_config, trusted_config
 from octlm_analysis.report_section import (
     SWEEPS,
@@ -206,7 +207,8 @@ def write_report(
         states["shown"] = np.where(states["sweep"].isin(chosen), "yes", "")
         if chosen and not states.empty:
             parts.append(sweep_list(experiment, states) + "\n")
-        experiments.append(_page_part(experiment, points, states, views))
+        steps = on_page(root, experiment, points) if len(states) > 1 else None
+        experiments.append(_page_part(experiment, points, states, views, steps))
     path = page_dir / "REPORT.md"
     up = Path(os.path.relpath(report_dir, page_dir)).as_posix()
     if up != ".":  # the plots' links, relative to report_dir, from the page's folder
@@ -232,9 +234,11 @@ def _html_from(up: str, part: dict) -> dict:
     return {**part, "shown": views}
 
 
-def _page_part(experiment: str, points: pd.DataFrame, states: pd.DataFrame, views: list) -> dict:
+def _page_part(experiment: str, points: pd.DataFrame, states: pd.DataFrame, views: list,
+               judged=None) -> dict:  # fmt: skip
     """An experiment on the page (octlm_analysis.page.section): its sweeps, the ones shown,
-    the history of its metrics across sweeps, and the sweeps' points for the picker: of its
+    the history of its metrics across sweeps, with the steps `judged` found marked
+    (octlm_analysis.history), and the sweeps' points for the picker: of its
     newest PAGE_SWEEPS sweeps and those shown (REPORT.md lists every one), so that the page
     stays the same size however many sweeps the store keeps."""
     params = points.attrs.get("params", [])
@@ -248,7 +252,9 @@ def _page_part(experiment: str, points: pd.DataFrame, states: pd.DataFrame, view
     if len(listed) > 1:
         try:
             metrics = [m for m in _history_metrics(views, points, params) if m in points]
-            history = [f for f in (plots.history(points, m, params) for m in metrics) if f]
+            drawn = [(m, plots.history(points, m, params)) for m in metrics]
+            history = [f if judged is None else marked(f, m, judged, points)
+                       for m, f in drawn if f]  # fmt: skip
         except Exception as error:  # the rest of the page stands
             print(f"warning: {experiment}'s history could not be drawn: {error!r}", file=sys.stderr)
     return {"name": experiment, "sweeps": listed, "every": len(states), "shown": views,

@@ -98,10 +98,11 @@ NOT_IN_KEY = tuple(key.name for key in KEYS if not key.decides)
 RESUME_SETTINGS = tuple(key.name for key in KEYS if key.resume)
 AGAIN_REPLACED = tuple(key.name for key in KEYS if key.again)
 # The experiment block's keys that decide no answer: what the report makes of its rows, what
-# checks them, how a launcher runs them, and the environment variables and inputs it names
+# checks them (history: the report's --check judges the history too), how a launcher runs them,
+# and the environment variables and inputs it names
 # (their values and digests are reuse's key of their own: harness.reuse).
 NOT_IN_KEY_OF_EXPERIMENT = ("table", "plots", "claims", "derive", "report", "search", "check",
-                            "resources", "fresh", "environment", "inputs")  # fmt: skip
+                            "resources", "fresh", "environment", "inputs", "history")  # fmt: skip
 # What an experiment's name or a sweep id may be: it becomes a folder name and part of a glob.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 PLAIN = re.compile(r"[\w./+-]+")  # a string Hydra may read unquoted (if it reads it as a string)

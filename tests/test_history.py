@@ -298,3 +298,35 @@ def test_real_sweeps_whose_kernel_does_half_again_the_work_show_one_step(harness
         done.stdout
     )
     assert "1 step(s) in 2 series (kernel_ms, other_ms) over 12 sweeps" in done.stdout
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("judged, code", [(True, 1), (False, 0)])
+def test_the_reports_check_fails_on_a_worse_step_where_it_is_asked(harness, analysis, judged,
+                                                                    code):  # fmt: skip
+    """`history: true` in the experiment's YAML (its sweeps' recorded config): the report's
+    --check judges its history too; without it, the history is drawn, not checked."""
+    config = {"history": True} if judged else {}
+    ids = write_history(harness.results, sweep_values(12, 1, step_at=6), config=config)
+    done = analysis("--check")
+    assert done.returncode == code, done.stdout + done.stderr
+    said = f"FAIL       own history: time_ms at x=2: x1.49 [1.46, 1.53] between sweeps {ids[5]} "
+    assert (f"{said}and {ids[6]}\n" in done.stdout) == judged
+    assert ("own history" in done.stdout) == judged
+
+
+def test_the_page_marks_each_step_of_a_metric_on_its_history(tmp_path):
+    from octlm_analysis import plots, point_lines
+
+    results = tmp_path / "results"
+    ids = write_history(results, sweep_values(12, 1, step_at=6))
+    points = point_lines.of_experiment(results, EXPERIMENT, tmp_path / "report")
+    judged = history.on_page(results, EXPERIMENT, points)
+    figure = history.marked(plots.history(points, "time_ms", ["x"]), "time_ms", judged, points)
+    [line] = figure["layout"]["shapes"]
+    [note] = [a for a in figure["layout"]["annotations"] if "sweep" in a["text"]]
+    assert line["x0"] == note["x"] == "2026-12-01 06:00:00"
+    assert note["text"] == f"worse x1.49 [1.46, 1.53] at x=2: sweep {ids[5]} → {ids[6]}"
+    untouched = plots.history(points, "err", ["x"])
+    assert history.marked(untouched, "err", judged, points) == plots.history(points, "err", ["x"])
+    assert history.on_page(results, EXPERIMENT, points[points["sweep"].isin(ids[:5])]) is None
