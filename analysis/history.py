@@ -10,6 +10,9 @@ aside. Sweeps of different machines (the rows' device_name) make histories of th
 sweep whose points ran on several is refused. The series are judged together by
 octlm_analysis.steps (binary segmentation by Welch's t, Holm's rule over every series).
 
+Sweeps that `python -m harness again` made (history --confirm makes them) are another sweep's
+code run later: no part of the history.
+
 The metrics: those named, else every metric the points have (numbers, no timing's
 housekeeping: harness.measuring.columns). A step is worse where a timing grew, or where a
 claimed metric moved toward the bound it is nearer (a claim with only a max: it grew; only a
@@ -67,6 +70,7 @@ def judge(root: Path, experiment: str, points: pd.DataFrame, metrics: list[str],
     """The history of the experiment's points (point_lines.of_experiment) judged; BadInput
     where it has nothing to judge."""
     params = points.attrs.get("params", [])
+    points = points[~points["sweep"].isin(reruns(root, experiment))]
     sweeps = sweep_lines(points)
     config = _newest_config(root, experiment, sweeps)
     metrics = chosen_metrics(points, params, metrics)
@@ -108,6 +112,17 @@ def sweep_lines(points: pd.DataFrame) -> pd.DataFrame:
     table = pd.DataFrame(lines, columns=["sweep", "planned", "machine", "code_digest",
                                          "git_commit"])  # fmt: skip
     return table.sort_values(["planned", "sweep"], ignore_index=True)
+
+
+def reruns(root: Path, experiment: str) -> set[str]:
+    """The experiment's sweeps that `again` made (their manifests' again_of): another sweep's
+    code run later, no part of the history (history --confirm makes them)."""
+    found = set()
+    for sweep in store.sweeps(root, experiment):
+        manifest = store.read_manifest(store.SweepPaths(root, experiment, sweep)) or {}
+        if manifest.get("again_of"):
+            found.add(sweep)
+    return found
 
 
 def _first(lines: pd.DataFrame, column: str) -> str:
@@ -282,9 +297,30 @@ def worse_lines(judged: History) -> list[str]:
     return lines
 
 
-def main(experiment: str, metrics: list[str], out: Path, check: bool) -> int:
-    """The command: the history's steps printed; with `check`, 1 where one is worse."""
+def pairs(judged: History) -> list[dict]:
+    """The two sweeps each step lies between, once per pair (harness.command.confirm.Pair's
+    fields): whether its timings' steps grew, whether any step is worse, the steps' timings
+    and other metrics in words."""
+    found: dict[tuple, dict] = {}
+    for step in judged.found:
+        series = judged.series[step.series]
+        key = (series.sweeps[step.at - 1], series.sweeps[step.at])
+        pair = found.setdefault(key, {"before": key[0], "after": key[1], "grew": True,
+                                      "worse": False, "timings": (), "others": ()})  # fmt: skip
+        said = f"{series.metric} at {_point(series.point)} ({steps.said(step)})"
+        if is_timing(series.metric):
+            pair["timings"] += (said,)
+            pair["grew"] = step.change > 1 if len(pair["timings"]) == 1 else pair["grew"]
+        else:
+            pair["others"] += (said,)
+        pair["worse"] |= judged.is_worse(step)
+    return list(found.values())
+
+
+def main(experiment: str, metrics: list[str], out: Path, check: bool) -> tuple[int, list[dict]]:
+    """The command: the history's steps printed; with `check`, 1 where one is worse; and the
+    pairs of sweeps its steps lie between (for --confirm)."""
     judged = history(out / "results", experiment, metrics, out / "report")
     print(text(judged))
     worse = [s for s in judged.found if judged.is_worse(s)]
-    return 1 if check and worse else 0
+    return (1 if check and worse else 0), pairs(judged)

@@ -92,21 +92,23 @@ def run_command(argv: list[str]) -> int:
     command's parser, its key=value options as --key value (as_flags), and the command run."""
     parser = commands()[argv[0]]
     try:
-        flags = as_flags(argv[1:], parser.keys)
+        flags = as_flags(argv[1:], parser.keys, parser.switches)
     except ValueError as error:
         parser.error(str(error))
     arguments = parser.parse_args(flags)
     return arguments.run(arguments, parser)
 
 
-def as_flags(tokens: list[str], keys) -> list[str]:
+def as_flags(tokens: list[str], keys, switches=()) -> list[str]:
     """A command's arguments as argparse reads them: each key=value (+key=value alike) as
-    --key value, an _ in the key as -; the rest as given (a value after --key too). ValueError
-    for a key=value of a key not in `keys`."""
+    --key value, an _ in the key as -; the rest as given (a value after --key too, but after a
+    flag of `switches`, which takes none). ValueError for a key=value of a key not in `keys`."""
     flags, value_next = [], False
     for token in tokens:
         found = None if value_next else OPTION.fullmatch(token)
-        value_next = token.startswith("--") and "=" not in token and token != "--help"
+        value_next = (
+            token.startswith("--") and "=" not in token and token not in {"--help", *switches}
+        )
         if found is None:
             flags.append(token)
             continue
@@ -124,6 +126,12 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.keys: dict[str, str] = {}
+        self.switches: set[str] = set()  # the flags that take no value (--check)
+
+    def switch(self, flag: str, what: str) -> None:
+        """A flag that takes no value (`flag`: --check)."""
+        self.switches.add(flag)
+        self.add_argument(flag, action="store_true", help=what)
 
     def option(self, key: str, metavar: str, what: str, plus: str = "", **kwargs) -> None:
         """The option `key`, given as key=VALUE or --key VALUE (an _ in key as -); `plus`: "+"
@@ -290,13 +298,20 @@ def _history(arguments, parser) -> int:
     from octlm_analysis.history import main
 
     metrics = [check_name("metric", m) for m in arguments.metrics]
-    return main(arguments.experiment, metrics, Path(arguments.out), arguments.check)
+    code, pairs = main(arguments.experiment, metrics, Path(arguments.out), arguments.check)
+    if not arguments.confirm or not pairs:
+        return code
+    from harness.command.confirm import Pair, confirm
+
+    found = [Pair(**pair) for pair in pairs]
+    return confirm(found, arguments.out, arguments.code_store, arguments.check)
 
 
 def _history_parser(parsers) -> None:
     parser = parsers.add_parser(
         "history",
-        usage=f"{PROG} history EXPERIMENT [METRIC ...] [out=DIR] [--check]",
+        usage=f"{PROG} history EXPERIMENT [METRIC ...] [out=DIR] [--check] [--confirm] "
+        "[code_store=DIR]",
         description="Each metric of the experiment, per point, over its sweeps in the order "
         "planned (one value a sweep, each machine's sweeps apart): the steps found, each with "
         "its ratio after/before and the two sweeps (codes, commits) it lies between.",
@@ -305,8 +320,11 @@ def _history_parser(parsers) -> None:
                         help="the experiment whose sweeps make the history")  # fmt: skip
     parser.add_argument("metrics", nargs="*", metavar="METRIC", default=[],
                         help="the metrics judged (default: timings, claims' metrics)")  # fmt: skip
-    parser.add_argument("--check", action="store_true",
-                        help="exit 1 where a step made a metric worse")  # fmt: skip
+    parser.switch("--check", "exit 1 where a step made a metric worse (with --confirm: and "
+                  "stands)")  # fmt: skip
+    parser.switch("--confirm", "each step's two sweeps run again by the gate (again), on their "
+                  "own codes: whether it stands, and the codes' difference")  # fmt: skip
+    parser.option("code_store", "DIR", CODE_STORE)
     parser.option("out", "DIR", "the out folder whose store (DIR/results) holds the sweeps "
                   "(default: outputs)", type=out_folder, default="outputs")  # fmt: skip
     parser.set_defaults(run=_history)
