@@ -253,6 +253,30 @@ def run() -> list[dict]:
 """
 
 
+def own_experiment(tmp_path):
+    """An experiment of one's own, `own` (its YAML in a config dir, its package minepkg)."""
+    folder = tmp_path / "mine"
+    (folder / "experiment").mkdir(parents=True)
+    (folder / "minepkg").mkdir()
+    (folder / "minepkg" / "__init__.py").write_text("")
+    (folder / "experiment" / "own.yaml").write_text(
+        "# @package _global_\nexperiment:\n  name: own\n  run: minepkg.kernel.run\n"
+    )
+    return folder
+
+
+def write_kernel(folder, work: int, n: int) -> None:
+    path = folder / "minepkg" / "kernel.py"
+    path.write_text(KERNEL.format(work=work))
+    stamp = time.time_ns() + 10**9 * (n + 1)  # a new mtime within the clock's grain
+    os.utime(path, ns=(stamp, stamp))
+
+
+def run_own(harness, folder, tmp_path):
+    return harness("--config-dir", str(folder), "+experiment=own", "reuse=false",
+                   f"code_store={tmp_path / 'codes'}", env={"PYTHONPATH": str(folder)})  # fmt: skip
+
+
 @pytest.mark.e2e
 @pytest.mark.serial
 @pytest.mark.slow
@@ -265,28 +289,12 @@ def test_real_sweeps_whose_kernel_does_half_again_the_work_show_one_step(harness
     keeps busy moves them by a third for minutes at a time (measured here while two others'
     test suites ran), as it would move anyone's history: this test needs the CPUs to itself,
     as `serial` gives it (make test runs those alone)."""
-    folder = tmp_path / "mine"
-    (folder / "experiment").mkdir(parents=True)
-    (folder / "minepkg").mkdir()
-    (folder / "minepkg" / "__init__.py").write_text("")
-    (folder / "experiment" / "own.yaml").write_text(
-        "# @package _global_\nexperiment:\n  name: own\n  run: minepkg.kernel.run\n"
-    )
+    folder = own_experiment(tmp_path)
     ids = []
     for n in range(12):
         if n in (0, 6):
-            path = folder / "minepkg" / "kernel.py"
-            path.write_text(KERNEL.format(work=40000 if n == 0 else 60000))
-            stamp = time.time_ns() + 10**9 * (n + 1)  # a new mtime within the clock's grain
-            os.utime(path, ns=(stamp, stamp))
-        done = harness(
-            "--config-dir",
-            str(folder),
-            "+experiment=own",
-            "reuse=false",
-            f"code_store={tmp_path / 'codes'}",
-            env={"PYTHONPATH": str(folder)},
-        )
+            write_kernel(folder, 40000 if n == 0 else 60000, n)
+        done = run_own(harness, folder, tmp_path)
         assert done.returncode == 0, done.stderr
         ids.append(re.search(r"^sweep (\S+): ", done.stdout, re.M).group(1))
     done = harness("history", EXPERIMENT, "--check")
@@ -330,3 +338,52 @@ def test_the_page_marks_each_step_of_a_metric_on_its_history(tmp_path):
     untouched = plots.history(points, "err", ["x"])
     assert history.marked(untouched, "err", judged, points) == plots.history(points, "err", ["x"])
     assert history.on_page(results, EXPERIMENT, points[points["sweep"].isin(ids[:5])]) is None
+
+
+def test_the_pairs_of_sweeps_a_confirmation_reruns_are_each_once(tmp_path):
+    """Two series stepping between the same two sweeps: one pair, its timings named; a step
+    down is a pair whose timings fell (the gate then runs the later sweep as A)."""
+    results = tmp_path / "results"
+    values = sweep_values(12, 1, step_at=6)
+    for n in range(6, 12):
+        values[n][1]["time_ms"] *= 1.5
+        values[n][1]["err"] = 3e-7
+    ids = write_history(results, values)
+    judged = history.history(results, EXPERIMENT, [], tmp_path / "report")
+    [pair] = history.pairs(judged)
+    assert (pair["before"], pair["after"], pair["grew"]) == (ids[5], ids[6], True)
+    assert [t.split(" (")[0] for t in pair["timings"]] == ["time_ms at x=1", "time_ms at x=2"]
+    assert [t.split(" (")[0] for t in pair["others"]] == ["err at x=1"]
+    faster = write_history(tmp_path / "other", sweep_values(12, 2, step_at=6, factor=0.6))
+    [pair] = history.pairs(history.history(tmp_path / "other", EXPERIMENT, [], tmp_path / "r"))
+    assert (pair["before"], pair["after"], pair["grew"], pair["worse"]) == (
+        faster[5], faster[6], False, False)  # fmt: skip
+
+
+def test_a_flag_without_a_value_leaves_the_key_value_after_it_an_option():
+    from harness.command.cli import as_flags
+
+    assert as_flags(["own", "--check", "out=o"], {"out": "DIR"}, {"--check"}) == [
+        "own", "--check", "--out", "o"]  # fmt: skip
+    assert as_flags(["--out", "x=1"], {"out": "DIR"}) == ["--out", "x=1"]  # a value, as given
+
+
+@pytest.mark.process
+@pytest.mark.serial
+@pytest.mark.slow
+def test_confirm_reruns_both_codes_and_the_step_stands(harness, tmp_path):
+    """Three sweeps, then three whose kernel does twice the work: history --confirm reruns the
+    two sweeps either side on their own codes with the gate, which finds the step standing,
+    and shows the two codes' difference; --check exits 1 for it."""
+    folder = own_experiment(tmp_path)
+    for n in range(6):
+        if n in (0, 3):
+            write_kernel(folder, 40000 if n == 0 else 80000, n)
+        done = run_own(harness, folder, tmp_path)
+        assert done.returncode == 0, done.stderr
+    done = harness("history", EXPERIMENT, "kernel_ms", "--confirm", "--check",
+                   f"code_store={tmp_path / 'codes'}", env={"PYTHONPATH": str(folder)})  # fmt: skip
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr
+    assert "the step stands on the two codes (slower: the gate of " in done.stdout
+    assert "1 files differ: minepkg/kernel.py" in done.stdout
+    assert "-WORK = 40000\n+WORK = 80000" in done.stdout
