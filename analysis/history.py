@@ -275,10 +275,11 @@ def marked(figure: dict, metric: str, judged: History, points: pd.DataFrame) -> 
         line = {"dash": "dash", "width": 1, "color": "#d62728" if kind == "worse" else "#7f7f7f"}
         shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": x, "x1": x, "y0": 0,
                        "y1": 1, "line": line})  # fmt: skip
+        change = f"x{step.change:.3g}" if step.log else f"{step.change:+.3g}"
         notes.append({"x": x, "xref": "x", "yref": "paper", "y": 1 - 0.08 * len(notes),
                       "xanchor": "left", "showarrow": False, "font": {"size": 10},
-                      "text": f"{kind} {steps.said(step)} at {_point(series.point)}: "
-                              f"sweep {before} → {after}"})  # fmt: skip
+                      "text": f"{kind} {change} at {_point(series.point)}: {before} → {after}",
+                      "hovertext": f"{metric}: {steps.said(step)}, p {step.p:.2g}"})  # fmt: skip
     if shapes:
         layout = figure.setdefault("layout", {})
         layout["shapes"] = [*layout.get("shapes", []), *shapes]

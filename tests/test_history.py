@@ -332,9 +332,10 @@ def test_the_page_marks_each_step_of_a_metric_on_its_history(tmp_path):
     judged = history.on_page(results, EXPERIMENT, points)
     figure = history.marked(plots.history(points, "time_ms", ["x"]), "time_ms", judged, points)
     [line] = figure["layout"]["shapes"]
-    [note] = [a for a in figure["layout"]["annotations"] if "sweep" in a["text"]]
+    [note] = [a for a in figure["layout"]["annotations"] if "→" in a["text"]]
     assert line["x0"] == note["x"] == "2026-12-01 06:00:00"
-    assert note["text"] == f"worse x1.49 [1.46, 1.53] at x=2: sweep {ids[5]} → {ids[6]}"
+    assert note["text"] == f"worse x1.49 at x=2: {ids[5]} → {ids[6]}"
+    assert note["hovertext"].startswith("time_ms: x1.49 [1.46, 1.53], p ")
     untouched = plots.history(points, "err", ["x"])
     assert history.marked(untouched, "err", judged, points) == plots.history(points, "err", ["x"])
     assert history.on_page(results, EXPERIMENT, points[points["sweep"].isin(ids[:5])]) is None
