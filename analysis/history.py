@@ -230,9 +230,9 @@ def text(judged: History) -> str:
     lines.append(
         f"{judged.experiment}: {len(judged.found)} step(s) in {len(judged.series)} series "
         f"({', '.join(dict.fromkeys(s.metric for s in judged.series))}) over "
-        f"{len(judged.sweeps)} sweeps on {'; '.join(machines)}; a step is a change between "
-        f"at least {steps.SIDE} sweeps either side that Welch's t finds at 5% over every "
-        "series together (Holm's rule)"
+        f"{len(judged.sweeps)} sweeps on {'; '.join(machines)}; a step is a change beyond "
+        f"x{steps.TOLERANCE:g} either way with at least {steps.SIDE} sweeps either side, that "
+        "Welch's t finds at 5% over every series together (Holm's rule)"
     )
     if judged.skipped:
         lines.append(f"not judged, too few sweeps: {'; '.join(judged.skipped)}")

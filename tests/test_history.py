@@ -149,6 +149,22 @@ def test_a_step_is_named_by_its_two_sweeps_and_check_fails(harness):
 
 
 @pytest.mark.e2e
+def test_the_sweeps_again_made_are_no_part_of_the_history(harness):
+    """Six sweeps, then three more that `again` made of the first's code (their manifests say
+    again_of) on a machine twice as slow by then: no step, and 6 sweeps judged."""
+    values = sweep_values(9, 8)
+    for n in range(6, 9):
+        for x in values[n]:
+            values[n][x]["time_ms"] *= 2
+    ids = write_history(harness.results, values)
+    for sweep in ids[6:]:
+        paths = store.SweepPaths(harness.results, EXPERIMENT, sweep)
+        store.write_manifest(harness.results, {**store.read_manifest(paths), "again_of": ids[0]})
+    done = harness("history", EXPERIMENT, "time_ms", "--check")
+    assert done.returncode == 0 and "0 step(s) in 2 series (time_ms) over 6 sweeps" in done.stdout
+
+
+@pytest.mark.e2e
 def test_a_faster_code_is_a_step_that_check_passes(harness):
     write_history(harness.results, sweep_values(12, 2, step_at=6, factor=0.6))
     done = harness("history", EXPERIMENT, "--check")
