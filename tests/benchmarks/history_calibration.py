@@ -12,9 +12,9 @@ history` reads them (octlm_analysis.point_lines, a value a sweep), busy or not. 
   a random order (a sweep's 10 values together, as they were measured);
 - as many simulated: each series' log values normal with the spread measured (its MAD), and
   again with Student's t (3 degrees of freedom) tails of the same spread;
-- power: a step of 10%, 25% and 50% in one series of the ten at the middle of a history of 6
-  sweeps a side and of 3 a side, the values before and after resampled from the real sweeps
-  (after: times the step), and simulated.
+- power: a step of 10%, 25% and 50% in one series of the ten (drawn anew for each history) at
+  the middle of a history of 6 sweeps a side and of 3 a side, the values before and after
+  resampled from the real sweeps (after: times the step), and simulated.
 A history alarms where either detector finds any step; a step is found where one lies in the
 stepped series exactly at the step. Prints a table of rates; asserts nothing.
 Run: python tests/benchmarks/history_calibration.py [--sweeps 16] [--histories 400] [--store DIR]
@@ -112,19 +112,21 @@ def null_rates(histories: list[np.ndarray]) -> dict[str, float]:
             for name, detect in DETECTORS.items()}  # fmt: skip
 
 
-def power(before, after, factor: float) -> dict[str, tuple[float, float]]:
-    """Each detector's share of histories whose series 0 has a step at the boundary (found),
-    and whose others have any (false alarms), histories of `before` then `after` x factor in
-    series 0 (lists of sweeps x series arrays)."""
+def power(before, after, factor: float, rng) -> dict[str, tuple[float, float]]:
+    """Each detector's share of histories whose stepped series (one of the ten, drawn anew for
+    each history) has a step at the boundary (found), and whose others have any (false
+    alarms); histories of `before` then `after`, its stepped series x factor (lists of sweeps
+    x series arrays)."""
+    chosen = rng.integers(before[0].shape[1], size=len(before))
     rates = {}
     for name, detect in DETECTORS.items():
         hits, others = [], []
-        for b, a in zip(before, after, strict=True):
+        for b, a, stepped in zip(before, after, chosen, strict=True):
             a = a.copy()
-            a[:, 0] *= factor
+            a[:, stepped] *= factor
             found = detect(list(np.vstack([b, a]).T), 3)
-            hits.append(len(b) in found[0])
-            others.append(any(found[1:]))
+            hits.append(len(b) in found[stepped])
+            others.append(any(f for n, f in enumerate(found) if n != stepped))
         rates[name] = (float(np.mean(hits)), float(np.mean(others)))
     return rates
 
@@ -162,12 +164,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweeps", type=int, default=16)
     parser.add_argument("--histories", type=int, default=400)
-    parser.add_argument("--store", type=Path, help="an out folder of pair sweeps made before")
+    parser.add_argument(
+        "--store",
+        type=Path,
+        help="an out folder for the sweeps, kept: those "
+        "made before are judged again, and where it has none they are made",
+    )
     arguments = parser.parse_args()
     rng = np.random.default_rng(63)
     with tempfile.TemporaryDirectory() as folder:
         out = arguments.store or Path(folder)
-        if arguments.store is None:
+        if not (out / "results" / "experiment=pair").is_dir():
+            out.mkdir(parents=True, exist_ok=True)
             sweeps(out, arguments.sweeps)
         values, loads = measured(out)
         report(values, loads, arguments.histories, rng)
@@ -197,7 +205,10 @@ def report(values: np.ndarray, loads: np.ndarray, count: int, rng) -> None:
     for kind, histories in nulls.items():
         rates = null_rates(histories)
         print(f"  {kind}: " + "; ".join(f"{n}: {r:.1%}" for n, r in rates.items()))
-    print("\npower (step found at its place; false alarms in the other 9 series):")
+    print(
+        "\npower (step found at its place in a series drawn for each history; false alarms in "
+        "the other 9 series):"
+    )
     for side in (6, 3):
         for factor in STEPS:
             for kind in ("resampled real", "simulated normal"):
@@ -209,7 +220,7 @@ def report(values: np.ndarray, loads: np.ndarray, count: int, rng) -> None:
                     )
                 else:
                     both = simulated(spread, count, 2 * side, rng, False)
-                rates = power([h[:side] for h in both], [h[side:] for h in both], factor)
+                rates = power([h[:side] for h in both], [h[side:] for h in both], factor, rng)
                 said = "; ".join(f"{n}: {hit:.1%} ({other:.1%})" for n, (hit, other) in
                                  rates.items())  # fmt: skip
                 print(f"  {side} a side, +{factor - 1:.0%}, {kind}: {said}")
