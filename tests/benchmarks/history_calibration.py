@@ -112,12 +112,17 @@ def null_rates(histories: list[np.ndarray]) -> dict[str, float]:
             for name, detect in DETECTORS.items()}  # fmt: skip
 
 
-def power(before, after, factor: float, rng) -> dict[str, tuple[float, float]]:
+QUIET = 0.05  # a series whose spread (the MAD of its log values) is at most this is quiet
+
+
+def power(before, after, factor: float, rng, spread) -> dict[str, tuple]:
     """Each detector's share of histories whose stepped series (one of the ten, drawn anew for
-    each history) has a step at the boundary (found), and whose others have any (false
-    alarms); histories of `before` then `after`, its stepped series x factor (lists of sweeps
-    x series arrays)."""
+    each history) has a step at the boundary (found): of all, of those whose stepped series is
+    quiet (`spread` at most QUIET) and of the others; and the share whose other series have any
+    (false alarms). Histories of `before` then `after`, its stepped series x factor (lists of
+    sweeps x series arrays)."""
     chosen = rng.integers(before[0].shape[1], size=len(before))
+    quiet = np.asarray(spread)[chosen] <= QUIET
     rates = {}
     for name, detect in DETECTORS.items():
         hits, others = [], []
@@ -127,8 +132,13 @@ def power(before, after, factor: float, rng) -> dict[str, tuple[float, float]]:
             found = detect(list(np.vstack([b, a]).T), 3)
             hits.append(len(b) in found[stepped])
             others.append(any(f for n, f in enumerate(found) if n != stepped))
-        rates[name] = (float(np.mean(hits)), float(np.mean(others)))
+        hits = np.asarray(hits)
+        rates[name] = (hits.mean(), _share(hits[quiet]), _share(hits[~quiet]), np.mean(others))
     return rates
+
+
+def _share(hits: np.ndarray) -> str:
+    return f"{hits.mean():.1%}" if len(hits) else "none"
 
 
 def resampled(values: np.ndarray, count: int, length: int, rng) -> list[np.ndarray]:
@@ -220,9 +230,11 @@ def report(values: np.ndarray, loads: np.ndarray, count: int, rng) -> None:
                     )
                 else:
                     both = simulated(spread, count, 2 * side, rng, False)
-                rates = power([h[:side] for h in both], [h[side:] for h in both], factor, rng)
-                said = "; ".join(f"{n}: {hit:.1%} ({other:.1%})" for n, (hit, other) in
-                                 rates.items())  # fmt: skip
+                rates = power(
+                    [h[:side] for h in both], [h[side:] for h in both], factor, rng, spread
+                )
+                said = "; ".join(f"{n}: {all_:.1%} (quiet {q}, noisy {loud}; {o:.1%})"
+                                 for n, (all_, q, loud, o) in rates.items())  # fmt: skip
                 print(f"  {side} a side, +{factor - 1:.0%}, {kind}: {said}")
     print(f"\n1,000 sweeps x 10 series judged in {timed_long_history(rng):.3f} s (best of 3)")
 
