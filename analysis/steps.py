@@ -89,8 +89,11 @@ def candidate(values: np.ndarray, side: int, margin: float = 0.0) -> tuple[int, 
     if len(values) < 2 * side:
         return None
     t, df = scores(values, side, margin)
-    p = stats.t.sf(t, df) if margin else 2 * stats.t.sf(np.abs(t), df)
-    best = int(np.argmin(p))
+    t = t if margin else np.abs(t)
+    p = stats.t.sf(t, df) * (1 if margin else 2)
+    # the smallest p, and among splits whose p underflows to 0 (a long series' clear step) the
+    # largest t: they would all tie
+    best = int(np.lexsort((-t, p))[0])
     return side + best, min(1.0, float(p[best]) * len(p))
 
 

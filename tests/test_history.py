@@ -43,6 +43,13 @@ def test_holm_over_the_series_keeps_a_step_that_one_series_alone_would_show():
     assert steps.find_steps([values, *[np.ones(12)] * 49]) == []
 
 
+def test_a_long_series_steps_at_its_best_split_though_many_splits_pass():
+    """1,000 sweeps, a step at 500: many splits have p values below what a double holds; the
+    best is still the one at the step."""
+    values = noisy(1000, 4) * np.r_[np.ones(500), np.full(500, 1.25)]
+    assert [(s.at, s.start, s.end) for s in steps.find_steps([values])] == [(500, 0, 1000)]
+
+
 def test_a_series_may_hold_several_steps_each_measured_between_its_neighbours():
     values = noisy(30, 3) * np.r_[np.ones(10), np.full(10, 2.0), np.full(10, 1.0)]
     found = steps.find_steps([values])

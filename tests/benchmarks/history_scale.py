@@ -59,9 +59,17 @@ def main() -> None:
         warm = timed(lambda: history.main("long", [], out, False))
         judged = history.history(out / "results", "long", [], out / "report")
         alone = timed(lambda: steps.find_steps([s.values for s in judged.series]))
-        found = [(judged.series[s.series].point, s.at, steps.said(s)) for s in judged.found]
+        found = [
+            (
+                judged.series[s.series].point,
+                len(judged.series[s.series].values),
+                judged.series[s.series].sweeps[s.at],
+                steps.said(s),
+            )
+            for s in judged.found
+        ]
         print(f"history: cold {cold:.2f} s, warm {warm:.2f} s; the detector alone {alone:.3f} s;"
-              f" steps {found}")  # fmt: skip
+              f" steps (point, its sweeps, the first after, change) {found}")  # fmt: skip
 
 
 if __name__ == "__main__":
