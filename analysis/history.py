@@ -5,9 +5,11 @@ A series is one metric of one point (its parameters) over the experiment's sweep
 they were planned, one value a sweep: the point's value as the report's point lines hold it
 (octlm_analysis.point_lines; a timing's value is the median of its repeats, its sweep's process
 the unit, as in the gate). Only measurements count, as in the gate: a point not ok is no value,
-and a timing taken while other processes used more than compare.BUSY of the CPUs beside it is set
-aside. Sweeps of different machines (the rows' device_name) make histories of their own; a
-sweep whose points ran on several is refused. The series are judged together by
+and a timing taken while other processes used more than compare.BUSY of the CPUs beside it is
+set aside, as are the timings of a sweep a busy moment slowed as a whole (steps.slowed_sweeps:
+the median of its timings more than the factor above their neighbouring sweeps'). Sweeps of
+different machines (the rows' device_name) make histories of their own; a sweep whose points
+ran on several is refused. The series are judged together by
 octlm_analysis.steps (binary segmentation by Welch's t, Holm's rule over every series).
 
 Sweeps that `python -m harness again` made (history --confirm makes them) are another sweep's
@@ -20,7 +22,7 @@ min: it fell); --check exits 1 where a step is worse, 0 otherwise, 2 on bad inpu
 """
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +53,7 @@ class History:
     series: list[Series]
     found: list[steps.Step] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # what had too few sweeps, and why
+    slowed: list[str] = field(default_factory=list)  # sweeps a busy moment slowed as a whole
 
     def is_worse(self, step: steps.Step) -> bool:
         return steps.worse(step, self.series[step.series].direction)
@@ -81,8 +84,8 @@ def judge(root: Path, experiment: str, points: pd.DataFrame, metrics: list[str],
             judged.skipped.append(f"{machine} ({len(own)} sweeps)")
             continue
         lines = points[points["sweep"].isin(own["sweep"])]
-        judged.series += series_of(lines, own, metrics, varying, machine, config, side,
-                                   judged.skipped)  # fmt: skip
+        found = series_of(lines, own, metrics, varying, machine, config, side, judged.skipped)
+        judged.series += without_slowed(found, own["sweep"].tolist(), side, judged.slowed)
     if not judged.series:
         most = int(sweeps.groupby("machine").size().max()) if len(sweeps) else 0
         if most >= 2 * side and judged.skipped:
@@ -112,6 +115,30 @@ def sweep_lines(points: pd.DataFrame) -> pd.DataFrame:
     table = pd.DataFrame(lines, columns=["sweep", "planned", "machine", "code_digest",
                                          "git_commit"])  # fmt: skip
     return table.sort_values(["planned", "sweep"], ignore_index=True)
+
+
+def without_slowed(found: list[Series], order: list[str], side: int,
+                   slowed: list[str]) -> list[Series]:  # fmt: skip
+    """The series of one machine, their timings rid of the sweeps a busy moment slowed as a
+    whole (steps.slowed_sweeps, over every timing series, the sweeps in `order`), each named
+    in `slowed`; a timing series left with fewer than 2 * side values is left out."""
+    timings = [s for s in found if is_timing(s.metric)]
+    at = {sweep: n for n, sweep in enumerate(order)}
+    logs = np.full((len(order), len(timings)), np.nan)
+    for column, series in enumerate(timings):
+        rows = [at[sweep] for sweep in series.sweeps]
+        logs[rows, column] = np.log(np.where(series.values > 0, series.values, np.nan))
+    gone = {order[n] for n in np.flatnonzero(steps.slowed_sweeps(logs))}
+    slowed += sorted(gone)
+    kept = []
+    for series in found:
+        if is_timing(series.metric) and gone & set(series.sweeps):
+            keep = [sweep not in gone for sweep in series.sweeps]
+            sweeps = [sweep for sweep, k in zip(series.sweeps, keep, strict=True) if k]
+            series = replace(series, sweeps=sweeps, values=series.values[keep])
+        if len(series.values) >= 2 * side:
+            kept.append(series)
+    return kept
 
 
 def reruns(root: Path, experiment: str) -> set[str]:
@@ -236,6 +263,10 @@ def text(judged: History) -> str:
     )
     if judged.skipped:
         lines.append(f"not judged, too few sweeps: {'; '.join(judged.skipped)}")
+    if judged.slowed:
+        lines.append(f"timings set aside, their sweep slowed as a whole (the median of its "
+                     f"timings over x{steps.TOLERANCE:g} their neighbours'): "
+                     f"{', '.join(judged.slowed)}")  # fmt: skip
     return "\n".join(lines)
 
 

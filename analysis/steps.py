@@ -33,6 +33,7 @@ statistics are numpy's cumulative sums: a 1,000-sweep series is scored in one pa
 """
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,6 +131,30 @@ def _rejected(p_values: list[float], alpha: float) -> dict[int, float]:
     order = np.argsort(p_values, kind="stable")
     rejected = holm(p_values, alpha)
     return {int(i): alpha / (len(p_values) - k) for k, i in enumerate(order) if rejected[i]}
+
+
+WINDOW = 5  # the sweeps around a sweep whose median is its series' level there
+FEWEST = 3  # the fewest timings a sweep needs for its shift to be judged
+
+
+def slowed_sweeps(logs: np.ndarray, factor: float = TOLERANCE) -> np.ndarray:
+    """Which sweeps (rows of `logs`: a sweep's log timings, a column a series, NaN where it has
+    none) a busy moment slowed as a whole: where the median over its timings of each one's
+    distance above its level (the median of the WINDOW sweeps around it in its series) is
+    beyond the factor. A step of the code moves the level with it (a median of five keeps a
+    step of three sweeps whole), and one timing's step moves no median over many."""
+    sweeps, series = logs.shape
+    if sweeps < WINDOW or series < FEWEST:
+        return np.zeros(sweeps, dtype=bool)
+    half = WINDOW // 2
+    padded = np.pad(logs, ((half, half), (0, 0)), mode="edge")
+    windows = np.lib.stride_tricks.sliding_window_view(padded, WINDOW, axis=0)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a window of NaN: no level there
+        above = logs - np.nanmedian(windows, axis=2)
+        shift = np.nanmedian(above, axis=1)
+    counted = np.sum(np.isfinite(above), axis=1) >= FEWEST
+    return counted & (shift > math.log(factor))
 
 
 def _scaled(values: np.ndarray) -> tuple[np.ndarray, bool]:

@@ -411,3 +411,27 @@ def test_confirm_reruns_both_codes_and_the_step_stands(harness, tmp_path):
     assert "the step stands on the two codes (slower: the gate of " in done.stdout
     assert "1 files differ: minepkg/kernel.py" in done.stdout
     assert "-WORK = 40000\n+WORK = 80000" in done.stdout
+
+
+def test_a_sweep_slowed_as_a_whole_is_set_aside_and_a_step_of_all_timings_is_kept():
+    """Ten timings: sweep 4 slowed 1.5 times in nine of them is set aside; from sweep 6 on
+    all ten 1.3 times (a step of the code, or of the machine, that stays) is kept whole."""
+    logs = np.log(np.column_stack([noisy(12, seed) for seed in range(10)]))
+    logs[4, :9] += np.log(1.5)
+    assert list(np.flatnonzero(steps.slowed_sweeps(logs))) == [4]
+    logs[6:] += np.log(1.3)
+    assert list(np.flatnonzero(steps.slowed_sweeps(logs))) == [4]
+    assert not steps.slowed_sweeps(logs[:, :2]).any()  # two timings: too few to tell
+
+
+@pytest.mark.e2e
+def test_the_history_names_the_sweeps_it_set_aside_as_slowed(harness):
+    values = [{x: {"time_ms": float(x * np.exp(np.random.default_rng(n * 10 + x).normal(0, 0.01)))}
+               for x in range(1, 5)} for n in range(12)]  # fmt: skip
+    for x in values[3]:
+        values[3][x]["time_ms"] *= 1.6
+    ids = write_history(harness.results, values)
+    done = harness("history", EXPERIMENT, "--check")
+    assert done.returncode == 0, done.stdout
+    assert f"their sweep slowed as a whole (the median of its timings over x1.1 their " \
+           f"neighbours'): {ids[3]}" in done.stdout  # fmt: skip

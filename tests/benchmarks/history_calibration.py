@@ -83,11 +83,16 @@ def pelt_alarms(series: list[np.ndarray], side: int, scale: float = 1.0) -> list
 
 
 def ours(series: list[np.ndarray], side: int) -> list[list[int]]:
-    from octlm_analysis.steps import find_steps
+    """The chosen detector as the command judges timings: the sweeps a busy moment slowed as
+    a whole set aside (steps.slowed_sweeps), then find_steps; each series' steps, as
+    positions in the history given."""
+    from octlm_analysis.steps import find_steps, slowed_sweeps
 
+    kept = ~slowed_sweeps(np.log(np.column_stack(series)))
+    where = np.flatnonzero(kept)
     found = [[] for _ in series]
-    for step in find_steps(series, side):
-        found[step.series].append(step.at)
+    for step in find_steps([s[kept] for s in series], side):
+        found[step.series].append(int(where[step.at]))
     return found
 
 
