@@ -7,9 +7,9 @@ spreads not assumed equal: a slower code is often a noisier one too), as the gat
 timing: the test that the ratio after/before lies beyond a factor (1.10, the gate's TOLERANCE)
 either way, since a machine drifts by a few percent over a day with no code changed, and a
 step of 5% found among fifty sweeps is that drift as often as the code. The split of the
-smallest p is the segment's candidate. Its p value is that smallest p times the
-number of splits tried (Bonferroni: the chance that any split of a segment without a step
-scores so, at most that). A series is judged on a log scale where all its values are above
+smallest p is the segment's candidate (of the largest t where several p values underflow to 0).
+Its p value is that smallest p times the number of splits tried (Bonferroni: the chance that
+any split of a segment without a step scores so, at most that). A series is judged on a log scale where all its values are above
 zero (a timing's step is a ratio, as in the gate), else as it is, where any change counts.
 
 Across the series one history judges (every metric of every point), the family rule is Holm's,
@@ -21,15 +21,17 @@ hold several steps), then each is tested beyond the factor between its neighbour
 candidates, placed again at the best split there and dropped where it no longer passes (as
 Otava merges its change points), until none moves; the smallest p among a series' candidates
 enters Holm's rule, and a series it rejects keeps the candidates that pass the level it was
-rejected at. Each step's ratio after/before (its
-parts' geometric means, between its neighbouring steps) and its interval come from
-octlm_analysis.verdicts.estimate, the gate's Welch interval.
+rejected at. Each step's ratio after/before (its parts' geometric means, between its
+neighbouring steps) and its interval come from octlm_analysis.verdicts.estimate, the gate's
+Welch interval. Before any of it, octlm_analysis.history sets aside the timings of the sweeps
+that a busy moment slowed as a whole (slowed_sweeps).
 
 Why this detector: tests/benchmarks/history_calibration.py compares it with PELT (ruptures, a
 penalty of BIC's form) on the same null and step histories; docs/performance.md has the rates.
-PELT's penalty gives no p value, so no family rule over a history's many series, and its false
-alarms grow with the series' count; this one's stay below alpha by construction, and its
-statistics are numpy's cumulative sums: a 1,000-sweep series is scored in one pass.
+PELT's penalty gives no p value, so no family rule over a history's many series, and one penalty
+fits no set of series whose spreads differ; this one's false alarms are bounded by alpha where
+Welch's t holds, and measured where the noise is this machine's; its statistics are numpy's
+cumulative sums: a 1,000-sweep series is scored in one pass.
 """
 
 import math
