@@ -9,8 +9,9 @@ either way, since a machine drifts by a few percent over a day with no code chan
 step of 5% found among fifty sweeps is that drift as often as the code. The split of the
 smallest p is the segment's candidate (of the largest t where several p values underflow to 0).
 Its p value is that smallest p times the number of splits tried (Bonferroni: the chance that
-any split of a segment without a step scores so, at most that). A series is judged on a log scale where all its values are above
-zero (a timing's step is a ratio, as in the gate), else as it is, where any change counts.
+any split of a segment without a step scores so, at most that). A series is judged on a log
+scale where all its values are above zero (a timing's step is a ratio, as in the gate), else as
+it is, where any change counts.
 
 Across the series one history judges (every metric of every point), the family rule is Holm's,
 as the gate's: the series' candidates in rising p, the k-th (from 0) a step while p <= alpha /
