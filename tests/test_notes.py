@@ -31,6 +31,15 @@ def one_point(root) -> None:
     write_plan(root, "exp014_tiled", "20261129-120000-aaaa", [{"length": 128, "block": 64}], CONFIG)
 
 
+def two_points(root, second: float = 3e-7) -> None:
+    """A sweep of exp014_tiled of two points: max_abs_diff 1e-7 at length 128, `second` at 512."""
+    write_jobs(root, "exp014_tiled", "20261129-120000-aaaa", [
+        {"job": j, "status": "ok", "length": length, "block": 64, "max_abs_diff": v}
+        for j, (length, v) in enumerate([(128, 1e-7), (512, second)])])  # fmt: skip
+    write_plan(root, "exp014_tiled", "20261129-120000-aaaa",
+               [{"length": 128, "block": 64}, {"length": 512, "block": 64}], CONFIG)  # fmt: skip
+
+
 @pytest.fixture
 def own(harness, tmp_path):
     """An experiment of one's own, `valued`, whose two points give VALUE (own.edit(v) changes
@@ -104,11 +113,7 @@ def test_a_value_that_moved_fails_check_accept_writes_it_and_a_new_sweep_fails_i
 def test_a_verdict_is_the_one_the_report_gives(harness, analysis):
     """A claim that fails in the store fails in the note, as in report --check."""
     root = harness.results
-    write_jobs(root, "exp014_tiled", "20261129-120000-aaaa", [
-        {"job": j, "status": "ok", "length": length, "block": 64, "max_abs_diff": v}
-        for j, (length, v) in enumerate([(128, 1e-7), (512, 3e-6)])])  # fmt: skip
-    write_plan(root, "exp014_tiled", "20261129-120000-aaaa",
-               [{"length": 128, "block": 64}, {"length": 512, "block": 64}], CONFIG)  # fmt: skip
+    two_points(root, 3e-6)
     report = analysis("--check")
     assert report.returncode == 1 and "FAIL       exp014_tiled" in report.stdout
     (harness.cwd / "n.md").write_text("{{ exp014_tiled max_abs_diff verdict -> FAIL }}\n")
@@ -166,11 +171,7 @@ def test_a_sweep_or_rows_gone_fail_check_and_the_note_says_why(harness):
 
 def test_the_html_is_self_contained_and_a_notes_markup_is_text(harness):
     root = harness.results
-    write_jobs(root, "exp014_tiled", "20261129-120000-aaaa", [
-        {"job": j, "status": "ok", "length": length, "block": 64, "max_abs_diff": v}
-        for j, (length, v) in enumerate([(128, 1e-7), (512, 3e-7)])])  # fmt: skip
-    write_plan(root, "exp014_tiled", "20261129-120000-aaaa",
-               [{"length": 128, "block": 64}, {"length": 512, "block": 64}], CONFIG)  # fmt: skip
+    two_points(root)
     (harness.cwd / "n.md").write_text(
         "# <b>Note</b>\n\nAt most {{ exp014_tiled max_abs_diff max -> 3e-07 }} "
         "<script>alert(1)</script> [x](javascript:alert(1)) ![i](http://host/beacon.png)\n\n"
@@ -270,11 +271,7 @@ def test_the_html_shows_a_notes_markup_as_text_and_its_figure_in_chromium(harnes
     """NOTE.html in headless Chromium: nothing of the note's runs, its one image is the figure
     it carries (drawn: it has a width), the bound value reads as the store's."""
     root = harness.results
-    write_jobs(root, "exp014_tiled", "20261129-120000-aaaa", [
-        {"job": j, "status": "ok", "length": length, "block": 64, "max_abs_diff": v}
-        for j, (length, v) in enumerate([(128, 1e-7), (512, 3e-7)])])  # fmt: skip
-    write_plan(root, "exp014_tiled", "20261129-120000-aaaa",
-               [{"length": 128, "block": 64}, {"length": 512, "block": 64}], CONFIG)  # fmt: skip
+    two_points(root)
     (harness.cwd / "n.md").write_text(
         f"# Note {HOSTILE}\n\nAt most {{{{ exp014_tiled max_abs_diff max -> 1e-07 }}}}.\n\n"
         "```harness-figure\nexp014_tiled max_abs_diff\n```\n"
