@@ -259,6 +259,8 @@ USAGE = """usage: python -m harness [--config-dir DIR] +experiment=NAME [key=val
                          [out=DIR] [code_store=DIR]
        python -m harness report [--check] [--sweep ID ...] [--all] [--watch] [--out DIR]
        python -m harness report compare SWEEP_A SWEEP_B [--fail-on-regression FACTOR]
+       python -m harness history EXPERIMENT [METRIC ...] [out=DIR] [--check] [--confirm]
+       python -m harness note NOTE.md [--check] [--accept] [--config-dir DIR] [out=DIR]
 
 Runs the experiment's grid (its hydra.sweeper.params; key=a,b,c on the command line replaces a
 key's values, key=value fixes it) and writes one Parquet row per measurement under
@@ -268,12 +270,16 @@ into one Parquet file. code lists the files of the code a sweep pinned, or diffs
 code; again runs sweeps again, each on its own code, in turns, until each has N sweeps (3), and
 of two sweeps it is the timing gate: it compares them, adding one of each while a timing is not
 decided, at most `most` a side (8), and exits as the comparison (0, 1 or 3). report writes
-outputs/report/REPORT.md and its page from the store (report --help: its options). SWEEP_ID may
-be last: the newest sweep (of +experiment=NAME, if given). --config-dir DIR also finds
-experiments of your own in DIR/experiment/NAME.yaml. --help with +experiment=NAME lists its
-parameters; --cfg prints the config of the sweep's first point and the grid, --info Hydra's
-information (TOPIC: all, config, defaults, defaults-tree, plugins, searchpath); neither runs
-anything. -m is accepted: every run is a sweep. Experiments: {experiments}"""
+outputs/report/REPORT.md and its page from the store (report --help: its options). history
+finds the steps in each metric over an experiment's sweeps, and the two sweeps and codes each
+lies between (--confirm: both rerun by the gate). note writes a note of your own with the
+store's values of its bindings ({{{{ EXPERIMENT METRIC REDUCER -> VALUE }}}}; --check: exit 1
+where one moved). SWEEP_ID may be last: the newest sweep (of +experiment=NAME, if given).
+--config-dir DIR also finds experiments of your own in DIR/experiment/NAME.yaml. --help with
++experiment=NAME lists its parameters; --cfg prints the config of the sweep's first point and
+the grid, --info Hydra's information (TOPIC: all, config, defaults, defaults-tree, plugins,
+searchpath); neither runs anything. -m is accepted: every run is a sweep. Experiments:
+{experiments}"""
 
 
 def usage(config_dirs: list[Path]) -> str:
