@@ -423,17 +423,3 @@ def test_the_history_names_the_sweeps_it_set_aside_as_slowed(harness):
     assert done.returncode == 0, done.stdout
     assert f"their sweep slowed as a whole (the median of its timings over x1.1 their " \
            f"neighbours'): {ids[3]}" in done.stdout  # fmt: skip
-
-
-@pytest.mark.e2e
-@pytest.mark.slow
-def test_twelve_sweeps_run_of_one_code_show_no_step(harness, tmp_path):
-    """The same experiment of one's own, its code unchanged over twelve sweeps: no step, and
-    --check exits 0."""
-    folder = own_experiment(tmp_path)
-    write_kernel(folder, 40000, 0)
-    for _ in range(12):
-        assert run_own(harness, folder, tmp_path).returncode == 0
-    done = harness("history", EXPERIMENT, "--check")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "own: 0 step(s) in 2 series (kernel_ms, other_ms) over 12 sweeps" in done.stdout
