@@ -1,7 +1,7 @@
 """A note's bindings computed from the store, read as `python -m harness report` reads it.
 
 Each binding reads one sweep: the one it names (`sweep ID`, `tag:NAME`, `last`), else the one
-the report judges for its experiment (octlm_analysis.report.latest_sweep: the newest that
+the report judges for its experiment (octlm_analysis.report_config.latest_sweep: the newest that
 `again` did not make, with rows). Its rows are the sweep's planned points' (store.as_planned);
 a value reducer reads the ok rows its where selects, or a table the experiment derives
 (METRIC as TABLE.COLUMN, harness.results.claims.derived_tables); a verdict is the report's own
@@ -16,8 +16,10 @@ what is not there is a BadBinding (exit 2); one whose sweep or rows are gone is 
 `problem` (stale: --check fails on it).
 """
 
+import functools
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -28,7 +30,7 @@ from harness.names import available_experiments, closest
 from harness.results import expressions, runs
 from harness.results.claims import claims_table, derived_tables, parameters
 from octlm_analysis.notes import VERDICTS, BadBinding, Binding, stands, written_like
-from octlm_analysis.report_config import trusted_config
+from octlm_analysis.report_config import latest_sweep, trusted_config
 
 WORST_FIRST = ("ERROR", "FAIL", "INCOMPLETE", "PASS", "N/A")  # of several claims on a metric
 
@@ -43,11 +45,17 @@ class Value:
     problem: str | None = None
     sweep: str | None = None
     rows: int = 0
-    digest: str = ""
+    digest_of: Callable[[], str] | None = field(default=None, repr=False)  # see digest
     code: tuple[str, ...] = ()
     table: pd.DataFrame | None = None  # a block's: what it shows
     params: tuple[str, ...] = ()  # the sweep's planned parameters
     unswept: bool = False
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """sha256 of what it read, taken when first asked: a written note names it, a check
+        reads the rows alone."""
+        return self.digest_of() if self.digest_of is not None else ""
 
 
 class Sweeps:
@@ -68,8 +76,6 @@ class Sweeps:
         sweep has."""
         experiment, named = binding.experiment, binding.sweep
         if named is None:
-            from octlm_analysis.report import latest_sweep  # the report's rule, its page's code
-
             if experiment not in self._judged:
                 found = latest_sweep(self.root, experiment)[0] if experiment in self.experiments \
                     else None  # fmt: skip
@@ -141,7 +147,8 @@ def _evaluate(binding: Binding, sweeps: Sweeps) -> Value:
     if binding.block == "harness-table":
         return _shown(found, rows, config, list(params))
     selected = _selected(table, binding, metric)
-    found.rows, found.digest = len(selected), _digest(selected, binding, metric)
+    found.rows = len(selected)
+    found.digest_of = functools.partial(_digest, selected, binding, metric)
     if binding.block == "harness-figure":
         found.table = selected
         return found if len(selected) else _gone(found, "has no rows with a value")
@@ -213,7 +220,8 @@ def _verdict(found: Value, claims: pd.DataFrame, config: dict) -> Value:
     results = [claims.iloc[i]["result"] for i in on]
     found.value = min(results, key=lambda r: WORST_FIRST.index(r) if r in VERDICTS else 0)
     found.rows = len(on)
-    found.digest = hashlib.sha256(claims.iloc[on].to_csv(index=False).encode()).hexdigest()
+    chosen = claims.iloc[on]
+    found.digest_of = lambda: hashlib.sha256(chosen.to_csv(index=False).encode()).hexdigest()
     return found
 
 
@@ -227,7 +235,7 @@ def _shown(found: Value, rows: pd.DataFrame, config: dict, params: list[str]) ->
     if found.binding.where and len(ok):
         ok = expressions.select(ok, found.binding.where)
     found.table = sweep_table(ok, config, params)
-    found.rows, found.digest = len(ok), _digest(ok, found.binding, None)
+    found.rows, found.digest_of = len(ok), functools.partial(_digest, ok, found.binding, None)
     return found if found.table is not None else _gone(found, "has no rows for its table")
 
 

@@ -36,7 +36,13 @@ from harness.results.claims import claims_table
 from harness.results.tables import markdown
 from octlm_analysis import page, plots, point_lines
 from octlm_analysis.history import marked, on_page
-from octlm_analysis.report_config import claims_changed, module_file, own_config, trusted_config
+from octlm_analysis.report_config import (
+    claims_changed,
+    latest_sweep,
+    module_file,
+    own_config,
+    trusted_config,
+)
 from octlm_analysis.report_section import (
     SWEEPS,
     cached_section,
@@ -48,25 +54,6 @@ from octlm_analysis.report_section import (
 # What the report's commands import from it (octlm_analysis.__main__, .comparison, .sides, .watch).
 __all__ = ["SWEEPS", "claims_changed", "claims_note", "latest_sweep", "sweep_header",
            "trusted_config", "write_report"]  # fmt: skip
-
-
-def latest_sweep(root: Path, experiment: str) -> tuple[str | None, list[str]]:
-    """The newest sweep with rows (else the newest), and the newer ones with none landed yet,
-    of those python -m harness again did not make (its reruns, whose manifests name their
-    original as again_of: all of them where there is no other). A sweep folder that a kill left
-    with nothing but an hour-old temporary file (a manifest cut short) is no sweep: it goes."""
-    every = [store.SweepPaths(root, experiment, s) for s in store.sweeps(root, experiment)]
-    kept = [paths for paths in every if not store.prune(paths)]
-    originals = []
-    for paths in reversed(kept):  # the newest first: the chosen one is near the end
-        if not (store.read_manifest(paths) or {}).get("again_of"):
-            originals.insert(0, paths.sweep)
-            if store.result_files(root, experiment, paths.sweep):
-                break
-    sweeps = originals or [paths.sweep for paths in kept]
-    landed = [sweep for sweep in sweeps if store.result_files(root, experiment, sweep)]
-    chosen = landed[-1] if landed else (sweeps[-1] if sweeps else None)
-    return chosen, sweeps[sweeps.index(chosen) + 1 :] if chosen else []
 
 
 def judging(experiment: str, config_dirs, current_claims: bool) -> list:

@@ -1,4 +1,5 @@
-"""The config a sweep is reported with: what its manifest recorded (its claims and table), with
+"""Which sweep of an experiment the report judges (latest_sweep), and the config a sweep is
+reported with: what its manifest recorded (its claims and table), with
 the code that its experiment's own YAML names today (its tables' function, its report module).
 A file in the store never decides which code the report imports: a manifest that names other
 code is reported without it, and says so (untrusted_code). Nothing here imports what it names
@@ -9,6 +10,7 @@ import functools
 import importlib.util
 from pathlib import Path
 
+from harness import store
 from harness.names import available_experiments, experiment_file
 from harness.yaml_files import read_yaml
 
@@ -85,3 +87,22 @@ def module_file(module: str | None) -> Path | None:
     except (ImportError, ValueError):
         return None
     return Path(spec.origin) if spec and spec.origin else None
+
+
+def latest_sweep(root: Path, experiment: str) -> tuple[str | None, list[str]]:
+    """The newest sweep with rows (else the newest), and the newer ones with none landed yet,
+    of those python -m harness again did not make (its reruns, whose manifests name their
+    original as again_of: all of them where there is no other). A sweep folder that a kill left
+    with nothing but an hour-old temporary file (a manifest cut short) is no sweep: it goes."""
+    every = [store.SweepPaths(root, experiment, s) for s in store.sweeps(root, experiment)]
+    kept = [paths for paths in every if not store.prune(paths)]
+    originals = []
+    for paths in reversed(kept):  # the newest first: the chosen one is near the end
+        if not (store.read_manifest(paths) or {}).get("again_of"):
+            originals.insert(0, paths.sweep)
+            if store.result_files(root, experiment, paths.sweep):
+                break
+    sweeps = originals or [paths.sweep for paths in kept]
+    landed = [sweep for sweep in sweeps if store.result_files(root, experiment, sweep)]
+    chosen = landed[-1] if landed else (sweeps[-1] if sweeps else None)
+    return chosen, sweeps[sweeps.index(chosen) + 1 :] if chosen else []
