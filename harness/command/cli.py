@@ -1,7 +1,7 @@
 """The command line: a sweep from Hydra's overrides (python -m harness +experiment=NAME
 key=value ...), and beside it the commands, each an argparse subcommand: status, compact, code
 and again, whose options are typed as a sweep's overrides are (out=DIR, or --out DIR), and
-report and history, the report layer's (octlm_analysis's). Bad input is one line on stderr and
+report, history and note, the report layer's (octlm_analysis's). Bad input is one line on stderr and
 exit code 2."""
 
 import argparse
