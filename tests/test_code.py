@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from commands import call_command
+from own import OwnExperiment
 
 from harness import store
 from harness.names import HERE
@@ -46,30 +47,18 @@ def run(x: int = 1, gate: str = "", seed: int = 0) -> list[dict]:
 def own(harness, tmp_path):
     """An experiment of one's own (--config-dir mine, its package minepkg on PYTHONPATH), run
     with a code store of the test's own; own.edit(value) rewrites its kernel."""
-    folder = tmp_path / "mine"
-    (folder / "experiment").mkdir(parents=True)
-    (folder / "minepkg").mkdir()
-    (folder / "minepkg" / "__init__.py").write_text("")
-    (folder / "experiment" / "own.yaml").write_text(
-        "# @package _global_\nexperiment:\n  name: own\n  run: minepkg.kernel.run\n"
-        "hydra:\n  sweeper:\n    params:\n      x: 1,2\n"
-    )
-    codes = tmp_path / "codes"
+    mine = OwnExperiment(tmp_path / "mine", "own", "minepkg",
+                         "hydra:\n  sweeper:\n    params:\n      x: 1,2\n")  # fmt: skip
+    folder, codes = mine.folder, tmp_path / "codes"
 
     def edit(value) -> None:
-        path = folder / "minepkg" / "kernel.py"
-        path.write_text(KERNEL.format(value=value))
-        stamp = time.time_ns() + 10**9  # a new mtime even within the file system's granularity
-        os.utime(path, ns=(stamp, stamp))
+        mine.edit(KERNEL.format(value=value))
 
     def run(*args: str, code_store=codes):
-        return harness("--config-dir", str(folder), "+experiment=own", f"code_store={code_store}",
-                       *args, env={"PYTHONPATH": str(folder)})  # fmt: skip
+        return harness(*mine.args, f"code_store={code_store}", *args, env=mine.env)
 
     def start(*args: str):
-        return harness.start("--config-dir", str(folder), "+experiment=own",
-                             f"code_store={codes}", *args,
-                             env={"PYTHONPATH": str(folder)})  # fmt: skip
+        return harness.start(*mine.args, f"code_store={codes}", *args, env=mine.env)
 
     edit(1)
     run.edit, run.start, run.folder, run.codes, run.harness = edit, start, folder, codes, harness

@@ -4,13 +4,12 @@ whose kernel does 1.5x the work after an edit (its timings what the work would t
 take 1%: tests/benchmarks/history_real_sweeps.py times the same on this machine's CPU)."""
 
 import math
-import os
 import re
-import time
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
+from own import OwnExperiment
 from sweeps import write_jobs
 
 from harness import store
@@ -270,28 +269,8 @@ def run() -> list[dict]:
 OTHER = '"other_ms": cpu_ms(40000)'  # a second timing, which the edit leaves as it was
 
 
-def own_experiment(tmp_path):
-    """An experiment of one's own, `own` (its YAML in a config dir, its package minepkg)."""
-    folder = tmp_path / "mine"
-    (folder / "experiment").mkdir(parents=True)
-    (folder / "minepkg").mkdir()
-    (folder / "minepkg" / "__init__.py").write_text("")
-    (folder / "experiment" / "own.yaml").write_text(
-        "# @package _global_\nexperiment:\n  name: own\n  run: minepkg.kernel.run\n"
-    )
-    return folder
-
-
-def write_kernel(folder, work: int, n: int, other: str = OTHER) -> None:
-    path = folder / "minepkg" / "kernel.py"
-    path.write_text(KERNEL.format(work=work, other=other))
-    stamp = time.time_ns() + 10**9 * (n + 1)  # a new mtime within the clock's grain
-    os.utime(path, ns=(stamp, stamp))
-
-
-def run_own(harness, folder, tmp_path):
-    return harness("--config-dir", str(folder), "+experiment=own", "reuse=false",
-                   f"code_store={tmp_path / 'codes'}", env={"PYTHONPATH": str(folder)})  # fmt: skip
+def run_own(harness, mine: OwnExperiment, tmp_path):
+    return harness(*mine.args, "reuse=false", f"code_store={tmp_path / 'codes'}", env=mine.env)
 
 
 @pytest.mark.e2e
@@ -300,12 +279,12 @@ def test_sweeps_whose_kernel_does_half_again_the_work_show_one_step(harness, tmp
     """Six sweeps of an experiment of one's own, then six whose kernel does 1.5x the work (its
     code edited: another code digest): one step, in kernel_ms alone, between the 6th and 7th
     sweeps, named by both."""
-    folder = own_experiment(tmp_path)
+    mine = OwnExperiment(tmp_path / "mine", EXPERIMENT, "minepkg")
     ids = []
     for n in range(12):
         if n in (0, 6):
-            write_kernel(folder, 40000 if n == 0 else 60000, n)
-        done = run_own(harness, folder, tmp_path)
+            mine.edit(KERNEL.format(work=40000 if n == 0 else 60000, other=OTHER))
+        done = run_own(harness, mine, tmp_path)
         assert done.returncode == 0, done.stderr
         ids.append(re.search(r"^sweep (\S+): ", done.stdout, re.M).group(1))
     done = harness("history", EXPERIMENT, "--check")
@@ -387,14 +366,14 @@ def test_confirm_reruns_both_codes_and_the_step_stands(harness, tmp_path):
     two sweeps either side on their own codes with the gate, which finds the step standing,
     and shows the two codes' difference; --check exits 1 for it. One timing alone, so that the
     gate decides at its first look."""
-    folder = own_experiment(tmp_path)
+    mine = OwnExperiment(tmp_path / "mine", EXPERIMENT, "minepkg")
     for n in range(6):
         if n in (0, 3):
-            write_kernel(folder, 40000 if n == 0 else 80000, n, other="")
-        done = run_own(harness, folder, tmp_path)
+            mine.edit(KERNEL.format(work=40000 if n == 0 else 80000, other=""))
+        done = run_own(harness, mine, tmp_path)
         assert done.returncode == 0, done.stderr
     done = harness("history", EXPERIMENT, "kernel_ms", "--confirm", "--check",
-                   f"code_store={tmp_path / 'codes'}", env={"PYTHONPATH": str(folder)})  # fmt: skip
+                   f"code_store={tmp_path / 'codes'}", env=mine.env)  # fmt: skip
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr
     assert "the step stands on the two codes (slower: the gate of " in done.stdout
     assert "1 files differ: minepkg/kernel.py" in done.stdout

@@ -1,12 +1,11 @@
 """python -m harness note: a note's bindings read from a real store, --check and --accept, the
 precision rule, bad bindings, and the note written as Markdown and HTML."""
 
-import os
 import shutil
-import time
 
 import pytest
 from browser import Browser, chromium
+from own import OwnExperiment
 from sweeps import write_jobs, write_plan
 
 from harness import store
@@ -44,29 +43,18 @@ def two_points(root, second: float = 3e-7) -> None:
 def own(harness, tmp_path):
     """An experiment of one's own, `valued`, whose two points give VALUE (own.edit(v) changes
     its code); own() runs a sweep of it, own.note(...) the note command with its config dir."""
-    folder = tmp_path / "mine"
-    (folder / "experiment").mkdir(parents=True)
-    (folder / "minenote").mkdir()
-    (folder / "minenote" / "__init__.py").write_text("")
-    (folder / "experiment" / "valued.yaml").write_text(
-        "# @package _global_\nexperiment:\n  name: valued\n  run: minenote.kernel.run\n"
-        "  claims:\n    - {metric: value, max: 5, text: the value is small}\n"
-        "hydra:\n  sweeper:\n    params:\n      x: 1,2\n"
-    )
+    mine = OwnExperiment(tmp_path / "mine", "valued", "minenote",
+                         "  claims:\n    - {metric: value, max: 5, text: the value is small}\n"
+                         "hydra:\n  sweeper:\n    params:\n      x: 1,2\n")  # fmt: skip
 
     def edit(value) -> None:
-        path = folder / "minenote" / "kernel.py"
-        path.write_text(KERNEL.format(value=value))
-        stamp = time.time_ns() + 10**9  # a new mtime within the file system's granularity
-        os.utime(path, ns=(stamp, stamp))
+        mine.edit(KERNEL.format(value=value))
 
     def run(*args: str):
-        return harness("--config-dir", str(folder), "+experiment=valued",
-                       f"code_store={tmp_path / 'codes'}", *args,
-                       env={"PYTHONPATH": str(folder)})  # fmt: skip
+        return harness(*mine.args, f"code_store={tmp_path / 'codes'}", *args, env=mine.env)
 
     def note(*args: str):
-        return harness("note", *args, "--config-dir", str(folder))
+        return harness("note", *args, "--config-dir", str(mine.folder))
 
     edit(2)
     run.edit, run.note, run.cwd = edit, note, tmp_path

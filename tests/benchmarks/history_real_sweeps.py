@@ -14,10 +14,12 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from own import OwnExperiment  # noqa: E402 (tests/support's, as the tests import it)
 
 KERNEL = """import time
 
@@ -48,22 +50,13 @@ def run() -> list[dict]:
 def history(folder: Path, works: list[int]) -> tuple[int, str, pd.DataFrame]:
     """A sweep for each of `works` (the kernel rewritten where it changes), then history
     --check: its exit code, its output and the rows."""
-    mine = folder / "mine"
-    (mine / "experiment").mkdir(parents=True)
-    (mine / "minepkg").mkdir()
-    (mine / "minepkg" / "__init__.py").write_text("")
-    (mine / "experiment" / "own.yaml").write_text(
-        "# @package _global_\nexperiment:\n  name: own\n  run: minepkg.kernel.run\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(mine)}
-    command = [sys.executable, "-m", "harness", "--config-dir", str(mine), "+experiment=own",
-               "reuse=false", f"code_store={folder / 'codes'}"]  # fmt: skip
+    mine = OwnExperiment(folder / "mine", "own", "minepkg")
+    env = {**os.environ, **mine.env}
+    command = [sys.executable, "-m", "harness", *mine.args, "reuse=false",
+               f"code_store={folder / 'codes'}"]  # fmt: skip
     for n, work in enumerate(works):
         if n == 0 or work != works[n - 1]:
-            path = mine / "minepkg" / "kernel.py"
-            path.write_text(KERNEL.format(work=work))
-            stamp = time.time_ns() + 10**9 * (n + 1)  # a new mtime within the clock's grain
-            os.utime(path, ns=(stamp, stamp))
+            mine.edit(KERNEL.format(work=work))
         subprocess.run(command, cwd=folder, env=env, check=True, capture_output=True)
     done = subprocess.run([sys.executable, "-m", "harness", "history", "own", "--check"],
                           cwd=folder, env=env, capture_output=True, text=True)  # fmt: skip
