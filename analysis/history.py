@@ -31,7 +31,7 @@ import pandas as pd
 from harness import store
 from harness.errors import BadInput
 from harness.measuring.columns import LOAD, is_housekeeping, is_number_column, is_timing
-from octlm_analysis import point_lines, steps
+from octlm_analysis import plots, point_lines, steps
 
 MACHINE = "device_name"  # the machine a sweep ran on, as its rows say
 
@@ -293,7 +293,8 @@ def on_page(root: Path, experiment: str, points: pd.DataFrame) -> History | None
 
 def marked(figure: dict, metric: str, judged: History, points: pd.DataFrame) -> dict:
     """A history figure (octlm_analysis.plots.history) of `metric` with its steps marked: a
-    dashed line at the first sweep after each, and a note naming the change and both sweeps."""
+    dashed line at the first sweep after each, and a note naming the change and both sweeps
+    (its parameters' values and the metric as plain text: plots.plain)."""
     shapes, notes = [], []
     for step in judged.found:
         series = judged.series[step.series]
@@ -309,8 +310,10 @@ def marked(figure: dict, metric: str, judged: History, points: pd.DataFrame) -> 
         change = f"x{step.change:.3g}" if step.log else f"{step.change:+.3g}"
         notes.append({"x": x, "xref": "x", "yref": "paper", "y": 1 - 0.08 * len(notes),
                       "xanchor": "left", "showarrow": False, "font": {"size": 10},
-                      "text": f"{kind} {change} at {_point(series.point)}: {before} → {after}",
-                      "hovertext": f"{metric}: {steps.said(step)}, p {step.p:.2g}"})  # fmt: skip
+                      "text": plots.plain(f"{kind} {change} at {_point(series.point)}: "
+                                          f"{before} → {after}"),
+                      "hovertext": plots.plain(f"{metric}: {steps.said(step)}, p {step.p:.2g}")
+                      })  # fmt: skip
     if shapes:
         layout = figure.setdefault("layout", {})
         layout["shapes"] = [*layout.get("shapes", []), *shapes]

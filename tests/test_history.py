@@ -8,6 +8,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
+import pandas as pd
 import pytest
 from own import OwnExperiment
 from sweeps import write_jobs
@@ -329,6 +330,23 @@ def test_the_page_marks_each_step_of_a_metric_on_its_history(tmp_path):
     untouched = plots.history(points, "err", ["x"])
     assert history.marked(untouched, "err", judged, points) == plots.history(points, "err", ["x"])
     assert history.on_page(results, EXPERIMENT, points[points["sweep"].isin(ids[:5])]) is None
+
+
+def test_a_step_note_shows_a_points_value_as_text_not_plotly_markup():
+    """A parameter's value with <b> and %{y} in it, in a step's note on the page: plain text,
+    as every other text of the page's plots (plots.plain)."""
+    import html
+
+    ids = [f"s{n}" for n in range(6)]
+    series = history.Series("time_ms", {"tag": "<b>a</b> %{y}"}, "cpu", ids,
+                            np.r_[np.ones(3), np.full(3, 1.5)], 1)  # fmt: skip
+    step = steps.Step(0, 3, 0, 6, True, 1.5, 1.4, 1.6, 0.001)
+    judged = history.History(EXPERIMENT, pd.DataFrame({"sweep": ids}), [series], [step])
+    when = [START + timedelta(hours=n) for n in range(6)]
+    points = pd.DataFrame({"sweep": ids, "started_at": when})
+    [note] = history.marked({"layout": {}}, "time_ms", judged, points)["layout"]["annotations"]
+    assert "<b>" not in note["text"] and "%{" not in note["text"]
+    assert html.unescape(note["text"]) == "worse x1.5 at tag=<b>a</b> %{y}: s2 → s3"
 
 
 def test_the_pairs_of_sweeps_a_confirmation_reruns_are_each_once(tmp_path):
