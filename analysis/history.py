@@ -335,13 +335,18 @@ def worse_lines(judged: History) -> list[str]:
 def pairs(judged: History) -> list[dict]:
     """The two sweeps each step lies between, once per pair (harness.command.confirm.Pair's
     fields): whether its timings' steps grew, whether any step is worse, the steps' timings
-    and other metrics in words."""
+    and other metrics in words, the two sweeps' commits, and the step a bisection follows (its
+    metric, point and scale): the pair's first worse step, else its first."""
     found: dict[tuple, dict] = {}
+    commit = judged.sweeps.set_index("sweep")["git_commit"]
     for step in judged.found:
         series = judged.series[step.series]
         key = (series.sweeps[step.at - 1], series.sweeps[step.at])
         pair = found.setdefault(key, {"before": key[0], "after": key[1], "grew": True,
-                                      "worse": False, "timings": (), "others": ()})  # fmt: skip
+                                      "worse": False, "timings": (), "others": (),
+                                      "commits": (commit[key[0]], commit[key[1]])})  # fmt: skip
+        if "metric" not in pair or judged.is_worse(step) and not pair["worse"]:
+            pair.update(metric=series.metric, point=series.point, log=step.log)
         said = f"{series.metric} at {_point(series.point)} ({steps.said(step)})"
         if is_timing(series.metric):
             pair["timings"] += (said,)

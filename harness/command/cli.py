@@ -299,19 +299,24 @@ def _history(arguments, parser) -> int:
 
     metrics = [check_name("metric", m) for m in arguments.metrics]
     code, pairs = main(arguments.experiment, metrics, Path(arguments.out), arguments.check)
-    if not arguments.confirm or not pairs:
-        return code
+    from harness.command.bisect import Target, bisect
     from harness.command.confirm import Pair, confirm
 
     found = [Pair(**pair) for pair in pairs]
-    return confirm(found, arguments.out, arguments.code_store, arguments.check)
+    if arguments.confirm and found:
+        code = confirm(found, arguments.out, arguments.code_store, arguments.check)
+    for pair in found if arguments.bisect else []:
+        target = Target(arguments.experiment, pair.before, pair.after, pair.commits, pair.metric,
+                        pair.point, pair.log)  # fmt: skip
+        code = code or bisect(target, arguments.out, arguments.code_store)
+    return code
 
 
 def _history_parser(parsers) -> None:
     parser = parsers.add_parser(
         "history",
         usage=f"{PROG} history EXPERIMENT [METRIC ...] [out=DIR] [--check] [--confirm] "
-        "[code_store=DIR]",
+        "[--bisect] [code_store=DIR]",
         description="Each metric of the experiment, per point, over its sweeps in the order "
         "planned (one value a sweep, each machine's sweeps apart): the steps found, each with "
         "its ratio after/before and the two sweeps (codes, commits) it lies between.",
@@ -324,6 +329,11 @@ def _history_parser(parsers) -> None:
                   "stands)")  # fmt: skip
     parser.switch("--confirm", "each step's two sweeps run again by the gate (again), on their "
                   "own codes: whether it stands, and the codes' difference")  # fmt: skip
+    parser.switch(
+        "--bisect",
+        "of each step, the first commit on its far side: the step's "
+        "point run at the commits between its two sweeps' (a git worktree each)",
+    )
     parser.option("code_store", "DIR", CODE_STORE)
     parser.option("out", "DIR", "the out folder whose store (DIR/results) holds the sweeps "
                   "(default: outputs)", type=out_folder, default="outputs")  # fmt: skip

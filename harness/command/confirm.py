@@ -27,6 +27,10 @@ class Pair:
     worse: bool  # a step between them made a metric worse
     timings: tuple[str, ...]  # the steps' timings, in words (metric at point)
     others: tuple[str, ...]  # the steps of metrics that are no timing
+    commits: tuple[str, str]  # the two sweeps' commits ("" where one recorded none)
+    metric: str  # the step a bisection follows: the pair's first worse step, else its first
+    point: dict
+    log: bool  # that step judged on a log scale
 
 
 def confirm(pairs: list[Pair], out: str, code_store: str | None, check: bool) -> int:
