@@ -145,9 +145,13 @@ def git(folder: Path, *args: str) -> str | None:
 
 
 def describe(repo: Path, commit: str) -> str:
-    said = git(repo, "log", "-1", "--abbrev=10", "--format=%h %s (%an, %ad)", "--date=short",
+    """The commit in a line: its short hash, its subject (cut at 60 characters), author, date."""
+    said = git(repo, "log", "-1", "--abbrev=10", "--format=%h%x00%s%x00%an, %ad", "--date=short",
                commit)  # fmt: skip
-    return said or commit
+    if not said:
+        return commit
+    short, subject, by = said.split("\0")
+    return f"{short} {subject[:59] + '…' if len(subject) > 60 else subject} ({by})"
 
 
 def differ(first: float, last: float, log: bool) -> bool:
@@ -225,12 +229,19 @@ class Runner:
             return path
 
     def value(self, results: Path, sweep: str) -> tuple[float | None, str | None]:
-        rows = store.read(results, self.target.experiment, sweep)
+        """The metric in the last ok row of the sweep's one point (the target's, as its
+        parameters say); else None and why."""
+        rows, metric = store.read(results, self.target.experiment, sweep), self.target.metric
+        for key, value in self.target.point.items():
+            rows = rows[rows[key].astype(str) == str(value)] if key in rows else rows
         ok = rows[rows["status"] == "ok"] if "status" in rows else rows.iloc[:0]
-        if self.target.metric not in ok or ok[self.target.metric].dropna().empty:
+        ok = ok.dropna(subset=[metric]) if metric in ok else ok.iloc[:0]
+        if ok.empty:
             errors = rows["error"].dropna() if "error" in rows else []
             return None, str(errors.iloc[-1]) if len(errors) else "no row of it ok"
-        return float(ok[self.target.metric].dropna().iloc[-1]), None
+        if ok["job"].nunique() > 1:
+            return None, f"{ok['job'].nunique()} of its points are the step's point"
+        return float(ok[metric].iloc[-1]), None
 
 
 @contextmanager
