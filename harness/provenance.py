@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harness.lifetime import per_command
 
-SOURCE = Path(__file__).resolve().parents[2]  # the checkout the harness runs from, if any
+SOURCE = Path(__file__).resolve().parents[1]  # the checkout the harness runs from, if any
 # Environment variables that change what a computation returns, or which kernels compute it:
 # thread counts (a reduction's order), TF32 overrides, cuBLAS's workspace (its determinism) and
 # kernel choice, oneDNN's and MKL's instruction sets and numerical modes, the CPU capability
@@ -35,7 +35,8 @@ NUMERICS_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
 
 @functools.cache
 def git_state() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the harness's own checkout; (None, None) where it is not one: an
+    """(commit, dirty) of the harness's own checkout (SOURCE); (None, None) where it is not one:
+    an
     installed harness (site-packages, perhaps in a venv inside some other repository) has no
     commit of its own, and its version is in the rows' package list.
 
@@ -203,13 +204,16 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def provenance(device: str, named_env=(), code_digest: str | None = None) -> dict:
+def provenance(device: str, named_env=(), code_digest: str | None = None,
+               checkout: tuple[str | None, bool | None] = (None, None)) -> dict:  # fmt: skip
     """The provenance columns of a row measured on `device` in this process by the code of
-    `code_digest` (`named_env`: the environment variables its experiment names besides
+    `code_digest`, pinned from `checkout` (its commit and whether it was dirty: git_state()
+    where the sweep was planned, as its manifest records it; a point runs from the pinned
+    snapshot, no checkout) (`named_env`: the environment variables its experiment names besides
     NUMERICS_ENV)."""
     import torch
 
-    commit, dirty = git_state()
+    commit, dirty = checkout
     return {
         "git_commit": commit,
         "git_dirty": dirty,

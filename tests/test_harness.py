@@ -14,6 +14,7 @@ import duckdb
 import pandas as pd
 import pytest
 import torch
+from commands import ROOT
 from probes import PROBE_PATH, SUPPORT, arrivals, await_arrivals
 from sweeps import own_file
 
@@ -73,6 +74,10 @@ def test_the_seeded_sweep_end_to_end(harness):
     ].drop_duplicates().values.tolist() == [[1, 8, 32, "float32", True]]
     assert rows["command"].iloc[0] == "python -m harness +experiment=exp014_tiled"
     assert rows["torch_version"].str.startswith("2.").all() and (rows["threads"] > 0).all()
+    if (ROOT / ".git").exists():  # run from a checkout: its commit, and whether it is dirty
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], text=True,
+                              capture_output=True, check=True).stdout.strip()  # fmt: skip
+        assert set(rows["git_commit"]) == {head} and rows["git_dirty"].dtype == bool
     assert rows["config_hash"].nunique() == 9
     manifest = store.read_manifest(store.SweepPaths(harness.results, "exp014_tiled", sweep))
     assert [p["job"] for p in manifest["points"]] == list(range(9))

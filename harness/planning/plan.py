@@ -19,7 +19,7 @@ from hydra.core.override_parser.types import Override, QuotedString
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from harness import reuse, store
+from harness import provenance, reuse, store
 from harness.errors import BadInput, one_line
 from harness.measuring import columns
 from harness.names import (
@@ -391,6 +391,7 @@ def record_plan(sweep: Sweep) -> None:
         "command": sweep.command,
         "code_digest": sweep.code,
         "code_store": str(sweep.code_store) if sweep.code_store else None,
+        **dict(zip(("git_commit", "git_dirty"), provenance.git_state(), strict=True)),
         "keyed_config": sweep.keyed,
         "again_of": sweep.again_of,
         "tag": sweep.tag,

@@ -17,6 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from harness import files, measuring, provenance, reuse, store
+from harness.lifetime import per_command
 from harness.measuring import columns
 from harness.names import keeping
 from harness.pinning import boot, codestore
@@ -135,7 +136,8 @@ class _Point:
         if self.found is not None:
             extra["declared_inputs"] = json.dumps(self.found, sort_keys=True)
         first = {"job": self.job.job, "config_hash": self.job.config_hash}
-        return _Columns(self.params, first, command, run_dir, extra, _named_env(self.experiment))
+        return _Columns(self.params, first, command, run_dir, extra, _named_env(self.experiment),
+                        _checkout(self.paths.sweep))  # fmt: skip
 
     def info(self) -> PointInfo:
         sweep = self.paths.sweep.sweep
@@ -248,22 +250,31 @@ class _Columns:
     its sweep asks for reuse)."""
 
     def __init__(self, params: dict, first: dict, command, run_dir: str, extra: dict,
-                 named_env: tuple[str, ...] = ()):  # fmt: skip
+                 named_env: tuple[str, ...] = (), checkout=(None, None)):  # fmt: skip
         self.params, self.first, self.extra, self.shared = params, first, extra, {}
         self.then = {"command": command, "run_dir": run_dir}
-        self.named_env, self.watch = named_env, None
+        self.named_env, self.checkout, self.watch = named_env, checkout, None
         self.started, self.clock = datetime.now(UTC), time.perf_counter()
 
     def __call__(self, row: dict) -> dict:
         if not self.shared:
             shared = provenance.provenance(
-                _device(self.params), self.named_env, codestore.running_digest()
+                _device(self.params), self.named_env, codestore.running_digest(), self.checkout
             )
             self.shared = {**self.first, "started_at": self.started, **self.then, **shared,
                            **self.extra}  # fmt: skip
         duration = time.perf_counter() - self.clock
         read = self.watch.said() if self.watch is not None else None
         return _row(row, self.params, {**self.shared, "duration_s": duration, "files_read": read})
+
+
+@per_command
+@functools.lru_cache(maxsize=16)
+def _checkout(sweep: store.SweepPaths) -> tuple[str | None, bool | None]:
+    """The commit of the checkout the sweep was planned and pinned from, and whether it was
+    dirty, as its manifest records them; (None, None) where it records none."""
+    manifest = store.read_manifest(sweep) or {}
+    return manifest.get("git_commit"), manifest.get("git_dirty")
 
 
 @contextlib.contextmanager
