@@ -3,6 +3,7 @@ the step's point at the commits between its two sweeps', each in a git worktree,
 repository that is a checkout of the harness (this one's files, committed anew) holding an
 experiment of its own whose value doubles at one commit."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -85,7 +86,11 @@ def write_history(results: Path, repo: Path, commits: list[str], levels: list[fl
                 "created_at": planned.isoformat(),
                 "points": points,
                 "config_dirs": [config_dir],
-                "experiment_config": {"name": "own", "run": "minepkg.kernel.run"},
+                "experiment_config": {
+                    "name": "own",
+                    "run": "minepkg.kernel.run",
+                    "claims": [{"metric": "err", "max": 10}],
+                },
                 "command": f"python -m harness --config-dir {config_dir} +experiment=own x=1,2",
             },
         )
@@ -123,9 +128,9 @@ def test_bisect_names_the_first_commit_on_the_far_side(harness, checkout, tmp_pa
     last = commit(checkout, "another note", **{"NOTES.md": "still nothing\n"})
     ids = write_history(harness.results, checkout, [first] * 3 + [last] * 3, [1.0] * 3 + [2.0] * 3)
 
-    done = harness("history", "own", "err", "--bisect", f"code_store={tmp_path / 'codes'}",
-                   env={"PYTHONPATH": str(checkout)})  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    codes, path = f"code_store={tmp_path / 'codes'}", {"PYTHONPATH": str(checkout)}
+    done = harness("history", "own", "err", "--bisect", "--check", codes, env=path)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr  # a worse step: err grew
     assert f"between sweep {ids[2]}" in done.stdout and f"and sweep {ids[3]}" in done.stdout
     said = done.stdout.split("bisecting ", 1)[1]
     assert said.startswith(f"err at x=1: commits {first[:10]} (sweep {ids[2]}) to {last[:10]}")
@@ -141,9 +146,11 @@ def test_bisect_names_the_first_commit_on_the_far_side(harness, checkout, tmp_pa
         assert abs(float(re.search(r": err (\S+) \(sweep ", line).group(1)) / level - 1) < 0.02
     assert f"first commit on the far side: {doubled[:10]} the kernel doubles err" in said, said
     assert git(checkout, "worktree", "list").count("\n") == 0  # each worktree removed
-    made = store.sweeps(harness.cwd / "outputs" / "bisect" / f"{ids[2]}-{ids[3]}" / "results",
-                        "own")  # fmt: skip
-    assert len(made) == 4 and store.sweeps(harness.results, "own") == ids  # none in the history
+    results = harness.cwd / "outputs" / "bisect" / f"{ids[2]}-{ids[3]}" / "results"
+    assert store.sweeps(harness.results, "own") == ids  # none in the history
+    ran = store.read(results, "own")  # each commit's one point, by that commit's harness
+    assert ran.groupby("sweep")["git_commit"].first().tolist() == [first, last, second, doubled]
+    assert ran["x"].tolist() == [1] * 4
 
 
 def test_nothing_is_bisected_where_a_sweep_recorded_no_commit(tmp_path, capsys):
@@ -154,31 +161,112 @@ def test_nothing_is_bisected_where_a_sweep_recorded_no_commit(tmp_path, capsys):
 
 
 def test_a_commits_run_takes_its_folders_and_the_harness_from_its_worktree(tmp_path, monkeypatch):
-    """The recorded command narrowed to the step's point, with what again replaces left out; a
-    config dir and a path entry inside the repository taken from the worktree, one outside as
-    it is; the harness's packages linked from the worktree where it is a checkout of it."""
+    """The recorded command less what again replaces, narrowed to the step's point (its
+    recorded overrides); a config dir and a path entry inside the repository taken from the
+    worktree where it has them (an ignored one, such as a venv, as it is), one outside as it
+    is; the harness's packages linked from the worktree, a checkout of the harness."""
     repo, tree, elsewhere = tmp_path / "repo", tmp_path / "t" / "tree", tmp_path / "conf"
-    for folder in (repo / "mine", elsewhere):
+    for folder in (repo / "mine", repo / "src", repo / ".venv", elsewhere, tree / "mine",
+                   tree / "src", tree / "harness"):  # fmt: skip
         folder.mkdir(parents=True)
+    (tree / "harness" / "__init__.py").write_text("")
     manifest = {
         "command": f"python -m harness --config-dir {repo / 'mine'} +experiment=own "
-        "x=1,2 y=3 reuse=true out=o",
+        "x=1,2 y=3 reuse=true out=o code=abc",
         "config_dirs": [str(repo / "mine"), str(elsewhere)],
-    }
+        "points": [{"job": n, "overrides": [f"x={n + 1}"], "params": {"x": n + 1}}
+                   for n in range(2)],
+    }  # fmt: skip
     target = bisect.Target("own", "a", "b", ("c1", "c2"), "err", {"x": 2}, True)
-    runner = bisect.Runner(target, repo, manifest, tmp_path / "out", None)
-    monkeypatch.setenv("PYTHONPATH", f"{repo / 'src'}:{elsewhere}")
-    (tree / "harness").mkdir(parents=True)
-    (tree / "harness" / "__init__.py").write_text("")
+    runner = bisect.Runner(target, repo, manifest, tmp_path / "out", tmp_path / "codes")
+    path = [repo / "src", repo / ".venv", elsewhere]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(map(str, path)))
     command, environment = runner.command(tree)
-    assert command[3:] == ["--config-dir", str(tree / "mine"), "--config-dir", str(elsewhere),
-                           "+experiment=own", "y=3", "x=2", "reuse=false",
-                           f"out={tmp_path / 'out'}"]  # fmt: skip
+    assert command[3:] == [
+        "--config-dir",
+        str(tree / "mine"),
+        "--config-dir",
+        str(elsewhere),
+        "+experiment=own",
+        "y=3",
+        "x=2",
+        "reuse=false",
+        f"out={tmp_path / 'out'}",
+        f"code_store={tmp_path / 'codes'}",
+    ]
     links = tree.parent / "installed"
-    assert environment["PYTHONPATH"].split(":") == [str(links), str(tree), str(tree / "src"),
-                                                    str(elsewhere)]  # fmt: skip
+    assert environment["PYTHONPATH"].split(os.pathsep) == [
+        str(links),
+        str(tree),
+        str(tree / "src"),
+        str(repo / ".venv"),
+        str(elsewhere),
+    ]
     assert [p.name for p in links.iterdir()] == ["harness"]  # what the worktree holds
     assert (links / "harness").resolve() == tree / "harness"
+
+
+def test_halving_runs_the_middle_commits_until_two_neighbours_remain():
+    """Nine commits, the step at the sixth: three runs between the ends name it; a run that
+    gives no value ends the search between the last two commits placed."""
+    commits = [f"c{n}" for n in range(9)]
+    ran = []
+
+    def run(commit, side):
+        ran.append(commit)
+        return None if commit == broken else 2.0 if int(commit[1:]) >= 5 else 1.0
+
+    broken = None
+    near, far, values = bisect.halve(commits, [1.0, 2.0], run, log=True)
+    assert (near, far, ran) == (4, 5, ["c4", "c6", "c5"])
+    assert values == {0: 1.0, 8: 2.0, 4: 1.0, 6: 2.0, 5: 2.0}
+    ran, broken = [], "c6"
+    assert bisect.halve(commits, [1.0, 2.0], run, log=True)[:2] == (4, 8)
+    assert bisect.halve(commits[:2], [1.0, 2.0], run, log=True)[:2] == (0, 1)  # none between
+
+
+def test_a_point_is_run_by_its_recorded_overrides():
+    manifest = {"points": [{"job": 0, "overrides": ["x=1", "name='a b'"],
+                            "params": {"x": 1, "name": "a b"}},
+                           {"job": 1, "overrides": ["x=2", "name='a b'"],
+                            "params": {"x": 2, "name": "a b"}}]}  # fmt: skip
+    assert bisect.own_point(manifest, {"x": "2"}) == ["x=2", "name='a b'"]
+    assert bisect.own_point(manifest, {"x": 3}) == ["x=3"]  # not planned: as the history says
+
+
+@pytest.mark.process
+def test_a_worktree_is_removed_though_its_run_raises(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    at = commit(repo, "one", **{"minepkg/__init__.py": ""})
+    with pytest.raises(KeyError), bisect.worktree(repo, at) as tree:
+        assert (tree / "minepkg" / "__init__.py").exists()
+        raise KeyError
+    assert not tree.exists() and git(repo, "worktree", "list").count("\n") == 0
+    assert bisect.first_parents(repo, at, at) == []
+
+
+@pytest.mark.process
+def test_the_commits_between_are_the_first_parent_line_or_a_merged_branchs(tmp_path):
+    """a, then a branch (s1, s2) beside b, merged (m), then c: from a, the first-parent line
+    b, m, c (the branch stands as its merge); from s1, on the branch, s2, m, c; none from c
+    back to a."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    a = commit(repo, "a", a="a")
+    git(repo, "checkout", "-q", "-b", "side")
+    s1, s2 = commit(repo, "s1", s1="1"), commit(repo, "s2", s2="2")
+    git(repo, "checkout", "-q", "main")
+    b = commit(repo, "b", b="b")
+    git(repo, "-c", "user.name=A", "-c", "user.email=a@example.org", "merge", "-q", "--no-edit",
+        "side")  # fmt: skip
+    m = git(repo, "rev-parse", "HEAD")
+    c = commit(repo, "c", c="c")
+    assert bisect.first_parents(repo, a, c) == [b, m, c]
+    assert bisect.first_parents(repo, s1, c) == [s2, m, c]
+    assert bisect.first_parents(repo, c, a) == []
 
 
 @pytest.mark.parametrize("value, nearer", [(1.0, False), (1.3, False), (1.5, True), (2.2, True)])

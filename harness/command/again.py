@@ -168,14 +168,20 @@ def recorded_arguments(command: str) -> list[str]:
     return words[len(RECORDED) :]
 
 
+def recorded_overrides(manifest: dict, replaced=()) -> list[str]:
+    """The overrides of the sweep's recorded command, less those of the keys that running it
+    again replaces (AGAIN_REPLACED: where it lands, reuse, its code) and of `replaced`."""
+    overrides, _ = split_flags(recorded_arguments(manifest.get("command") or ""))
+    return [a for a in overrides if key_of(a) not in {*AGAIN_REPLACED, *replaced}]
+
+
 def rerun_of(results: Path, sweep_id: str, out: str, kept: Path) -> "Rerun":
     """A sweep (`last` named) to run again: its recorded command less what again replaces,
     with nothing reused, into `out`, on the code it pinned (checked in the code store `kept`),
     naming its original (again_of: a rerun's reruns are its original's)."""
     sweep_id, manifest, digest = pinned_sweep(results, sweep_id)
     codestore.verify(kept, digest)
-    arguments, _ = split_flags(recorded_arguments(manifest.get("command") or ""))
-    own = [a for a in arguments if key_of(a) not in AGAIN_REPLACED]
+    own = recorded_overrides(manifest)
     folders = list(manifest.get("config_dirs", []))
     original = manifest.get("again_of") or sweep_id
     given = [*(arg for folder in folders for arg in ("--config-dir", folder)), *own,

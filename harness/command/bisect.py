@@ -1,26 +1,30 @@
 """python -m harness history EXPERIMENT --bisect: of each step the history found, the first
 commit on its far side, as `git bisect` and asv find name one.
 
-The two sweeps either side of a step each recorded the commit of the checkout they ran from
-(git_commit). Where both did, and the first is an ancestor of the second in the git repository
-that holds the experiment's code, the experiment is run at commits of the path between them,
-each in a worktree of its own (git worktree add --detach) and each a sweep of the step's point
-alone: the recorded command of the sweep before the step, its grid narrowed to that point,
-nothing reused, into an out folder of the bisection's own (OUT/bisect/BEFORE-AFTER), so that
-these sweeps are no part of the history. The run at a commit takes everything from its
-worktree: the harness, its experiments and its report where the repository is a checkout of
-the harness (its packages linked under their installed names, first on the path), else the
-installed harness with the worktree's folders on the path (an experiment of one's own in a
-repository of its own); config dirs and path entries that lie inside the repository are taken
-from the worktree.
+The two sweeps either side of a step each recorded the commit of the harness's checkout they
+ran from (git_commit; an installed harness records none). The repository searched is the one
+that holds both commits: this harness's checkout, else the one that holds the experiment's
+package; the experiment's code must lie in it, or no commit of it changes that code. The
+commits are those of the second's first-parent line after the first's (a branch merged between
+them counts as its merge, said so; every commit between them where the first lies on a branch
+that line merged), and the step's point is run at some
+of them, each in a worktree of its own (git worktree add --detach, removed after): the recorded
+command of the sweep before the step, less what again replaces, narrowed to the point (its
+recorded overrides), nothing reused, into an out folder of the bisection's own
+(OUT/bisect/BEFORE-AFTER, each run's output in COMMIT.log there), so that these sweeps are no
+part of the history. Each runs as the checkout ran at that commit: the worktree's harness,
+experiments and report (linked under their installed names, first on the path, the worktree
+its working folder), and config dirs and path entries that lie inside the repository taken from
+the worktree where it has them.
 
-The two ends are run first, on this machine now: where they do not differ (by more than
-TOLERANCE for a value above zero, at all else), the step does not show between the two commits
-here and nothing is bisected. Else the path is halved until two neighbouring commits remain,
-each commit run on the side of the end whose value its own is nearer (on a log scale where all
-are above zero): the second of the two is the first commit on the far side. One sweep a commit,
-as asv find runs one: each commit's value is printed beside the ends', so that a value that
-lies near the middle, which noise may have placed, is seen as such.
+The two ends run first, on this machine now: where they do not differ (by more than TOLERANCE
+for values above zero, at all else), the step does not show between the two commits here, and
+nothing is bisected. Else the line is halved until two neighbouring commits remain, each commit
+counted on the side of the end whose value its own is nearer (on a log scale where all are above
+zero): the second of the two is the first commit on the far side. One sweep a commit, as asv
+find runs one: each commit's value is printed with its side, so that a value near the middle,
+which noise may have placed, shows as such. A sweep run with changes not committed (git_dirty)
+is said: its commit alone may not hold what it measured.
 """
 
 import math
@@ -35,13 +39,16 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from harness import store
-from harness.command.again import recorded_arguments
+from harness.command.again import recorded_overrides
 from harness.errors import BadInput
-from harness.names import AGAIN_REPLACED, key_of, split_flags
+from harness.names import key_of
+from harness.pinning import codestore
+from harness.pinning.boot import BOOT_ENV, CONF_ENV
+from harness.provenance import SOURCE
 
 TOLERANCE = 1.10  # the gate's factor: two ends closer than it show no step
 NOT_DECIDED = 3  # the exit code where a commit's run failed or gave no value
-# Where a repository is a checkout of the harness: its folders and the names they install as.
+# A checkout of the harness: its folders and the names they install as.
 INSTALLED_AS = {"harness": "harness", "experiments": "octlm_experiments",
                 "analysis": "octlm_analysis"}  # fmt: skip
 
@@ -68,19 +75,30 @@ def bisect(target: Target, out: str, code_store: str | None) -> int:
     first, last = target.commits
     print(f"\nbisecting {target.metric} at {_point(target.point)}: commits {first[:10] or 'none'}"
           f" (sweep {target.before}) to {last[:10] or 'none'} (sweep {target.after})")  # fmt: skip
+    for sweep in dirty(results, target):
+        print(f"sweep {sweep} ran with changes not committed (git_dirty): its commit alone may "
+              "not hold what it measured")  # fmt: skip
     repo, why = repository(manifest or {}, target.commits)
     if repo is None:
         print(f"not bisected: {why}")
         return 0
-    path = commits_between(repo, first, last)
-    if not path:
+    if first == last:
         print(f"not bisected: both sweeps ran at commit {first[:10]}; python -m harness code "
               f"{target.before} {target.after} shows what changed outside it")  # fmt: skip
         return 0
-    run = Runner(target, repo, manifest, Path(out).resolve() / "bisect" /
-                 f"{target.before}-{target.after}", code_store)  # fmt: skip
+    line = first_parents(repo, first, last)
+    if not line:
+        print(f"not bisected: commit {last[:10]} does not descend from {first[:10]}")
+        return 0
+    folder = Path(out).resolve() / "bisect" / f"{target.before}-{target.after}"
+    try:
+        run = Runner(target, repo, manifest or {}, folder, codestore.store_of(code_store))
+    except BadInput as error:
+        print(f"not bisected: {error}")
+        return NOT_DECIDED
     ends = [run(first, "the near end"), run(last, "the far end")]
     if None in ends:
+        print("not bisected: an end gave no value")
         return NOT_DECIDED
     if not differ(*ends, target.log):
         print(
@@ -88,53 +106,90 @@ def bisect(target: Target, out: str, code_store: str | None) -> int:
             f"x{TOLERANCE:g}: the step does not show between them on this machine now"
         )
         return 0
-    commits, values = [first, *path], {0: ends[0], len(path): ends[1]}
-    near, far = 0, len(path)
-    while far - near > 1:
-        middle = (near + far) // 2
-        value = run(commits[middle], lambda v: "nearer the far end's" if nearer_last(
-            v, *ends, target.log) else "nearer the near end's")  # fmt: skip
-        if value is None:
-            print(f"the first commit on the far side lies after {commits[near][:10]}, up to "
-                  f"{commits[far][:10]}")  # fmt: skip
-            return NOT_DECIDED
-        values[middle] = value
-        near, far = (near, middle) if nearer_last(value, *ends, target.log) else (middle, far)
+    commits = [first, *line]
+    near, far, values = halve(commits, ends, run, target.log)
+    if far - near > 1:
+        print(f"not bisected further: the first commit on the far side lies after "
+              f"{commits[near][:10]}, up to {commits[far][:10]}")  # fmt: skip
+        return NOT_DECIDED
     print(f"first commit on the far side: {describe(repo, commits[far])}: {target.metric} "
           f"{values[near]:.4g} before it, {values[far]:.4g} at it")  # fmt: skip
-    print(f"  git -C {shlex.quote(str(repo))} show {commits[far][:10]}: its change")
+    where = shlex.quote(str(repo))
+    if len((git(repo, "rev-list", "--parents", "-n", "1", commits[far]) or "").split()) > 2:
+        print(f"  a merge: the change came with its branch (git -C {where} log "
+              f"{commits[far][:10]}^1..{commits[far][:10]}^2 lists its commits)")  # fmt: skip
+    print(f"  git -C {where} show {commits[far][:10]}: its change")
     return 0
 
 
+def halve(commits: list[str], ends: list[float], run, log: bool) -> tuple[int, int, dict]:
+    """The search between the ends (commits[0], commits[-1], their values `ends`): the
+    commit between them run (`run(commit, side)`: its value or None) and counted on the side
+    of the end its value is nearer, until two neighbours remain or a run gives no value; the
+    last near and far commits' places, and each value by place."""
+    values = {0: ends[0], len(commits) - 1: ends[1]}
+    near, far = 0, len(commits) - 1
+    while far - near > 1:
+        middle = (near + far) // 2
+        value = run(commits[middle], lambda v: "nearer the far end's" if nearer_last(
+            v, *ends, log) else "nearer the near end's")  # fmt: skip
+        if value is None:
+            break
+        values[middle] = value
+        near, far = (near, middle) if nearer_last(value, *ends, log) else (middle, far)
+    return near, far, values
+
+
+def dirty(results: Path, target: Target) -> list[str]:
+    """Of the two sweeps, those whose rows say they ran with changes not committed."""
+    found = []
+    for sweep in (target.before, target.after):
+        try:
+            rows = store.read(results, target.experiment, sweep)
+        except LookupError:
+            continue
+        if "git_dirty" in rows and rows["git_dirty"].fillna(False).astype(bool).any():
+            found.append(sweep)
+    return found
+
+
 def repository(manifest: dict, commits: tuple[str, str]) -> tuple[Path | None, str]:
-    """The git repository that holds the experiment's code (its run's package, as this process
-    finds it) and both commits; else None and why not."""
+    """The git repository that holds both commits (this harness's checkout, else the
+    experiment's package's) and the experiment's code; else None and why not."""
     if not all(commits):
         return None, ("a sweep recorded no commit (it ran from an installed harness, which has "
                       "none of its own)")  # fmt: skip
     package = str((manifest.get("experiment_config") or {}).get("run") or "").split(".")[0]
     found = find_spec(package) if package.isidentifier() else None
     where = found and (found.submodule_search_locations or [found.origin])
-    if not where:
-        return None, f"the experiment's package {package or '(none)'} is not found here"
-    folder = Path(list(where)[0]).resolve()
-    top = git(folder if folder.is_dir() else folder.parent, "rev-parse", "--show-toplevel")
-    if top is None:
-        return None, f"the experiment's code ({folder}) lies in no git repository"
-    repo = Path(top)
-    for commit in commits:
-        if git(repo, "cat-file", "-e", f"{commit}^{{commit}}") is None:
-            return None, (f"commit {commit[:10]} is not in {repo}, the repository of the "
-                          "experiment's code")  # fmt: skip
-    if commits[0] != commits[1] and git(repo, "merge-base", "--is-ancestor", *commits) is None:
-        return None, f"commit {commits[0][:10]} is no ancestor of {commits[1][:10]}"
+    code = Path(list(where)[0]).resolve() if where else None
+    candidates = [SOURCE, code if code is None or code.is_dir() else code.parent]
+    for folder in dict.fromkeys(c for c in candidates if c is not None):
+        top = git(folder, "rev-parse", "--show-toplevel")
+        repo = Path(top).resolve() if top else None
+        if repo and all(git(repo, "cat-file", "-e", f"{c}^{{commit}}") is not None
+                        for c in commits):  # fmt: skip
+            break
+    else:
+        return None, f"no git repository here holds commits {commits[0][:10]} and {commits[1][:10]}"
+    if code is None or not code.is_relative_to(repo):
+        return None, (f"the experiment's code ({code or package or 'not found'}) lies outside "
+                      f"{repo}: no commit of it changes that code")  # fmt: skip
     return repo, ""
 
 
-def commits_between(repo: Path, first: str, last: str) -> list[str]:
-    """The commits after `first` up to `last` on the path between them, oldest first."""
-    said = git(repo, "rev-list", "--reverse", "--ancestry-path", f"{first}..{last}")
-    return (said or "").split()
+def first_parents(repo: Path, first: str, last: str) -> list[str]:
+    """The commits after `first` up to `last`, oldest first: those of `last`'s first-parent
+    line (a merge stands for the branch it brought), else, where `first` lies on a branch that
+    line merged, every commit between them; [] where `last` does not descend from `first`."""
+    full = git(repo, "rev-parse", f"{last}^{{commit}}")
+    for first_parent in (["--first-parent"], []):
+        said = git(repo, "rev-list", *first_parent, "--ancestry-path", "--topo-order",
+                   "--reverse", f"{first}..{last}")  # fmt: skip
+        line = (said or "").split()
+        if line and line[-1] == full:
+            return line
+    return []
 
 
 def git(folder: Path, *args: str) -> str | None:
@@ -171,30 +226,38 @@ class Runner:
     """Runs the target's point at a commit (a call), in a worktree of its own; the value it
     measured, or None (said why) where the run failed or the point gave none."""
 
-    def __init__(self, target: Target, repo: Path, manifest: dict, out: Path, code_store):
+    def __init__(self, target: Target, repo: Path, manifest: dict, out: Path, code_store: Path):
         self.target, self.repo, self.out = target, repo, out
-        overrides, _ = split_flags(recorded_arguments(manifest.get("command") or ""))
-        narrowed = {*AGAIN_REPLACED, *target.point}
-        self.arguments = [a for a in overrides if key_of(a) not in narrowed]
-        self.arguments += [f"{key}={value}" for key, value in target.point.items()]
-        self.arguments += ["reuse=false", f"out={out}"]
-        self.arguments += [f"code_store={code_store}"] if code_store else []
+        point = own_point(manifest, target.point)
+        self.arguments = [
+            *recorded_overrides(manifest, replaced=[key_of(o) for o in point]),
+            *point,
+            "reuse=false",
+            f"out={out}",
+            f"code_store={code_store}",
+        ]
         self.config_dirs = list(manifest.get("config_dirs", []))
 
     def __call__(self, commit: str, side) -> float | None:
         """The value at `commit`, printed on a line with the commit and `side` (a text, or a
         function of the value that gives one)."""
         print(f"commit {describe(self.repo, commit)}: ", end="", flush=True)
-        results = self.out / "results"
+        results, log = self.out / "results", self.out / f"{commit[:10]}.log"
         before = set(store.sweeps(results, self.target.experiment))
-        with worktree(self.repo, commit) as tree:
-            command, environment = self.command(tree)
-            done = subprocess.run(command, cwd=tree, env=environment, capture_output=True,
-                                  text=True)  # fmt: skip
+        try:
+            with worktree(self.repo, commit) as tree:
+                command, environment = self.command(tree)
+                log.parent.mkdir(parents=True, exist_ok=True)
+                with open(log, "w") as output:
+                    done = subprocess.run(command, cwd=tree, env=environment, stdout=output,
+                                          stderr=subprocess.STDOUT)  # fmt: skip
+        except (BadInput, OSError) as error:
+            print(f"not run: {error}")
+            return None
         made = [s for s in store.sweeps(results, self.target.experiment) if s not in before]
         if done.returncode or len(made) != 1:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
-            print(f"its run ended with exit code {done.returncode} ({tail[0]})")
+            print(f"its run ended with exit code {done.returncode}, {len(made)} sweeps made "
+                  f"(its output: {log})")  # fmt: skip
             return None
         value, why = self.value(results, made[0])
         if value is None:
@@ -209,52 +272,63 @@ class Runner:
         place of the repository's, the harness's packages from it where it holds them."""
         inside = [self.inside(Path(folder), tree) for folder in self.config_dirs]
         given = [arg for folder in inside for arg in ("--config-dir", str(folder))]
-        paths = [self.inside(Path(p), tree) for p in os.environ.get("PYTHONPATH", "").split(":")
-                 if p]  # fmt: skip
+        paths = [self.inside(Path(p), tree)
+                 for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]  # fmt: skip
         links = tree.parent / "installed"
         links.mkdir(exist_ok=True)
         if (tree / "harness" / "__init__.py").exists():  # a checkout of the harness
             for folder, name in INSTALLED_AS.items():
                 if (tree / folder / "__init__.py").exists() and not (links / name).exists():
                     (links / name).symlink_to(tree / folder)
-        environment = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, [links, tree,
-                                                                             *paths]))}  # fmt: skip
+        environment = {k: v for k, v in os.environ.items() if k not in (BOOT_ENV, CONF_ENV)}
+        environment["PYTHONPATH"] = os.pathsep.join(map(str, [links, tree, *paths]))
         return [sys.executable, "-m", "harness", *given, *self.arguments], environment
 
     def inside(self, path: Path, tree: Path) -> Path:
-        """`path` in the worktree where it lies in the repository, else as it is."""
-        try:
-            return tree / path.resolve().relative_to(self.repo)
-        except ValueError:
-            return path
+        """`path` (resolved) in the worktree where it lies in the repository and the worktree
+        has it (a folder git ignores, such as a venv, it has not), else as it is."""
+        path = path.resolve()
+        moved = tree / path.relative_to(self.repo) if path.is_relative_to(self.repo) else path
+        return moved if moved.exists() else path
 
     def value(self, results: Path, sweep: str) -> tuple[float | None, str | None]:
-        """The metric in the last ok row of the sweep's one point (the target's, as its
-        parameters say); else None and why."""
+        """The metric in the last ok row of the sweep's one point; else None and why."""
         rows, metric = store.read(results, self.target.experiment, sweep), self.target.metric
-        for key, value in self.target.point.items():
-            rows = rows[rows[key].astype(str) == str(value)] if key in rows else rows
         ok = rows[rows["status"] == "ok"] if "status" in rows else rows.iloc[:0]
         ok = ok.dropna(subset=[metric]) if metric in ok else ok.iloc[:0]
         if ok.empty:
             errors = rows["error"].dropna() if "error" in rows else []
             return None, str(errors.iloc[-1]) if len(errors) else "no row of it ok"
         if ok["job"].nunique() > 1:
-            return None, f"{ok['job'].nunique()} of its points are the step's point"
+            return None, f"it ran {ok['job'].nunique()} points, not the step's one"
         return float(ok[metric].iloc[-1]), None
+
+
+def own_point(manifest: dict, point: dict) -> list[str]:
+    """The overrides the sweep recorded for the point whose parameters are `point`'s (as the
+    history shows them: compared as text), else `point` as key=value overrides."""
+    for planned in manifest.get("points") or []:
+        params = (planned.get("params") or {}) if isinstance(planned, dict) else {}
+        if all(k in params and str(params[k]) == str(v) for k, v in point.items()):
+            return list(planned.get("overrides") or [])
+    return [f"{key}={value}" for key, value in point.items()]
 
 
 @contextmanager
 def worktree(repo: Path, commit: str):
-    """A worktree of `repo` at `commit` (detached), in a folder of its own, removed after."""
-    with tempfile.TemporaryDirectory(prefix="bisect-") as folder:
-        tree = Path(folder) / "tree"
-        if git(repo, "worktree", "add", "--detach", "--quiet", str(tree), commit) is None:
-            raise BadInput(f"git could not make a worktree of {repo} at {commit[:10]}")
-        try:
-            yield tree
-        finally:
-            git(repo, "worktree", "remove", "--force", str(tree))
+    """A worktree of `repo` at `commit` (detached), in a folder of its own, removed after (and
+    what git keeps of it, pruned)."""
+    try:
+        with tempfile.TemporaryDirectory(prefix="bisect-") as folder:
+            tree = Path(folder) / "tree"
+            if git(repo, "worktree", "add", "--detach", "--quiet", str(tree), commit) is None:
+                raise BadInput(f"git could not make a worktree of {repo} at {commit[:10]}")
+            try:
+                yield tree
+            finally:
+                git(repo, "worktree", "remove", "--force", str(tree))
+    finally:
+        git(repo, "worktree", "prune")
 
 
 def _point(point: dict) -> str:

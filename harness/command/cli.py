@@ -308,7 +308,8 @@ def _history(arguments, parser) -> int:
     for pair in found if arguments.bisect else []:
         target = Target(arguments.experiment, pair.before, pair.after, pair.commits, pair.metric,
                         pair.point, pair.log)  # fmt: skip
-        code = code or bisect(target, arguments.out, arguments.code_store)
+        bisected = bisect(target, arguments.out, arguments.code_store)
+        code = code or bisected
     return code
 
 
