@@ -300,6 +300,8 @@ def test_again_runs_each_sweep_anew_on_its_own_code_in_turns(own):
         rows = sweep_rows(own.harness, new)
         assert rows["value"].tolist() == values and reused(rows) == [None, None]
         assert rows["code_digest"].eq(sweep_rows(own.harness, old)["code_digest"][0]).all()
+        commit = sweep_rows(own.harness, old)["git_commit"][0]  # the checkout's (this one's)
+        assert rows["git_commit"].eq(commit).all() and ((ROOT / ".git").exists()) == bool(commit)
     assert f"compare {one},{made[0]} {two},{made[1]}" in ran.stdout
     # Each rerun names its original; the report judges the newest original, the rerun beside it.
     manifests = [

@@ -381,6 +381,17 @@ def _resolved(cfg: DictConfig, point_values: dict) -> dict:
     return {key: functools.reduce(dict.get, key.split("."), values) for key in point_values}
 
 
+def _checkout(sweep: Sweep) -> tuple[str | None, bool | None]:
+    """The commit of the checkout whose code the sweep runs, and whether it was dirty: this
+    harness's (provenance.git_state); a sweep that runs another again runs that one's snapshot,
+    and so its commit."""
+    if sweep.again_of:
+        paths = store.SweepPaths(sweep.results, sweep.experiment.name, sweep.again_of)
+        original = store.read_manifest(paths) or {}
+        return original.get("git_commit"), original.get("git_dirty")
+    return provenance.git_state()
+
+
 def record_plan(sweep: Sweep) -> None:
     """The sweep's own record: its command, config and every point, for resume and reports;
     the sweep's first write, so an out dir that cannot be written is bad input here."""
@@ -391,7 +402,7 @@ def record_plan(sweep: Sweep) -> None:
         "command": sweep.command,
         "code_digest": sweep.code,
         "code_store": str(sweep.code_store) if sweep.code_store else None,
-        **dict(zip(("git_commit", "git_dirty"), provenance.git_state(), strict=True)),
+        **dict(zip(("git_commit", "git_dirty"), _checkout(sweep), strict=True)),
         "keyed_config": sweep.keyed,
         "again_of": sweep.again_of,
         "tag": sweep.tag,
