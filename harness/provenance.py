@@ -33,12 +33,13 @@ NUMERICS_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                 "DNNL_MAX_CPU_ISA", "PYTHONHASHSEED")  # fmt: skip
 
 
+@per_command
 @functools.cache
 def git_state() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the harness's own checkout (SOURCE); (None, None) where it is not one:
-    an
-    installed harness (site-packages, perhaps in a venv inside some other repository) has no
-    commit of its own, and its version is in the rows' package list.
+    """(commit, dirty) of the harness's own checkout (SOURCE), as a sweep is planned; (None,
+    None) where it is not one: an installed harness (site-packages, perhaps in a venv inside
+    some other repository) has no commit of its own, and its version is in the rows' package
+    list.
 
     Dirty counts files git does not track yet (a new experiment module, say), but not the ones
     it ignores (outputs/, .venv/)."""

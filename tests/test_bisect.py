@@ -70,7 +70,7 @@ def checkout(tmp_path) -> Path:
 
 
 def write_history(results: Path, repo: Path, commits: list[str], levels: list[float]) -> list:
-    """A sweep of `own` (x=1,2) a commit of `commits`, its err at x=2 twice `levels[n]` give
+    """A sweep of `own` (x=1,2) at each commit of `commits`, its err `levels[n]` times x give
     or take 1%, as the harness records them: its command and config dir in the repository."""
     rng, start, ids = np.random.default_rng(5), datetime(2026, 12, 1, tzinfo=UTC), []
     for n, (at, level) in enumerate(zip(commits, levels, strict=True)):
