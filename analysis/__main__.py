@@ -168,9 +168,10 @@ def _main(argv: list[str] | None) -> int:
 
         return watch(results, args.report, config_dirs, choose, args.port, args.interval,
                      _page_dir(args), args.current_claims)  # fmt: skip
+    histories = {}
     path, claims = write_report(results, args.report, config_dirs, shown,
-                                page_dir=_page_dir(args),
-                                current_claims=args.current_claims)  # fmt: skip
+                                page_dir=_page_dir(args), current_claims=args.current_claims,
+                                histories=histories)  # fmt: skip
     pairs = claims.attrs["shown"]
     said = ", ".join(f"{e} {s}" for e, s in pairs) or "none"
     print(f"sweeps shown{' and checked' if args.check else ''}: {said}")
@@ -190,7 +191,7 @@ def _main(argv: list[str] | None) -> int:
     print(f"report: {path} and {path.with_name('index.html')}")
     failing = claims[claims["result"].isin(FAILING)]
     notes = _notes(results, config_dirs)
-    worse = _history_checked(results, args.report, dict.fromkeys(e for e, _ in pairs))
+    worse = _history_checked(results, args.report, dict.fromkeys(e for e, _ in pairs), histories)
     return 1 if args.check and (not failing.empty or notes or worse) else 0
 
 
@@ -208,10 +209,11 @@ def _notes(results: Path, config_dirs: list[Path]) -> bool:
     return any(result != "PASS" for result, _ in said)
 
 
-def _history_checked(results: Path, report: Path, experiments) -> int:
+def _history_checked(results: Path, report: Path, experiments, histories: dict) -> int:
     """Of each experiment whose YAML says `history: true` (its newest sweep's config), its
     history's steps that made a metric worse, a line each (FAIL), or that it has none; how
-    many (the report's --check fails on any)."""
+    many (the report's --check fails on any). A history the page judged (`histories`, by
+    experiment) is not judged again; one it has none of is, to say why."""
     from octlm_analysis.history import judge, worse_lines
 
     worse = 0
@@ -221,8 +223,9 @@ def _history_checked(results: Path, report: Path, experiments) -> int:
         if not (manifest or {}).get("experiment_config", {}).get("history"):
             continue
         try:
-            judged = judge(results, experiment, point_lines.of_experiment(results, experiment,
-                                                                          report), [])  # fmt: skip
+            judged = histories.get(experiment) or judge(
+                results, experiment, point_lines.of_experiment(results, experiment, report), []
+            )
         except BadInput as nothing:
             print(f"{'N/A':10} {experiment} history: {nothing}")
             continue

@@ -137,13 +137,16 @@ def write_report(
     stamp: str | None = None,
     page_dir: Path | None = None,
     current_claims: bool = False,
+    histories: dict | None = None,
 ) -> tuple[Path, pd.DataFrame]:
     """REPORT.md and index.html (octlm_analysis.page) with the sweeps `shown` (experiment -> its
     sweeps), by default every experiment's latest; returns REPORT.md's path and the claims of
     every sweep shown (attrs["shown"]: each (experiment, sweep) shown, with claims or without).
     `stamp`: the page is live (--watch), at this version. `page_dir`: where
     the two go (report_dir: the main ones), their plots and caches staying in report_dir.
-    current_claims: judge each sweep by its experiment's claims today, not those it recorded."""
+    current_claims: judge each sweep by its experiment's claims today, not those it recorded.
+    histories: where given, each experiment's judged history that the page marks
+    (octlm_analysis.history.on_page: None where it has none), by experiment."""
     report_dir.mkdir(parents=True, exist_ok=True)
     files.no_links_below(report_dir)  # before anything is written there (files.Linked)
     page_dir = page_dir or report_dir
@@ -195,6 +198,8 @@ def write_report(
         if chosen and not states.empty:
             parts.append(sweep_list(experiment, states) + "\n")
         steps = on_page(root, experiment, points) if len(states) > 1 else None
+        if histories is not None:
+            histories[experiment] = steps
         experiments.append(_page_part(experiment, points, states, views, steps))
     path = page_dir / "REPORT.md"
     up = Path(os.path.relpath(report_dir, page_dir)).as_posix()

@@ -302,12 +302,17 @@ def test_sweeps_whose_kernel_does_half_again_the_work_show_one_step(harness, tmp
 @pytest.mark.e2e
 @pytest.mark.parametrize("judged, code", [(True, 1), (False, 0)])
 def test_the_reports_check_fails_on_a_worse_step_where_it_is_asked(harness, analysis, judged,
-                                                                    code):  # fmt: skip
+                                                                    code, monkeypatch):  # fmt: skip
     """`history: true` in the experiment's YAML (its sweeps' recorded config): the report's
-    --check judges its history too; without it, the history is drawn, not checked."""
+    --check judges its history too, the one the page marked (judged once); without it, the
+    history is drawn, not checked."""
     config = {"history": True} if judged else {}
     ids = write_history(harness.results, sweep_values(12, 1, step_at=6), config=config)
+    calls = []
+    monkeypatch.setattr(history, "judge", lambda *a, judge=history.judge: calls.append(a) or
+                        judge(*a))  # fmt: skip
     done = analysis("--check")
+    assert len(calls) == 1
     assert done.returncode == code, done.stdout + done.stderr
     said = f"FAIL       own history: time_ms at x=2: x1.49 [1.46, 1.53] between sweeps {ids[5]} "
     assert (f"{said}and {ids[6]}\n" in done.stdout) == judged
