@@ -152,6 +152,7 @@ def test_a_step_is_named_by_its_two_sweeps_and_check_fails(harness):
            "commit05)" in done.stdout  # fmt: skip
     assert f"and sweep {ids[6]} (planned 2026-12-01 06:00 UTC, code code06" in done.stdout
     assert f"python -m harness code {ids[5]} {ids[6]}" in done.stdout
+    assert "  git log --oneline commit05..commit06: the commits between" in done.stdout
     assert harness("history", EXPERIMENT).returncode == 0  # without --check: the steps, exit 0
     assert harness("history", EXPERIMENT, "err", "--check").returncode == 0  # err: no step
 
