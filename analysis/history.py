@@ -98,7 +98,8 @@ def judge(root: Path, experiment: str, points: pd.DataFrame, metrics: list[str],
 
 def sweep_lines(points: pd.DataFrame) -> pd.DataFrame:
     """A line per sweep with rows, in the order planned: its machine (one only: BadInput for
-    several), code digest and commit."""
+    several), code digest and commit (its own rows', not those it copied from another sweep,
+    which name that one's)."""
     ran = points[points["status"] != "not run"]
     planned = ran[point_lines.PLANNED].fillna(ran["started_at"])
     ran = ran.assign(planned=planned)
@@ -108,10 +109,12 @@ def sweep_lines(points: pd.DataFrame) -> pd.DataFrame:
         if len(machines) > 1:
             raise BadInput(f"sweep {sweep} ran on several machines ({', '.join(machines)}): "
                            "its values are no one machine's")  # fmt: skip
+        ran_here = own[own["reused_from"].isna()] if "reused_from" in own else own
         lines.append({"sweep": sweep, "planned": own["planned"].min(),
                       "machine": machines[0] if machines else "unknown machine",
                       "code_digest": _first(own, "code_digest"),
-                      "git_commit": _first(own, "git_commit")})  # fmt: skip
+                      "git_commit": _first(ran_here if len(ran_here) else own, "git_commit")
+                      })  # fmt: skip
     table = pd.DataFrame(lines, columns=["sweep", "planned", "machine", "code_digest",
                                          "git_commit"])  # fmt: skip
     return table.sort_values(["planned", "sweep"], ignore_index=True)

@@ -231,6 +231,7 @@ def test_a_point_is_run_by_its_recorded_overrides():
                            {"job": 1, "overrides": ["x=2", "name='a b'"],
                             "params": {"x": 2, "name": "a b"}}]}  # fmt: skip
     assert bisect.own_point(manifest, {"x": "2"}) == ["x=2", "name='a b'"]
+    assert bisect.own_point(manifest, {"x": 2.0}) == ["x=2", "name='a b'"]  # a float back
     assert bisect.own_point(manifest, {"x": 3}) == ["x=3"]  # not planned: as the history says
 
 
@@ -248,10 +249,13 @@ def test_a_worktree_is_removed_though_its_run_raises(tmp_path):
 
 
 @pytest.mark.process
-def test_the_commits_between_are_the_first_parent_line_or_a_merged_branchs(tmp_path):
-    """a, then a branch (s1, s2) beside b, merged (m), then c: from a, the first-parent line
-    b, m, c (the branch stands as its merge); from s1, on the branch, s2, m, c; none from c
-    back to a."""
+def test_the_commits_between_are_a_chain_through_merges(tmp_path):
+    """main: a, b, then m merging a branch (s1, s2) forked at a, then c; a branch x forked at a
+    that merges c in (y), then z. Each list is a chain, each commit a descendant of the one
+    before: from a to c, main's first-parent line (the branch stands as its merge m); from s1
+    on the branch, the branch to the merge, then main; from b to z, main up to c, then the
+    merge that brought c in; none from c back to a. A far commit that is a merge says what it
+    brought that the near one lacked."""
     repo = tmp_path / "repo"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
@@ -260,13 +264,22 @@ def test_the_commits_between_are_the_first_parent_line_or_a_merged_branchs(tmp_p
     s1, s2 = commit(repo, "s1", s1="1"), commit(repo, "s2", s2="2")
     git(repo, "checkout", "-q", "main")
     b = commit(repo, "b", b="b")
-    git(repo, "-c", "user.name=A", "-c", "user.email=a@example.org", "merge", "-q", "--no-edit",
-        "side")  # fmt: skip
+    merge = ["-c", "user.name=A", "-c", "user.email=a@example.org", "merge", "-q", "--no-edit"]
+    git(repo, *merge, "side")
     m = git(repo, "rev-parse", "HEAD")
     c = commit(repo, "c", c="c")
+    git(repo, "checkout", "-q", "-b", "other", a)
+    x = commit(repo, "x", x="x")
+    git(repo, *merge, "main")
+    y = git(repo, "rev-parse", "HEAD")
+    z = commit(repo, "z", z="z")
+    assert x not in bisect.first_parents(repo, b, z)
     assert bisect.first_parents(repo, a, c) == [b, m, c]
     assert bisect.first_parents(repo, s1, c) == [s2, m, c]
+    assert bisect.first_parents(repo, b, z) == [m, c, y, z]
     assert bisect.first_parents(repo, c, a) == []
+    assert f"log --oneline {s2[:10]}..{m[:10]} lists them" in bisect.merge_note(repo, s2, m)
+    assert bisect.merge_note(repo, b, c) is None
 
 
 @pytest.mark.parametrize("value, nearer", [(1.0, False), (1.3, False), (1.5, True), (2.2, True)])

@@ -158,6 +158,21 @@ def test_a_step_is_named_by_its_two_sweeps_and_check_fails(harness):
 
 
 @pytest.mark.e2e
+def test_a_sweeps_commit_is_its_own_rows_not_one_they_copied(harness):
+    """The sweep after the step copied its x=1 point from the first sweep (reuse), whose row
+    names that sweep's commit: the step names the sweep's own, from its row of x=2."""
+    ids = write_history(harness.results, sweep_values(12, 1, step_at=6))
+    copied = {"job": 0, "x": 1, "status": "ok", "time_ms": 1.0, "err": 1e-7, "started_at": START,
+              "device_name": "cpu: the test machine", "code_digest": "code06",
+              "git_commit": "commit00", "reused_from": f"{ids[0]}/job-0"}  # fmt: skip
+    write_jobs(harness.results, EXPERIMENT, ids[6], [copied])
+    done = harness("history", EXPERIMENT, "time_ms")
+    assert f"and sweep {ids[6]} (planned 2026-12-01 06:00 UTC, code code06, commit commit06)" in (
+        done.stdout
+    )
+
+
+@pytest.mark.e2e
 def test_the_sweeps_again_made_are_no_part_of_the_history(harness):
     """Six sweeps, then three more that `again` made of the first's code (their manifests say
     again_of) on a machine twice as slow by then: no step, and 6 sweeps judged."""

@@ -1,21 +1,21 @@
 """python -m harness history EXPERIMENT --bisect: of each step the history found, the first
 commit on its far side, as `git bisect` and asv find name one.
 
-The two sweeps either side of a step each recorded the commit of the harness's checkout they
-ran from (git_commit; an installed harness records none). The repository searched is the one
-that holds both commits: this harness's checkout, else the one that holds the experiment's
-package; the experiment's code must lie in it, or no commit of it changes that code. The
-commits are those of the second's first-parent line after the first's (a branch merged between
-them counts as its merge, said so; every commit between them where the first lies on a branch
-that line merged), and the step's point is run at some
-of them, each in a worktree of its own (git worktree add --detach, removed after): the recorded
-command of the sweep before the step, less what again replaces, narrowed to the point (its
-recorded overrides), nothing reused, into an out folder of the bisection's own
+The two sweeps either side of a step each recorded the commit of the harness's checkout they ran
+from (git_commit; an installed harness records none). The repository searched is the one that
+holds both commits: this harness's checkout, else the one that holds the experiment's package;
+the experiment's code must lie in it, or no commit of it changes that code. The commits form a
+chain, each a descendant of the one before: the second's first-parent line back to where the
+first came in (a branch merged between them counts as its merge, said so), and where the first
+lies on a branch that line merged, that branch's line up to the merge. The step's point is run
+at some of them, each in a worktree of its own (git worktree add --detach, removed after): the
+recorded command of the sweep before the step, less what again replaces, narrowed to the point
+(its recorded overrides), nothing reused, into an out folder of the bisection's own
 (OUT/bisect/BEFORE-AFTER, each run's output in COMMIT.log there), so that these sweeps are no
 part of the history. Each runs as the checkout ran at that commit: the worktree's harness,
-experiments and report (linked under their installed names, first on the path, the worktree
-its working folder), and config dirs and path entries that lie inside the repository taken from
-the worktree where it has them.
+experiments and report (linked under their installed names, first on the path, the worktree its
+working folder), and config dirs and path entries that lie inside the repository taken from the
+worktree where it has them.
 
 The two ends run first, on this machine now: where they do not differ (by more than TOLERANCE
 for values above zero, at all else), the step does not show between the two commits here, and
@@ -78,13 +78,13 @@ def bisect(target: Target, out: str, code_store: str | None) -> int:
     for sweep in dirty(results, target):
         print(f"sweep {sweep} ran with changes not committed (git_dirty): its commit alone may "
               "not hold what it measured")  # fmt: skip
+    if first and first == last:
+        print(f"not bisected: both sweeps ran at commit {first[:10]}; python -m harness code "
+              f"{target.before} {target.after} shows what changed outside it")  # fmt: skip
+        return 0
     repo, why = repository(manifest or {}, target.commits)
     if repo is None:
         print(f"not bisected: {why}")
-        return 0
-    if first == last:
-        print(f"not bisected: both sweeps ran at commit {first[:10]}; python -m harness code "
-              f"{target.before} {target.after} shows what changed outside it")  # fmt: skip
         return 0
     line = first_parents(repo, first, last)
     if not line:
@@ -114,11 +114,10 @@ def bisect(target: Target, out: str, code_store: str | None) -> int:
         return NOT_DECIDED
     print(f"first commit on the far side: {describe(repo, commits[far])}: {target.metric} "
           f"{values[near]:.4g} before it, {values[far]:.4g} at it")  # fmt: skip
-    where = shlex.quote(str(repo))
-    if len((git(repo, "rev-list", "--parents", "-n", "1", commits[far]) or "").split()) > 2:
-        print(f"  a merge: the change came with its branch (git -C {where} log "
-              f"{commits[far][:10]}^1..{commits[far][:10]}^2 lists its commits)")  # fmt: skip
-    print(f"  git -C {where} show {commits[far][:10]}: its change")
+    merged = merge_note(repo, commits[near], commits[far])
+    if merged:
+        print(f"  {merged}")
+    print(f"  git -C {shlex.quote(str(repo))} show {commits[far][:10]}: its change")
     return 0
 
 
@@ -179,17 +178,34 @@ def repository(manifest: dict, commits: tuple[str, str]) -> tuple[Path | None, s
 
 
 def first_parents(repo: Path, first: str, last: str) -> list[str]:
-    """The commits after `first` up to `last`, oldest first: those of `last`'s first-parent
-    line (a merge stands for the branch it brought), else, where `first` lies on a branch that
-    line merged, every commit between them; [] where `last` does not descend from `first`."""
-    full = git(repo, "rev-parse", f"{last}^{{commit}}")
-    for first_parent in (["--first-parent"], []):
-        said = git(repo, "rev-list", *first_parent, "--ancestry-path", "--topo-order",
-                   "--reverse", f"{first}..{last}")  # fmt: skip
-        line = (said or "").split()
-        if line and line[-1] == full:
-            return line
-    return []
+    """The commits after `first` up to `last`, oldest first, each a descendant of the one
+    before it: `last`'s first-parent line back to the commit that brought `first` in (its
+    first parent, or a merge that merged it: a merge stands for the branch it brought), and
+    where that is a merge, the same from `first` up to the merged parent that descends from
+    it; [] where `last` does not descend from `first`."""
+    base = git(repo, "rev-parse", f"{first}^{{commit}}")
+    descendants = set((git(repo, "rev-list", "--ancestry-path", f"{first}..{last}") or "").split())
+    line = (git(repo, "rev-list", "--first-parent", "--reverse", f"{first}..{last}") or "").split()
+    line = [commit for commit in line if commit in descendants]
+    if not base or not line:
+        return []
+    parents = (git(repo, "rev-list", "--parents", "-n", "1", line[0]) or "").split()[1:]
+    if base in parents:
+        return line
+    merged = [parent for parent in parents[1:] if parent in descendants]
+    return first_parents(repo, first, merged[0]) + line if merged else []
+
+
+def merge_note(repo: Path, near: str, far: str) -> str | None:
+    """Where `far` is a merge, what it brought that `near` (the commit before it in the
+    search) did not have: the git log that lists those commits; else None."""
+    parents = (git(repo, "rev-list", "--parents", "-n", "1", far) or "").split()[1:]
+    if len(parents) < 2:
+        return None
+    return (
+        f"a merge: the change came with the commits it brought (git -C "
+        f"{shlex.quote(str(repo))} log --oneline {near[:10]}..{far[:10]} lists them)"
+    )
 
 
 def git(folder: Path, *args: str) -> str | None:
@@ -309,9 +325,19 @@ def own_point(manifest: dict, point: dict) -> list[str]:
     history shows them: compared as text), else `point` as key=value overrides."""
     for planned in manifest.get("points") or []:
         params = (planned.get("params") or {}) if isinstance(planned, dict) else {}
-        if all(k in params and str(params[k]) == str(v) for k, v in point.items()):
+        if all(k in params and _same(params[k], v) for k, v in point.items()):
             return list(planned.get("overrides") or [])
     return [f"{key}={value}" for key, value in point.items()]
+
+
+def _same(planned, shown) -> bool:
+    """A planned parameter's value and the history's (a number may come back a float)."""
+    if str(planned) == str(shown):
+        return True
+    try:
+        return float(planned) == float(shown)
+    except (TypeError, ValueError):
+        return False
 
 
 @contextmanager
