@@ -138,10 +138,12 @@ TAKES_VALUE = {"--config-dir": "config_dir", "-cd": "config_dir", "--cfg": "cfg"
                "--package": "package", "-p": "package"}  # fmt: skip
 
 
-def split_flags(argv: list[str]) -> tuple[list[str], Flags]:
+def split_flags(argv: list[str], recorded: bool = False) -> tuple[list[str], Flags]:
     """Hydra's flags (--config-dir folders with experiment/NAME.yaml files of the user's own,
     searched after conf/; --cfg, --resolve, --package, --info, --help; -m/--multirun, which
-    changes nothing: every run is a sweep), and the other arguments, the overrides."""
+    changes nothing: every run is a sweep), and the other arguments, the overrides. `recorded`:
+    a sweep's command as its manifest records it, whose --config-dir folders are not looked for
+    (given relative to a folder it ran in; the manifest's config_dirs has them whole)."""
     rest, flags, args = [], Flags(), list(argv)
     while args:
         arg = args.pop(0)
@@ -150,7 +152,8 @@ def split_flags(argv: list[str]) -> tuple[list[str], Flags]:
             rest.append(arg)
         elif name in TAKES_VALUE:
             value = value if equals else (args.pop(0) if args else "")
-            _set_flag(flags, TAKES_VALUE[name], name, value)
+            if not (recorded and TAKES_VALUE[name] == "config_dir"):
+                _set_flag(flags, TAKES_VALUE[name], name, value)
         elif arg in ("--info", "-i"):
             flags.info = args.pop(0) if args and args[0] in INFO else "all"
         elif arg in ("-m", "--multirun"):

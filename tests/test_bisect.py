@@ -17,6 +17,9 @@ from sweeps import write_jobs
 
 from harness import store
 from harness.command import bisect
+from harness.command.again import recorded_overrides
+from harness.errors import BadInput
+from harness.names import split_flags
 
 KERNEL = """import random
 
@@ -223,6 +226,18 @@ def test_halving_runs_the_middle_commits_until_two_neighbours_remain():
     ran, broken = [], "c6"
     assert bisect.halve(commits, [1.0, 2.0], run, log=True)[:2] == (4, 8)
     assert bisect.halve(commits[:2], [1.0, 2.0], run, log=True)[:2] == (0, 1)  # none between
+
+
+def test_a_recorded_commands_config_dir_is_not_looked_for_where_it_is_read(tmp_path):
+    """A sweep's command as recorded, its `--config-dir` given relative to the folder it ran
+    in: read from another folder, its overrides come back (the manifest's config_dirs has the
+    folder whole); a command line typed here is still checked."""
+    recorded = ["--config-dir", "no-such-folder", "+experiment=own", "x=1,2", "--config-dir=gone"]
+    assert split_flags(recorded, recorded=True)[0] == ["+experiment=own", "x=1,2"]
+    manifest = {"command": "python -m harness -cd no-such-folder +experiment=own x=1,2 out=o"}
+    assert recorded_overrides(manifest, replaced=["x"]) == ["+experiment=own"]
+    with pytest.raises(BadInput, match="--config-dir takes a folder, got .no-such-folder."):
+        split_flags(recorded)
 
 
 def test_a_point_is_run_by_its_recorded_overrides():

@@ -171,7 +171,7 @@ def recorded_arguments(command: str) -> list[str]:
 def recorded_overrides(manifest: dict, replaced=()) -> list[str]:
     """The overrides of the sweep's recorded command, less those of the keys that running it
     again replaces (AGAIN_REPLACED: where it lands, reuse, its code) and of `replaced`."""
-    overrides, _ = split_flags(recorded_arguments(manifest.get("command") or ""))
+    overrides, _ = split_flags(recorded_arguments(manifest.get("command") or ""), recorded=True)
     return [a for a in overrides if key_of(a) not in {*AGAIN_REPLACED, *replaced}]
 
 
