@@ -156,6 +156,28 @@ def test_bisect_names_the_first_commit_on_the_far_side(harness, checkout, tmp_pa
     assert ran["x"].tolist() == [1] * 4
 
 
+@pytest.mark.process
+def test_a_commit_whose_point_fails_gives_no_value_and_says_its_error(tmp_path, capsys):
+    """A repository of one's own experiment alone (no harness in it: the installed harness
+    runs, the worktree on the path), its kernel raising at the commit: the run's line names
+    the point's error and the run's exit code, and gives no value."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    broken = "def run(*, x: int) -> list[dict]:\n    raise RuntimeError('broken here')\n"
+    at = commit(repo, "broken", **{"mine/experiment/own.yaml": YAML, "minepkg/__init__.py": "",
+                                   "minepkg/kernel.py": broken})  # fmt: skip
+    manifest = {"command": f"python -m harness --config-dir {repo / 'mine'} +experiment=own",
+                "config_dirs": [str(repo / "mine")]}  # fmt: skip
+    target = bisect.Target("own", "a", "b", (at, at), "err", {"x": 2}, True)
+    run = bisect.Runner(target, repo, manifest, tmp_path / "out", tmp_path / "codes")
+    assert run(at, "the near end") is None
+    said = capsys.readouterr().out
+    assert said.startswith(f"commit {at[:10]} broken (A Researcher, ") and "no value of err" in said
+    assert "broken here" in said and "its run ended with exit code 1" in said, said
+    assert git(repo, "worktree", "list").count("\n") == 0
+
+
 def test_nothing_is_bisected_where_a_sweep_recorded_no_commit(tmp_path, capsys):
     """Sweeps of an installed harness record no commit: said, not bisected, exit 0."""
     target = bisect.Target("own", "a", "b", ("", "abc"), "err", {}, True)

@@ -271,13 +271,14 @@ class Runner:
             print(f"not run: {error}")
             return None
         made = [s for s in store.sweeps(results, self.target.experiment) if s not in before]
-        if done.returncode or len(made) != 1:
+        if len(made) != 1:
             print(f"its run ended with exit code {done.returncode}, {len(made)} sweeps made "
                   f"(its output: {log})")  # fmt: skip
             return None
         value, why = self.value(results, made[0])
         if value is None:
-            print(f"no value of {self.target.metric} (sweep {made[0]}: {why})")
+            print(f"no value of {self.target.metric} (sweep {made[0]}: {why}; its run ended "
+                  f"with exit code {done.returncode}, its output: {log})")  # fmt: skip
         else:
             said = side(value) if callable(side) else side
             print(f"{self.target.metric} {value:.4g} (sweep {made[0]}), {said}")
@@ -322,7 +323,7 @@ class Runner:
 
 def own_point(manifest: dict, point: dict) -> list[str]:
     """The overrides the sweep recorded for the point whose parameters are `point`'s (as the
-    history shows them: compared as text), else `point` as key=value overrides."""
+    history shows them: _same), else `point` as key=value overrides."""
     for planned in manifest.get("points") or []:
         params = (planned.get("params") or {}) if isinstance(planned, dict) else {}
         if all(k in params and _same(params[k], v) for k, v in point.items()):
