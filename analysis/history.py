@@ -31,6 +31,7 @@ import pandas as pd
 from harness import store
 from harness.errors import BadInput
 from harness.measuring.columns import LOAD, is_housekeeping, is_number_column, is_timing
+from harness.names import point_words
 from octlm_analysis import plots, point_lines, steps
 
 MACHINE = "device_name"  # the machine a sweep ran on, as its rows say
@@ -201,7 +202,7 @@ def series_of(lines, sweeps: pd.DataFrame, metrics: list[str], varying: list[str
             point = dict(zip(varying, key if isinstance(key, tuple) else (key,), strict=True))
             if busy is not None and busy.any():
                 if len(own) - busy.sum() < 2 * side <= len(own):
-                    skipped.append(f"{metric} at {_point(point)}: {busy.sum()} of {len(own)} "
+                    skipped.append(f"{metric} at {point_words(point)}: {busy.sum()} of {len(own)} "
                                    f"sweeps timed with other processes using over {BUSY:.0%} "
                                    "of the CPUs beside it, set aside")  # fmt: skip
                 own = own[~busy]
@@ -250,8 +251,9 @@ def text(judged: History) -> str:
         before, after = series.sweeps[step.at - 1], series.sweeps[step.at]
         kind = "worse" if judged.is_worse(step) else "better" if series.direction else "changed"
         lines += [
-            f"step {n}: {series.metric} at {_point(series.point)}: {steps.said(step)} ({kind}; "
-            f"{step.at - step.start} sweeps before, {step.end - step.at} after, p {step.p:.2g})",
+            f"step {n}: {series.metric} at {point_words(series.point)}: {steps.said(step)} "
+            f"({kind}; {step.at - step.start} sweeps before, {step.end - step.at} after, "
+            f"p {step.p:.2g})",
             f"  between sweep {_sweep(judged, before)}",
             f"      and sweep {_sweep(judged, after)}",
             f"  python -m harness code {before} {after}: the two codes' difference",
@@ -275,10 +277,6 @@ def text(judged: History) -> str:
                      f"timings over x{steps.TOLERANCE:g} their neighbours'): "
                      f"{', '.join(judged.slowed)}")  # fmt: skip
     return "\n".join(lines)
-
-
-def _point(point: dict) -> str:
-    return " ".join(f"{k}={v}" for k, v in point.items()) or "its one point"
 
 
 def _sweep(judged: History, sweep: str) -> str:
@@ -317,7 +315,7 @@ def marked(figure: dict, metric: str, judged: History, points: pd.DataFrame) -> 
         change = f"x{step.change:.3g}" if step.log else f"{step.change:+.3g}"
         notes.append({"x": x, "xref": "x", "yref": "paper", "y": 1 - 0.08 * len(notes),
                       "xanchor": "left", "showarrow": False, "font": {"size": 10},
-                      "text": plots.plain(f"{kind} {change} at {_point(series.point)}: "
+                      "text": plots.plain(f"{kind} {change} at {point_words(series.point)}: "
                                           f"{before} → {after}"),
                       "hovertext": plots.plain(f"{metric}: {steps.said(step)}, p {step.p:.2g}")
                       })  # fmt: skip
@@ -334,7 +332,7 @@ def worse_lines(judged: History) -> list[str]:
     for step in filter(judged.is_worse, judged.found):
         series = judged.series[step.series]
         before, after = series.sweeps[step.at - 1], series.sweeps[step.at]
-        lines.append(f"{series.metric} at {_point(series.point)}: {steps.said(step)} between "
+        lines.append(f"{series.metric} at {point_words(series.point)}: {steps.said(step)} between "
                      f"sweeps {before} and {after}")  # fmt: skip
     return lines
 
@@ -354,7 +352,7 @@ def pairs(judged: History) -> list[dict]:
                                       "commits": (commit[key[0]], commit[key[1]])})  # fmt: skip
         if "metric" not in pair or judged.is_worse(step) and not pair["worse"]:
             pair.update(metric=series.metric, point=series.point, log=step.log)
-        said = f"{series.metric} at {_point(series.point)} ({steps.said(step)})"
+        said = f"{series.metric} at {point_words(series.point)} ({steps.said(step)})"
         if is_timing(series.metric):
             pair["timings"] += (said,)
             pair["grew"] = step.change > 1 if len(pair["timings"]) == 1 else pair["grew"]

@@ -194,6 +194,12 @@ def check_name(what: str, name: str) -> str:
     return name
 
 
+def point_words(point: dict) -> str:
+    """A point by its varying parameters, as a history and its bisection say it: x=2 y=a, or
+    "its one point" where none varies."""
+    return " ".join(f"{k}={v}" for k, v in point.items()) or "its one point"
+
+
 def setting(name: str, value) -> str:
     """A parameter as on the command line, a float to 4 significant digits: lr=0.006466 (the
     row keeps the whole value)."""

@@ -178,6 +178,20 @@ def test_a_commit_whose_point_fails_gives_no_value_and_says_its_error(tmp_path, 
     assert git(repo, "worktree", "list").count("\n") == 0
 
 
+def test_a_sweep_planned_from_a_dirty_checkout_is_named(tmp_path, capsys):
+    """The manifests' git_dirty: the sweep after the step was planned with changes not
+    committed, and is named; nothing is bisected between two sweeps of one commit."""
+    for sweep, dirty in (("a", False), ("b", True)):
+        store.write_manifest(tmp_path / "results", {"experiment": "own", "sweep": sweep,
+                                                    "points": [{"job": 0, "params": {}}],
+                                                    "git_dirty": dirty})  # fmt: skip
+    target = bisect.Target("own", "a", "b", ("abc", "abc"), "err", {}, True)
+    assert bisect.bisect(target, str(tmp_path), None) == 0
+    said = capsys.readouterr().out
+    assert "sweep b ran with changes not committed (git_dirty)" in said
+    assert "sweep a ran" not in said and "not bisected: both sweeps ran at commit abc" in said
+
+
 def test_nothing_is_bisected_where_a_sweep_recorded_no_commit(tmp_path, capsys):
     """Sweeps of an installed harness record no commit: said, not bisected, exit 0."""
     target = bisect.Target("own", "a", "b", ("", "abc"), "err", {}, True)
@@ -282,7 +296,7 @@ def test_a_worktree_is_removed_though_its_run_raises(tmp_path):
         assert (tree / "minepkg" / "__init__.py").exists()
         raise KeyError
     assert not tree.exists() and git(repo, "worktree", "list").count("\n") == 0
-    assert bisect.first_parents(repo, at, at) == []
+    assert bisect.commit_chain(repo, at, at) == []
 
 
 @pytest.mark.process
@@ -310,11 +324,11 @@ def test_the_commits_between_are_a_chain_through_merges(tmp_path):
     git(repo, *merge, "main")
     y = git(repo, "rev-parse", "HEAD")
     z = commit(repo, "z", z="z")
-    assert x not in bisect.first_parents(repo, b, z)
-    assert bisect.first_parents(repo, a, c) == [b, m, c]
-    assert bisect.first_parents(repo, s1, c) == [s2, m, c]
-    assert bisect.first_parents(repo, b, z) == [m, c, y, z]
-    assert bisect.first_parents(repo, c, a) == []
+    assert x not in bisect.commit_chain(repo, b, z)
+    assert bisect.commit_chain(repo, a, c) == [b, m, c]
+    assert bisect.commit_chain(repo, s1, c) == [s2, m, c]
+    assert bisect.commit_chain(repo, b, z) == [m, c, y, z]
+    assert bisect.commit_chain(repo, c, a) == []
     assert f"log --oneline {s2[:10]}..{m[:10]} lists them" in bisect.merge_note(repo, s2, m)
     assert bisect.merge_note(repo, b, c) is None
 

@@ -41,7 +41,7 @@ from pathlib import Path
 from harness import store
 from harness.command.again import recorded_overrides
 from harness.errors import BadInput
-from harness.names import key_of
+from harness.names import key_of, point_words
 from harness.pinning import codestore
 from harness.pinning.boot import BOOT_ENV, CONF_ENV
 from harness.provenance import SOURCE
@@ -73,8 +73,9 @@ def bisect(target: Target, out: str, code_store: str | None) -> int:
     results = Path(out).resolve() / "results"
     manifest = store.read_manifest(store.SweepPaths(results, target.experiment, target.before))
     first, last = target.commits
-    print(f"\nbisecting {target.metric} at {_point(target.point)}: commits {first[:10] or 'none'}"
-          f" (sweep {target.before}) to {last[:10] or 'none'} (sweep {target.after})")  # fmt: skip
+    print(f"\nbisecting {target.metric} at {point_words(target.point)}: commits "
+          f"{first[:10] or 'none'} (sweep {target.before}) to {last[:10] or 'none'} (sweep "
+          f"{target.after})")  # fmt: skip
     for sweep in dirty(results, target):
         print(f"sweep {sweep} ran with changes not committed (git_dirty): its commit alone may "
               "not hold what it measured")  # fmt: skip
@@ -86,7 +87,7 @@ def bisect(target: Target, out: str, code_store: str | None) -> int:
     if repo is None:
         print(f"not bisected: {why}")
         return 0
-    line = first_parents(repo, first, last)
+    line = commit_chain(repo, first, last)
     if not line:
         print(f"not bisected: commit {last[:10]} does not descend from {first[:10]}")
         return 0
@@ -140,16 +141,11 @@ def halve(commits: list[str], ends: list[float], run, log: bool) -> tuple[int, i
 
 
 def dirty(results: Path, target: Target) -> list[str]:
-    """Of the two sweeps, those whose rows say they ran with changes not committed."""
-    found = []
-    for sweep in (target.before, target.after):
-        try:
-            rows = store.read(results, target.experiment, sweep)
-        except LookupError:
-            continue
-        if "git_dirty" in rows and rows["git_dirty"].fillna(False).astype(bool).any():
-            found.append(sweep)
-    return found
+    """Of the two sweeps, those whose manifests say they were planned from a checkout with
+    changes not committed (git_dirty)."""
+    return [sweep for sweep in (target.before, target.after)
+            if (store.read_manifest(store.SweepPaths(results, target.experiment, sweep))
+                or {}).get("git_dirty")]  # fmt: skip
 
 
 def repository(manifest: dict, commits: tuple[str, str]) -> tuple[Path | None, str]:
@@ -177,7 +173,7 @@ def repository(manifest: dict, commits: tuple[str, str]) -> tuple[Path | None, s
     return repo, ""
 
 
-def first_parents(repo: Path, first: str, last: str) -> list[str]:
+def commit_chain(repo: Path, first: str, last: str) -> list[str]:
     """The commits after `first` up to `last`, oldest first, each a descendant of the one
     before it: `last`'s first-parent line back to the commit that brought `first` in (its
     first parent, or a merge that merged it: a merge stands for the branch it brought), and
@@ -193,7 +189,7 @@ def first_parents(repo: Path, first: str, last: str) -> list[str]:
     if base in parents:
         return line
     merged = [parent for parent in parents[1:] if parent in descendants]
-    return first_parents(repo, first, merged[0]) + line if merged else []
+    return commit_chain(repo, first, merged[0]) + line if merged else []
 
 
 def merge_note(repo: Path, near: str, far: str) -> str | None:
@@ -356,7 +352,3 @@ def worktree(repo: Path, commit: str):
                 git(repo, "worktree", "remove", "--force", str(tree))
     finally:
         git(repo, "worktree", "prune")
-
-
-def _point(point: dict) -> str:
-    return " ".join(f"{k}={v}" for k, v in point.items()) or "its one point"
