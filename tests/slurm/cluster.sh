@@ -86,6 +86,13 @@ read_pid() { # read_pid FILE -> pid on stdout (empty if none or not alive)
     if pid_alive "$p"; then echo "$p"; fi
 }
 
+pid_file_dead() { # pid_file_dead FILE -> true if FILE names a pid that is no longer alive
+    local p
+    [[ -f $1 ]] || return 1
+    p=$(tr -dc '0-9' <"$1" 2>/dev/null || true)
+    [[ -n $p ]] && ! pid_alive "$p"
+}
+
 marked_pids() { # marked_pids DIR -> this cluster's daemons and job steps
     # daemons carry HARNESS_SLURM_TEST_DIR=DIR; slurmd starts slurmstepd with an environment of
     # its own making, but that one has SLURM_CONF=DIR/slurm.conf (clients have it too, so it only
@@ -415,7 +422,10 @@ EOF
             fail_start "node $host is not idle after ${timeout}s (sinfo state: '${state:-none}')
 $reason"
         fi
-        [[ -n $(read_pid "$SLURMD_PID") ]] || fail_start "slurmd exited"
+        # slurmd -c returns as it forks; the daemon writes its pid file a moment later, so only a
+        # pid file naming a process that is gone means slurmd exited (was: a missing file did, a
+        # race that a loaded machine lost)
+        pid_file_dead "$SLURMD_PID" && fail_start "slurmd exited"
         sleep 0.2
     done
 

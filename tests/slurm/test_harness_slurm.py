@@ -271,6 +271,16 @@ def _running_task(cluster: SlurmCluster, index: int | None = None) -> str | None
     return wanted[0] if wanted else None
 
 
+def _where(cluster: SlurmCluster, gate, outputs) -> str:
+    """For a wait that timed out: the queue, the hold files, the tasks' logs and the daemons'."""
+    queue = cluster.run("squeue", "-h", "-r", "-o", "%i %T %r", check=False).stdout
+    logs = [f"----- {path}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-15:])
+            for path in sorted(outputs.glob("**/.submitit/*/*_log.*"))]  # fmt: skip
+    held_ = [path.name for path in held(gate)]
+    return "\n".join([f"squeue: {queue.strip() or 'empty'}", f"held: {held_}", *logs,
+                      cluster.log_tails()])  # fmt: skip
+
+
 def test_a_request_no_node_can_satisfy_is_refused_before_submitting(sweep):
     """CPUs, memory and GPUs beyond what the test cluster's node has: each is named in one
     line, with what would fit."""
@@ -353,7 +363,8 @@ def test_a_two_task_point_with_a_killed_process_resumes_from_its_checkpoint(clus
     running = harness.start(*given, f"folder={gate}", "steps=16", "hold_at=10", "stream_s=0.1",
                             *SLURM, "hydra.launcher.tasks_per_node=2", env=env)  # fmt: skip
     try:
-        wait_for(lambda: len(held(gate)) == 2, 120, "both processes to hold")
+        wait_for(lambda: len(held(gate)) == 2, 120, "both processes to hold",
+                 describe=lambda: _where(cluster, gate, harness.cwd / "outputs"))  # fmt: skip
         wait_for(lambda: len(store.read(harness.results, "trainer")) == 20, 60, "their rows")
         landed = store.read(harness.results, "trainer")
         victim = int(landed.loc[landed["rank"] == 1, "pid"].iloc[0])
