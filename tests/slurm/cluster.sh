@@ -26,7 +26,7 @@
 #   SLURM_TEST_GPUS             number of fake GPUs on the node (default 2)
 #   SLURM_TEST_CTLD_PORT        slurmctld port (default: a free loopback port)
 #   SLURM_TEST_SLURMD_PORT      slurmd port (default: a free loopback port)
-#   SLURM_TEST_START_TIMEOUT    seconds to wait for the node to be idle (default 60)
+#   SLURM_TEST_START_TIMEOUT    seconds to wait for each daemon to answer, then the node to be idle (default 60)
 #   SLURM_TEST_CRED_EXPIRE      AuthInfo cred_expire (SLURM's default 120, minimum 5); a requeued
 #                               job waits cred_expire + 1 seconds (BeginTime) before it runs again
 #
@@ -393,7 +393,7 @@ EOF
         --pid-file="$MUNGE_PID" --log-file="$LOG_DIR/munged.log" \
         --seed-file="$MUNGE_DIR/munged.seed" --num-threads=4 --force \
         </dev/null >"$LOG_DIR/munged.stderr" 2>&1 || fail_start "munged did not start"
-    local deadline=$((SECONDS + 10))
+    local deadline=$((SECONDS + timeout))
     until munge -n -S "$MUNGE_SOCKET" 2>/dev/null | unmunge -S "$MUNGE_SOCKET" >/dev/null 2>&1; do
         ((SECONDS < deadline)) || fail_start "munged does not answer on $MUNGE_SOCKET"
         sleep 0.1
@@ -402,7 +402,7 @@ EOF
     log "starting slurmctld (port $ctld_port)"
     "${daemon_env[@]}" slurmctld -c -f "$CONF" </dev/null >"$LOG_DIR/slurmctld.stderr" 2>&1 ||
         fail_start "slurmctld did not start"
-    deadline=$((SECONDS + 20))
+    deadline=$((SECONDS + timeout))
     until SLURM_CONF=$CONF scontrol ping 2>/dev/null | grep -q 'is UP'; do
         ((SECONDS < deadline)) || fail_start "slurmctld does not answer on port $ctld_port"
         sleep 0.2
