@@ -17,7 +17,6 @@ from pathlib import Path
 
 from harness.lifetime import per_command
 
-SOURCE = Path(__file__).resolve().parents[1]  # the checkout the harness runs from, if any
 # Environment variables that change what a computation returns, or which kernels compute it:
 # thread counts (a reduction's order), TF32 overrides, cuBLAS's workspace (its determinism) and
 # kernel choice, oneDNN's and MKL's instruction sets and numerical modes, the CPU capability
@@ -35,39 +34,51 @@ NUMERICS_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
 
 @per_command
 @functools.cache
-def git_state() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the harness's own checkout (SOURCE), as a sweep is planned; (None,
-    None) where it is not one: an installed harness (site-packages, perhaps in a venv inside
-    some other repository) has no commit of its own, and its version is in the rows' package
-    list.
+def git_state(folder: Path | None) -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the git repository whose work tree holds `folder` (an experiment's
+    code: work_tree), as a sweep is planned; (None, None) where none does.
 
-    Dirty counts files git does not track yet (a new experiment module, say), but not the ones
-    it ignores (outputs/, .venv/)."""
-    if not (SOURCE / ".git").exists():  # a folder in a checkout, or a worktree's .git file
+    Dirty counts every file of the repository that differs from the commit, files git does not
+    track yet too (a new experiment module, say), but not the ones it ignores (outputs/,
+    .venv/)."""
+    top = work_tree(folder)
+    if top is None:
         return None, None
     try:
-        commit = _git("rev-parse", "HEAD")
-        dirty = bool(_git("status", "--porcelain"))
-    except (OSError, subprocess.CalledProcessError):
+        head = git(top, "rev-parse", "HEAD", timeout=30)
+        status = git(top, "status", "--porcelain", timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
         return None, None
-    return commit, dirty
+    if head.returncode or status.returncode:  # a repository without a commit yet, say
+        return None, None
+    return head.stdout.strip(), bool(status.stdout.strip())
 
 
-def _git(*args: str) -> str:
+def work_tree(folder: Path | None) -> Path | None:
+    """The top folder of the git work tree that holds `folder` (an experiment's code): the
+    harness's checkout for its own experiments, a researcher's repository for theirs. None
+    where none does: a folder outside any, one git ignores, or an installed package's
+    (site-packages, perhaps in a venv inside some repository), whose version is in the rows'
+    package list."""
+    if folder is None or f"{folder}{os.sep}".startswith(installed()):
+        return None
+    try:
+        top = git(folder, "rev-parse", "--show-toplevel", timeout=30)
+        if top.returncode or not git(folder, "check-ignore", "-q", ".", timeout=30).returncode:
+            return None  # in no work tree, or one that ignores it (a venv, a build)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return Path(top.stdout.strip()).resolve()
+
+
+def git(folder: Path, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """`git args` in `folder`, its output captured as text, whatever its exit code."""
     # --no-optional-locks: git status would otherwise take .git/index.lock to refresh the index,
-    # and a job killed meanwhile (SIGKILL, a SLURM time limit) would leave it behind, blocking
-    # the user's next commit.
-    result = subprocess.run(
-        ["git", "--no-optional-locks", "-C", str(SOURCE), *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    )
-    return result.stdout.strip()
+    # and a command killed meanwhile would leave it behind, blocking the user's next commit.
+    return subprocess.run(["git", "--no-optional-locks", "-C", str(folder), *args],
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
 
-@functools.cache
 def installed() -> tuple[str, ...]:
     """Python's own folders and the installed packages' (each ending in a separator, as given
     and with its links resolved): the site-packages folders and the folders of distributions

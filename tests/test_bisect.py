@@ -178,6 +178,24 @@ def test_a_commit_whose_point_fails_gives_no_value_and_says_its_error(tmp_path, 
     assert git(repo, "worktree", "list").count("\n") == 0
 
 
+@pytest.mark.process
+def test_the_repository_searched_is_the_one_holding_the_experiments_code(tmp_path, monkeypatch):
+    """A researcher's repository of their own experiment: found from where its package lies
+    here, and refused, saying why, where it lacks a commit or the code lies in none."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    first = commit(repo, "own", **{"minepkg/__init__.py": "", "minepkg/kernel.py": "X = 1\n"})
+    last = commit(repo, "edit", **{"minepkg/kernel.py": "X = 2\n"})
+    monkeypatch.syspath_prepend(str(repo))
+    manifest = {"experiment_config": {"run": "minepkg.kernel.run"}}
+    assert bisect.repository(manifest, (first, last)) == (repo.resolve(), "")
+    _, why = bisect.repository(manifest, (first, "f" * 40))
+    assert why == f"{repo.resolve()}, which holds the experiment's code, has no commit ffffffffff"
+    _, why = bisect.repository({"experiment_config": {"run": "json.loads"}}, (first, last))
+    assert why.startswith("the experiment's code (") and why.endswith("lies in no git repository")
+
+
 def test_a_sweep_planned_from_a_dirty_checkout_is_named(tmp_path, capsys):
     """The manifests' git_dirty: the sweep after the step was planned with changes not
     committed, and is named; nothing is bisected between two sweeps of one commit."""

@@ -14,11 +14,12 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from commands import call_command
 from own import OwnExperiment
 
-from harness import store
+from harness import provenance, store
 from harness.names import HERE
 from harness.pinning import codestore, sources
 
@@ -62,6 +63,7 @@ def own(harness, tmp_path):
 
     edit(1)
     run.edit, run.start, run.folder, run.codes, run.harness = edit, start, folder, codes, harness
+    run.mine = mine
     return run
 
 
@@ -283,25 +285,50 @@ def test_a_resume_after_the_projects_own_code_changed_starts_again_from_the_snap
 
 
 @pytest.mark.process
+def test_a_sweep_names_the_commit_of_the_repository_that_holds_its_experiments_code(own):
+    """git_commit and git_dirty: none while the experiment's folder lies in no repository; its
+    commit once it is one, dirty with a file not committed; none for a package in a folder the
+    repository ignores (a venv's)."""
+
+    def ran() -> pd.DataFrame:
+        assert own().returncode == 0
+        return sweep_rows(own.harness, newest(own.harness))
+
+    assert ran()[["git_commit", "git_dirty"]].isna().all().all()
+    at = own.mine.commit("own experiment")
+    clean = ran()
+    (own.folder / "NOTES.md").write_text("a file not committed\n")
+    dirty = ran()
+    assert clean["git_commit"].eq(at).all() and not clean["git_dirty"].any()
+    assert dirty["git_commit"].eq(at).all() and dirty["git_dirty"].all()
+    (own.folder / ".gitignore").write_text(".venv/\n")
+    (own.folder / ".venv" / "pkg").mkdir(parents=True)
+    assert provenance.git_state(own.folder / ".venv" / "pkg") == (None, None)
+    assert provenance.git_state(own.folder / "minepkg") == (at, True)
+
+
+@pytest.mark.process
 def test_again_runs_each_sweep_anew_on_its_own_code_in_turns(own):
     """Two sweeps of two codes, the kernel edited a third time: again runs each once more on
     the code it pinned, nothing reused, and names the sides to compare."""
+    commits = [own.mine.commit("value 1")]
     assert own().returncode == 0
     one = newest(own.harness)
     own.edit(7)
+    commits.append(own.mine.commit("value 7"))
     assert own().returncode == 0
     two = newest(own.harness)
-    own.edit(9)
+    own.edit(9)  # not committed: the reruns still name their originals' commits
     ran = own.harness("again", one, two, "times=2", f"code_store={own.codes}")
     assert ran.returncode == 0, ran.stdout + ran.stderr
     made = [s for s in store.sweeps(own.harness.results, "own") if s not in (one, two)]
     assert len(made) == 2
-    for old, new, values in ((one, made[0], [1, 2]), (two, made[1], [7, 14])):
+    for old, new, values, commit in ((one, made[0], [1, 2], commits[0]),
+                                     (two, made[1], [7, 14], commits[1])):  # fmt: skip
         rows = sweep_rows(own.harness, new)
         assert rows["value"].tolist() == values and reused(rows) == [None, None]
         assert rows["code_digest"].eq(sweep_rows(own.harness, old)["code_digest"][0]).all()
-        commit = sweep_rows(own.harness, old)["git_commit"][0]  # the checkout's (this one's)
-        assert rows["git_commit"].eq(commit).all() and ((ROOT / ".git").exists()) == bool(commit)
+        assert rows["git_commit"].eq(commit).all() and not rows["git_dirty"].any()
     assert f"compare {one},{made[0]} {two},{made[1]}" in ran.stdout
     # Each rerun names its original; the report judges the newest original, the rerun beside it.
     manifests = [

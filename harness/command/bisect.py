@@ -1,10 +1,10 @@
 """python -m harness history EXPERIMENT --bisect: of each step the history found, the first
 commit on its far side, as `git bisect` and asv find name one.
 
-The two sweeps either side of a step each recorded the commit of the harness's checkout they ran
-from (git_commit; an installed harness records none). The repository searched is the one that
-holds both commits: this harness's checkout, else the one that holds the experiment's package;
-the experiment's code must lie in it, or no commit of it changes that code. The commits form a
+The two sweeps either side of a step each recorded the commit of the git repository that held
+their experiment's code (git_commit: the harness's checkout for its own experiments, a
+researcher's repository for theirs; none for an installed package's). The repository searched
+is the one that holds the experiment's code here, which must hold both commits. The commits form a
 chain, each a descendant of the one before: the second's first-parent line back to where the
 first came in (a branch merged between them counts as its merge, said so), and where the first
 lies on a branch that line merged, that branch's line up to the merge. The step's point is run
@@ -35,16 +35,15 @@ import sys
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib.util import find_spec
 from pathlib import Path
 
-from harness import store
+from harness import provenance, store
 from harness.command.again import recorded_overrides
 from harness.errors import BadInput
 from harness.names import key_of, point_words
 from harness.pinning import codestore
 from harness.pinning.boot import BOOT_ENV, CONF_ENV
-from harness.provenance import SOURCE
+from harness.pinning.sources import code_folder
 
 TOLERANCE = 1.10  # the gate's factor: two ends closer than it show no step
 NOT_DECIDED = 3  # the exit code where a commit's run failed or gave no value
@@ -149,27 +148,18 @@ def dirty(results: Path, target: Target) -> list[str]:
 
 
 def repository(manifest: dict, commits: tuple[str, str]) -> tuple[Path | None, str]:
-    """The git repository that holds both commits (this harness's checkout, else the
-    experiment's package's) and the experiment's code; else None and why not."""
+    """The git repository that holds the experiment's code (found here, as the sweeps found
+    it) and both commits; else None and why not."""
     if not all(commits):
-        return None, ("a sweep recorded no commit (it ran from an installed harness, which has "
-                      "none of its own)")  # fmt: skip
-    package = str((manifest.get("experiment_config") or {}).get("run") or "").split(".")[0]
-    found = find_spec(package) if package.isidentifier() else None
-    where = found and (found.submodule_search_locations or [found.origin])
-    code = Path(list(where)[0]).resolve() if where else None
-    candidates = [SOURCE, code if code is None or code.is_dir() else code.parent]
-    for folder in dict.fromkeys(c for c in candidates if c is not None):
-        top = git(folder, "rev-parse", "--show-toplevel")
-        repo = Path(top).resolve() if top else None
-        if repo and all(git(repo, "cat-file", "-e", f"{c}^{{commit}}") is not None
-                        for c in commits):  # fmt: skip
-            break
-    else:
-        return None, f"no git repository here holds commits {commits[0][:10]} and {commits[1][:10]}"
-    if code is None or not code.is_relative_to(repo):
-        return None, (f"the experiment's code ({code or package or 'not found'}) lies outside "
-                      f"{repo}: no commit of it changes that code")  # fmt: skip
+        return None, ("a sweep recorded no commit (its experiment's code lay in no git "
+                      "repository, as an installed package's does)")  # fmt: skip
+    code = code_folder(manifest.get("experiment_config") or {})
+    repo = provenance.work_tree(code)
+    if repo is None:
+        return None, f"the experiment's code ({code or 'not found'}) lies in no git repository"
+    for commit in commits:
+        if git(repo, "cat-file", "-e", f"{commit}^{{commit}}") is None:
+            return None, f"{repo}, which holds the experiment's code, has no commit {commit[:10]}"
     return repo, ""
 
 
@@ -206,8 +196,7 @@ def merge_note(repo: Path, near: str, far: str) -> str | None:
 
 def git(folder: Path, *args: str) -> str | None:
     """git's output in `folder`, stripped; None where it fails."""
-    done = subprocess.run(["git", "--no-optional-locks", "-C", str(folder), *args],
-                          capture_output=True, text=True)  # fmt: skip
+    done = provenance.git(folder, *args)
     return done.stdout.strip() if done.returncode == 0 else None
 
 

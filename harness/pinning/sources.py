@@ -71,6 +71,18 @@ def collect(node: dict, out: Path, code_store: Path, config_dirs=()) -> Code:
     return hashed([*([own] if own else []), project_files()], code_store)
 
 
+def code_folder(node: dict) -> Path | None:
+    """The folder of the experiment's `run` module's code, its links resolved: its top-level
+    package's (a namespace package's first folder), or a top-level module's own folder; None
+    where it cannot be found."""
+    spec = _spec(str(node.get("run") or "").split(".")[0])
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        return Path(list(spec.submodule_search_locations)[0]).resolve()
+    return Path(spec.origin).resolve().parent if spec.origin and spec.has_location else None
+
+
 def project_files() -> dict[str, Path]:
     """The project's files as this process imports them, but its configs. Its packages have
     names of their own (octlm_experiments, not experiments), so that a folder of the user's own

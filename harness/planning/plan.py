@@ -33,7 +33,7 @@ from harness.names import (
 from harness.names import (
     override as override_line,
 )
-from harness.pinning import codestore
+from harness.pinning import codestore, sources
 from harness.planning.checks import (
     axis_size,
     check_code,
@@ -124,6 +124,8 @@ class Sweep:
     tag: str | None = None  # the name the user gave it (tag=NAME), if any
     own_grid: int | None = None  # the points of its experiment's own grid (its YAML's)
     reuse: dict | None = None  # what it copies, and its inputs (harness.reuse.setting)
+    # the commit of the repository holding its experiment's code, and whether it was dirty
+    checkout: tuple[str | None, bool | None] = (None, None)
 
     @property
     def paths(self) -> store.SweepPaths:
@@ -186,7 +188,9 @@ def plan(
     check_code(values.get("code"))
     check_environment(values["experiment"].get("environment"))
     digest, code_store = None, codestore.store_of(values.get("code_store"))
-    if pin:
+    checkout = (None, None)
+    if pin:  # the experiment's code found where it lies, before it is run from its snapshot
+        checkout = provenance.git_state(sources.code_folder(values["experiment"]))
         digest = codestore.pin(values["experiment"], values["out"], code_store, config_dirs)
         codestore.enter(code_store, digest)
     experiment = Experiment.load(values["experiment"])
@@ -219,7 +223,8 @@ def plan(
         experiment = replace(experiment, config={**experiment.config, "search": searched})
     keyed = keyed_config(values, experiment.parameters)
     return replace(sweep_of(cfg, experiment, points), code=digest, code_store=code_store,
-                   keyed=keyed, reuse=reuse_setting(cfg, experiment, config_dirs))  # fmt: skip
+                   keyed=keyed, reuse=reuse_setting(cfg, experiment, config_dirs),
+                   checkout=checkout)  # fmt: skip
 
 
 def reuse_setting(cfg: DictConfig, experiment: Experiment, config_dirs=()) -> dict | None:
@@ -382,14 +387,14 @@ def _resolved(cfg: DictConfig, point_values: dict) -> dict:
 
 
 def _checkout(sweep: Sweep) -> tuple[str | None, bool | None]:
-    """The commit of the checkout whose code the sweep runs, and whether it was dirty: this
-    harness's (provenance.git_state); a sweep that runs another again runs that one's snapshot,
-    and so its commit."""
+    """The commit of the repository that held the experiment's code as it was pinned, and
+    whether it was dirty; a sweep that runs another again runs that one's snapshot, and so
+    its commit."""
     if sweep.again_of:
         paths = store.SweepPaths(sweep.results, sweep.experiment.name, sweep.again_of)
         original = store.read_manifest(paths) or {}
         return original.get("git_commit"), original.get("git_dirty")
-    return provenance.git_state()
+    return sweep.checkout
 
 
 def record_plan(sweep: Sweep) -> None:

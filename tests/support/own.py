@@ -3,6 +3,7 @@ config dir of their own (FOLDER/experiment/NAME.yaml, running PACKAGE.kernel.run
 package beside it, which the commands find on PYTHONPATH."""
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -36,3 +37,17 @@ class OwnExperiment:
         path.write_text(text)
         self.stamp = max(time.time_ns(), self.stamp) + 10**9
         os.utime(path, ns=(self.stamp, self.stamp))
+
+    def commit(self, message: str) -> str:
+        """Its folder committed as it is (a git repository made the first time); the commit."""
+
+        def git(*args: str) -> str:
+            return subprocess.run(["git", "-C", str(self.folder), *args], capture_output=True,
+                                  text=True, check=True).stdout.strip()  # fmt: skip
+
+        if not (self.folder / ".git").exists():
+            git("init", "-q")
+        git("add", "-A")
+        git("-c", "user.name=A Researcher", "-c", "user.email=r@example.org", "commit", "-qm",
+            message)  # fmt: skip
+        return git("rev-parse", "HEAD")
