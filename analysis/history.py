@@ -261,7 +261,8 @@ def text(judged: History) -> str:
         commits = judged.sweeps.set_index("sweep")["git_commit"]
         if commits[before] and commits[after] and commits[before] != commits[after]:
             lines.append(f"  git log --oneline {commits[before][:10]}..{commits[after][:10]}: the "
-                         "commits between (--bisect finds the first on the far side)")  # fmt: skip
+                         "commits between, in the repository of the experiment's code "
+                         "(--bisect finds the first on the far side)")  # fmt: skip
     machines = sorted({s.machine for s in judged.series})
     lines.append(
         f"{judged.experiment}: {len(judged.found)} step(s) in {len(judged.series)} series "

@@ -55,18 +55,19 @@ def git_state(folder: Path | None) -> tuple[str | None, bool | None]:
 
 
 def work_tree(folder: Path | None) -> Path | None:
-    """The top folder of the git work tree that holds `folder` (an experiment's code): the
-    harness's checkout for its own experiments, a researcher's repository for theirs. None
-    where none does: a folder outside any, one git ignores, or an installed package's
-    (site-packages, perhaps in a venv inside some repository), whose version is in the rows'
-    package list."""
-    if folder is None or f"{folder}{os.sep}".startswith(installed()):
+    """The top folder of the git work tree that tracks files in `folder` (an experiment's
+    code): the harness's checkout for its own experiments, a researcher's repository for
+    theirs. None where none does: a folder in no repository, or one its repository does not
+    track (an installed package in a venv inside it, an experiment never committed, a folder
+    under a home directory's repository of settings)."""
+    if folder is None:
         return None
     try:
         top = git(folder, "rev-parse", "--show-toplevel", timeout=30)
-        if top.returncode or not git(folder, "check-ignore", "-q", ".", timeout=30).returncode:
-            return None  # in no work tree, or one that ignores it (a venv, a build)
-    except (OSError, subprocess.TimeoutExpired):
+        tracked = git(folder, "ls-files", "--", ".", timeout=30)
+    except (OSError, subprocess.TimeoutExpired):  # no git, or a file system that hangs
+        return None
+    if top.returncode or tracked.returncode or not tracked.stdout.strip():
         return None
     return Path(top.stdout.strip()).resolve()
 
@@ -79,6 +80,7 @@ def git(folder: Path, *args: str, timeout: float | None = None) -> subprocess.Co
                           capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
 
+@functools.cache
 def installed() -> tuple[str, ...]:
     """Python's own folders and the installed packages' (each ending in a separator, as given
     and with its links resolved): the site-packages folders and the folders of distributions
@@ -217,15 +219,15 @@ def _cpu_name() -> str:
 
 
 def provenance(device: str, named_env=(), code_digest: str | None = None,
-               checkout: tuple[str | None, bool | None] = (None, None)) -> dict:  # fmt: skip
+               code_commit: tuple[str | None, bool | None] = (None, None)) -> dict:  # fmt: skip
     """The provenance columns of a row measured on `device` in this process by the code of
-    `code_digest`, pinned from `checkout` (its commit and whether it was dirty: git_state()
-    where the sweep was planned, as its manifest records it; a point runs from the pinned
-    snapshot, no checkout) (`named_env`: the environment variables its experiment names besides
-    NUMERICS_ENV)."""
+    `code_digest`, whose repository's commit and whether it was dirty are `code_commit`
+    (git_state of the experiment's code where the sweep was planned, as its manifest records
+    them: a point runs from the pinned snapshot, in no repository) (`named_env`: the environment
+    variables its experiment names besides NUMERICS_ENV)."""
     import torch
 
-    commit, dirty = checkout
+    commit, dirty = code_commit
     return {
         "git_commit": commit,
         "git_dirty": dirty,

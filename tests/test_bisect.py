@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from commands import ROOT
+from own import commit_all
 from sweeps import write_jobs
 
 from harness import store
@@ -52,10 +53,7 @@ def commit(repo: Path, message: str, **files: str) -> str:
         path = repo / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    git(repo, "add", "-A")
-    git(repo, "-c", "user.name=A Researcher", "-c", "user.email=r@example.org", "commit", "-qm",
-        message)  # fmt: skip
-    return git(repo, "rev-parse", "HEAD")
+    return commit_all(repo, message)
 
 
 @pytest.fixture
@@ -193,7 +191,9 @@ def test_the_repository_searched_is_the_one_holding_the_experiments_code(tmp_pat
     _, why = bisect.repository(manifest, (first, "f" * 40))
     assert why == f"{repo.resolve()}, which holds the experiment's code, has no commit ffffffffff"
     _, why = bisect.repository({"experiment_config": {"run": "json.loads"}}, (first, last))
-    assert why.startswith("the experiment's code (") and why.endswith("lies in no git repository")
+    assert why.startswith("the experiment's code (") and why.endswith("that tracks it")
+    _, why = bisect.repository({"experiment_config": {"run": "nopkg.run"}}, (first, last))
+    assert why.startswith("the experiment's code (nopkg.run) cannot be imported here")
 
 
 def test_a_sweep_planned_from_a_dirty_checkout_is_named(tmp_path, capsys):

@@ -20,8 +20,10 @@ from commands import call_command
 from own import OwnExperiment
 
 from harness import provenance, store
+from harness.command import sweep as sweep_command
 from harness.names import HERE
 from harness.pinning import codestore, sources
+from harness.planning.plan import SweepExists
 
 ROOT = HERE.parent
 
@@ -285,10 +287,13 @@ def test_a_resume_after_the_projects_own_code_changed_starts_again_from_the_snap
 
 
 @pytest.mark.process
-def test_a_sweep_names_the_commit_of_the_repository_that_holds_its_experiments_code(own):
+def test_a_sweep_names_the_commit_of_the_repository_that_holds_its_experiments_code(
+    own, monkeypatch
+):
     """git_commit and git_dirty: none while the experiment's folder lies in no repository; its
-    commit once it is one, dirty with a file not committed; none for a package in a folder the
-    repository ignores (a venv's)."""
+    commit once it is one (also where the sweep's first id was taken and it was planned again,
+    from the snapshot the first plan entered), dirty with a file not committed; none for a
+    folder the repository does not track (a venv's package, an experiment never committed)."""
 
     def ran() -> pd.DataFrame:
         assert own().returncode == 0
@@ -296,15 +301,25 @@ def test_a_sweep_names_the_commit_of_the_repository_that_holds_its_experiments_c
 
     assert ran()[["git_commit", "git_dirty"]].isna().all().all()
     at = own.mine.commit("own experiment")
+    recorded, tries = sweep_command.record_plan, []
+
+    def taken_once(sweep) -> None:
+        tries.append(sweep.id)
+        if len(tries) == 1:
+            raise SweepExists(sweep.id)
+        recorded(sweep)
+
+    monkeypatch.setattr(sweep_command, "record_plan", taken_once)
     clean = ran()
+    assert len(tries) == 2
+    monkeypatch.setattr(sweep_command, "record_plan", recorded)
     (own.folder / "NOTES.md").write_text("a file not committed\n")
     dirty = ran()
     assert clean["git_commit"].eq(at).all() and not clean["git_dirty"].any()
     assert dirty["git_commit"].eq(at).all() and dirty["git_dirty"].all()
-    (own.folder / ".gitignore").write_text(".venv/\n")
     (own.folder / ".venv" / "pkg").mkdir(parents=True)
-    assert provenance.git_state(own.folder / ".venv" / "pkg") == (None, None)
-    assert provenance.git_state(own.folder / "minepkg") == (at, True)
+    assert provenance.work_tree(own.folder / ".venv" / "pkg") is None
+    assert provenance.work_tree(own.folder / "minepkg") == own.folder.resolve()
 
 
 @pytest.mark.process

@@ -153,10 +153,14 @@ def repository(manifest: dict, commits: tuple[str, str]) -> tuple[Path | None, s
     if not all(commits):
         return None, ("a sweep recorded no commit (its experiment's code lay in no git "
                       "repository, as an installed package's does)")  # fmt: skip
-    code = code_folder(manifest.get("experiment_config") or {})
+    run = str((manifest.get("experiment_config") or {}).get("run") or "")
+    code = code_folder({"run": run})
+    if code is None:
+        return None, (f"the experiment's code ({run or 'not named'}) cannot be imported here: "
+                      "set PYTHONPATH as its sweeps had it")  # fmt: skip
     repo = provenance.work_tree(code)
     if repo is None:
-        return None, f"the experiment's code ({code or 'not found'}) lies in no git repository"
+        return None, f"the experiment's code ({code}) lies in no git repository that tracks it"
     for commit in commits:
         if git(repo, "cat-file", "-e", f"{commit}^{{commit}}") is None:
             return None, f"{repo}, which holds the experiment's code, has no commit {commit[:10]}"

@@ -125,7 +125,7 @@ class Sweep:
     own_grid: int | None = None  # the points of its experiment's own grid (its YAML's)
     reuse: dict | None = None  # what it copies, and its inputs (harness.reuse.setting)
     # the commit of the repository holding its experiment's code, and whether it was dirty
-    checkout: tuple[str | None, bool | None] = (None, None)
+    code_commit: tuple[str | None, bool | None] = (None, None)
 
     @property
     def paths(self) -> store.SweepPaths:
@@ -188,9 +188,9 @@ def plan(
     check_code(values.get("code"))
     check_environment(values["experiment"].get("environment"))
     digest, code_store = None, codestore.store_of(values.get("code_store"))
-    checkout = (None, None)
+    code_commit = (None, None)
     if pin:  # the experiment's code found where it lies, before it is run from its snapshot
-        checkout = provenance.git_state(sources.code_folder(values["experiment"]))
+        code_commit = provenance.git_state(sources.code_folder(values["experiment"]))
         digest = codestore.pin(values["experiment"], values["out"], code_store, config_dirs)
         codestore.enter(code_store, digest)
     experiment = Experiment.load(values["experiment"])
@@ -224,7 +224,7 @@ def plan(
     keyed = keyed_config(values, experiment.parameters)
     return replace(sweep_of(cfg, experiment, points), code=digest, code_store=code_store,
                    keyed=keyed, reuse=reuse_setting(cfg, experiment, config_dirs),
-                   checkout=checkout)  # fmt: skip
+                   code_commit=code_commit)  # fmt: skip
 
 
 def reuse_setting(cfg: DictConfig, experiment: Experiment, config_dirs=()) -> dict | None:
@@ -386,7 +386,7 @@ def _resolved(cfg: DictConfig, point_values: dict) -> dict:
     return {key: functools.reduce(dict.get, key.split("."), values) for key in point_values}
 
 
-def _checkout(sweep: Sweep) -> tuple[str | None, bool | None]:
+def _code_commit(sweep: Sweep) -> tuple[str | None, bool | None]:
     """The commit of the repository that held the experiment's code as it was pinned, and
     whether it was dirty; a sweep that runs another again runs that one's snapshot, and so
     its commit."""
@@ -394,7 +394,7 @@ def _checkout(sweep: Sweep) -> tuple[str | None, bool | None]:
         paths = store.SweepPaths(sweep.results, sweep.experiment.name, sweep.again_of)
         original = store.read_manifest(paths) or {}
         return original.get("git_commit"), original.get("git_dirty")
-    return sweep.checkout
+    return sweep.code_commit
 
 
 def record_plan(sweep: Sweep) -> None:
@@ -407,7 +407,7 @@ def record_plan(sweep: Sweep) -> None:
         "command": sweep.command,
         "code_digest": sweep.code,
         "code_store": str(sweep.code_store) if sweep.code_store else None,
-        **dict(zip(("git_commit", "git_dirty"), _checkout(sweep), strict=True)),
+        **dict(zip(("git_commit", "git_dirty"), _code_commit(sweep), strict=True)),
         "keyed_config": sweep.keyed,
         "again_of": sweep.again_of,
         "tag": sweep.tag,

@@ -137,7 +137,7 @@ class _Point:
             extra["declared_inputs"] = json.dumps(self.found, sort_keys=True)
         first = {"job": self.job.job, "config_hash": self.job.config_hash}
         return _Columns(self.params, first, command, run_dir, extra, _named_env(self.experiment),
-                        _checkout(self.paths.sweep))  # fmt: skip
+                        _code_commit(self.paths.sweep))  # fmt: skip
 
     def info(self) -> PointInfo:
         sweep = self.paths.sweep.sweep
@@ -250,16 +250,16 @@ class _Columns:
     its sweep asks for reuse)."""
 
     def __init__(self, params: dict, first: dict, command, run_dir: str, extra: dict,
-                 named_env: tuple[str, ...] = (), checkout=(None, None)):  # fmt: skip
+                 named_env: tuple[str, ...] = (), code_commit=(None, None)):  # fmt: skip
         self.params, self.first, self.extra, self.shared = params, first, extra, {}
         self.then = {"command": command, "run_dir": run_dir}
-        self.named_env, self.checkout, self.watch = named_env, checkout, None
+        self.named_env, self.code_commit, self.watch = named_env, code_commit, None
         self.started, self.clock = datetime.now(UTC), time.perf_counter()
 
     def __call__(self, row: dict) -> dict:
         if not self.shared:
             shared = provenance.provenance(
-                _device(self.params), self.named_env, codestore.running_digest(), self.checkout
+                _device(self.params), self.named_env, codestore.running_digest(), self.code_commit
             )
             self.shared = {**self.first, "started_at": self.started, **self.then, **shared,
                            **self.extra}  # fmt: skip
@@ -270,9 +270,10 @@ class _Columns:
 
 @per_command
 @functools.lru_cache(maxsize=16)
-def _checkout(sweep: store.SweepPaths) -> tuple[str | None, bool | None]:
-    """The commit of the checkout the sweep was planned and pinned from, and whether it was
-    dirty, as its manifest records them; (None, None) where it records none."""
+def _code_commit(sweep: store.SweepPaths) -> tuple[str | None, bool | None]:
+    """The commit of the repository that held the experiment's code as the sweep was planned,
+    and whether it was dirty, as its manifest records them; (None, None) where it records
+    none."""
     manifest = store.read_manifest(sweep) or {}
     return manifest.get("git_commit"), manifest.get("git_dirty")
 

@@ -40,14 +40,19 @@ class OwnExperiment:
 
     def commit(self, message: str) -> str:
         """Its folder committed as it is (a git repository made the first time); the commit."""
+        return commit_all(self.folder, message)
 
-        def git(*args: str) -> str:
-            return subprocess.run(["git", "-C", str(self.folder), *args], capture_output=True,
-                                  text=True, check=True).stdout.strip()  # fmt: skip
 
-        if not (self.folder / ".git").exists():
-            git("init", "-q")
-        git("add", "-A")
-        git("-c", "user.name=A Researcher", "-c", "user.email=r@example.org", "commit", "-qm",
-            message)  # fmt: skip
-        return git("rev-parse", "HEAD")
+def commit_all(folder: Path, message: str) -> str:
+    """Everything in `folder` committed by a researcher (a git repository made where there is
+    none); the commit."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True,
+                              check=True).stdout.strip()  # fmt: skip
+
+    if not (folder / ".git").exists():
+        git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=A Researcher", "-c", "user.email=r@example.org", "commit", "-qm", message)
+    return git("rev-parse", "HEAD")
