@@ -35,7 +35,7 @@ NUMERICS_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
 @per_command
 @functools.cache
 def git_state(folder: Path | None) -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the git repository whose work tree holds `folder` (an experiment's
+    """(commit, dirty) of the git repository that tracks files in `folder` (an experiment's
     code: work_tree), as a sweep is planned; (None, None) where none does.
 
     Dirty counts every file of the repository that differs from the commit, files git does not

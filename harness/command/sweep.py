@@ -97,14 +97,14 @@ def _new_sweep(argv: list[str], overrides: list, experiment: str, config_dirs: l
     """A new sweep's plan, written to its manifest under an id of its own; its config and
     launcher."""
     command = shlex.join(["python", "-m", "harness", *argv])
-    code_commit = None
+    first = None  # the first plan: it found the experiment's code where it lies, and its
+    # commit; a second one finds it in the snapshot the first entered, in no repository
     for _ in range(ID_ATTEMPTS):
         cfg, sweep, _ = plan_command(overrides, experiment, config_dirs, new_sweep_id(), pin=True)
-        # the first plan's: it found the experiment's code where it lies, a second one finds
-        # it in the snapshot the first entered, in no repository
-        code_commit = code_commit or sweep.code_commit
+        first = first or sweep
         launcher = prepare_launcher(cfg, command)
-        sweep.command, sweep.config_dirs, sweep.code_commit = command, config_dirs, code_commit
+        sweep.command, sweep.config_dirs = command, config_dirs
+        sweep.code_commit = first.code_commit
         check_devices(sweep.points, launcher)
         _no_links(cfg, sweep)
         try:
