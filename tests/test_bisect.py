@@ -196,6 +196,27 @@ def test_the_repository_searched_is_the_one_holding_the_experiments_code(tmp_pat
     assert why.startswith("the experiment's code (nopkg.run) cannot be imported here")
 
 
+@pytest.mark.process
+def test_a_run_that_took_its_code_from_outside_the_worktree_is_not_counted(tmp_path, capsys):
+    """A repository whose package is a link out of it: the commit's run imports the code it
+    leads to, in no repository, and its sweep names no commit: said, and no value counted."""
+    repo, outside = tmp_path / "repo", tmp_path / "outside" / "minepkg"
+    outside.mkdir(parents=True)
+    (outside / "__init__.py").write_text("")
+    (outside / "kernel.py").write_text(KERNEL.format(level=1.0))
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "minepkg").symlink_to(outside)
+    at = commit(repo, "a link out", **{"mine/experiment/own.yaml": YAML})
+    manifest = {"command": f"python -m harness --config-dir {repo / 'mine'} +experiment=own",
+                "config_dirs": [str(repo / "mine")]}  # fmt: skip
+    target = bisect.Target("own", "a", "b", (at, at), "err", {"x": 2}, True)
+    run = bisect.Runner(target, repo, manifest, tmp_path / "out", tmp_path / "codes")
+    assert run(at, "the near end") is None
+    said = capsys.readouterr().out
+    assert "not counted: its sweep " in said and "of no commit, not this one's" in said, said
+
+
 def test_a_sweep_planned_from_a_dirty_checkout_is_named(tmp_path, capsys):
     """The manifests' git_dirty: the sweep after the step was planned with changes not
     committed, and is named; nothing is bisected between two sweeps of one commit."""
@@ -221,13 +242,18 @@ def test_a_commits_run_takes_its_folders_and_the_harness_from_its_worktree(tmp_p
     """The recorded command less what again replaces, narrowed to the step's point (its
     recorded overrides); a config dir and a path entry inside the repository taken from the
     worktree where it has them (an ignored one, such as a venv, as it is), one outside as it
-    is; the harness's packages linked from the worktree, a checkout of the harness."""
+    is, and the folder the experiment's package is imported from here (an editable install's);
+    the harness's packages linked from the worktree, a checkout of the harness."""
     repo, tree, elsewhere = tmp_path / "repo", tmp_path / "t" / "tree", tmp_path / "conf"
     for folder in (repo / "mine", repo / "src", repo / ".venv", elsewhere, tree / "mine",
-                   tree / "src", tree / "harness"):  # fmt: skip
+                   tree / "src", tree / "harness", repo / "lib" / "edpkg",
+                   tree / "lib"):  # fmt: skip
         folder.mkdir(parents=True)
     (tree / "harness" / "__init__.py").write_text("")
+    (repo / "lib" / "edpkg" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(repo / "lib"))  # as an editable install puts it on the path
     manifest = {
+        "experiment_config": {"run": "edpkg.kernel.run"},
         "command": f"python -m harness --config-dir {repo / 'mine'} +experiment=own "
         "x=1,2 y=3 reuse=true out=o code=abc",
         "config_dirs": [str(repo / "mine"), str(elsewhere)],
@@ -255,6 +281,7 @@ def test_a_commits_run_takes_its_folders_and_the_harness_from_its_worktree(tmp_p
     assert environment["PYTHONPATH"].split(os.pathsep) == [
         str(links),
         str(tree),
+        str(tree / "lib"),
         str(tree / "src"),
         str(repo / ".venv"),
         str(elsewhere),

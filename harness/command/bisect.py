@@ -14,8 +14,10 @@ recorded command of the sweep before the step, less what again replaces, narrowe
 (OUT/bisect/BEFORE-AFTER, each run's output in COMMIT.log there), so that these sweeps are no
 part of the history. Each runs as the checkout ran at that commit: the worktree's harness,
 experiments and report (linked under their installed names, first on the path, the worktree its
-working folder), and config dirs and path entries that lie inside the repository taken from the
-worktree where it has them.
+working folder), and config dirs and path entries that lie inside the repository (the folder the
+experiment's package is imported from here too) taken from the worktree where it has them. A run
+whose sweep names another commit than the one it was to run took the experiment's code from
+outside the worktree (a link out of the repository, say), and is not counted.
 
 The two ends run first, on this machine now: where they do not differ (by more than TOLERANCE
 for values above zero, at all else), the step does not show between the two commits here, and
@@ -43,7 +45,7 @@ from harness.errors import BadInput
 from harness.names import key_of, point_words
 from harness.pinning import codestore
 from harness.pinning.boot import BOOT_ENV, CONF_ENV
-from harness.pinning.sources import code_folder
+from harness.pinning.sources import code_folder, import_root
 
 TOLERANCE = 1.10  # the gate's factor: two ends closer than it show no step
 NOT_DECIDED = 3  # the exit code where a commit's run failed or gave no value
@@ -242,6 +244,8 @@ class Runner:
             f"code_store={code_store}",
         ]
         self.config_dirs = list(manifest.get("config_dirs", []))
+        # where the experiment's package is imported from here (an editable install's src/)
+        self.root = import_root(manifest.get("experiment_config") or {})
 
     def __call__(self, commit: str, side) -> float | None:
         """The value at `commit`, printed on a line with the commit and `side` (a text, or a
@@ -264,6 +268,13 @@ class Runner:
             print(f"its run ended with exit code {done.returncode}, {len(made)} sweeps made "
                   f"(its output: {log})")  # fmt: skip
             return None
+        ran = (store.read_manifest(store.SweepPaths(results, self.target.experiment, made[0]))
+               or {}).get("git_commit")  # fmt: skip
+        if ran != commit:
+            print(f"not counted: its sweep {made[0]} ran the experiment's code of "
+                  f"{f'commit {ran[:10]}' if ran else 'no commit'}, not this one's (its package "
+                  f"was imported from outside the worktree; its output: {log})")  # fmt: skip
+            return None
         value, why = self.value(results, made[0])
         if value is None:
             print(f"no value of {self.target.metric} (sweep {made[0]}: {why}; its run ended "
@@ -275,11 +286,14 @@ class Runner:
 
     def command(self, tree: Path) -> tuple[list[str], dict]:
         """The sweep's command line and environment in the worktree `tree`: its folders in
-        place of the repository's, the harness's packages from it where it holds them."""
+        place of the repository's (the one the experiment's package is imported from too, which
+        an editable install puts on the path), the harness's packages from it where it holds
+        them."""
         inside = [self.inside(Path(folder), tree) for folder in self.config_dirs]
         given = [arg for folder in inside for arg in ("--config-dir", str(folder))]
-        paths = [self.inside(Path(p), tree)
-                 for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]  # fmt: skip
+        given_path = [Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        roots = [self.root] if self.root and self.inside(self.root, tree) != self.root else []
+        paths = [self.inside(path, tree) for path in [*roots, *given_path]]
         links = tree.parent / "installed"
         links.mkdir(exist_ok=True)
         if (tree / "harness" / "__init__.py").exists():  # a checkout of the harness
@@ -287,7 +301,7 @@ class Runner:
                 if (tree / folder / "__init__.py").exists() and not (links / name).exists():
                     (links / name).symlink_to(tree / folder)
         environment = {k: v for k, v in os.environ.items() if k not in (BOOT_ENV, CONF_ENV)}
-        environment["PYTHONPATH"] = os.pathsep.join(map(str, [links, tree, *paths]))
+        environment["PYTHONPATH"] = os.pathsep.join(map(str, dict.fromkeys([links, tree, *paths])))
         return [sys.executable, "-m", "harness", *given, *self.arguments], environment
 
     def inside(self, path: Path, tree: Path) -> Path:

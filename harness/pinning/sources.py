@@ -75,12 +75,26 @@ def code_folder(node: dict) -> Path | None:
     """The folder of the experiment's `run` module's code, its links resolved: its top-level
     package's (a namespace package's first folder), or a top-level module's own folder; None
     where it cannot be found."""
+    found = _run_path(node)
+    return found if found is None or found.is_dir() else found.parent
+
+
+def import_root(node: dict) -> Path | None:
+    """The folder the import path finds the experiment's `run` module's top-level package or
+    module in, its links resolved; None where it cannot be found."""
+    found = _run_path(node)
+    return found.parent if found else None
+
+
+def _run_path(node: dict) -> Path | None:
+    """The folder of the `run` module's top-level package (a namespace package's first), or
+    the top-level module's file, links resolved; None where it cannot be found."""
     spec = _spec(str(node.get("run") or "").split(".")[0])
-    if spec is None:
-        return None
-    if spec.submodule_search_locations:
+    if spec is not None and spec.submodule_search_locations:
         return Path(list(spec.submodule_search_locations)[0]).resolve()
-    return Path(spec.origin).resolve().parent if spec.origin and spec.has_location else None
+    if spec is not None and spec.origin and spec.has_location:
+        return Path(spec.origin).resolve()
+    return None
 
 
 def project_files() -> dict[str, Path]:
