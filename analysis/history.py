@@ -186,8 +186,8 @@ def chosen_metrics(points: pd.DataFrame, params: list[str], named: list[str]) ->
 def series_of(lines, sweeps: pd.DataFrame, metrics: list[str], varying: list[str], machine: str,
               config: dict, side: int, skipped: list[str]) -> list[Series]:  # fmt: skip
     """Each metric's series a point, of one machine's sweeps (`sweeps`, in order): a value a
-    sweep that measured it; a series with fewer than 2 * side values is left out, and where
-    the busy rule left it so, `skipped` says so."""
+    sweep that measured it (not one that copied it from another by reuse); a series with fewer
+    than 2 * side values is left out, and where the busy rule left it so, `skipped` says so."""
     from octlm_analysis.compare import BUSY, own_column  # the gate's rule (compare imports report)
 
     order = {sweep: n for n, sweep in enumerate(sweeps["sweep"])}
@@ -198,14 +198,21 @@ def series_of(lines, sweeps: pd.DataFrame, metrics: list[str], varying: list[str
         load = own_column(metric, LOAD, lines.columns) if is_timing(metric) else None
         for key, own in groups:
             own = own.dropna(subset=[metric])
-            busy = pd.to_numeric(own[load], errors="coerce") > BUSY if load in own else None
             point = dict(zip(varying, key if isinstance(key, tuple) else (key,), strict=True))
-            if busy is not None and busy.any():
-                if len(own) - busy.sum() < 2 * side <= len(own):
-                    skipped.append(f"{metric} at {point_words(point)}: {busy.sum()} of {len(own)} "
-                                   f"sweeps timed with other processes using over {BUSY:.0%} "
-                                   "of the CPUs beside it, set aside")  # fmt: skip
-                own = own[~busy]
+            aside = {}  # the sweeps whose values are no measurement to judge, by why
+            if "reused_from" in own:  # a copy measured nothing: its value is its source's
+                aside["copied it from another sweep (reuse)"] = own["reused_from"].notna()
+            if load in own:
+                aside[f"timed with other processes using over {BUSY:.0%} of the CPUs beside "
+                      "it"] = pd.to_numeric(own[load], errors="coerce") > BUSY  # fmt: skip
+            set_aside = np.zeros(len(own), dtype=bool)
+            for mask in aside.values():
+                set_aside |= mask.to_numpy(dtype=bool)
+            if len(own) - set_aside.sum() < 2 * side <= len(own):
+                where = f"{metric} at {point_words(point)}"
+                skipped += [f"{where}: {mask.sum()} of {len(own)} sweeps {why}, set aside"
+                            for why, mask in aside.items() if mask.any()]  # fmt: skip
+            own = own[~set_aside]
             own = own.assign(n=own["sweep"].map(order)).sort_values("n")
             own = own.drop_duplicates("sweep", keep="last")
             if len(own) < 2 * side:

@@ -173,6 +173,39 @@ def test_a_sweeps_commit_is_its_own_rows_not_one_they_copied(harness):
 
 
 @pytest.mark.e2e
+def test_a_copied_value_is_no_measurement_of_the_sweep_that_copied_it(harness):
+    """Six sweeps, then one whose x=1 timing came out 30% slow, then five that copied that
+    point from it (reuse): one measurement after the six, not six equal ones, so no step."""
+    values = sweep_values(12, 5)
+    ids = write_history(harness.results, values)
+    slow = {"job": 0, "x": 1, "status": "ok", "time_ms": 1.3, "err": 1e-7, "started_at": START,
+            "device_name": "cpu: the test machine", "code_digest": "code06"}  # fmt: skip
+    write_jobs(harness.results, EXPERIMENT, ids[6], [slow])
+    for sweep in ids[7:]:
+        write_jobs(harness.results, EXPERIMENT, sweep, [{**slow, "reused_from": f"{ids[6]}/job-0"}])
+    done = harness("history", EXPERIMENT, "time_ms", "--check")
+    assert done.returncode == 0, done.stdout
+    assert "0 step(s) in 2 series (time_ms) over 12 sweeps" in done.stdout
+
+
+@pytest.mark.e2e
+def test_a_history_of_copies_is_bad_input_that_says_so(harness):
+    """Every sweep but the first copied its one point (reuse, as an experiment's `reuse: true`
+    does): nothing was measured twice, said in one line, exit 2."""
+    ids = write_history(harness.results, [{1: {"time_ms": 1.0}}] * 12)
+    for sweep in ids[1:]:
+        write_jobs(harness.results, EXPERIMENT, sweep, [{
+            "job": 0, "x": 1, "status": "ok", "time_ms": 1.0, "started_at": START,
+            "device_name": "cpu: the test machine", "reused_from": f"{ids[0]}/job-0"}])  # fmt: skip
+    done = harness("history", EXPERIMENT)
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    assert done.stderr.strip() == (
+        "error: no series of own to judge: time_ms at its one point: 11 of 12 "
+        "sweeps copied it from another sweep (reuse), set aside"
+    )
+
+
+@pytest.mark.e2e
 def test_the_sweeps_again_made_are_no_part_of_the_history(harness):
     """Six sweeps, then three more that `again` made of the first's code (their manifests say
     again_of) on a machine twice as slow by then: no step, and 6 sweeps judged."""
