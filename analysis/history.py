@@ -5,7 +5,8 @@ A series is one metric of one point (its parameters) over the experiment's sweep
 they were planned, one value a sweep: the point's value as the report's point lines hold it
 (octlm_analysis.point_lines; a timing's value is the median of its repeats, its sweep's process
 the unit, as in the gate). Only measurements count, as in the gate: a point not ok is no value,
-and a timing taken while other processes used more than compare.BUSY of the CPUs beside it is
+a timing copied by reuse counts once (an answer's copy is its sweep's answer, and counts), and a
+timing taken while other processes used more than compare.BUSY of the CPUs beside it is
 set aside, as are the timings of a sweep a busy moment slowed as a whole (steps.slowed_sweeps:
 the median of its timings more than the factor above their neighbouring sweeps'). Sweeps of
 different machines (the rows' device_name) make histories of their own; a sweep whose points
@@ -186,9 +187,9 @@ def chosen_metrics(points: pd.DataFrame, params: list[str], named: list[str]) ->
 def series_of(lines, sweeps: pd.DataFrame, metrics: list[str], varying: list[str], machine: str,
               config: dict, side: int, skipped: list[str]) -> list[Series]:  # fmt: skip
     """Each metric's series a point, of one machine's sweeps (`sweeps`, in order): a value a
-    sweep that measured it (not one that copied it from another by reuse); a series with fewer
-    than 2 * side values is left out, and where the busy rule left it so, `skipped` says so."""
-    from octlm_analysis.compare import BUSY, own_column  # the gate's rule (compare imports report)
+    sweep, where it measured it (_set_aside); a series with fewer than 2 * side values is left
+    out, and where what was set aside left it so, `skipped` says so."""
+    from octlm_analysis.compare import own_column
 
     order = {sweep: n for n, sweep in enumerate(sweeps["sweep"])}
     ok = lines[lines["status"] == "ok"]
@@ -198,29 +199,41 @@ def series_of(lines, sweeps: pd.DataFrame, metrics: list[str], varying: list[str
         load = own_column(metric, LOAD, lines.columns) if is_timing(metric) else None
         for key, own in groups:
             own = own.dropna(subset=[metric])
-            point = dict(zip(varying, key if isinstance(key, tuple) else (key,), strict=True))
-            aside = {}  # the sweeps whose values are no measurement to judge, by why
-            if "reused_from" in own:  # a copy measured nothing: its value is its source's
-                aside["copied it from another sweep (reuse)"] = own["reused_from"].notna()
-            if load in own:
-                aside[f"timed with other processes using over {BUSY:.0%} of the CPUs beside "
-                      "it"] = pd.to_numeric(own[load], errors="coerce") > BUSY  # fmt: skip
-            set_aside = np.zeros(len(own), dtype=bool)
-            for mask in aside.values():
-                set_aside |= mask.to_numpy(dtype=bool)
-            if len(own) - set_aside.sum() < 2 * side <= len(own):
-                where = f"{metric} at {point_words(point)}"
-                skipped += [f"{where}: {mask.sum()} of {len(own)} sweeps {why}, set aside"
-                            for why, mask in aside.items() if mask.any()]  # fmt: skip
-            own = own[~set_aside]
             own = own.assign(n=own["sweep"].map(order)).sort_values("n")
-            own = own.drop_duplicates("sweep", keep="last")
+            point = dict(zip(varying, key if isinstance(key, tuple) else (key,), strict=True))
+            aside = _set_aside(own, metric, load)
+            kept = ~np.any([np.zeros(len(own), bool), *aside.values()], axis=0)
+            if kept.sum() < 2 * side <= len(own):
+                said = " and ".join(f"{m.sum()} {why}" for why, m in aside.items() if m.any())
+                skipped.append(f"{metric} at {point_words(point)}: of {len(own)} sweeps, {said}, "
+                               "set aside")  # fmt: skip
+            own = own[kept].drop_duplicates("sweep", keep="last")
             if len(own) < 2 * side:
                 continue
             values = own[metric].to_numpy(dtype=float)
             direction = _direction(metric, config, float(np.median(values)))
             found.append(Series(metric, point, machine, own["sweep"].tolist(), values, direction))
     return found
+
+
+def _set_aside(own: pd.DataFrame, metric: str, load: str | None) -> dict[str, np.ndarray]:
+    """Of a timing's values at one point (`own`, a line a sweep, in order), those that are no
+    measurement of their sweep, by why: a measurement other sweeps copied by reuse counts
+    once, in the first sweep that holds it (the same start and value, as in the gate: a copy
+    measured nothing); of the rest, one taken while other processes used more than BUSY of
+    the CPUs beside it (its `load` column). Any other metric's copy is its sweep's answer too:
+    the reuse key holds its code, config, inputs and machine."""
+    from octlm_analysis.compare import BUSY  # the gate's rule (compare imports report)
+
+    if not is_timing(metric):
+        return {}
+    copied = own.duplicated(["started_at", metric]).to_numpy()
+    aside = {"copied from another sweep (reuse)": copied}
+    if load in own:
+        busy = (pd.to_numeric(own[load], errors="coerce") > BUSY).to_numpy()
+        aside[f"timed with other processes using over {BUSY:.0%} of the CPUs beside it"] = (
+            busy & ~copied)  # fmt: skip
+    return aside
 
 
 def _direction(metric: str, config: dict, level: float) -> int:

@@ -189,20 +189,37 @@ def test_a_copied_value_is_no_measurement_of_the_sweep_that_copied_it(harness):
 
 
 @pytest.mark.e2e
-def test_a_history_of_copies_is_bad_input_that_says_so(harness):
-    """Every sweep but the first copied its one point (reuse, as an experiment's `reuse: true`
-    does): nothing was measured twice, said in one line, exit 2."""
-    ids = write_history(harness.results, [{1: {"time_ms": 1.0}}] * 12)
+def test_copied_timings_are_one_measurement_and_copied_answers_each_sweeps(harness):
+    """Every sweep but the first copied its one point (reuse): its timing was measured once,
+    which leaves no series of it, said in one line, exit 2; its err is each sweep's answer
+    (the reuse key holds its code, config and machine), a series of twelve."""
+    ids = write_history(harness.results, [{1: {"time_ms": 1.0, "err": 1e-7}}] * 12)
     for sweep in ids[1:]:
         write_jobs(harness.results, EXPERIMENT, sweep, [{
-            "job": 0, "x": 1, "status": "ok", "time_ms": 1.0, "started_at": START,
+            "job": 0, "x": 1, "status": "ok", "time_ms": 1.0, "err": 1e-7, "started_at": START,
             "device_name": "cpu: the test machine", "reused_from": f"{ids[0]}/job-0"}])  # fmt: skip
-    done = harness("history", EXPERIMENT)
+    done = harness("history", EXPERIMENT, "time_ms")
     assert done.returncode == 2 and done.stdout == "", done.stdout
     assert done.stderr.strip() == (
-        "error: no series of own to judge: time_ms at its one point: 11 of 12 "
-        "sweeps copied it from another sweep (reuse), set aside"
+        "error: no series of own to judge: time_ms at its one point: of 12 sweeps, 11 copied "
+        "from another sweep (reuse), set aside"
     )
+    done = harness("history", EXPERIMENT, "err", "--check")
+    assert done.returncode == 0 and "0 step(s) in 1 series (err) over 12 sweeps" in done.stdout
+
+
+def test_a_copy_of_a_busy_timing_is_set_aside_once_as_a_copy():
+    """Sweeps 1 and 3 copied sweep 0's busy timing, sweep 2 measured its own while busy: two
+    copies and one busy timing (not three), and an answer's copies stay."""
+    own = pd.DataFrame({"started_at": [START, START, START + timedelta(hours=2), START],
+                        "time_ms": [1.0, 1.0, 1.1, 1.0], "time_ms_cpu_load_beside": 0.9,
+                        "err": 1e-7})  # fmt: skip
+    aside = history._set_aside(own, "time_ms", "time_ms_cpu_load_beside")
+    assert [list(mask) for mask in aside.values()] == [
+        [False, True, False, True],
+        [True, False, True, False],
+    ]
+    assert history._set_aside(own, "err", None) == {}
 
 
 @pytest.mark.e2e
