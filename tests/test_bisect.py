@@ -197,9 +197,9 @@ def test_the_repository_searched_is_the_one_holding_the_experiments_code(tmp_pat
 
 
 @pytest.mark.process
-def test_a_run_that_took_its_code_from_outside_the_worktree_is_not_counted(tmp_path, capsys):
-    """A repository whose package is a link out of it: the commit's run imports the code it
-    leads to, in no repository, and its sweep names no commit: said, and no value counted."""
+def test_a_commit_whose_code_would_come_from_outside_its_worktree_is_not_run(tmp_path, capsys):
+    """A repository whose package is a link out of it: the commit's run would import the code
+    it leads to, not the commit's: said, and not run."""
     repo, outside = tmp_path / "repo", tmp_path / "outside" / "minepkg"
     outside.mkdir(parents=True)
     (outside / "__init__.py").write_text("")
@@ -209,12 +209,14 @@ def test_a_run_that_took_its_code_from_outside_the_worktree_is_not_counted(tmp_p
     (repo / "minepkg").symlink_to(outside)
     at = commit(repo, "a link out", **{"mine/experiment/own.yaml": YAML})
     manifest = {"command": f"python -m harness --config-dir {repo / 'mine'} +experiment=own",
-                "config_dirs": [str(repo / "mine")]}  # fmt: skip
+                "config_dirs": [str(repo / "mine")],
+                "experiment_config": {"run": "minepkg.kernel.run"}}  # fmt: skip
     target = bisect.Target("own", "a", "b", (at, at), "err", {"x": 2}, True)
     run = bisect.Runner(target, repo, manifest, tmp_path / "out", tmp_path / "codes")
     assert run(at, "the near end") is None
     said = capsys.readouterr().out
-    assert "not counted: its sweep " in said and "of no commit, not this one's" in said, said
+    assert f"not run: its experiment's package (minepkg) would be imported from {outside}," in said
+    assert not (tmp_path / "out" / "results").exists()  # nothing ran
 
 
 def test_a_sweep_planned_from_a_dirty_checkout_is_named(tmp_path, capsys):

@@ -15,9 +15,9 @@ recorded command of the sweep before the step, less what again replaces, narrowe
 part of the history. Each runs as the checkout ran at that commit: the worktree's harness,
 experiments and report (linked under their installed names, first on the path, the worktree its
 working folder), and config dirs and path entries that lie inside the repository (the folder the
-experiment's package is imported from here too) taken from the worktree where it has them. A run
-whose sweep names another commit than the one it was to run took the experiment's code from
-outside the worktree (a link out of the repository, say), and is not counted.
+experiment's package is imported from here too) taken from the worktree where it has them. A
+commit whose run would import the experiment's package from outside its worktree (a link out of
+the repository, a commit without the package) is not run, and says so.
 
 The two ends run first, on this machine now: where they do not differ (by more than TOLERANCE
 for values above zero, at all else), the step does not show between the two commits here, and
@@ -49,6 +49,11 @@ from harness.pinning.sources import code_folder, import_root
 
 TOLERANCE = 1.10  # the gate's factor: two ends closer than it show no step
 NOT_DECIDED = 3  # the exit code where a commit's run failed or gave no value
+# Where Python finds a top-level package (its first folder) or module (its file): sys.argv[1].
+FIND = (
+    "import importlib.util, sys; spec = importlib.util.find_spec(sys.argv[1]); "
+    "print(spec and ([*(spec.submodule_search_locations or [])] or [spec.origin])[0] or '')"
+)
 # A checkout of the harness: its folders and the names they install as.
 INSTALLED_AS = {"harness": "harness", "experiments": "octlm_experiments",
                 "analysis": "octlm_analysis"}  # fmt: skip
@@ -246,6 +251,7 @@ class Runner:
         self.config_dirs = list(manifest.get("config_dirs", []))
         # where the experiment's package is imported from here (an editable install's src/)
         self.root = import_root(manifest.get("experiment_config") or {})
+        self.top = str((manifest.get("experiment_config") or {}).get("run") or "").split(".")[0]
 
     def __call__(self, commit: str, side) -> float | None:
         """The value at `commit`, printed on a line with the commit and `side` (a text, or a
@@ -256,6 +262,12 @@ class Runner:
         try:
             with worktree(self.repo, commit) as tree:
                 command, environment = self.command(tree)
+                found = self.imported_from(tree, environment)
+                if found is not None and not found.is_relative_to(tree.resolve()):
+                    print(f"not run: its experiment's package ({self.top}) would be imported from "
+                          f"{found}, outside its worktree (a link out of the repository, or a "
+                          "commit without it)")  # fmt: skip
+                    return None
                 log.parent.mkdir(parents=True, exist_ok=True)
                 with open(log, "w") as output:
                     done = subprocess.run(command, cwd=tree, env=environment, stdout=output,
@@ -267,13 +279,6 @@ class Runner:
         if len(made) != 1:
             print(f"its run ended with exit code {done.returncode}, {len(made)} sweeps made "
                   f"(its output: {log})")  # fmt: skip
-            return None
-        ran = (store.read_manifest(store.SweepPaths(results, self.target.experiment, made[0]))
-               or {}).get("git_commit")  # fmt: skip
-        if ran != commit:
-            print(f"not counted: its sweep {made[0]} ran the experiment's code of "
-                  f"{f'commit {ran[:10]}' if ran else 'no commit'}, not this one's (its package "
-                  f"was imported from outside the worktree; its output: {log})")  # fmt: skip
             return None
         value, why = self.value(results, made[0])
         if value is None:
@@ -303,6 +308,17 @@ class Runner:
         environment = {k: v for k, v in os.environ.items() if k not in (BOOT_ENV, CONF_ENV)}
         environment["PYTHONPATH"] = os.pathsep.join(map(str, dict.fromkeys([links, tree, *paths])))
         return [sys.executable, "-m", "harness", *given, *self.arguments], environment
+
+    def imported_from(self, tree: Path, environment: dict) -> Path | None:
+        """Where a run in the worktree `tree` with `environment` finds the experiment's package
+        (its folder, or a top-level module's file), links resolved; None where no package is
+        recorded or none is found (the run then says why)."""
+        if not self.top.isidentifier():
+            return None
+        done = subprocess.run([sys.executable, "-c", FIND, self.top], cwd=tree, env=environment,
+                              capture_output=True, text=True)  # fmt: skip
+        found = done.stdout.strip()
+        return Path(found).resolve() if done.returncode == 0 and found else None
 
     def inside(self, path: Path, tree: Path) -> Path:
         """`path` (resolved) in the worktree where it lies in the repository and the worktree
