@@ -283,10 +283,10 @@ def test_a_commits_run_takes_its_folders_and_the_harness_from_its_worktree(tmp_p
     assert environment["PYTHONPATH"].split(os.pathsep) == [
         str(links),
         str(tree),
-        str(tree / "lib"),
         str(tree / "src"),
         str(repo / ".venv"),
         str(elsewhere),
+        str(tree / "lib"),
     ]
     assert [p.name for p in links.iterdir()] == ["harness"]  # what the worktree holds
     assert (links / "harness").resolve() == tree / "harness"

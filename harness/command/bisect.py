@@ -298,7 +298,7 @@ class Runner:
         given = [arg for folder in inside for arg in ("--config-dir", str(folder))]
         given_path = [Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         roots = [self.root] if self.root and self.inside(self.root, tree) != self.root else []
-        paths = [self.inside(path, tree) for path in [*roots, *given_path]]
+        paths = [self.inside(path, tree) for path in [*given_path, *roots]]  # a .pth's: last
         links = tree.parent / "installed"
         links.mkdir(exist_ok=True)
         if (tree / "harness" / "__init__.py").exists():  # a checkout of the harness
