@@ -249,9 +249,9 @@ class Runner:
             f"code_store={code_store}",
         ]
         self.config_dirs = list(manifest.get("config_dirs", []))
-        # where the experiment's package is imported from here (an editable install's src/)
-        self.root = import_root(manifest.get("experiment_config") or {})
-        self.top = str((manifest.get("experiment_config") or {}).get("run") or "").split(".")[0]
+        config = manifest.get("experiment_config") or {}
+        self.root = import_root(config)  # where its package is imported from here (a src/)
+        self.top = str(config.get("run") or "").split(".")[0]  # the package's name
 
     def __call__(self, commit: str, side) -> float | None:
         """The value at `commit`, printed on a line with the commit and `side` (a text, or a
