@@ -49,7 +49,9 @@ from harness.pinning.sources import code_folder, import_root
 
 TOLERANCE = 1.10  # the gate's factor: two ends closer than it show no step
 NOT_DECIDED = 3  # the exit code where a commit's run failed or gave no value
-# Where Python finds a top-level package (its first folder) or module (its file): sys.argv[1].
+# Where Python finds a top-level package (its first folder) or module (its file), sys.argv[1]:
+# sources._run_path's question, asked in a commit's run's own environment (whose harness may be
+# that commit's, without the function).
 FIND = (
     "import importlib.util, sys; spec = importlib.util.find_spec(sys.argv[1]); "
     "print(spec and ([*(spec.submodule_search_locations or [])] or [spec.origin])[0] or '')"
@@ -296,9 +298,10 @@ class Runner:
         them."""
         inside = [self.inside(Path(folder), tree) for folder in self.config_dirs]
         given = [arg for folder in inside for arg in ("--config-dir", str(folder))]
-        given_path = [Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        roots = [self.root] if self.root and self.inside(self.root, tree) != self.root else []
-        paths = [self.inside(path, tree) for path in [*given_path, *roots]]  # a .pth's: last
+        paths = [self.inside(Path(p), tree)
+                 for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]  # fmt: skip
+        if self.root and (root := self.inside(self.root, tree)) != self.root:
+            paths.append(root)  # last, where the .pth of an editable install puts it
         links = tree.parent / "installed"
         links.mkdir(exist_ok=True)
         if (tree / "harness" / "__init__.py").exists():  # a checkout of the harness
